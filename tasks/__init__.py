@@ -1,0 +1,15 @@
+"""Federated learning tasks: data, preprocessing, seeded models, statistics.
+
+`get_task(name, **options)` builds a `Task` from the registry (`task_names`,
+`task_options`): the embedded offline tasks ``digits`` and ``synthetic``, and
+``emnist``, ``shakespeare``, ``cifar100`` through TensorFlow Federated's
+loaders (which need their cached SQLite files).
+"""
+
+from tasks.base import Task
+from tasks.registry import get_task
+from tasks.registry import task_names
+from tasks.registry import task_option_defaults
+from tasks.registry import task_options
+
+__all__ = ['Task', 'get_task', 'task_names', 'task_option_defaults', 'task_options']

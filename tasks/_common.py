@@ -1,0 +1,341 @@
+"""Helpers shared by the task constructors (not part of the public API).
+
+Option validation (every error names the option and the offending value),
+in-memory `ClientData`, the seeded training-stream pipeline of the in-memory
+tasks, the cache-file check of TFF's downloaders, and a one-pass scan of a
+TFF SQLite database for per-client statistics.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import numbers
+import os
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+# --------------------------------------------------------------------------
+# Option validation. Options arrive from command-line flags, so a wrong type
+# is reported like a wrong value: ValueError naming option and value.
+
+
+def check_int(name: str, value: Any, *, minimum: int = 1, maximum: Optional[int] = None) -> int:
+  """`value` as an int in ``[minimum, maximum]``, else a ValueError naming it."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    raise ValueError(f'{name} must be an integer, got {value!r}.')
+  if value < minimum or (maximum is not None and value > maximum):
+    bound = f'>= {minimum}' if maximum is None else f'in [{minimum}, {maximum}]'
+    raise ValueError(f'{name} must be an integer {bound}, got {value!r}.')
+  return int(value)
+
+
+def check_optional_int(name: str, value: Any, *, minimum: int = 1) -> Optional[int]:
+  return None if value is None else check_int(name, value, minimum=minimum)
+
+
+def check_float(
+    name: str,
+    value: Any,
+    *,
+    minimum: float = 0.0,
+    maximum: float = float('inf'),
+    min_inclusive: bool = False,
+    max_inclusive: bool = True,
+) -> float:
+  """`value` as a finite float within the given bounds, else a ValueError."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value):
+    raise ValueError(f'{name} must be a finite number, got {value!r}.')
+  low_ok = value >= minimum if min_inclusive else value > minimum
+  high_ok = value <= maximum if max_inclusive else value < maximum
+  if not (low_ok and high_ok):
+    low = '[' if min_inclusive else '('
+    high = ']' if max_inclusive else ')'
+    raise ValueError(f'{name} must be in {low}{minimum}, {maximum}{high}, got {value!r}.')
+  return float(value)
+
+
+def check_choice(name: str, value: Any, choices: Sequence[Any]) -> Any:
+  if value not in choices:
+    raise ValueError(f'{name} must be one of {list(choices)}, got {value!r}.')
+  return value
+
+
+def check_bool(name: str, value: Any) -> bool:
+  if not isinstance(value, (bool, np.bool_)):
+    raise ValueError(f'{name} must be True or False, got {value!r}.')
+  return bool(value)
+
+
+def check_common_options(
+    *,
+    client_batch_size: Any,
+    client_epochs: Any,
+    max_client_examples: Any,
+    seed: Any,
+    eval_batch_size: Any,
+) -> dict[str, Any]:
+  """Validates the options every task accepts; returns them resolved."""
+  return collections.OrderedDict(
+      client_batch_size=check_int('client_batch_size', client_batch_size),
+      client_epochs=check_int('client_epochs', client_epochs),
+      max_client_examples=check_optional_int('max_client_examples', max_client_examples),
+      seed=check_int('seed', seed, minimum=0, maximum=2**32 - 1),
+      eval_batch_size=check_int('eval_batch_size', eval_batch_size),
+  )
+
+
+# --------------------------------------------------------------------------
+# Losses and metrics (module-level functions so tasks stay picklable).
+
+
+def sparse_categorical_loss() -> tf.keras.losses.Loss:
+  return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def accuracy_metrics() -> list[tf.keras.metrics.Metric]:
+  return [tf.keras.metrics.SparseCategoricalAccuracy(name='accuracy')]
+
+
+def as_xy(x: tf.Tensor, y: tf.Tensor) -> collections.OrderedDict:
+  """The batch structure of every task: ``OrderedDict(x=..., y=...)``."""
+  return collections.OrderedDict(x=x, y=y)
+
+
+# --------------------------------------------------------------------------
+# In-memory federated data.
+
+
+def in_memory_client_data(
+    client_ids: Sequence[str],
+    features: Mapping[str, np.ndarray],
+    offsets: np.ndarray,
+) -> tff.simulation.datasets.ClientData:
+  """A `ClientData` over arrays sorted by client.
+
+  Client ``i`` owns rows ``offsets[i]:offsets[i + 1]`` of every array in
+  `features`. Unlike ``TestClientData`` (which unrolls a branch per client in
+  its serialisable function), the serialisable function here is one slice,
+  so it stays cheap for hundreds of clients.
+
+  Args:
+    client_ids: The client ids, in row order.
+    features: Feature name -> array whose first axis is the example axis.
+    offsets: ``int64[len(client_ids) + 1]`` row boundaries.
+
+  Returns:
+    A `tff.simulation.datasets.ClientData` whose elements are
+    ``OrderedDict`` of the features, one example each.
+  """
+  client_ids = list(client_ids)
+  index = {client_id: i for i, client_id in enumerate(client_ids)}
+  features = collections.OrderedDict((k, np.asarray(v)) for k, v in features.items())
+  offsets = np.asarray(offsets, np.int64)
+
+  def dataset_fn(client_id) -> tf.data.Dataset:
+    if isinstance(client_id, str):
+      # Eager use (create_tf_dataset_for_client): slice in NumPy so only this
+      # client's rows become tensors.
+      start, stop = offsets[index[client_id]], offsets[index[client_id] + 1]
+      return tf.data.Dataset.from_tensor_slices(
+          collections.OrderedDict((k, v[start:stop]) for k, v in features.items()))
+    # Traced use (inside tf.function / TFF): the constants are created in the
+    # tracing graph, never captured from eager mode.
+    matches = tf.equal(client_id, tf.constant(client_ids))
+    with tf.control_dependencies([
+        tf.debugging.Assert(tf.reduce_any(matches), ['Unknown client id:', client_id])]):
+      position = tf.argmax(tf.cast(matches, tf.int32))
+    bounds = tf.constant(offsets)
+    start, stop = bounds[position], bounds[position + 1]
+    return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
+        (k, tf.constant(v)[start:stop]) for k, v in features.items()))
+
+  return tff.simulation.datasets.ClientData.from_clients_and_tf_fn(client_ids, dataset_fn)
+
+
+def training_stream(
+    dataset: tf.data.Dataset,
+    seed,
+    *,
+    shuffle_buffer_size: int,
+    max_examples: Optional[int],
+    epochs: int,
+) -> tf.data.Dataset:
+  """Seeded shuffle, per-epoch cap, repeat (batching is left to the caller).
+
+  The shuffle sits upstream of ``repeat`` with ``reshuffle_each_iteration``,
+  so every epoch sees a new order (and, with a cap, a new subset of at most
+  `max_examples` examples); all orders are a deterministic function of
+  `seed`.
+  """
+  if shuffle_buffer_size > 1:
+    dataset = dataset.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True)
+  if max_examples is not None:
+    dataset = dataset.take(max_examples)
+  if epochs > 1:
+    dataset = dataset.repeat(epochs)
+  return dataset
+
+
+def batched_xy_preprocess(
+    *, batch_size: int, epochs: int, max_examples: Optional[int], shuffle_buffer_size: int
+) -> Callable[[tf.data.Dataset, Any], tf.data.Dataset]:
+  """``preprocess_client`` for in-memory tasks whose elements are ``{x, y}``."""
+
+  def preprocess_client(dataset: tf.data.Dataset, seed) -> tf.data.Dataset:
+    dataset = training_stream(
+        dataset, seed, shuffle_buffer_size=shuffle_buffer_size,
+        max_examples=max_examples, epochs=epochs)
+    return dataset.batch(batch_size)
+
+  return preprocess_client
+
+
+def tf_dataset_from_arrays(arrays: Mapping[str, np.ndarray]) -> tf.data.Dataset:
+  """Unbatched dataset of ``OrderedDict`` elements from equal-length arrays."""
+  return tf.data.Dataset.from_tensor_slices(
+      collections.OrderedDict((k, np.asarray(v)) for k, v in arrays.items()))
+
+
+def batch(dataset: tf.data.Dataset, *, batch_size: int) -> tf.data.Dataset:
+  """``preprocess_eval`` of the in-memory tasks."""
+  return dataset.batch(batch_size)
+
+
+def label_histograms(labels: np.ndarray, offsets: np.ndarray, num_classes: int) -> np.ndarray:
+  """``int64[N, num_classes]`` label counts of clients given by row offsets."""
+  owners = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+  flat = np.bincount(owners * num_classes + labels, minlength=(len(offsets) - 1) * num_classes)
+  return flat.reshape(len(offsets) - 1, num_classes).astype(np.int64)
+
+
+# --------------------------------------------------------------------------
+# TFF's downloaded SQLite databases.
+
+_TFF_DATASETS_URL = 'https://storage.googleapis.com/tff-datasets-public/'
+
+
+def default_cache_dir() -> str:
+  """TFF's default cache directory (``download.get_compressed_file``)."""
+  return os.path.join(os.path.expanduser('~'), '.tff')
+
+
+def require_cached_database(dataset: str, file_name: str, cache_dir: Optional[str]) -> str:
+  """The path of TFF's decompressed database, or a FileNotFoundError.
+
+  TFF 0.87's loaders call ``download.get_compressed_file(origin=<url>.lzma,
+  cache_dir)``, which returns ``<cache_dir>/<file_name>`` when it exists and
+  downloads otherwise; downloading cannot work without internet access, so we
+  check first and explain how to provide the file.
+
+  Args:
+    dataset: Loader module name, e.g. ``'emnist'``.
+    file_name: The decompressed file name, e.g. ``'emnist_all.sqlite'``.
+    cache_dir: The task's ``cache_dir`` option (``None``: TFF's default).
+
+  Returns:
+    The path TFF's loader will read.
+  """
+  directory = default_cache_dir() if cache_dir is None else cache_dir
+  path = os.path.join(directory, file_name)
+  if not tf.io.gfile.exists(path):
+    url = f'{_TFF_DATASETS_URL}{file_name}.lzma'
+    raise FileNotFoundError(
+        f'The {dataset} task needs TFF\'s cached database {path!r} '
+        f'(cache_dir={cache_dir!r}), which does not exist, and '
+        f'tff.simulation.datasets.{dataset}.load_data would try to download it. '
+        'To provide it: run '
+        f'`tff.simulation.datasets.{dataset}.load_data(cache_dir=...)` once on a '
+        f'machine with internet access and copy the resulting {file_name} into '
+        f'{directory!r}; or download {url} and decompress it there '
+        f'(`unlzma {file_name}.lzma` or `xz --format=lzma -d {file_name}.lzma`).')
+  return path
+
+
+def scan_sql_split(
+    database_path: str,
+    split_name: str,
+    client_ids: Sequence[str],
+    row_statistics: Callable[[list[bytes]], tuple[np.ndarray, np.ndarray]],
+    num_classes: int,
+    *,
+    chunk_size: int = 20_000,
+) -> tuple[np.ndarray, np.ndarray]:
+  """Per-client example counts and label histograms in one pass over SQLite.
+
+  Reads ``(client_id, serialized_example_proto)`` rows of one split straight
+  from the ``examples`` table of a TFF database (the layout ``SqlClientData``
+  reads), in chunks, and lets `row_statistics` turn each chunk of serialised
+  ``tf.train.Example``s into per-row label counts and example counts with
+  vectorised parsing. Much faster than iterating every client's
+  ``tf.data`` pipeline (one query instead of one ``SqlDataset`` per client).
+
+  Args:
+    database_path: The SQLite file.
+    split_name: Value of the ``split_name`` column.
+    client_ids: The clients, in output row order.
+    row_statistics: ``protos -> (int64[n, num_classes] label counts,
+      int64[n] training examples)`` for a chunk of ``n`` rows.
+    num_classes: Width of the histograms.
+    chunk_size: Rows per chunk.
+
+  Returns:
+    ``(client_num_examples int64[N], client_label_histograms int64[N, C])``.
+  """
+  index = {client_id: i for i, client_id in enumerate(client_ids)}
+  num_examples = np.zeros(len(client_ids), np.int64)
+  histograms = np.zeros((len(client_ids), num_classes), np.int64)
+  uri = f'file:{os.path.abspath(database_path)}?mode=ro'
+  with contextlib.closing(sqlite3.connect(uri, uri=True)) as connection:
+    cursor = connection.execute(
+        'SELECT client_id, serialized_example_proto FROM examples WHERE split_name = ?;',
+        (split_name,))
+    while rows := cursor.fetchmany(chunk_size):
+      owners = np.fromiter((index[row[0]] for row in rows), np.int64, len(rows))
+      counts, examples = row_statistics([row[1] for row in rows])
+      np.add.at(histograms, owners, counts)
+      np.add.at(num_examples, owners, examples)
+  return num_examples, histograms
+
+
+def parse_int_feature(protos: list[bytes], key: str) -> np.ndarray:
+  """The scalar int64 feature `key` of serialised ``tf.train.Example``s."""
+  parsed = tf.io.parse_example(
+      tf.constant(protos, tf.string), {key: tf.io.FixedLenFeature([], tf.int64)})
+  return parsed[key].numpy()
+
+
+def one_hot_label_statistics(key: str, num_classes: int):
+  """`row_statistics` for one scalar label per example."""
+
+  def statistics(protos: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    labels = parse_int_feature(protos, key)
+    if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
+      raise ValueError(
+          f'Label {key!r} outside [0, {num_classes}) in the database: '
+          f'found values in [{labels.min()}, {labels.max()}].')
+    counts = np.zeros((len(protos), num_classes), np.int64)
+    counts[np.arange(len(protos)), labels] = 1
+    return counts, np.ones(len(protos), np.int64)
+
+  return statistics
+
+
+def centralized_eval_data(
+    test_data: tff.simulation.datasets.ClientData, seed: int, max_examples: Optional[int]
+) -> tf.data.Dataset:
+  """The test split as one dataset, at most `max_examples` raw elements.
+
+  Clients are concatenated in a seeded random order (TFF's
+  ``create_tf_dataset_from_all_clients``), so a cap keeps whole clients drawn
+  at random rather than, say, the first writers in id order.
+  """
+  dataset = test_data.create_tf_dataset_from_all_clients(seed=seed)
+  if max_examples is not None:
+    dataset = dataset.take(max_examples)
+  return dataset

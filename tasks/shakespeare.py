@@ -1,0 +1,211 @@
+"""The ``shakespeare`` task: next-character prediction through TFF's loader.
+
+Data: ``tff.simulation.datasets.shakespeare.load_data(cache_dir)``, clients
+are speaking roles in a play (715 clients, 16,068 training and 2,356 test
+snippets). TFF 0.87 reads the decompressed database
+``<cache_dir>/shakespeare.sqlite`` (default ``cache_dir``: ``~/.tff``),
+splits ``train``/``test``, and would download
+``https://storage.googleapis.com/tff-datasets-public/shakespeare.sqlite.lzma``
+when the file is missing; we check for the file first and raise a
+``FileNotFoundError`` explaining how to provide it.
+
+Preprocessing: TFF's baseline (``char_prediction_preprocessing``): each
+snippet becomes ``[bos] + byte ids + [eos]``, zero-padded to a multiple of
+``sequence_length + 1`` and cut into sequences; a training example is one
+(input = first ``sequence_length`` tokens, target = the next-token shift)
+pair. TFF's vocabulary has 86 characters; with pad (0), out-of-vocabulary,
+beginning- and end-of-snippet tokens the model sees 90 ids, so
+``num_classes = 90``. We add a seeded snippet shuffle (TFF's buffer of 50)
+in front and apply the per-epoch cap (``max_client_examples``, counted in
+sequences) and ``client_epochs`` on the sequences before batching.
+``sequence_length`` defaults to 5, the value in the optimal client sampling
+paper's code (TFF's default is 80).
+
+Client statistics: ``client_num_examples`` counts a client's *sequences*
+(training examples, one epoch, no cap; what TFF's example-count weighting
+sees), not its snippets; ``client_label_histograms`` counts the
+next-character *targets* of those sequences (pad included), so every row
+sums to ``sequence_length`` times the client's sequences. Both are computed
+by one pass over the training snippets of the SQLite file with NumPy
+(under a second for the whole dataset), replicating TFF's tokenisation byte
+for byte (the tests check it against the real pipeline).
+
+Metrics: ``accuracy`` is TFF's ``MaskedCategoricalAccuracy`` (a
+``SparseCategoricalAccuracy``) ignoring pad targets. Evaluation: the test
+split in a seeded random client order, at most ``max_eval_examples``
+*snippets* (the whole split has 2,356).
+
+Models: ``'gru'`` (`tasks.models.char_gru`, the paper's Embedding 256 +
+2xGRU 256) or ``'tff_lstm'`` (TFF's baseline LSTM, seeded by
+`tasks.models.seed_initial_weights`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tensorflow_federated.python.simulation.baselines import client_spec
+from tensorflow_federated.python.simulation.baselines import keras_metrics
+from tensorflow_federated.python.simulation.baselines.shakespeare import char_prediction_preprocessing
+from tasks import _common
+from tasks import models
+from tasks.base import Task
+
+DATABASE_FILE = 'shakespeare.sqlite'
+VOCAB = tuple(char_prediction_preprocessing.CHAR_VOCAB)
+PAD, OOV, BOS, EOS = char_prediction_preprocessing.get_special_tokens()
+NUM_CLASSES = len(VOCAB) + 4
+MODELS = ('gru', 'tff_lstm')
+_SHUFFLE_BUFFER_SIZE = char_prediction_preprocessing.DEFAULT_SHUFFLE_BUFFER_SIZE
+# TFF's pipeline batches sequences before splitting inputs from targets; we
+# unbatch right after (to cap and repeat per sequence), so this only sets
+# how many sequences TFF's split handles per call.
+_TFF_PACK_SIZE = 256
+
+
+def _byte_to_token() -> np.ndarray:
+  """TFF's lookup (``bytes_split`` + vocabulary table + 1) as a 256-entry table."""
+  table = np.full(256, OOV, np.int64)
+  for position, character in enumerate(VOCAB):
+    table[ord(character)] = position + 1  # 0 is reserved for pad.
+  return table
+
+
+_BYTE_TO_TOKEN = _byte_to_token()
+
+
+def snippet_statistics(
+    snippets: list[bytes], sequence_length: int
+) -> tuple[np.ndarray, np.ndarray]:
+  """Target histograms and sequence counts of snippets, as TFF tokenises them.
+
+  Args:
+    snippets: Raw snippets (bytes).
+    sequence_length: The task's ``sequence_length``.
+
+  Returns:
+    ``(int64[n, 90] next-token target counts, int64[n] sequences)``.
+  """
+  period = sequence_length + 1
+  counts = np.zeros((len(snippets), NUM_CLASSES), np.int64)
+  sequences = np.zeros(len(snippets), np.int64)
+  for row, snippet in enumerate(snippets):
+    tokens = np.concatenate(
+        [[BOS], _BYTE_TO_TOKEN[np.frombuffer(snippet, np.uint8)], [EOS]])
+    tokens = np.concatenate([tokens, np.zeros(-len(tokens) % period, np.int64)])
+    sequences[row] = len(tokens) // period
+    # Every token is a target except the first of each sequence.
+    counts[row] = (np.bincount(tokens, minlength=NUM_CLASSES)
+                   - np.bincount(tokens[::period], minlength=NUM_CLASSES))
+  return counts, sequences
+
+
+def _parse_snippets(protos: list[bytes]) -> list[bytes]:
+  parsed = tf.io.parse_example(
+      tf.constant(protos, tf.string), {'snippets': tf.io.FixedLenFeature([], tf.string)})
+  return list(parsed['snippets'].numpy())
+
+
+def shakespeare_metrics() -> list[tf.keras.metrics.Metric]:
+  """Accuracy over non-pad targets (TFF's masked accuracy, named 'accuracy')."""
+  return [keras_metrics.MaskedCategoricalAccuracy(masked_tokens=[PAD], name='accuracy')]
+
+
+def _tff_sequences(batch_size: int, sequence_length: int):
+  """TFF's baseline tokenisation into (input, target) batches, as ``{x, y}``."""
+  tff_fn = char_prediction_preprocessing.create_preprocess_fn(
+      client_spec.ClientSpec(num_epochs=1, batch_size=batch_size, shuffle_buffer_size=1),
+      sequence_length=sequence_length)
+  return lambda dataset: tff_fn(dataset).map(_common.as_xy)
+
+
+def create_shakespeare_task(
+    *,
+    client_batch_size: int = 8,
+    client_epochs: int = 1,
+    max_client_examples: Optional[int] = None,
+    seed: int = 0,
+    eval_batch_size: int = 256,
+    cache_dir: Optional[str] = None,
+    sequence_length: int = 5,
+    max_eval_examples: Optional[int] = 10_000,
+    model: str = 'gru',
+) -> Task:
+  """Builds the ``shakespeare`` task.
+
+  Args:
+    client_batch_size: Local batch size, in sequences (8 as in the paper).
+    client_epochs: Local epochs per round.
+    max_client_examples: Optional cap on sequences per client per epoch.
+    seed: Seed of the evaluation clients' order.
+    eval_batch_size: Batch size of the evaluation data.
+    cache_dir: Directory holding ``shakespeare.sqlite`` (``None``:
+      ``~/.tff``).
+    sequence_length: Input characters per example.
+    max_eval_examples: Cap on evaluation *snippets* (``None``: all).
+    model: ``'gru'`` or ``'tff_lstm'``.
+
+  Returns:
+    The `Task`. Raw elements are TFF's ``OrderedDict(snippets=string[])``;
+    training batches ``OrderedDict(x=int64[B, L], y=int64[B, L])``.
+
+  Raises:
+    FileNotFoundError: If the database is not in `cache_dir`.
+  """
+  options = _common.check_common_options(
+      client_batch_size=client_batch_size, client_epochs=client_epochs,
+      max_client_examples=max_client_examples, seed=seed, eval_batch_size=eval_batch_size)
+  options.update(
+      cache_dir=cache_dir,
+      sequence_length=_common.check_int('sequence_length', sequence_length),
+      max_eval_examples=_common.check_optional_int('max_eval_examples', max_eval_examples),
+      model=_common.check_choice('model', model, MODELS),
+  )
+  database = _common.require_cached_database('shakespeare', DATABASE_FILE, cache_dir)
+  train_data, test_data = tff.simulation.datasets.shakespeare.load_data(cache_dir=cache_dir)
+  client_ids = tuple(train_data.client_ids)
+  sequence_length = options['sequence_length']
+  num_examples, histograms = _common.scan_sql_split(
+      database, 'train', client_ids,
+      lambda protos: snippet_statistics(_parse_snippets(protos), sequence_length),
+      NUM_CLASSES)
+
+  to_sequences = _tff_sequences(_TFF_PACK_SIZE, sequence_length)
+
+  def preprocess_client(dataset: tf.data.Dataset, shuffle_seed) -> tf.data.Dataset:
+    # The shuffle is upstream of repeat, so each epoch reshuffles (seeded).
+    dataset = dataset.shuffle(_SHUFFLE_BUFFER_SIZE, seed=shuffle_seed,
+                              reshuffle_each_iteration=True)
+    dataset = to_sequences(dataset).unbatch()
+    if options['max_client_examples'] is not None:
+      dataset = dataset.take(options['max_client_examples'])
+    if options['client_epochs'] > 1:
+      dataset = dataset.repeat(options['client_epochs'])
+    return dataset.batch(options['client_batch_size'])
+
+  if options['model'] == 'gru':
+    keras_model_fn = functools.partial(models.char_gru, NUM_CLASSES)
+  else:
+    keras_model_fn = functools.partial(models.tff_char_lstm, NUM_CLASSES, sequence_length)
+
+  return Task(
+      name='shakespeare',
+      train_data=train_data,
+      eval_data=_common.centralized_eval_data(
+          test_data, options['seed'], options['max_eval_examples']),
+      preprocess_client=preprocess_client,
+      preprocess_eval=_tff_sequences(options['eval_batch_size'], sequence_length),
+      keras_model_fn=keras_model_fn,
+      loss_fn=_common.sparse_categorical_loss,
+      metrics_fn=shakespeare_metrics,
+      client_ids=client_ids,
+      client_num_examples=num_examples,
+      client_label_histograms=histograms,
+      num_classes=NUM_CLASSES,
+      options=options,
+  )

@@ -1,0 +1,188 @@
+"""Tests of the TFF-backed tasks through TFF's real loaders.
+
+Tiny databases in TFF's own format (``save_to_sql_client_data``) are placed
+where ``tff.simulation.datasets.{emnist,shakespeare,cifar100}.load_data``
+look for them in a temporary ``cache_dir``; the tasks must load them without
+any download, preprocess them to the right element spec, and feed a model.
+"""
+
+import collections
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tasks import get_task
+from tasks import models
+from tasks import shakespeare
+import tff_sqlite_fixtures as fixtures
+
+EMNIST_DIGITS_TRAIN = {'f0000_14': 5, 'f0001_41': 3, 'f0002_07': 23}
+EMNIST_ALL_TRAIN = {'f0000_14': 4, 'f0001_41': 6}
+CIFAR_TRAIN = {'0': 4, '1': 6, '2': 12}
+
+
+@pytest.fixture(scope='module')
+def cache_dir(tmp_path_factory):
+  directory = str(tmp_path_factory.mktemp('tff_cache'))
+  rng = np.random.default_rng(0)
+  splits = collections.OrderedDict(
+      digits_only_train=fixtures.emnist_clients(rng, EMNIST_DIGITS_TRAIN, 10),
+      digits_only_test=fixtures.emnist_clients(rng, {'f0000_14': 2, 'f0002_07': 3}, 10),
+      all_train=fixtures.emnist_clients(rng, EMNIST_ALL_TRAIN, 62),
+      all_test=fixtures.emnist_clients(rng, {'f0000_14': 2, 'f0001_41': 3}, 62))
+  fixtures.write_tff_database(os.path.join(directory, 'emnist_all.sqlite'), splits)
+  fixtures.write_tff_database(os.path.join(directory, 'cifar100.sqlite'), {
+      'train': fixtures.cifar_clients(rng, CIFAR_TRAIN),
+      'test': fixtures.cifar_clients(rng, {'0': 3, '1': 4})})
+  fixtures.write_tff_database(os.path.join(directory, 'shakespeare.sqlite'), {
+      'train': fixtures.shakespeare_clients(fixtures.SHAKESPEARE_TRAIN),
+      'test': fixtures.shakespeare_clients(fixtures.SHAKESPEARE_TEST)})
+  return directory
+
+
+def _labels_of(task, client_id):
+  return np.array([int(e['label']) for e in task.train_data.create_tf_dataset_for_client(
+      client_id).as_numpy_iterator()])
+
+
+@pytest.mark.parametrize('only_digits, sizes, num_classes', [
+    (True, EMNIST_DIGITS_TRAIN, 10), (False, EMNIST_ALL_TRAIN, 62)])
+def test_emnist_loads_through_tff(cache_dir, only_digits, sizes, num_classes):
+  task = get_task('emnist', cache_dir=cache_dir, only_digits=only_digits, max_eval_examples=None)
+  assert task.client_ids == tuple(sorted(sizes))
+  assert task.num_classes == num_classes
+  np.testing.assert_array_equal(task.client_num_examples, [sizes[c] for c in task.client_ids])
+  for i, client_id in enumerate(task.client_ids):
+    np.testing.assert_array_equal(
+        task.client_label_histograms[i],
+        np.bincount(_labels_of(task, client_id), minlength=num_classes))
+  assert task.element_spec == collections.OrderedDict(
+      x=tf.TensorSpec([None, 28, 28, 1], tf.float32), y=tf.TensorSpec([None], tf.int32))
+  assert sum(1 for _ in task.eval_data) == 5
+  batch = next(iter(task.client_dataset(0, 0)))
+  assert task.keras_model_fn(0)(batch['x']).shape == (len(batch['y']), num_classes)
+  evaluation = next(iter(task.preprocess_eval(task.eval_data)))
+  assert evaluation['x'].shape == (5, 28, 28, 1)
+
+
+def test_emnist_preprocessing_is_seeded_and_keeps_pixels(cache_dir):
+  task = get_task('emnist', cache_dir=cache_dir, client_batch_size=4, client_epochs=2,
+                  max_client_examples=10)
+  client = task.client_ids.index('f0002_07')
+  stream = lambda seed: np.concatenate(
+      [b['x'] for b in task.client_dataset(client, seed).as_numpy_iterator()])
+  first = stream(1)
+  np.testing.assert_array_equal(first, stream(1))
+  assert not np.array_equal(first, stream(2))
+  assert first.shape == (20, 28, 28, 1)  # Capped at 10 per epoch, 2 epochs.
+  raw = np.stack([e['pixels'] for e in task.train_data.create_tf_dataset_for_client(
+      'f0002_07').as_numpy_iterator()])
+  # Every streamed image is one of the client's images, reshaped unchanged.
+  for image in first[:, :, :, 0]:
+    assert np.any(np.all(raw == image, axis=(1, 2)))
+  # Each epoch draws 10 distinct examples (a fresh, seeded subset per epoch).
+  for epoch in (first[:10], first[10:]):
+    assert len({image.tobytes() for image in epoch}) == 10
+
+
+def test_emnist_eval_cap(cache_dir):
+  task = get_task('emnist', cache_dir=cache_dir, max_eval_examples=2)
+  assert sum(1 for _ in task.eval_data) == 2
+
+
+def test_shakespeare_statistics_match_tff_pipeline(cache_dir):
+  task = get_task('shakespeare', cache_dir=cache_dir)
+  assert task.num_classes == 90
+  assert task.element_spec == collections.OrderedDict(
+      x=tf.TensorSpec([None, 5], tf.int64), y=tf.TensorSpec([None, 5], tf.int64))
+  assert task.client_ids == tuple(sorted(fixtures.SHAKESPEARE_TRAIN))
+  for i in range(task.num_clients):
+    targets = np.concatenate([b['y'] for b in task.client_dataset(i, 0).as_numpy_iterator()])
+    assert len(targets) == task.client_num_examples[i]
+    np.testing.assert_array_equal(
+        np.bincount(targets.ravel(), minlength=90), task.client_label_histograms[i])
+  # Out-of-vocabulary bytes ('é' is two bytes, '~' and tab are not in TFF's
+  # vocabulary) become the OOV token. Tokens: [bos C a f é é | ~ tab _ o k eos],
+  # two sequences of 6; the first token of each ('bos', '~') is no target.
+  counts, sequences = shakespeare.snippet_statistics([b'Caf\xc3\xa9~\t ok'], 5)
+  assert sequences[0] == 2
+  assert counts.sum() == 10
+  assert counts[0, shakespeare.OOV] == 3
+  assert counts[0, shakespeare.EOS] == 1 and counts[0, shakespeare.BOS] == 0
+
+
+@pytest.mark.parametrize('model, num_params', [('gru', 835_674), ('tff_lstm', 820_522)])
+def test_shakespeare_models_forward(cache_dir, model, num_params):
+  task = get_task('shakespeare', cache_dir=cache_dir, model=model)
+  batch = next(iter(task.client_dataset(0, 0)))
+  keras_model = task.keras_model_fn(0)
+  assert keras_model.count_params() == num_params
+  assert keras_model(batch['x']).shape == (len(batch['y']), 5, 90)
+  metric = task.metrics_fn()[0]
+  assert isinstance(metric, tf.keras.metrics.SparseCategoricalAccuracy)
+  assert metric.name == 'accuracy'
+
+
+def test_shakespeare_cap_and_sequence_length(cache_dir):
+  task = get_task('shakespeare', cache_dir=cache_dir, sequence_length=3, max_client_examples=4,
+                  client_epochs=3, client_batch_size=5)
+  batches = list(task.client_dataset(0, 7).as_numpy_iterator())
+  assert sum(len(b['x']) for b in batches) == 12
+  assert batches[0]['x'].shape == (5, 3)
+  np.testing.assert_array_equal(batches[0]['x'][:, 1:], batches[0]['y'][:, :-1])
+
+
+def test_cifar100_resnet_and_preprocessing(cache_dir):
+  task = get_task('cifar100', cache_dir=cache_dir, max_eval_examples=None)
+  assert task.client_ids == ('0', '1', '2')
+  np.testing.assert_array_equal(task.client_num_examples, [4, 6, 12])
+  for i, client_id in enumerate(task.client_ids):
+    np.testing.assert_array_equal(
+        task.client_label_histograms[i], np.bincount(_labels_of(task, client_id), minlength=100))
+  assert task.element_spec == collections.OrderedDict(
+      x=tf.TensorSpec([None, 24, 24, 3], tf.float32), y=tf.TensorSpec([None], tf.int64))
+  batch = next(iter(task.client_dataset(2, 0)))
+  # TFF's per-image standardisation.
+  np.testing.assert_allclose(batch['x'].numpy().mean(axis=(1, 2, 3)), 0.0, atol=1e-4)
+  assert sum(1 for _ in task.eval_data) == 7
+
+  # The only ResNet-18 built in the test suite.
+  resnet = task.keras_model_fn(0)
+  assert resnet.count_params() == 11_227_812
+  logits = resnet(batch['x']).numpy()
+  assert logits.shape == (len(batch['y']), 100)
+  assert not np.allclose(logits.sum(axis=1), 1.0)  # Logits, not TFF's softmax.
+  initial = resnet.get_weights()
+  models.seed_initial_weights(resnet, 1)
+  assert not np.array_equal(initial[0], resnet.get_weights()[0])
+  models.seed_initial_weights(resnet, 0)
+  for a, b in zip(initial, resnet.get_weights()):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_cifar100_seeded_distortion_and_vgg(cache_dir):
+  task = get_task('cifar100', cache_dir=cache_dir, model='vgg', distort_images=True,
+                  crop_size=20, client_batch_size=12)
+  first = next(iter(task.client_dataset(2, 3)))['x'].numpy()
+  np.testing.assert_array_equal(first, next(iter(task.client_dataset(2, 3)))['x'].numpy())
+  assert not np.array_equal(first, next(iter(task.client_dataset(2, 4)))['x'].numpy())
+  assert first.shape == (12, 20, 20, 3)
+  assert task.keras_model_fn(0)(first).shape == (12, 100)
+  evaluation = next(iter(task.preprocess_eval(task.eval_data)))
+  assert evaluation['x'].shape[1:] == (20, 20, 3)
+
+
+@pytest.mark.parametrize('name, file_name', [
+    ('emnist', 'emnist_all.sqlite'), ('shakespeare', 'shakespeare.sqlite'),
+    ('cifar100', 'cifar100.sqlite')])
+def test_missing_cache_file_is_a_clear_error(tmp_path, name, file_name):
+  expected = os.path.join(str(tmp_path), file_name)
+  with pytest.raises(FileNotFoundError) as error:
+    get_task(name, cache_dir=str(tmp_path))
+  message = str(error.value)
+  assert expected in message
+  assert f'{file_name}.lzma' in message
+  assert f'tff.simulation.datasets.{name}.load_data' in message
+  assert os.listdir(str(tmp_path)) == []  # Nothing was downloaded or created.
