@@ -1,0 +1,500 @@
+r"""Benchmark: one FedAvg round through TFF vs the same SGD steps in plain TF.
+
+What it measures: the wall-clock time of one round of example-weighted FedAvg
+(McMahan et al., AISTATS 2017) run through TensorFlow Federated's
+``tff.learning.algorithms.build_weighted_fed_avg`` (``process.next`` in TFF's
+local C++ runtime), against the *same* SGD steps written as a plain TensorFlow
+loop in the same process. The ratio TFF / plain TF is the overhead TFF adds
+(serialising client datasets, the C++ executor, per-client
+``tf.function`` calls, returning the state to Python); the project's target is
+at most 1.3x.
+
+The workload: `--clients` clients (default 32) holding `--examples` (default
+4,800) synthetic FEMNIST-shaped examples in total (28x28x1 float32 images in
+[0, 1], 10 labels), client sizes drawn from a seeded lognormal; the McMahan CNN
+of ``tasks.models.mcmahan_cnn``; batch 20, one local epoch, client SGD at 0.1,
+server SGD at 1.0.
+
+Both implementations are warmed up by one round from the same initial weights,
+whose results are compared (the check that they do the same work); then
+`--rounds` rounds are timed, alternating the implementations (the order rotates
+every round so that neither always runs first on the noisy machine), and the
+medians and their ratio are printed.
+
+Usage (from the repository root):
+
+  .venv/bin/python -m bench.fedavg_round --rounds=5
+  .venv/bin/python -m bench.fedavg_round --rounds=9 --csv=/tmp/bench.csv
+  .venv/bin/python -m bench.fedavg_round --tff_loops=reduce,iterator
+"""
+
+from __future__ import annotations
+
+import collections
+import csv
+import dataclasses
+import datetime
+import enum
+import os
+import pathlib
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from absl import app
+from absl import flags
+from absl import logging
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tasks import models
+
+BENCHMARK_NAME = 'fedavg_round'
+PLAIN_TF = 'plain_tf'
+NUM_CLASSES = 10
+IMAGE_SHAPE = (28, 28, 1)
+
+
+class TffLoop(enum.Enum):
+  """The `tff.learning.LoopImplementation` of TFF's client training loop."""
+
+  REDUCE = 'reduce'
+  ITERATOR = 'iterator'
+
+  @property
+  def loop_implementation(self) -> tff.learning.LoopImplementation:
+    if self is TffLoop.REDUCE:
+      return tff.learning.LoopImplementation.DATASET_REDUCE
+    return tff.learning.LoopImplementation.DATASET_ITERATOR
+
+  @property
+  def label(self) -> str:
+    return f'tff_dataset_{self.value}'
+
+
+_ROUNDS = flags.DEFINE_integer(
+    'rounds', 5, 'Timed rounds per implementation (after one warm-up round).', lower_bound=1)
+_CLIENTS = flags.DEFINE_integer('clients', 32, 'Clients per round.', lower_bound=1)
+_EXAMPLES = flags.DEFINE_integer(
+    'examples', 4800, 'Examples over all clients (one local epoch each).', lower_bound=1)
+_BATCH_SIZE = flags.DEFINE_integer('batch_size', 20, 'Client batch size.', lower_bound=1)
+_CLIENT_LEARNING_RATE = flags.DEFINE_float(
+    'client_learning_rate', 0.1, 'Client SGD learning rate.')
+_SERVER_LEARNING_RATE = flags.DEFINE_float(
+    'server_learning_rate', 1.0, 'Server SGD learning rate.')
+_SEED = flags.DEFINE_integer(
+    'seed', 0, 'Seed of the synthetic data and of the initial weights.', lower_bound=0)
+_TFF_LOOPS = flags.DEFINE_list(
+    'tff_loops', [TffLoop.REDUCE.value],
+    'Comma-separated TFF client loop implementation(s) to time: `reduce` '
+    '(DATASET_REDUCE, the default of build_weighted_fed_avg) and/or `iterator` '
+    '(DATASET_ITERATOR).')
+flags.register_validator(
+    'tff_loops',
+    lambda values: bool(values) and all(v in {l.value for l in TffLoop} for v in values),
+    message=f'--tff_loops takes a non-empty list of {[l.value for l in TffLoop]}.')
+_TARGET_RATIO = flags.DEFINE_float(
+    'target_ratio', 1.3, 'Target for median(TFF) / median(plain TF).')
+_TOLERANCE = flags.DEFINE_float(
+    'agreement_tolerance', 1e-3,
+    'Largest allowed |w_tff - w_plain| after one round from the same start, '
+    'relative to the largest entry of the round\'s model update.')
+_CSV = flags.DEFINE_string(
+    'csv', None, 'If set, append (benchmark, metric, value, commit, timestamp) rows to '
+    'this CSV file (header written when the file is new).')
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchmarkConfig:
+  """The benchmark's workload and measurement settings."""
+
+  rounds: int = 5
+  num_clients: int = 32
+  total_examples: int = 4800
+  batch_size: int = 20
+  client_learning_rate: float = 0.1
+  server_learning_rate: float = 1.0
+  seed: int = 0
+  tff_loops: tuple[TffLoop, ...] = (TffLoop.REDUCE,)
+  target_ratio: float = 1.3
+  agreement_tolerance: float = 1e-3
+
+  def __post_init__(self):
+    for name in ('rounds', 'num_clients', 'batch_size'):
+      if getattr(self, name) < 1:
+        raise ValueError(f'{name} must be at least 1, got {getattr(self, name)!r}.')
+    if self.total_examples < self.num_clients:
+      raise ValueError(
+          f'total_examples ({self.total_examples}) must be at least num_clients '
+          f'({self.num_clients}): every client needs one example.')
+    if not self.tff_loops or len(set(self.tff_loops)) != len(self.tff_loops):
+      raise ValueError(f'tff_loops must be non-empty and distinct, got {self.tff_loops!r}.')
+    for name in ('client_learning_rate', 'server_learning_rate', 'target_ratio',
+                 'agreement_tolerance'):
+      if not getattr(self, name) > 0:
+        raise ValueError(f'{name} must be positive, got {getattr(self, name)!r}.')
+
+  @property
+  def tag(self) -> str:
+    """Benchmark name with the workload, so CSV rows of different sizes never mix."""
+    return (f'{BENCHMARK_NAME}/clients={self.num_clients},examples={self.total_examples},'
+            f'batch={self.batch_size}')
+
+
+@dataclasses.dataclass(frozen=True)
+class Agreement:
+  """How closely two implementations' new global weights agree after one round.
+
+  Attributes:
+    max_abs_difference: ``max |w_a - w_b|`` over every weight entry.
+    max_abs_update: ``max |w_b - w_start|``, the scale of the round's update.
+    relative_difference: ``max_abs_difference / max_abs_update``. Relative to the
+      update, not to the weights: the update is small next to the weights, so a
+      weight-relative tolerance would pass even if one side did no training.
+  """
+
+  max_abs_difference: float
+  max_abs_update: float
+  relative_difference: float
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchmarkResult:
+  """Timings (seconds per round, in run order) and the agreement checks."""
+
+  config: BenchmarkConfig
+  seconds: Mapping[str, tuple[float, ...]]
+  agreement: Mapping[str, Agreement]
+  client_sizes: tuple[int, ...]
+
+  def median(self, label: str) -> float:
+    return statistics.median(self.seconds[label])
+
+  def ratio(self, label: str) -> float:
+    return self.median(label) / self.median(PLAIN_TF)
+
+  def agreement_ok(self, label: str) -> bool:
+    return self.agreement[label].relative_difference <= self.config.agreement_tolerance
+
+
+# --------------------------------------------------------------------------
+# Workload.
+
+
+def client_sizes(num_clients: int, total_examples: int, seed: int) -> np.ndarray:
+  """Unequal client sizes: seeded lognormal draws rescaled to sum to `total_examples`.
+
+  Every client gets at least one example; rounding leftovers go to the
+  largest clients so that the sum is exact.
+  """
+  rng = np.random.default_rng([seed, 0])
+  raw = rng.lognormal(mean=0.0, sigma=0.8, size=num_clients)
+  sizes = np.maximum(1, np.floor(raw / raw.sum() * total_examples)).astype(np.int64)
+  order = np.argsort(-sizes, kind='stable')
+  surplus = int(total_examples - sizes.sum())
+  step = 1 if surplus > 0 else -1
+  position = 0
+  while surplus != 0:
+    client = order[position % num_clients]
+    if sizes[client] + step >= 1:
+      sizes[client] += step
+      surplus -= step
+    position += 1
+  return sizes
+
+
+def synthetic_client_arrays(
+    sizes: Sequence[int], seed: int
+) -> list[collections.OrderedDict[str, np.ndarray]]:
+  """FEMNIST-shaped examples per client: ``x`` float32[n, 28, 28, 1] in [0, 1], ``y`` int32[n].
+
+  Images are a per-label prototype plus uniform noise, clipped to [0, 1], so
+  that the labels are learnable and the loss behaves as on real digits.
+  """
+  rng = np.random.default_rng([seed, 1])
+  prototypes = rng.uniform(0.0, 1.0, size=(NUM_CLASSES, *IMAGE_SHAPE)).astype(np.float32)
+  arrays = []
+  for size in sizes:
+    labels = rng.integers(0, NUM_CLASSES, size=int(size)).astype(np.int32)
+    noise = rng.uniform(-0.5, 0.5, size=(int(size), *IMAGE_SHAPE)).astype(np.float32)
+    images = np.clip(prototypes[labels] + noise, 0.0, 1.0)
+    arrays.append(collections.OrderedDict(x=images, y=labels))
+  return arrays
+
+
+def client_datasets(
+    arrays: Sequence[Mapping[str, np.ndarray]], batch_size: int
+) -> list[tf.data.Dataset]:
+  """One batched, unshuffled dataset per client (the same batches for both sides)."""
+  return [tf.data.Dataset.from_tensor_slices(collections.OrderedDict(a)).batch(batch_size)
+          for a in arrays]
+
+
+def _loss() -> tf.keras.losses.Loss:
+  return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+# --------------------------------------------------------------------------
+# The two implementations.
+
+
+def build_tff_process(
+    element_spec, config: BenchmarkConfig, loop: TffLoop
+) -> tff.learning.templates.LearningProcess:
+  """TFF's weighted FedAvg over the McMahan CNN (example weighting, SGD both sides)."""
+
+  def model_fn() -> tff.learning.models.VariableModel:
+    return tff.learning.models.from_keras_model(
+        models.mcmahan_cnn(NUM_CLASSES, config.seed), loss=_loss(), input_spec=element_spec)
+
+  return tff.learning.algorithms.build_weighted_fed_avg(
+      model_fn,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(config.client_learning_rate),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(config.server_learning_rate),
+      loop_implementation=loop.loop_implementation)
+
+
+class PlainFedAvg:
+  """Example-weighted FedAvg as a plain TensorFlow loop over one Keras model.
+
+  The global model, the weighted sum of client deltas and the sum of weights
+  live in variables. Per client, one compiled function assigns the global
+  weights to the model, runs every SGD step over the client's dataset in a
+  graph loop (no Python per step), and adds ``n_k * (w_global - w_k)`` to the
+  sum; a second compiled function applies the server SGD step to the weighted
+  mean delta and clears the sums. The same arithmetic as TFF's
+  ``build_weighted_fed_avg`` with ``build_sgdm`` (no momentum) on both sides.
+  """
+
+  def __init__(self, keras_model: tf.keras.Model, *, client_learning_rate: float,
+               server_learning_rate: float):
+    self._model = keras_model
+    self._loss = _loss()
+    self._client_lr = tf.constant(client_learning_rate, tf.float32)
+    self._server_lr = tf.constant(server_learning_rate, tf.float32)
+    self._local = list(keras_model.trainable_variables)
+    self._global = [tf.Variable(v, trainable=False) for v in self._local]
+    self._delta_sum = [tf.Variable(tf.zeros_like(v), trainable=False) for v in self._local]
+    self._weight_sum = tf.Variable(0.0, trainable=False)
+    self._client_update = tf.function(self._client_update_fn)
+    self._server_update = tf.function(self._server_update_fn)
+
+  def _client_update_fn(self, dataset: tf.data.Dataset) -> tf.Tensor:
+    for local, global_ in zip(self._local, self._global):
+      local.assign(global_)
+    num_examples = tf.constant(0, tf.int64)
+    for batch in dataset:
+      with tf.GradientTape() as tape:
+        logits = self._model(batch['x'], training=True)
+        loss = self._loss(batch['y'], logits)
+      gradients = tape.gradient(loss, self._local)
+      for variable, gradient in zip(self._local, gradients):
+        variable.assign_sub(self._client_lr * gradient)
+      num_examples += tf.shape(batch['y'], out_type=tf.int64)[0]
+    weight = tf.cast(num_examples, tf.float32)
+    for delta_sum, global_, local in zip(self._delta_sum, self._global, self._local):
+      delta_sum.assign_add(weight * (global_ - local))
+    self._weight_sum.assign_add(weight)
+    return num_examples
+
+  def _server_update_fn(self) -> None:
+    for global_, delta_sum in zip(self._global, self._delta_sum):
+      global_.assign_sub(self._server_lr * delta_sum / self._weight_sum)
+      delta_sum.assign(tf.zeros_like(delta_sum))
+    self._weight_sum.assign(0.0)
+
+  def set_global_weights(self, weights: Sequence[np.ndarray]) -> None:
+    if len(weights) != len(self._global):
+      raise ValueError(f'Expected {len(self._global)} weight arrays, got {len(weights)}.')
+    for variable, value in zip(self._global, weights):
+      variable.assign(value)
+
+  def global_weights(self) -> list[np.ndarray]:
+    return [v.numpy() for v in self._global]
+
+  def run_round(self, datasets: Sequence[tf.data.Dataset]) -> None:
+    for dataset in datasets:
+      self._client_update(dataset)
+    self._server_update()
+
+
+# --------------------------------------------------------------------------
+# Measurement.
+
+
+def compare_weights(
+    start: Sequence[np.ndarray], candidate: Sequence[np.ndarray], reference: Sequence[np.ndarray]
+) -> Agreement:
+  """Compares `candidate` with `reference`, two results of one round from `start`."""
+  if not (len(start) == len(candidate) == len(reference)):
+    raise ValueError(
+        f'Weight lists differ in length: {len(start)}, {len(candidate)}, {len(reference)}.')
+  max_difference = 0.0
+  max_update = 0.0
+  for s, c, r in zip(start, candidate, reference):
+    if not (np.shape(s) == np.shape(c) == np.shape(r)):
+      raise ValueError(f'Weight shapes differ: {np.shape(s)}, {np.shape(c)}, {np.shape(r)}.')
+    max_difference = max(max_difference, float(np.max(np.abs(np.subtract(c, r), dtype=np.float64))))
+    max_update = max(max_update, float(np.max(np.abs(np.subtract(r, s), dtype=np.float64))))
+  relative = max_difference / max_update if max_update > 0 else float('inf')
+  if not np.isfinite(max_difference):
+    relative = float('inf')
+  return Agreement(max_difference, max_update, relative)
+
+
+def _tff_weights(process, state) -> list[np.ndarray]:
+  return [np.asarray(w) for w in process.get_model_weights(state).trainable]
+
+
+def run_benchmark(config: BenchmarkConfig) -> BenchmarkResult:
+  """Warms up and checks both implementations, then times `config.rounds` rounds each."""
+  sizes = client_sizes(config.num_clients, config.total_examples, config.seed)
+  datasets = client_datasets(synthetic_client_arrays(sizes, config.seed), config.batch_size)
+  logging.info('%d clients, %d examples, sizes %d..%d, %d SGD steps per round',
+               len(sizes), sizes.sum(), sizes.min(), sizes.max(),
+               int(np.sum(-(-sizes // config.batch_size))))
+
+  # All TFF processes first: TFF builds its models inside a `tf.Graph`, which
+  # invalidates Keras models created earlier in eager mode.
+  processes = {}
+  for loop in config.tff_loops:
+    logging.info('Building TFF process (%s)', loop.label)
+    processes[loop.label] = build_tff_process(datasets[0].element_spec, config, loop)
+  plain = PlainFedAvg(models.mcmahan_cnn(NUM_CLASSES, config.seed),
+                      client_learning_rate=config.client_learning_rate,
+                      server_learning_rate=config.server_learning_rate)
+  states, agreement = {}, {}
+  for label, process in processes.items():
+    state = process.initialize()
+    start = _tff_weights(process, state)
+    # Warm-up round of both, from the same start: also the agreement check.
+    state = process.next(state, datasets).state
+    plain.set_global_weights(start)
+    plain.run_round(datasets)
+    agreement[label] = compare_weights(start, _tff_weights(process, state),
+                                       plain.global_weights())
+    logging.info('%s vs plain TF after one round: %s', label, agreement[label])
+    states[label] = state
+
+  def run_plain():
+    plain.run_round(datasets)
+
+  def tff_runner(label):
+    def run():
+      states[label] = processes[label].next(states[label], datasets).state
+    return run
+
+  runners: dict[str, Callable[[], None]] = {label: tff_runner(label) for label in processes}
+  runners[PLAIN_TF] = run_plain
+  labels = list(runners)
+  seconds = {label: [] for label in labels}
+  for round_index in range(config.rounds):
+    shift = round_index % len(labels)
+    for label in labels[shift:] + labels[:shift]:
+      begin = time.perf_counter()
+      runners[label]()
+      seconds[label].append(time.perf_counter() - begin)
+    logging.info('Round %d: %s', round_index + 1,
+                 ', '.join(f'{label} {seconds[label][-1]:.3f}s' for label in labels))
+  return BenchmarkResult(
+      config=config,
+      seconds={label: tuple(values) for label, values in seconds.items()},
+      agreement=agreement,
+      client_sizes=tuple(int(s) for s in sizes))
+
+
+# --------------------------------------------------------------------------
+# Reporting.
+
+
+def format_table(result: BenchmarkResult) -> str:
+  config = result.config
+  sizes = np.asarray(result.client_sizes)
+  lines = [
+      f'FedAvg round: {len(sizes)} clients, {sizes.sum()} examples '
+      f'(sizes {sizes.min()}..{sizes.max()}), McMahan CNN, batch {config.batch_size}, '
+      f'{config.rounds} timed rounds',
+      f'{"implementation":<24}{"median s":>10}{"min s":>10}{"max s":>10}{"TFF/plain":>11}',
+  ]
+  for label, values in result.seconds.items():
+    ratio = '' if label == PLAIN_TF else f'{result.ratio(label):.3f}'
+    lines.append(f'{label:<24}{result.median(label):>10.3f}{min(values):>10.3f}'
+                 f'{max(values):>10.3f}{ratio:>11}')
+  lines.append('')
+  for label, agreement in result.agreement.items():
+    ratio = result.ratio(label)
+    lines.append(
+        f'{label}: ratio {ratio:.3f}, target <= {config.target_ratio:g}: '
+        f'{"MET" if ratio <= config.target_ratio else "NOT MET"}')
+    lines.append(
+        f'{label}: agreement after one round: max |w_tff - w_plain| = '
+        f'{agreement.max_abs_difference:.3g} (max |update| {agreement.max_abs_update:.3g}, '
+        f'relative {agreement.relative_difference:.3g}, tolerance '
+        f'{config.agreement_tolerance:g}: {"OK" if result.agreement_ok(label) else "FAILED"})')
+  return '\n'.join(lines)
+
+
+def csv_rows(result: BenchmarkResult) -> list[dict[str, str]]:
+  """Rows ``benchmark, metric, value, commit, timestamp`` for comparing commits."""
+  commit = git_commit()
+  timestamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')
+  metrics = {f'median_seconds/{label}': result.median(label) for label in result.seconds}
+  for label, agreement in result.agreement.items():
+    metrics[f'ratio/{label}_over_{PLAIN_TF}'] = result.ratio(label)
+    metrics[f'agreement_relative/{label}'] = agreement.relative_difference
+  return [dict(benchmark=result.config.tag, metric=metric, value=f'{value:.6g}',
+               commit=commit, timestamp=timestamp) for metric, value in metrics.items()]
+
+
+def append_csv(path: str, rows: Sequence[Mapping[str, str]]) -> None:
+  fields = ['benchmark', 'metric', 'value', 'commit', 'timestamp']
+  is_new = not os.path.exists(path) or os.path.getsize(path) == 0
+  with open(path, 'a', newline='') as f:
+    writer = csv.DictWriter(f, fieldnames=fields)
+    if is_new:
+      writer.writeheader()
+    writer.writerows(rows)
+
+
+def git_commit() -> str:
+  """The repository's HEAD commit (``-dirty`` if the tree has changes), or ``''``."""
+  root = pathlib.Path(__file__).resolve().parent.parent
+  try:
+    head = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=root, capture_output=True,
+                          text=True, timeout=10, check=True).stdout.strip()
+    status = subprocess.run(['git', 'status', '--porcelain'], cwd=root, capture_output=True,
+                            text=True, timeout=10, check=True).stdout.strip()
+  except (OSError, subprocess.SubprocessError):
+    return ''
+  return f'{head}-dirty' if status else head
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  loops = []
+  for value in _TFF_LOOPS.value:
+    if TffLoop(value) not in loops:
+      loops.append(TffLoop(value))
+  config = BenchmarkConfig(
+      rounds=_ROUNDS.value, num_clients=_CLIENTS.value, total_examples=_EXAMPLES.value,
+      batch_size=_BATCH_SIZE.value, client_learning_rate=_CLIENT_LEARNING_RATE.value,
+      server_learning_rate=_SERVER_LEARNING_RATE.value, seed=_SEED.value,
+      tff_loops=tuple(loops), target_ratio=_TARGET_RATIO.value,
+      agreement_tolerance=_TOLERANCE.value)
+  result = run_benchmark(config)
+  print(format_table(result))
+  if _CSV.value:
+    rows = csv_rows(result)
+    append_csv(_CSV.value, rows)
+    logging.info('Appended %d rows to %s', len(rows), _CSV.value)
+  failed = [label for label in result.agreement if not result.agreement_ok(label)]
+  if failed:
+    raise SystemExit(f'Agreement check failed for {failed}: the implementations do not '
+                     'compute the same update, so their timings are not comparable.')
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,142 @@
+"""Flags shared by the experiment binaries, and their conversion to typed config.
+
+Importing this module defines the flags (at module level, once per process).
+Task options are flags too: each defaults to ``None`` ("the task's default"),
+and setting one that the chosen task does not accept is an error naming the
+task that does (see `tasks.get_task`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from absl import flags
+
+import tasks
+from tff_sampling import program
+
+# --- The experiment -----------------------------------------------------------
+TASK = flags.DEFINE_enum('task', 'digits', list(tasks.task_names()), 'The task.')
+ROUNDS = flags.DEFINE_integer('rounds', 20, 'Training rounds.', lower_bound=1)
+CLIENTS_PER_ROUND = flags.DEFINE_integer(
+    'clients_per_round', 10, 'Cohort size: clients drawn per round.', lower_bound=1)
+CLIENT_LEARNING_RATE = flags.DEFINE_float(
+    'client_learning_rate', 0.1, 'Client SGD learning rate.', lower_bound=0.0)
+SERVER_LEARNING_RATE = flags.DEFINE_float(
+    'server_learning_rate', 1.0, 'Server SGD learning rate.', lower_bound=0.0)
+CLIENT_EPOCHS = flags.DEFINE_integer(
+    'client_epochs', 1, 'Local epochs per round.', lower_bound=1)
+CLIENT_BATCH_SIZE = flags.DEFINE_integer(
+    'client_batch_size', None, "Local batch size (default: the task's).", lower_bound=1)
+EVAL_EVERY = flags.DEFINE_integer(
+    'eval_every', 1, 'Evaluate every this many rounds (and at the end).', lower_bound=1)
+CHECKPOINT_EVERY = flags.DEFINE_integer(
+    'checkpoint_every', 1, 'Save program state every this many rounds.', lower_bound=1)
+SEED = flags.DEFINE_integer(
+    'seed', 0, 'Seed of the cohorts, client data order and initial model.')
+ROOT_OUTPUT_DIR = flags.DEFINE_string(
+    'root_output_dir', '/tmp/tff_sampling', 'Root directory of results.')
+EXPERIMENT_NAME = flags.DEFINE_string(
+    'experiment_name', None,
+    'Sub-directory of --root_output_dir for this run (default: derived from '
+    'the task, method and seed). An existing run there is resumed.')
+
+# --- Task options (None = the task's default) ---------------------------------
+DATA_SEED = flags.DEFINE_integer(
+    'data_seed', None, 'Seed of generated/partitioned task data (task option seed).')
+_TASK_OPTION_FLAGS = {
+    'cache_dir': flags.DEFINE_string(
+        'cache_dir', None, 'Directory of the TFF dataset SQLite caches.'),
+    'max_client_examples': flags.DEFINE_integer(
+        'max_client_examples', None, 'Cap on examples per client per epoch.', lower_bound=1),
+    'eval_batch_size': flags.DEFINE_integer(
+        'eval_batch_size', None, 'Evaluation batch size.', lower_bound=1),
+    'max_eval_examples': flags.DEFINE_integer(
+        'max_eval_examples', None, 'Cap on evaluation examples.', lower_bound=1),
+    'num_clients': flags.DEFINE_integer(
+        'num_clients', None, 'Clients of a generated task.', lower_bound=1),
+    'dirichlet_alpha': flags.DEFINE_float(
+        'dirichlet_alpha', None, 'digits: Dirichlet label-skew concentration.'),
+    'size_sigma': flags.DEFINE_float(
+        'size_sigma', None, 'digits: log-normal sigma of client sizes.'),
+    'eval_fraction': flags.DEFINE_float(
+        'eval_fraction', None, 'Fraction of generated data held out for evaluation.'),
+    'preset': flags.DEFINE_string('preset', None, "digits: 'default' or 'unbalanced'."),
+    'model': flags.DEFINE_string('model', None, 'Model variant of the task.'),
+    'mlp_hidden': flags.DEFINE_list('mlp_hidden', None, 'digits: hidden layer widths.'),
+    'alpha': flags.DEFINE_float('synthetic_alpha', None, 'synthetic: alpha of Synthetic(alpha, beta).'),
+    'beta': flags.DEFINE_float('synthetic_beta', None, 'synthetic: beta of Synthetic(alpha, beta).'),
+    'min_client_size': flags.DEFINE_integer(
+        'min_client_size', None, 'synthetic: smallest client.', lower_bound=1),
+    'max_client_size': flags.DEFINE_integer(
+        'max_client_size', None, 'synthetic: largest client.', lower_bound=1),
+    'only_digits': flags.DEFINE_bool(
+        'only_digits', None, 'emnist: 10 digit classes (True) or all 62 (False).'),
+    'sequence_length': flags.DEFINE_integer(
+        'sequence_length', None, 'shakespeare: characters per sequence.', lower_bound=1),
+    'crop_size': flags.DEFINE_integer('crop_size', None, 'cifar100: crop size.', lower_bound=1),
+    'distort_images': flags.DEFINE_bool('distort_images', None, 'cifar100: random crop/flip.'),
+}
+
+
+def task_options_from_flags() -> dict[str, Any]:
+  """The task options set on the command line (unset task flags are left out)."""
+  options: dict[str, Any] = {}
+  for option, holder in _TASK_OPTION_FLAGS.items():
+    if holder.value is not None:
+      value = holder.value
+      if option == 'mlp_hidden':
+        value = tuple(int(v) for v in value)
+      options[option] = value
+  if DATA_SEED.value is not None:
+    options['seed'] = DATA_SEED.value
+  if CLIENT_BATCH_SIZE.value is not None:
+    options['client_batch_size'] = CLIENT_BATCH_SIZE.value
+  options['client_epochs'] = CLIENT_EPOCHS.value
+  return options
+
+
+def task_from_flags() -> tasks.Task:
+  """Builds the task; raises ValueError naming any flag meant for another task."""
+  options = task_options_from_flags()
+  try:
+    return tasks.get_task(TASK.value, **options)
+  except ValueError as e:
+    # The registry names options; name the flags the user typed.
+    renamed = {o: h.name for o, h in _TASK_OPTION_FLAGS.items() if h.name != o}
+    message = str(e)
+    for option, flag_name in renamed.items():
+      message = message.replace(f"'{option}'", f"'{flag_name}'")
+    raise ValueError(message.replace("'seed'", "'data_seed'")) from e
+
+
+def experiment_hparams(task: tasks.Task, **method: Any) -> dict[str, Any]:
+  """The run's hyper-parameters: common flags, `method` and the task's options."""
+  hparams: dict[str, Any] = dict(
+      task=TASK.value,
+      rounds=ROUNDS.value,
+      clients_per_round=CLIENTS_PER_ROUND.value,
+      client_learning_rate=CLIENT_LEARNING_RATE.value,
+      server_learning_rate=SERVER_LEARNING_RATE.value,
+      eval_every=EVAL_EVERY.value,
+      checkpoint_every=CHECKPOINT_EVERY.value,
+      seed=SEED.value,
+      root_output_dir=ROOT_OUTPUT_DIR.value,
+  )
+  hparams.update(method)
+  hparams.update({f'task.{k}': v for k, v in task.options.items()})
+  return hparams
+
+
+def program_config(hparams: dict[str, Any], default_name: str) -> program.ProgramConfig:
+  """The `ProgramConfig` of this run; also records `experiment_name` in hparams."""
+  name = EXPERIMENT_NAME.value or default_name
+  hparams['experiment_name'] = name
+  return program.ProgramConfig(
+      output_dir=os.path.join(ROOT_OUTPUT_DIR.value, name),
+      rounds=ROUNDS.value,
+      seed=SEED.value,
+      eval_every=EVAL_EVERY.value,
+      checkpoint_every=CHECKPOINT_EVERY.value,
+      hparams=hparams)

@@ -1,0 +1,54 @@
+"""Plots runs of the experiment program: a metric against rounds and bits.
+
+    python -m bin.plot \\
+        --run_dirs='results/digits_uniform_seed*,results/digits_optimal_seed*' \\
+        --output=/tmp/digits.png --metric=accuracy
+
+The figure has two panels side by side: the evaluation metric against the
+round, and against the cumulative uploaded bits (log scale). Runs whose
+hyper-parameters differ only in the seed form one line: the mean over seeds
+with a band of ± one (sample) standard deviation, labelled with the
+hyper-parameters that differ between lines and "n=3 seeds". See
+`tff_sampling.results.aggregate` for how seeds whose uploads differ are
+aligned on the bits axis.
+
+The plotting itself is `tff_sampling.plotting` (no flags), which other
+binaries call directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from tff_sampling import plotting
+
+_RUN_DIRS = flags.DEFINE_list(
+    'run_dirs', None,
+    'Comma-separated run directories (<root_output_dir>/<experiment_name>); an '
+    'entry may be a glob pattern such as results/digits_*. Required.')
+_OUTPUT = flags.DEFINE_string('output', None, 'Path of the PNG to write. Required.')
+_METRIC = flags.DEFINE_string(
+    'metric', 'accuracy',
+    "'accuracy' (eval/accuracy), 'loss' (eval/loss), or any numeric column of "
+    'metrics.csv such as train/loss.')
+_TITLE = flags.DEFINE_string('title', None, 'Figure title; none if unset.')
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  if not _RUN_DIRS.value:
+    raise app.UsageError('--run_dirs is required.')
+  if not _OUTPUT.value:
+    raise app.UsageError('--output is required.')
+  path = plotting.plot_runs(_RUN_DIRS.value, _OUTPUT.value, metric=_METRIC.value,
+                            title=_TITLE.value)
+  logging.info('Wrote %s', path)
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,133 @@
+"""Plots of experiment results: a metric against rounds and against uploaded bits.
+
+Library code used by `bin/plot.py` and by binaries that plot their own results
+(no flags are defined here, so any binary may import it).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from absl import logging
+from matplotlib.backends import backend_agg
+from matplotlib import figure as mpl_figure
+from matplotlib import ticker
+import numpy as np
+
+from tff_sampling import results
+
+METRIC_COLUMNS = {'accuracy': 'eval/accuracy', 'loss': 'eval/loss'}
+
+
+def metric_column(metric: str) -> str:
+  """The metrics.csv column of a `--metric` value.
+
+  Args:
+    metric: 'accuracy', 'loss', or a column name containing '/'.
+
+  Raises:
+    ValueError: If `metric` is neither a known name nor a column name.
+  """
+  if metric in METRIC_COLUMNS:
+    return METRIC_COLUMNS[metric]
+  if '/' in metric:
+    return metric
+  raise ValueError(
+      f'Unknown metric {metric!r}; use one of {", ".join(METRIC_COLUMNS)} or a '
+      "metrics.csv column such as 'train/loss'.")
+
+
+def make_figure(
+    runs: Sequence[results.Run],
+    *,
+    metric: str = 'accuracy',
+    title: str | None = None,
+) -> mpl_figure.Figure:
+  """Draws the two panels for `runs`, one line per hyper-parameter group.
+
+  Args:
+    runs: Loaded runs; seeds of one configuration are averaged.
+    metric: As for `metric_column`.
+    title: Figure title, or None for none.
+
+  Returns:
+    A figure attached to the non-interactive Agg canvas (no pyplot state).
+
+  Raises:
+    ValueError: If `runs` is empty or `metric` unknown.
+    KeyError: If a run lacks the metric or the cumulative bits column.
+  """
+  if not runs:
+    raise ValueError('No runs to plot.')
+  y_column = metric_column(metric)
+  fig = mpl_figure.Figure(figsize=(12, 4.5), layout='constrained')
+  backend_agg.FigureCanvasAgg(fig)
+  rounds_axes, bits_axes = fig.subplots(1, 2)
+  for label, group in results.group_runs(runs).items():
+    if len(group) > 1:
+      label = f'{label} (n={len(group)} seeds)'
+    rounds, mean, std = results.aggregate(group, results.ROUND_COLUMN, y_column)
+    (line,) = rounds_axes.plot(rounds, mean, label=label)
+    bits, bits_mean, bits_std = results.aggregate(
+        group, results.BITS_COLUMN, y_column)
+    # Round 0 uploads nothing; a log axis cannot show 0 bits.
+    positive = bits > 0
+    bits_axes.plot(bits[positive], bits_mean[positive], color=line.get_color(),
+                   label=label)
+    if len(group) > 1:
+      rounds_axes.fill_between(rounds, mean - std, mean + std,
+                               color=line.get_color(), alpha=0.2, linewidth=0)
+      bits_axes.fill_between(bits[positive], (bits_mean - bits_std)[positive],
+                             (bits_mean + bits_std)[positive],
+                             color=line.get_color(), alpha=0.2, linewidth=0)
+    if not np.any(positive):
+      logging.warning('%s: the seeds share no range of uploaded bits > 0.', label)
+  rounds_axes.set_xlabel('round')
+  bits_axes.set_xlabel('cumulative uploaded bits')
+  bits_axes.set_xscale('log')
+  bits_axes.xaxis.set_minor_formatter(ticker.NullFormatter())  # Decades only: no overlap.
+  for axes in (rounds_axes, bits_axes):
+    axes.set_ylabel(y_column)
+    axes.grid(alpha=0.3)
+  rounds_axes.legend(fontsize='small')
+  if title:
+    fig.suptitle(title)
+  return fig
+
+
+def plot_runs(
+    run_dirs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    output_path: str | os.PathLike[str],
+    *,
+    metric: str = 'accuracy',
+    title: str | None = None,
+) -> str:
+  """Loads runs, plots them with `make_figure` and writes a PNG.
+
+  Args:
+    run_dirs: Run directories or glob patterns (one, or a sequence).
+    output_path: Where to write the PNG; missing parent directories are made.
+    metric: 'accuracy', 'loss', or a metrics.csv column.
+    title: Figure title, or None for none.
+
+  Returns:
+    The absolute path of the written PNG.
+
+  Raises:
+    ValueError: If no run directory is given, a pattern matches nothing, or
+      `metric` is unknown.
+    FileNotFoundError: If a run directory or one of its files is missing.
+  """
+  if isinstance(run_dirs, (str, os.PathLike)):
+    run_dirs = [run_dirs]
+  directories = results.find_run_dirs(run_dirs)
+  if not directories:
+    raise ValueError('No run directories given.')
+  metric_column(metric)  # Fail before reading any file.
+  runs = [results.load_run(directory) for directory in directories]
+  fig = make_figure(runs, metric=metric, title=title)
+  path = os.path.abspath(os.fspath(output_path))
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  fig.savefig(path, format='png', dpi=120)
+  return path

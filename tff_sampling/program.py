@@ -1,0 +1,352 @@
+"""The experiment program: the round loop every binary shares.
+
+Per round ``r = 1, 2, …``::
+
+    selection  = sampler.select(sampler_state, r, available)     # server side
+    datasets   = [task.client_dataset(c, shuffle_seed(seed, r, c)) for c in selection]
+    output     = process.next(process_state, datasets)           # one TFF call
+    sampler_state = sampler.observe(sampler_state, selection, signals)
+    release metrics (CSV keyed by round, TensorBoard, a progress line)
+    every `checkpoint_every` rounds: save the program state
+
+Round 0 is the evaluation of the initial model (nothing uploaded). Metrics go
+through `tff.program` release managers and the program state (process state,
+sampler state, round, cumulative uploaded bits) through
+`tff.program.FileProgramStateManager`, which writes each version to a temporary
+directory first, so a run killed at any point resumes from its last complete
+checkpoint. Every random choice derives from (seed, round[, client]), so the
+resumed run reproduces the rounds an uninterrupted run would have made. When a
+run resumes, the CSV manager drops rows written after the checkpoint (they are
+recomputed identically), so no round appears twice and none is lost.
+
+Output directory layout::
+
+    <output_dir>/hparams.json     hyper-parameters (compared on resume)
+    <output_dir>/metrics.csv      one row per round, '/'-joined column names
+    <output_dir>/tensorboard/     the same metrics for TensorBoard
+    <output_dir>/checkpoints/     program_state_<round>/ (SavedModel format)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+from absl import logging
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_sampling.task import Task
+from tff_sampling import communication
+from tff_sampling.samplers import base as samplers_base
+
+# Hyper-parameters that may change between a run and its resumption without
+# changing the rounds already computed.
+RESUMABLE_HPARAMS = frozenset({
+    'rounds', 'eval_every', 'checkpoint_every', 'root_output_dir',
+    'experiment_name', 'keep_checkpoints'})
+
+# Stream ids of `samplers_base.round_rng` used by the program itself.
+_SHUFFLE_STREAM = 1
+
+UplinkFn = Callable[[Mapping[str, Any], int], communication.Uplink]
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramConfig:
+  """How to run an experiment.
+
+  Attributes:
+    output_dir: Directory of this run's results and checkpoints.
+    rounds: Total number of training rounds (> 0).
+    seed: Root of every random choice of the program and its sampler.
+    eval_every: Evaluate every this many rounds (and always at the last round).
+    checkpoint_every: Save program state every this many rounds (and at the
+      last round).
+    keep_checkpoints: Number of saved versions kept (the first is kept too).
+    hparams: Flat JSON-serialisable hyper-parameters, written to
+      ``hparams.json``; resuming with different values (other than
+      `RESUMABLE_HPARAMS`) is an error.
+  """
+
+  output_dir: str
+  rounds: int
+  seed: int = 0
+  eval_every: int = 1
+  checkpoint_every: int = 1
+  keep_checkpoints: int = 3
+  hparams: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+  def __post_init__(self):
+    for name in ('rounds', 'eval_every', 'checkpoint_every', 'keep_checkpoints'):
+      value = getattr(self, name)
+      if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f'{name} must be a positive integer, got {value!r}.')
+    if not self.output_dir:
+      raise ValueError('output_dir must be a non-empty path.')
+
+
+class ExperimentResult(NamedTuple):
+  """What `run_experiment` returns.
+
+  Attributes:
+    final_round: The last round completed.
+    resumed_from: The checkpointed round this invocation resumed from, or
+      ``None`` for a fresh start.
+    eval_metrics: The last evaluation (``loss``, ``accuracy``, …).
+    cumulative_bits: Total uploaded bits up to `final_round`.
+    seconds: Wall-clock time of this invocation's rounds.
+    model_weights: The final global `tff.learning.models.ModelWeights`.
+  """
+
+  final_round: int
+  resumed_from: int | None
+  eval_metrics: Mapping[str, float]
+  cumulative_bits: int
+  seconds: float
+  model_weights: Any
+
+
+class CentralEvaluator:
+  """Evaluates global model weights on the task's centralised evaluation data.
+
+  The Keras model is built and compiled once and the batched evaluation data is
+  cached in memory after the first pass, so repeated evaluations only pay for
+  the forward passes.
+  """
+
+  def __init__(self, task: Task):
+    self._model = task.keras_model_fn(0)
+    self._model.compile(loss=task.loss_fn(), metrics=list(task.metrics_fn()))
+    # Keras takes (inputs, labels) pairs; tasks yield OrderedDict(x=…, y=…).
+    self._data = task.preprocess_eval(task.eval_data).map(
+        lambda batch: (batch['x'], batch['y'])).cache()
+
+  def __call__(self, model_weights: tff.learning.models.ModelWeights) -> dict[str, float]:
+    model_weights.assign_weights_to(self._model)
+    results = self._model.evaluate(self._data, verbose=0, return_dict=True)
+    return collections.OrderedDict((k, float(v)) for k, v in sorted(results.items()))
+
+
+class ProgressReleaseManager(tff.program.ReleaseManager):
+  """Logs one line per round: round, seconds, ETA, loss, accuracy, bits."""
+
+  def __init__(self, total_rounds: int):
+    self._total_rounds = total_rounds
+    self._round_seconds: list[float] = []
+
+  async def release(self, value: Mapping[str, Any], key: int) -> None:
+    parts = [f'round {key:>{len(str(self._total_rounds))}}/{self._total_rounds}']
+    if 'round_seconds' in value:
+      seconds = float(value['round_seconds'])
+      self._round_seconds.append(seconds)
+      eta = float(np.median(self._round_seconds)) * (self._total_rounds - key)
+      parts.append(f'{seconds:6.2f}s  ETA {_format_duration(eta)}')
+    train = value.get('train', {})
+    if 'loss' in train:
+      parts.append(f'train loss {train["loss"]:.4f} acc {train.get("accuracy", math.nan):.4f}')
+    evaluation = value.get('eval', {})
+    if 'accuracy' in evaluation:
+      parts.append(f'eval loss {evaluation["loss"]:.4f} acc {evaluation["accuracy"]:.4f}')
+    uplink = value.get('uplink', {})
+    if 'cumulative_bits' in uplink:
+      parts.append(f'uploaded {float(uplink["cumulative_bits"]):.3g} bits')
+    logging.info(' | '.join(parts))
+
+
+def _format_duration(seconds: float) -> str:
+  seconds = int(round(seconds))
+  return f'{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}'
+
+
+def client_shuffle_seed(seed: int, round_num: int, client: int) -> int:
+  """The seed of client `client`'s data order in round `round_num`."""
+  rng = samplers_base.round_rng(seed, round_num, _SHUFFLE_STREAM, client)
+  return int(rng.integers(2**31 - 1))
+
+
+def _prepare_output_dir(output_dir: str) -> None:
+  try:
+    os.makedirs(output_dir, exist_ok=True)
+    probe = os.path.join(output_dir, '.write_probe')
+    with open(probe, 'w') as f:
+      f.write('ok')
+    os.remove(probe)
+  except OSError as e:
+    raise ValueError(
+        f'Output directory {output_dir!r} is not writable ({e.strerror or e}); '
+        'choose another --root_output_dir.') from e
+
+
+def _json_ready(hparams: Mapping[str, Any]) -> dict[str, Any]:
+  """Round-trips hparams through JSON so that comparisons see stored values."""
+  return json.loads(json.dumps(dict(hparams), sort_keys=True, default=str))
+
+
+def _check_resume_compatible(output_dir: str, hparams: Mapping[str, Any]) -> None:
+  path = os.path.join(output_dir, 'hparams.json')
+  if not os.path.exists(path):
+    raise ValueError(
+        f'{output_dir!r} holds checkpoints but no hparams.json, so it cannot be '
+        'verified that they come from this configuration; use a new '
+        '--experiment_name or delete the directory.')
+  with open(path) as f:
+    stored = json.load(f)
+  current = _json_ready(hparams)
+  keys = (set(stored) | set(current)) - RESUMABLE_HPARAMS
+  differences = sorted(k for k in keys if stored.get(k) != current.get(k))
+  if differences:
+    details = ', '.join(
+        f'{k}: saved {stored.get(k)!r} vs now {current.get(k)!r}' for k in differences)
+    raise ValueError(
+        f'Cannot resume the run in {output_dir!r}: its checkpoints were written by a '
+        f'different configuration ({details}). Use a new --experiment_name, or '
+        'delete the directory to start over.')
+
+
+def _train_metrics(process_metrics: Mapping[str, Any]) -> dict[str, float]:
+  train = process_metrics.get('client_work', {}).get('train', {})
+  return collections.OrderedDict(
+      (k, float(train[k])) for k in ('loss', 'accuracy') if k in train)
+
+
+def _check_finite(model_weights, round_num: int) -> None:
+  for tensor in tf.nest.flatten(model_weights.trainable):
+    if not np.all(np.isfinite(tensor)):
+      raise FloatingPointError(
+          f'The global model became non-finite in round {round_num}; the run '
+          'stops rather than continue with a NaN model. Lower the client or '
+          'server learning rate (or check the data for non-finite values).')
+
+
+def run_experiment(
+    task: Task,
+    process: tff.learning.templates.LearningProcess,
+    sampler: samplers_base.Sampler,
+    config: ProgramConfig,
+    *,
+    uplink_fn: UplinkFn = communication.full_cohort_uplink,
+) -> ExperimentResult:
+  """Runs (or resumes) the experiment described by `config`.
+
+  Args:
+    task: The task (data, model, evaluation data).
+    process: A learning process whose ``next`` takes a list of client datasets
+      (one per cohort slot).
+    sampler: Chooses each round's clients.
+    config: The run's configuration.
+    uplink_fn: ``(process_metrics, cohort_size) -> Uplink`` counting what the
+      round's clients uploaded; the default counts one model per cohort client.
+
+  Returns:
+    An `ExperimentResult`.
+
+  Raises:
+    ValueError: For an unwritable output directory, checkpoints written by a
+      different configuration, or a sampler that cannot serve the population.
+    FloatingPointError: If the global model becomes non-finite.
+  """
+  _prepare_output_dir(config.output_dir)
+  state_manager = tff.program.FileProgramStateManager(
+      os.path.join(config.output_dir, 'checkpoints'),
+      keep_total=config.keep_checkpoints, keep_first=True)
+  saved_versions = asyncio.run(state_manager.get_versions())
+  if saved_versions:
+    _check_resume_compatible(config.output_dir, config.hparams)
+  with open(os.path.join(config.output_dir, 'hparams.json'), 'w') as f:
+    json.dump(_json_ready(config.hparams), f, indent=2, sort_keys=True)
+
+  population = samplers_base.Population(num_examples=np.asarray(task.client_num_examples))
+  process_state = process.initialize()
+  process_state = process.set_model_weights(
+      process_state, task.initial_model_weights(config.seed))
+  program_state = collections.OrderedDict(
+      round=np.int64(0),
+      cumulative_bits=np.int64(0),
+      process=process_state,
+      sampler=sampler.initialize(population))
+  resumed_from = None
+  if saved_versions:
+    program_state, resumed_from = asyncio.run(state_manager.load_latest(program_state))
+    logging.info('Resuming %s after round %d.', config.output_dir, resumed_from)
+
+  release_manager = tff.program.GroupingReleaseManager([
+      tff.program.CSVFileReleaseManager(os.path.join(config.output_dir, 'metrics.csv')),
+      tff.program.TensorBoardReleaseManager(os.path.join(config.output_dir, 'tensorboard')),
+      ProgressReleaseManager(config.rounds),
+  ])
+  evaluate = CentralEvaluator(task)
+  model_parameters = communication.count_parameters(
+      process.get_model_weights(program_state['process']))
+  logging.info('Devices: %s; model parameters: %d; clients: %d.',
+               [d.name for d in tf.config.list_logical_devices()],
+               model_parameters, population.size)
+
+  first_round = int(program_state['round']) + 1
+  eval_metrics: Mapping[str, float] = {}
+  if first_round == 1:
+    eval_metrics = evaluate(process.get_model_weights(program_state['process']))
+    asyncio.run(release_manager.release(collections.OrderedDict(
+        eval=eval_metrics,
+        uplink=collections.OrderedDict(round_bits=0, cumulative_bits=0)), 0))
+
+  process_state = program_state['process']
+  sampler_state = program_state['sampler']
+  cumulative_bits = int(program_state['cumulative_bits'])
+  all_available = np.ones(population.size, dtype=bool)
+  start = time.monotonic()
+  for round_num in range(first_round, config.rounds + 1):
+    round_start = time.monotonic()
+    selection = sampler.select(sampler_state, round_num, all_available)
+    datasets = [
+        task.client_dataset(int(c), client_shuffle_seed(config.seed, round_num, int(c)))
+        for c in selection.clients]
+    output = process.next(process_state, datasets)
+    process_state = output.state
+    sampler_state = sampler.observe(sampler_state, selection, {})
+    model_weights = process.get_model_weights(process_state)
+    _check_finite(model_weights, round_num)
+
+    uplink = uplink_fn(output.metrics, len(selection.clients))
+    round_bits = communication.upload_bits(uplink, model_parameters)
+    cumulative_bits += round_bits
+    released = collections.OrderedDict(
+        round_seconds=time.monotonic() - round_start,
+        cohort_size=len(selection.clients),
+        train=_train_metrics(output.metrics),
+        uplink=collections.OrderedDict(
+            model_uploads=uplink.model_uploads,
+            extra_scalars=uplink.extra_scalars,
+            round_bits=round_bits,
+            cumulative_bits=cumulative_bits),
+        process=output.metrics)
+    if round_num % config.eval_every == 0 or round_num == config.rounds:
+      eval_metrics = evaluate(model_weights)
+      released['eval'] = eval_metrics
+    asyncio.run(release_manager.release(released, round_num))
+
+    if round_num % config.checkpoint_every == 0 or round_num == config.rounds:
+      asyncio.run(state_manager.save(collections.OrderedDict(
+          round=np.int64(round_num),
+          cumulative_bits=np.int64(cumulative_bits),
+          process=process_state,
+          sampler=sampler_state), round_num))
+
+  final_round = max(first_round - 1, config.rounds)
+  if not eval_metrics:  # Resumed at the very end: report the saved model.
+    eval_metrics = evaluate(process.get_model_weights(process_state))
+  return ExperimentResult(
+      final_round=final_round,
+      resumed_from=resumed_from,
+      eval_metrics=eval_metrics,
+      cumulative_bits=cumulative_bits,
+      seconds=time.monotonic() - start,
+      model_weights=process.get_model_weights(process_state))

@@ -1,0 +1,73 @@
+"""The server-side sampler interface.
+
+A sampler chooses the clients of each round on the server. It is a plain Python
+object whose state is an explicit value (a tuple/NamedTuple of NumPy arrays, empty
+for stateless samplers) returned and consumed by its methods, so that the program
+loop can checkpoint it with the TFF process state. A sampler's choices depend only
+on (its configuration, its state, the seed, the round number, the availability
+mask): restarted from a checkpoint at round r, it makes the same choices for rounds
+r+1, ….
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+
+
+class Population(NamedTuple):
+  """What the server knows about the clients.
+
+  Attributes:
+    num_examples: ``int64[N]`` examples per client (their FedAvg weights).
+  """
+
+  num_examples: np.ndarray
+
+  @property
+  def size(self) -> int:
+    return int(self.num_examples.shape[0])
+
+
+class Selection(NamedTuple):
+  """The clients of one round.
+
+  Attributes:
+    clients: ``int64[K]`` client indices, in cohort-slot order (a client drawn
+      twice appears twice).
+    weights: ``float32[K]`` aggregation weight of each slot, or ``None`` when the
+      process weights clients itself (e.g. FedAvg's example weighting).
+  """
+
+  clients: np.ndarray
+  weights: np.ndarray | None = None
+
+
+class Sampler(abc.ABC):
+  """Chooses each round's clients; see the module docstring."""
+
+  @abc.abstractmethod
+  def initialize(self, population: Population) -> Any:
+    """Returns the initial state (a nest of NumPy arrays; ``()`` if none)."""
+
+  @abc.abstractmethod
+  def select(self, state: Any, round_num: int, available: np.ndarray) -> Selection:
+    """Returns round `round_num`'s selection among clients with `available` True."""
+
+  def observe(self, state: Any, selection: Selection,
+              signals: Mapping[str, np.ndarray]) -> Any:
+    """Returns the state after the round (default: unchanged)."""
+    del selection, signals
+    return state
+
+
+def round_rng(seed: int, round_num: int, *stream: int) -> np.random.Generator:
+  """The generator for (seed, round[, stream…]); the only source of randomness.
+
+  Streams separate independent uses within one round (e.g. the cohort draw and
+  per-client shuffles) so that adding one use never shifts another.
+  """
+  return np.random.default_rng([int(seed), int(round_num), *map(int, stream)])
