@@ -19,24 +19,23 @@ from collections.abc import Sequence
 
 from absl import app
 from absl import flags
-from absl import logging
 import numpy as np
 import tensorflow_federated as tff
 
-import tasks
+from bin import experiment_flags as ef
 from tff_sampling import plotting
 from tff_sampling import program
 from tff_sampling import results
 from tff_sampling import runtime
 from tff_sampling import samplers
 
-_ROOT_OUTPUT_DIR = flags.DEFINE_string(
-    'root_output_dir', 'results/main', 'Where the runs and the plot go.')
-_ROUNDS = flags.DEFINE_integer('rounds', 30, 'Training rounds per run.', lower_bound=1)
+# The demo is a preset of the shared experiment flags (so `./run main --rounds=50`
+# works) plus a few of its own.
+flags.FLAGS.set_default('root_output_dir', 'results/main')
+flags.FLAGS.set_default('rounds', 30)
+flags.FLAGS.set_default('client_learning_rate', 0.3)
+flags.FLAGS.set_default('checkpoint_every', 10)
 _SEEDS = flags.DEFINE_integer('seeds', 3, 'Runs (seeds 0..seeds-1).', lower_bound=1)
-_CLIENTS_PER_ROUND = flags.DEFINE_integer(
-    'clients_per_round', 10, 'Cohort size.', lower_bound=1)
-_CLIENT_LEARNING_RATE = flags.DEFINE_float('client_learning_rate', 0.3, 'Client SGD lr.')
 _TARGET_ACCURACY = flags.DEFINE_float(
     'target_accuracy', 0.7, 'Accuracy for the rounds/bits-to-target columns.')
 _RESET = flags.DEFINE_bool('reset', True, 'Delete earlier demo runs before starting.')
@@ -64,36 +63,34 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   runtime.quiet_library_logs()
   start = time.monotonic()
-  task = tasks.get_task('digits')
-  process = tff.learning.algorithms.build_weighted_fed_avg(
-      task.model_fn,
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(_CLIENT_LEARNING_RATE.value),
-      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
-  run_dirs = []
-  for seed in range(_SEEDS.value):
-    name = f'digits_fedavg_seed{seed}'
-    output_dir = os.path.join(_ROOT_OUTPUT_DIR.value, name)
-    if _RESET.value:
-      shutil.rmtree(output_dir, ignore_errors=True)
-    hparams = dict(task='digits', algorithm='fedavg', sampling='uniform', seed=seed,
-                   rounds=_ROUNDS.value, clients_per_round=_CLIENTS_PER_ROUND.value,
-                   client_learning_rate=_CLIENT_LEARNING_RATE.value,
-                   server_learning_rate=1.0, experiment_name=name)
-    config = program.ProgramConfig(
-        output_dir=output_dir, rounds=_ROUNDS.value, seed=seed, hparams=hparams,
-        checkpoint_every=10)
-    try:
-      program.run_experiment(
-          task, process, samplers.UniformSampler(_CLIENTS_PER_ROUND.value, seed=seed), config)
-    except (ValueError, FloatingPointError) as e:
-      sys.exit(f'Error: {e}')
-    run_dirs.append(output_dir)
+  try:
+    task = ef.task_from_flags()
+    process = tff.learning.algorithms.build_weighted_fed_avg(
+        task.model_fn,
+        client_optimizer_fn=tff.learning.optimizers.build_sgdm(ef.CLIENT_LEARNING_RATE.value),
+        server_optimizer_fn=tff.learning.optimizers.build_sgdm(ef.SERVER_LEARNING_RATE.value))
+    run_dirs = []
+    for seed in range(ef.SEED.value, ef.SEED.value + _SEEDS.value):
+      name = f'{ef.TASK.value}_fedavg_seed{seed}'
+      output_dir = os.path.join(ef.ROOT_OUTPUT_DIR.value, name)
+      if _RESET.value:
+        shutil.rmtree(output_dir, ignore_errors=True)
+      hparams = ef.experiment_hparams(task, algorithm='fedavg', sampling='uniform')
+      hparams.update(seed=seed, experiment_name=name)
+      config = program.ProgramConfig(
+          output_dir=output_dir, rounds=ef.ROUNDS.value, seed=seed, hparams=hparams,
+          eval_every=ef.EVAL_EVERY.value, checkpoint_every=ef.CHECKPOINT_EVERY.value)
+      sampler = samplers.UniformSampler(ef.CLIENTS_PER_ROUND.value, seed=seed)
+      program.run_experiment(task, process, sampler, config)
+      run_dirs.append(output_dir)
+  except (ValueError, FileNotFoundError, FloatingPointError) as e:
+    sys.exit(f'Error: {e}')
   plot_path = plotting.plot_runs(
-      run_dirs, os.path.join(_ROOT_OUTPUT_DIR.value, 'accuracy.png'),
-      title='FedAvg on digits (100 non-IID clients)')
+      run_dirs, os.path.join(ef.ROOT_OUTPUT_DIR.value, 'accuracy.png'),
+      title=f'FedAvg on {ef.TASK.value} ({task.num_clients} clients)')
   runs = [results.load_run(d) for d in run_dirs]
-  print(f'\nFedAvg, uniform cohorts of {_CLIENTS_PER_ROUND.value}, digits task, '
-        f'{_ROUNDS.value} rounds:')
+  print(f'\nFedAvg, uniform cohorts of {ef.CLIENTS_PER_ROUND.value}, task {ef.TASK.value}, '
+        f'{ef.ROUNDS.value} rounds:')
   print(_summary_table(runs, _TARGET_ACCURACY.value))
   print(f'  plot: {plot_path}')
   print(f'  wall time: {time.monotonic() - start:.1f} s')

@@ -80,35 +80,40 @@ _TASK_OPTION_FLAGS = {
 }
 
 
+def _option_flags() -> dict[str, flags.FlagHolder]:
+  """Task option -> the flag that sets it."""
+  return {**_TASK_OPTION_FLAGS, 'seed': DATA_SEED, 'client_batch_size': CLIENT_BATCH_SIZE}
+
+
 def task_options_from_flags() -> dict[str, Any]:
-  """The task options set on the command line (unset task flags are left out)."""
-  options: dict[str, Any] = {}
-  for option, holder in _TASK_OPTION_FLAGS.items():
-    if holder.value is not None:
-      value = holder.value
-      if option == 'mlp_hidden':
-        value = tuple(int(v) for v in value)
-      options[option] = value
-  if DATA_SEED.value is not None:
-    options['seed'] = DATA_SEED.value
-  if CLIENT_BATCH_SIZE.value is not None:
-    options['client_batch_size'] = CLIENT_BATCH_SIZE.value
-  options['client_epochs'] = CLIENT_EPOCHS.value
+  """The task options set on the command line (unset task flags are left out).
+
+  Raises:
+    ValueError: If a flag that was set does not apply to ``--task``; the message
+      names the flag, the tasks it applies to, and the flags of this task.
+  """
+  task = TASK.value
+  valid = set(tasks.task_options(task))
+  options: dict[str, Any] = {'client_epochs': CLIENT_EPOCHS.value}
+  for option, holder in _option_flags().items():
+    if holder.value is None:
+      continue
+    if option not in valid:
+      owners = [t for t in tasks.task_names() if option in tasks.task_options(t)]
+      own_flags = sorted(f'--{h.name}' for o, h in _option_flags().items() if o in valid)
+      raise ValueError(
+          f'--{holder.name} does not apply to --task={task} (it applies to: '
+          f'{", ".join(owners)}); the flags of task {task!r} are {", ".join(own_flags)}.')
+    value = holder.value
+    if option == 'mlp_hidden':
+      value = tuple(int(v) for v in value)
+    options[option] = value
   return options
 
 
 def task_from_flags() -> tasks.Task:
-  """Builds the task; raises ValueError naming any flag meant for another task."""
-  options = task_options_from_flags()
-  try:
-    return tasks.get_task(TASK.value, **options)
-  except ValueError as e:
-    # The registry names options; name the flags the user typed.
-    renamed = {o: h.name for o, h in _TASK_OPTION_FLAGS.items() if h.name != o}
-    message = str(e)
-    for option, flag_name in renamed.items():
-      message = message.replace(f"'{option}'", f"'{flag_name}'")
-    raise ValueError(message.replace("'seed'", "'data_seed'")) from e
+  """Builds the task from ``--task`` and the task flags (see `task_options_from_flags`)."""
+  return tasks.get_task(TASK.value, **task_options_from_flags())
 
 
 def experiment_hparams(task: tasks.Task, **method: Any) -> dict[str, Any]:

@@ -218,7 +218,7 @@ def _train_metrics(process_metrics: Mapping[str, Any]) -> dict[str, float]:
       (k, float(train[k])) for k in ('loss', 'accuracy') if k in train)
 
 
-def _check_finite(model_weights, round_num: int) -> None:
+def check_finite(model_weights, round_num: int) -> None:
   for tensor in tf.nest.flatten(model_weights.trainable):
     if not np.all(np.isfinite(tensor)):
       raise FloatingPointError(
@@ -313,7 +313,7 @@ def run_experiment(
     process_state = output.state
     sampler_state = sampler.observe(sampler_state, selection, {})
     model_weights = process.get_model_weights(process_state)
-    _check_finite(model_weights, round_num)
+    check_finite(model_weights, round_num)
 
     uplink = uplink_fn(output.metrics, len(selection.clients))
     round_bits = communication.upload_bits(uplink, model_parameters)

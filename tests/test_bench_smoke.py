@@ -1,0 +1,100 @@
+"""Smoke test of bench/fedavg_round.py: its main on a tiny configuration.
+
+Runs `main` in-process (flags -> config -> both TFF loops and plain TF -> table
+-> CSV) with 4 clients and one timed round, and checks the CSV it appends: the
+timings are finite and positive and the TFF/plain-TF agreement is within the
+tolerance. Plus fast checks of the pieces the numbers rest on.
+"""
+
+import csv
+import math
+
+from absl import flags
+from absl.testing import flagsaver
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bench import fedavg_round
+from tasks import models
+
+_TOLERANCE = 1e-3
+
+
+@pytest.fixture(scope='module')
+def parsed_flags():
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS.mark_as_parsed()
+
+
+def test_main_tiny_configuration(parsed_flags, tmp_path, capfd):
+  csv_path = tmp_path / 'bench.csv'
+  with flagsaver.flagsaver(rounds=1, clients=4, examples=90, agreement_steps=2,
+                           agreement_tolerance=_TOLERANCE, csv=str(csv_path)):
+    fedavg_round.main(['fedavg_round'])  # Raises SystemExit if the check fails.
+
+  # capfd, not capsys: TFF starts its C++ executor with sys.stdout as the
+  # child's stdout, which needs a real file descriptor.
+  table = capfd.readouterr().out
+  assert 'tff_dataset_reduce' in table and 'tff_dataset_iterator' in table
+  assert 'FAILED' not in table
+  with open(csv_path, newline='') as f:
+    rows = list(csv.DictReader(f))
+  values = {row['metric']: float(row['value']) for row in rows}
+  assert {row['benchmark'] for row in rows} == {
+      'fedavg_round/clients=4,examples=90,batch=20'}
+  for label in ('tff_dataset_reduce', 'tff_dataset_iterator', 'plain_tf'):
+    seconds = values[f'median_seconds/{label}']
+    assert math.isfinite(seconds) and seconds > 0, (label, seconds)
+  for label in ('tff_dataset_reduce', 'tff_dataset_iterator'):
+    ratio = values[f'ratio/{label}_over_plain_tf']
+    assert math.isfinite(ratio) and ratio > 0
+    # Same work: the new global weights agree (four clients take at most
+    # two steps each here, far from the chaotic regime).
+    assert values[f'agreement_relative/{label}'] < _TOLERANCE
+    assert values[f'full_round_agreement_relative/{label}'] < _TOLERANCE
+
+
+def test_compare_weights_detects_a_different_update():
+  start = [np.zeros((3, 2), np.float32), np.ones(4, np.float32)]
+  update = [np.full((3, 2), 0.01, np.float32), np.linspace(-0.02, 0.02, 4, dtype=np.float32)]
+  reference = [s + u for s, u in zip(start, update)]
+  same = fedavg_round.compare_weights(start, [r.copy() for r in reference], reference)
+  assert same.relative_difference == 0.0
+  # A client step 1% larger (e.g. a wrong learning rate) must fail the check.
+  scaled = [s + 1.01 * u for s, u in zip(start, update)]
+  agreement = fedavg_round.compare_weights(start, scaled, reference)
+  assert agreement.max_abs_update == pytest.approx(0.02)
+  assert agreement.relative_difference == pytest.approx(0.01, rel=1e-3)
+  assert agreement.relative_difference > _TOLERANCE
+  nan = [np.full((3, 2), np.nan, np.float32), reference[1]]
+  assert fedavg_round.compare_weights(start, nan, reference).relative_difference == math.inf
+
+
+def test_client_sizes_unequal_and_exact():
+  sizes = fedavg_round.client_sizes(32, 4800, seed=0)
+  assert sizes.sum() == 4800 and sizes.min() >= 1 and sizes.max() > 2 * sizes.min()
+  np.testing.assert_array_equal(sizes, fedavg_round.client_sizes(32, 4800, seed=0))
+  assert fedavg_round.client_sizes(5, 5, seed=3).tolist() == [1] * 5
+
+
+def test_plain_round_is_traced_once_and_matches_hand_computed_mean():
+  sizes = [3, 7, 1]
+  datasets = fedavg_round.client_datasets(
+      fedavg_round.synthetic_client_arrays(sizes, seed=1), batch_size=2)
+  plain = fedavg_round.PlainFedAvg(models.mcmahan_cnn(10, seed=0), client_learning_rate=0.1,
+                                   server_learning_rate=1.0)
+  start = plain.global_weights()
+  plain.run_round(datasets)
+  fedavg = plain.global_weights()
+  # Independent oracle: each client alone (server lr 1 makes a one-client
+  # round equal that client's local training), then the example-weighted mean.
+  locals_ = []
+  for dataset in datasets:
+    plain.set_global_weights(start)
+    plain.run_round([dataset])
+    locals_.append(plain.global_weights())
+  for index, value in enumerate(fedavg):
+    expected = sum(n * w[index] for n, w in zip(sizes, locals_)) / sum(sizes)
+    np.testing.assert_allclose(value, expected, atol=1e-6)
+  assert plain.client_update_tracing_count == 1

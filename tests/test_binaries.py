@@ -1,0 +1,86 @@
+"""Smoke and bad-input tests of the binaries: 2-round runs on `digits`."""
+
+import os
+import subprocess
+import sys
+
+from absl import flags
+from absl.testing import flagsaver
+import pytest
+
+from bin import demo
+from bin import fedavg
+from tff_sampling import results
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run_module(module, *args):
+  return subprocess.run(
+      [sys.executable, '-m', module, *args], cwd=_REPO, capture_output=True, text=True,
+      timeout=300)
+
+
+def test_fedavg_two_rounds_subprocess(tmp_path):
+  proc = _run_module('bin.fedavg', '--task=digits', '--rounds=2', '--clients_per_round=5',
+                     f'--root_output_dir={tmp_path}', '--experiment_name=smoke')
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert 'round 2/2' in proc.stderr and 'Finished round 2' in proc.stderr
+  run = results.load_run(tmp_path / 'smoke')
+  assert list(run.rounds) == [0, 1, 2]
+  assert run.hparams['clients_per_round'] == 5 and run.hparams['sampling'] == 'uniform'
+  assert run.hparams['task.num_clients'] == 100  # The task's options are recorded too.
+
+
+def test_demo_two_rounds_subprocess(tmp_path):
+  proc = _run_module('bin.demo', '--rounds=2', '--seeds=2', f'--root_output_dir={tmp_path}')
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert 'final eval accuracy' in proc.stdout
+  with open(tmp_path / 'accuracy.png', 'rb') as f:
+    assert f.read(8) == b'\x89PNG\r\n\x1a\n'
+  assert sorted(os.listdir(tmp_path)) == [
+      'accuracy.png', 'digits_fedavg_seed0', 'digits_fedavg_seed1']
+
+
+@pytest.mark.parametrize('overrides,message', [
+    (dict(clients_per_round='500'), 'clients_per_round=500 exceeds the population of 100'),
+    (dict(sequence_length='5'),
+     r'--sequence_length does not apply to --task=digits \(it applies to: shakespeare\)'),
+    (dict(synthetic_alpha='1.0'),
+     r'--synthetic_alpha does not apply to --task=digits \(it applies to: synthetic\); '
+     r"the flags of task 'digits' are --client_batch_size, --data_seed"),
+    (dict(cache_dir='/tmp'), r'--cache_dir does not apply to --task=digits \(it applies to: '
+                             r'emnist, shakespeare, cifar100\)'),
+    (dict(dirichlet_alpha='-1'), 'dirichlet_alpha'),
+    (dict(task='emnist', cache_dir='{tmp}/empty'), r'emnist_all\.sqlite.*cache_dir'),
+])
+def test_fedavg_bad_input_exits_with_a_clear_message(overrides, message, tmp_path):
+  overrides = {k: v.format(tmp=tmp_path) for k, v in overrides.items()}
+  with flagsaver.as_parsed(rounds='1', root_output_dir=str(tmp_path), **overrides):
+    with pytest.raises(SystemExit, match=message):
+      fedavg.main(['fedavg'])
+
+
+@pytest.mark.parametrize('flag,value', [('rounds', '0'), ('clients_per_round', '-1'), ('num_clients', '0')])
+def test_non_positive_counts_are_rejected_at_parse_time(flag, value):
+  with pytest.raises(flags.IllegalFlagValueError, match=f'{flag}=.*{value}|>= 1'):
+    with flagsaver.as_parsed(**{flag: value}):
+      pass
+
+
+def test_extra_arguments_are_rejected():
+  with flagsaver.as_parsed(rounds='1'):
+    with pytest.raises(Exception, match='Unexpected arguments: stray'):
+      fedavg.main(['fedavg', 'stray'])
+    with pytest.raises(Exception, match='Unexpected arguments: stray'):
+      demo.main(['demo', 'stray'])
+
+
+def test_resume_with_other_flags_is_rejected(tmp_path):
+  common = dict(rounds='1', clients_per_round='5', root_output_dir=str(tmp_path),
+                experiment_name='run')
+  with flagsaver.as_parsed(**common):
+    fedavg.main(['fedavg'])
+  with flagsaver.as_parsed(client_learning_rate='0.5', **common):
+    with pytest.raises(SystemExit, match='different configuration.*client_learning_rate'):
+      fedavg.main(['fedavg'])

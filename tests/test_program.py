@@ -1,0 +1,195 @@
+"""Tests for tff_sampling/program.py: the round loop, resumption, bad input."""
+
+import asyncio
+import csv
+import json
+import logging
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_sampling import communication
+from tff_sampling import program
+from tff_sampling import samplers
+
+_COHORT = 5
+
+
+def _fedavg(task, client_lr=0.1):
+  return tff.learning.algorithms.build_weighted_fed_avg(
+      task.model_fn,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(client_lr),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
+
+
+@pytest.fixture(scope='module')
+def process(small_digits_task):
+  return _fedavg(small_digits_task)
+
+
+def _config(output_dir, rounds, **kwargs):
+  kwargs.setdefault('hparams', {'seed': 0, 'task': 'digits', 'rounds': rounds})
+  return program.ProgramConfig(output_dir=str(output_dir), rounds=rounds, seed=0, **kwargs)
+
+
+def _rows(output_dir):
+  with open(os.path.join(output_dir, 'metrics.csv')) as f:
+    rows = list(csv.DictReader(f))
+  for row in rows:
+    row.pop('round_seconds', None)  # Wall-clock time: the only non-reproducible value.
+  return rows
+
+
+class _CrashingSampler(samplers.UniformSampler):
+  """Simulates a process killed when round `crash_round` starts."""
+
+  def __init__(self, *args, crash_round, **kwargs):
+    super().__init__(*args, **kwargs)
+    self.crash_round = crash_round
+
+  def select(self, state, round_num, available):
+    if round_num == self.crash_round:
+      raise KeyboardInterrupt('killed')
+    return super().select(state, round_num, available)
+
+
+def test_kill_and_resume_equals_uninterrupted_run(small_digits_task, process, tmp_path):
+  task = small_digits_task
+  full = program.run_experiment(
+      task, process, samplers.UniformSampler(_COHORT, seed=0),
+      _config(tmp_path / 'full', 5, checkpoint_every=2))
+  # Killed at the start of round 4: round 3's metrics are already written, the
+  # last checkpoint is round 2, so rounds 3-5 are (re)computed after the restart.
+  with pytest.raises(KeyboardInterrupt):
+    program.run_experiment(
+        task, process, _CrashingSampler(_COHORT, seed=0, crash_round=4),
+        _config(tmp_path / 'killed', 5, checkpoint_every=2))
+  assert [r['key'] for r in _rows(tmp_path / 'killed')] == ['0', '1', '2', '3']
+  resumed = program.run_experiment(
+      task, process, samplers.UniformSampler(_COHORT, seed=0),
+      _config(tmp_path / 'killed', 5, checkpoint_every=2))
+
+  assert resumed.resumed_from == 2 and full.resumed_from is None
+  assert _rows(tmp_path / 'killed') == _rows(tmp_path / 'full')  # Every cell, bit for bit.
+  for a, b in zip(full.model_weights.trainable, resumed.model_weights.trainable):
+    np.testing.assert_array_equal(a, b)
+  assert resumed.cumulative_bits == full.cumulative_bits
+
+
+def test_extending_a_finished_run_continues_it(small_digits_task, process, tmp_path):
+  program.run_experiment(small_digits_task, process, samplers.UniformSampler(_COHORT, seed=0),
+                         _config(tmp_path / 'run', 2))
+  longer = program.run_experiment(
+      small_digits_task, process, samplers.UniformSampler(_COHORT, seed=0),
+      _config(tmp_path / 'run', 3))  # `rounds` may change on resume.
+  assert longer.resumed_from == 2 and longer.final_round == 3
+  assert [r['key'] for r in _rows(tmp_path / 'run')] == ['0', '1', '2', '3']
+
+
+def test_metrics_bits_and_eval_cadence(small_digits_task, process, tmp_path):
+  result = program.run_experiment(
+      small_digits_task, process, samplers.UniformSampler(_COHORT, seed=0),
+      _config(tmp_path / 'run', 5, eval_every=2))
+  rows = _rows(tmp_path / 'run')
+  # Evaluated initially, every 2 rounds, and at the last round.
+  assert [r['key'] for r in rows if r['eval/accuracy']] == ['0', '2', '4', '5']
+  # digits MLP: 64·64 + 64 + 64·10 + 10 = 4,810 parameters; 5 uploads of 32 bits each.
+  round_bits = 5 * 4810 * 32
+  assert [int(r['uplink/round_bits']) for r in rows] == [0] + [round_bits] * 5
+  assert int(rows[-1]['uplink/cumulative_bits']) == 5 * round_bits == result.cumulative_bits
+  assert all(int(r['cohort_size']) == _COHORT for r in rows[1:])
+  # The released train metrics are the process's own.
+  assert rows[1]['train/loss'] == rows[1]['process/client_work/train/loss']
+  # The returned evaluation is the last row's.
+  assert float(rows[-1]['eval/accuracy']) == pytest.approx(result.eval_metrics['accuracy'])
+  with open(tmp_path / 'run' / 'hparams.json') as f:
+    assert json.load(f)['task'] == 'digits'
+  assert os.listdir(tmp_path / 'run' / 'tensorboard')
+
+
+def test_training_improves_the_model(small_digits_task, process, tmp_path):
+  program.run_experiment(small_digits_task, process, samplers.UniformSampler(10, seed=0),
+                         _config(tmp_path / 'run', 8, eval_every=8))
+  rows = _rows(tmp_path / 'run')
+  assert float(rows[-1]['eval/loss']) < float(rows[0]['eval/loss']) - 0.05
+
+
+def test_resume_with_other_configuration_is_an_error(small_digits_task, process, tmp_path):
+  program.run_experiment(small_digits_task, process, samplers.UniformSampler(_COHORT, seed=0),
+                         _config(tmp_path / 'run', 1))
+  other = {'seed': 0, 'task': 'digits', 'rounds': 1, 'client_learning_rate': 0.5}
+  with pytest.raises(ValueError, match=r"different configuration \(client_learning_rate: "
+                                       r"saved None vs now 0.5\)"):
+    program.run_experiment(small_digits_task, process,
+                           samplers.UniformSampler(_COHORT, seed=0),
+                           _config(tmp_path / 'run', 2, hparams=other))
+
+
+def test_unwritable_output_dir_is_an_error(small_digits_task, process, tmp_path):
+  blocker = tmp_path / 'a_file'
+  blocker.write_text('not a directory')
+  with pytest.raises(ValueError, match=r"Output directory .*a_file/run' is not writable"):
+    program.run_experiment(small_digits_task, process,
+                           samplers.UniformSampler(_COHORT, seed=0),
+                           _config(blocker / 'run', 1))
+
+
+@pytest.mark.parametrize('field,value', [
+    ('rounds', 0), ('rounds', -2), ('eval_every', 0), ('checkpoint_every', 1.5)])
+def test_config_rejects_bad_values(field, value, tmp_path):
+  kwargs = dict(output_dir=str(tmp_path), rounds=3)
+  kwargs[field] = value
+  with pytest.raises(ValueError, match=f'{field} must be a positive integer, got {value}'):
+    program.ProgramConfig(**kwargs)
+
+
+def test_cohort_larger_than_population_is_an_error(small_digits_task, process, tmp_path):
+  with pytest.raises(ValueError, match='clients_per_round=21 exceeds the population of 20'):
+    program.run_experiment(small_digits_task, process, samplers.UniformSampler(21, seed=0),
+                           _config(tmp_path / 'run', 1))
+
+
+def test_non_finite_model_stops_the_run():
+  weights = tff.learning.models.ModelWeights(
+      trainable=[np.ones(3, np.float32), np.array([1.0, np.nan], np.float32)],
+      non_trainable=[])
+  with pytest.raises(FloatingPointError, match='non-finite in round 7.*Lower the client'):
+    program.check_finite(weights, 7)
+  program.check_finite(tff.learning.models.ModelWeights(
+      trainable=[np.ones(3, np.float32)], non_trainable=[]), 7)
+
+
+def test_divergent_training_is_reported_not_applied(small_digits_task, tmp_path):
+  # A client learning rate of 1e30 overflows client updates. TFF gives a
+  # non-finite client update weight 0, and its finalizer refuses a non-finite
+  # aggregate: the model stays finite and the round reports
+  # `update_non_finite = 1`. (In round 1 one 3-example client still sends a
+  # finite, huge update; from round 2 on every update overflows.)
+  process = _fedavg(small_digits_task, client_lr=1e30)
+  result = program.run_experiment(
+      small_digits_task, process, samplers.UniformSampler(_COHORT, seed=0),
+      _config(tmp_path / 'run', 3))
+  refused = [r['process/finalizer/update_non_finite'] for r in _rows(tmp_path / 'run')[1:]]
+  assert '1' in refused
+  assert all(np.all(np.isfinite(t)) for t in result.model_weights.trainable)
+
+
+def test_progress_line(caplog):
+  manager = program.ProgressReleaseManager(total_rounds=10)
+  with caplog.at_level(logging.INFO, logger='absl'):
+    asyncio.run(manager.release({
+        'round_seconds': 2.0, 'train': {'loss': 0.5, 'accuracy': 0.75},
+        'eval': {'loss': 0.25, 'accuracy': 0.875},
+        'uplink': {'cumulative_bits': 1.5e9}}, 4))
+  line = caplog.records[-1].getMessage()
+  assert line == ('round  4/10 |   2.00s  ETA 0:00:12 | train loss 0.5000 acc 0.7500 | '
+                  'eval loss 0.2500 acc 0.8750 | uploaded 1.5e+09 bits')
+
+
+def test_client_shuffle_seed_depends_on_seed_round_and_client():
+  seeds = {program.client_shuffle_seed(s, r, c) for s in (0, 1) for r in (1, 2) for c in (0, 5)}
+  assert len(seeds) == 8
+  assert program.client_shuffle_seed(0, 1, 5) == program.client_shuffle_seed(0, 1, 5)

@@ -1,0 +1,50 @@
+"""Tests for tff_sampling/runtime.py."""
+
+import logging
+import os
+import subprocess
+import sys
+
+import psutil
+
+from tff_sampling import runtime
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _worker_pids():
+  pids = set()
+  for proc in psutil.process_iter(['name', 'cmdline']):
+    try:
+      if proc.info['name'] == 'worker_binary' or any(
+          'worker_binary' in part for part in (proc.info['cmdline'] or [])[:1]):
+        pids.add(proc.pid)
+    except psutil.Error:
+      continue
+  return pids
+
+
+def test_no_worker_outlives_a_program():
+  # Without the atexit hook, TFF's local C++ worker survives its parent.
+  code = ('import numpy as np, tensorflow_federated as tff, tff_sampling\n'
+          'print(tff.tensorflow.computation(lambda: np.int32(7))())\n')
+  before = _worker_pids()
+  proc = subprocess.run([sys.executable, '-c', code], cwd=_REPO, capture_output=True,
+                        text=True, timeout=300)
+  assert proc.returncode == 0 and proc.stdout.strip() == '7', proc.stderr[-2000:]
+  assert _worker_pids() - before == set()
+
+
+def test_quiet_library_logs_keeps_own_info_and_library_warnings():
+  runtime.quiet_library_logs()
+  runtime.quiet_library_logs()  # Idempotent.
+  logger = logging.getLogger('absl')
+  assert sum(isinstance(f, runtime._OwnInfoOnly) for f in logger.filters) == 1
+
+  def record(level, path):
+    return logging.LogRecord('absl', level, path, 1, 'message', None, None)
+
+  library = '/x/site-packages/tensorflow_federated/program/file.py'
+  assert not logger.filter(record(logging.INFO, library))
+  assert logger.filter(record(logging.WARNING, library))
+  assert logger.filter(record(logging.INFO, '/work/tff_sampling/program.py'))
