@@ -29,14 +29,14 @@ rounding differences grow to percent level. The full warm-up round's difference
 is printed too, next to its noise floor: plain TF against itself started from
 weights perturbed by one part in 10^6.
 
-Timing: after the warm-up round, `--rounds` rounds are timed, alternating the
+Timing: after the warm-up round, `--timed_rounds` rounds are timed, alternating the
 implementations (the order rotates every round so that none always runs first
 on a noisy machine), and the medians and ratios are printed.
 
 Usage (from the repository root):
 
-  .venv/bin/python -m bench.fedavg_round --rounds=5
-  .venv/bin/python -m bench.fedavg_round --rounds=9 --csv=/tmp/bench.csv
+  .venv/bin/python -m bench.fedavg_round --timed_rounds=5
+  .venv/bin/python -m bench.fedavg_round --timed_rounds=9 --csv=/tmp/bench.csv
   .venv/bin/python -m bench.fedavg_round --tff_loops=iterator
 """
 
@@ -88,17 +88,17 @@ class TffLoop(enum.Enum):
 
 
 _ROUNDS = flags.DEFINE_integer(
-    'rounds', 5, 'Timed rounds per implementation (after one warm-up round).', lower_bound=1)
+    'timed_rounds', 5, 'Timed rounds per implementation (after one warm-up round).', lower_bound=1)
 _CLIENTS = flags.DEFINE_integer('clients', 32, 'Clients per round.', lower_bound=1)
 _EXAMPLES = flags.DEFINE_integer(
     'examples', 4800, 'Examples over all clients (one local epoch each).', lower_bound=1)
 _BATCH_SIZE = flags.DEFINE_integer('batch_size', 20, 'Client batch size.', lower_bound=1)
 _CLIENT_LEARNING_RATE = flags.DEFINE_float(
-    'client_learning_rate', 0.1, 'Client SGD learning rate.')
+    'client_lr', 0.1, 'Client SGD learning rate.')
 _SERVER_LEARNING_RATE = flags.DEFINE_float(
-    'server_learning_rate', 1.0, 'Server SGD learning rate.')
+    'server_lr', 1.0, 'Server SGD learning rate.')
 _SEED = flags.DEFINE_integer(
-    'seed', 0, 'Seed of the synthetic data and of the initial weights.', lower_bound=0)
+    'workload_seed', 0, 'Seed of the synthetic data and of the initial weights.', lower_bound=0)
 _TFF_LOOPS = flags.DEFINE_list(
     'tff_loops', [TffLoop.REDUCE.value, TffLoop.ITERATOR.value],
     'Comma-separated TFF client loop implementation(s) to time: `reduce` '
@@ -315,7 +315,7 @@ class PlainFedAvg:
                server_learning_rate: float):
     self._model = keras_model
     self._loss = _loss()
-    self._client_lr = tf.constant(client_learning_rate * 1.01, tf.float32)
+    self._client_lr = tf.constant(client_learning_rate, tf.float32)
     self._server_lr = tf.constant(server_learning_rate, tf.float32)
     self._local = list(keras_model.trainable_variables)
     self._global = [tf.Variable(v, trainable=False) for v in self._local]
@@ -562,12 +562,15 @@ def main(argv: Sequence[str]) -> None:
   for value in _TFF_LOOPS.value:
     if TffLoop(value) not in loops:
       loops.append(TffLoop(value))
-  config = BenchmarkConfig(
-      rounds=_ROUNDS.value, num_clients=_CLIENTS.value, total_examples=_EXAMPLES.value,
-      batch_size=_BATCH_SIZE.value, client_learning_rate=_CLIENT_LEARNING_RATE.value,
-      server_learning_rate=_SERVER_LEARNING_RATE.value, seed=_SEED.value,
-      tff_loops=tuple(loops), target_ratio=_TARGET_RATIO.value,
-      agreement_tolerance=_TOLERANCE.value, agreement_steps=_AGREEMENT_STEPS.value)
+  try:
+    config = BenchmarkConfig(
+        rounds=_ROUNDS.value, num_clients=_CLIENTS.value, total_examples=_EXAMPLES.value,
+        batch_size=_BATCH_SIZE.value, client_learning_rate=_CLIENT_LEARNING_RATE.value,
+        server_learning_rate=_SERVER_LEARNING_RATE.value, seed=_SEED.value,
+        tff_loops=tuple(loops), target_ratio=_TARGET_RATIO.value,
+        agreement_tolerance=_TOLERANCE.value, agreement_steps=_AGREEMENT_STEPS.value)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from e
   result = run_benchmark(config)
   print(format_table(result))
   if _CSV.value:

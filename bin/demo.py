@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from absl import app
 from absl import flags
 import numpy as np
-import tensorflow_federated as tff
 
 from bin import experiment_flags as ef
 from tff_sampling import plotting
+from tff_sampling import learning
 from tff_sampling import program
 from tff_sampling import results
 from tff_sampling import runtime
@@ -65,10 +65,9 @@ def main(argv: Sequence[str]) -> None:
   start = time.monotonic()
   try:
     task = ef.task_from_flags()
-    process = tff.learning.algorithms.build_weighted_fed_avg(
-        task.model_fn,
-        client_optimizer_fn=tff.learning.optimizers.build_sgdm(ef.CLIENT_LEARNING_RATE.value),
-        server_optimizer_fn=tff.learning.optimizers.build_sgdm(ef.SERVER_LEARNING_RATE.value))
+    process = learning.build_fedavg(
+        task.model_fn, client_learning_rate=ef.CLIENT_LEARNING_RATE.value,
+        server_learning_rate=ef.SERVER_LEARNING_RATE.value)
     run_dirs = []
     for seed in range(ef.SEED.value, ef.SEED.value + _SEEDS.value):
       name = f'{ef.TASK.value}_fedavg_seed{seed}'

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 
 from absl import app
 from absl import logging
-import tensorflow_federated as tff
 
 from bin import experiment_flags as ef
+from tff_sampling import learning
 from tff_sampling import program
 from tff_sampling import runtime
 from tff_sampling import samplers
@@ -36,10 +36,9 @@ def main(argv: Sequence[str]) -> None:
         hparams, default_name=f'{ef.TASK.value}_fedavg_seed{ef.SEED.value}')
     sampler = samplers.UniformSampler(ef.CLIENTS_PER_ROUND.value, seed=ef.SEED.value)
     sampler.initialize(samplers.Population(task.client_num_examples))  # Fail fast.
-    process = tff.learning.algorithms.build_weighted_fed_avg(
-        task.model_fn,
-        client_optimizer_fn=tff.learning.optimizers.build_sgdm(ef.CLIENT_LEARNING_RATE.value),
-        server_optimizer_fn=tff.learning.optimizers.build_sgdm(ef.SERVER_LEARNING_RATE.value))
+    process = learning.build_fedavg(
+        task.model_fn, client_learning_rate=ef.CLIENT_LEARNING_RATE.value,
+        server_learning_rate=ef.SERVER_LEARNING_RATE.value)
     result = program.run_experiment(task, process, sampler, config)
   except (ValueError, FileNotFoundError, FloatingPointError) as e:
     sys.exit(f'Error: {e}')

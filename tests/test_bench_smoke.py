@@ -29,7 +29,7 @@ def parsed_flags():
 
 def test_main_tiny_configuration(parsed_flags, tmp_path, capfd):
   csv_path = tmp_path / 'bench.csv'
-  with flagsaver.flagsaver(rounds=1, clients=4, examples=90, agreement_steps=2,
+  with flagsaver.flagsaver(timed_rounds=1, clients=4, examples=90, agreement_steps=2,
                            agreement_tolerance=_TOLERANCE, csv=str(csv_path)):
     fedavg_round.main(['fedavg_round'])  # Raises SystemExit if the check fails.
 

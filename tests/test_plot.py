@@ -155,7 +155,7 @@ def test_main_writes_and_logs_path(run_dirs, tmp_path, caplog):
   output = str(tmp_path / 'main.png')
   with flagsaver.as_parsed(run_dirs=','.join(run_dirs), output=output, metric='accuracy',
                            title='from main'):
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.INFO, logger='absl'):
       plot.main(['plot'])
   assert_png(output)
   assert f'Wrote {output}' in caplog.text

@@ -2,5 +2,6 @@
 
 from tff_sampling import runtime  # Registers the worker cleanup first.
 from tff_sampling import communication
+from tff_sampling import learning
 from tff_sampling import program
 from tff_sampling import samplers
