@@ -1,0 +1,519 @@
+"""Optimal client sampling as a TFF aggregator: the two-phase secure-sum protocol.
+
+Chen, Horváth, Richtárik, "Optimal Client Sampling for Federated Learning"
+(TMLR 2022). The cohort's clients have all computed their updates ``U_i``; each
+client then uploads with probability ``p_i`` only, and the server forms the
+unbiased estimate of the weighted mean
+
+    G = Σ_i ζ_i · (w_i / p_i) · U_i / Σ_i w_i,      ζ_i ~ Bernoulli(p_i) independent.
+
+The variance ``Σ (1 − p_i)/p_i · w_i² ‖U_i‖²`` (over ``(Σ w)²``) is minimised
+under ``Σ p_i = m`` (``expected_clients``) by ``p_i = min(1, a_i / λ)`` with
+``a_i = w_i ‖U_i‖`` (Algorithm 1). Algorithm 2 reaches it with sums only, which
+is what `next` does in ONE federated computation (``../shared/ALGORITHMS.md`` §1b):
+
+    phase 1   client: a_i (clipped to `norm_bound`)        server: A = Σ a_i   (secure)
+              client: p_i = min(1, m · a_i / A)
+    phase 2   repeated `max_rescaling_steps` times, unrolled:
+              client: (p_i·[p_i<1], [p_i<1])               server: (P, I)       (secure)
+              server: C = (m − n + I) / P;  C := 1 if I = 0 or P = 0;  C := max(C, 1)
+              client: p_i = min(1, C · p_i) where p_i < 1
+    phase 3   client: ζ_i ~ Bernoulli(p_i); sends ζ_i · (w_i/p_i) · U_i
+              server: Σ (the inner factory), divided by W = Σ w_i (secure)
+
+The cohort size ``n`` is itself a secure count. A step after the stopping
+condition multiplies by 1, so the unrolled computation equals the paper's
+loop with early exit. If ``m ≥ n`` every client gets ``p_i = 1`` (full
+participation; measured as ``full_participation``). Clients with ``a_i = 0``
+(a zero update) get ``p_i = 0`` and never upload: their contribution is zero
+anyway. A client whose update is non-finite is treated as a zero update and
+counted in ``non_finite_updates``; the model never receives a NaN.
+
+Modes:
+  * ``'approximate'`` (default): the protocol above; only sums reach the server.
+  * ``'exact'``: Algorithm 1. The server collects every individual ``a_i`` (NOT
+    compatible with secure aggregation: the individual norms are revealed),
+    computes the water level ``λ`` with the sorting formula and broadcasts it;
+    clients set ``p_i = min(1, a_i/λ)``. Clients are anonymous, so broadcasting
+    ``λ`` (rather than a vector of ``p_i``) is how each learns its own.
+  * ``'uniform'``: ``p_i = min(1, m/n)`` (the Bernoulli baseline of §1c).
+  * ``'full'``: ``p_i = 1`` (equals TFF's weighted mean).
+
+Secure sums. With ``secure=True`` every aggregation of client values (norm sum,
+the (P, I) pairs, the weight sum, the counts, the measurement sums) uses
+``tff.federated_secure_sum_bitwidth``, directly for integer counts and through
+`tff.aggregators.SecureSumFactory` for floats, which clips to a range and
+quantises to 32 bits. Values in ``[0, 1]`` by construction (``P``, Σp, the
+improvement-factor terms) are quantised over that range: ≤ 1.2e-10 per client.
+The norms ``a_i ∈ [0, norm_bound]`` and weights ``w_i ∈ [0, weight_bound]``
+are split into an integer part (an exact bitwidth secure sum) and a fractional
+part in [0, 1) (quantised), so their sums are also exact to ~1e-10 per client
+whatever their scale. Quantisation changes only which optimal ``p`` is
+approximated, never the unbiasedness (each client divides by the very ``p_i``
+it used). Norms above `norm_bound` are clipped before the client uses
+them (``clipped_norms`` counts them); weights above `weight_bound` are an error
+of configuration and are counted as ``clipped_weights``. Secure sums only run in
+TFF's test C++ execution context, which simulates them
+(`tff_sampling.runtime.use_secure_sum_simulation`). The model update itself is
+summed by `inner_factory` (default: plain sum; pass
+``tff.aggregators.SecureSumFactory(bound)`` to sum it securely too).
+
+Randomness. ``ζ_i`` comes from ``tf.random.stateless_uniform`` with the seed
+``(s_t, f_i)``: ``s_t`` is derived from the factory's `seed` and the round
+counter kept in the aggregator state (and broadcast), ``f_i`` is a fingerprint
+of the client's own update bytes. Draws are reproducible given (seed, round)
+and need no client identity. Caveat: two clients with bitwise-identical
+updates draw the same ``ζ``, so their decisions are correlated (still unbiased
+each, but not independent); identical non-zero updates need identical data and
+training, which does not happen with shuffled non-IID clients.
+
+Uplink per cohort client and round (``extra_scalars_per_client``), counting
+everything the computation takes from a client besides its model update: the
+cohort count and three diagnostic flags, the weight and the upload bit (all
+modes); the norm and three measurement scalars (Σp and the two
+improvement-factor sums) in every mode but ``full``; and ``2 ·
+max_rescaling_steps`` rescaling scalars (``approximate``). So ``approximate``
+with 4 steps sends 18 scalars, of which the paper's protocol needs 9 (norm
+and 4 pairs), the weight sum 1 and the upload count 1; ``full`` sends 6.
+Model-sized uploads are ``uploads``.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_sampling import probabilities
+
+MODES = ('approximate', 'exact', 'uniform', 'full')
+
+_FLOAT = np.float32
+_COUNT = np.int32
+_COUNT_TYPE = tff.TensorType(_COUNT)
+_FLOAT_TYPE = tff.TensorType(_FLOAT)
+
+
+def _global_norm(value) -> tf.Tensor:
+  return tf.linalg.global_norm([tf.cast(t, tf.float32) for t in tf.nest.flatten(value)])
+
+
+def _all_finite(value) -> tf.Tensor:
+  return tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in tf.nest.flatten(value)])
+
+
+def _fingerprint(value) -> tf.Tensor:
+  """An int64 fingerprint of the update's bytes (row fingerprint of the concatenation)."""
+  flat = tf.concat([tf.reshape(tf.cast(t, tf.float32), [-1]) for t in tf.nest.flatten(value)], 0)
+  digest = tf.fingerprint(tf.expand_dims(flat, 0))  # [1, 8] uint8
+  return tf.reshape(tf.bitcast(digest, tf.int64), [])
+
+
+class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
+  """Aggregates client updates with optimal (variance-minimising) client sampling.
+
+  Plugs into TFF's learning algorithms as the model aggregator::
+
+      tff.learning.algorithms.build_weighted_fed_avg(
+          model_fn, client_optimizer_fn, server_optimizer_fn,
+          model_aggregator=OptimalSamplingFactory(expected_clients=3))
+
+  The created process has the type signature
+  ``(<S@SERVER, {V}@CLIENTS, {float32}@CLIENTS> -> <state=S@SERVER,
+  result=V@SERVER, measurements=M@SERVER>)`` where ``V`` is the update type and
+  ``M`` an `OrderedDict` with keys:
+
+  * ``uploads``: clients that uploaded their update this round.
+  * ``expected_uploads``: ``Σ p_i`` (``m``, or fewer when fewer clients have a
+    non-zero update).
+  * ``cohort_size``: ``n``.
+  * ``rescaling_steps``: rescaling steps that changed the probabilities
+    (``approximate``; 0 otherwise).
+  * ``improvement_factor``: ``α`` of §1c (0: as good as full participation,
+    1: no better than uniform; 0 when ``m ≥ n``).
+  * ``full_participation``: 1 if ``m ≥ n`` forced ``p_i = 1``.
+  * ``clipped_norms``, ``clipped_weights``: clients whose ``a_i``/``w_i``
+    exceeded the secure-sum range.
+  * ``non_finite_updates``: clients whose update was non-finite (not uploaded).
+  * ``extra_scalars_per_client``: scalars each cohort client uploaded besides
+    its model update (see the module docstring).
+  * ``inner``: the inner factory's measurements.
+  """
+
+  def __init__(
+      self,
+      expected_clients: float,
+      *,
+      max_rescaling_steps: int = 4,
+      mode: str = 'approximate',
+      secure: bool = True,
+      seed: int = 0,
+      norm_bound: float = 1e6,
+      weight_bound: float = 1e6,
+      inner_factory: tff.aggregators.UnweightedAggregationFactory | None = None,
+  ):
+    """Configures the protocol.
+
+    Args:
+      expected_clients: ``m``, the expected number of uploads per round (> 0;
+        need not be an integer).
+      max_rescaling_steps: ``j_max``, the rescaling steps unrolled in the
+        computation (≥ 0; ``approximate`` only).
+      mode: One of `MODES` (see the module docstring).
+      secure: Aggregate every client value with secure sums. Not allowed with
+        ``mode='exact'``, which reveals individual norms.
+      seed: Root of the Bernoulli draws (mixed with the round counter).
+      norm_bound: Upper end of the secure-sum range of ``a_i = w_i ‖U_i‖``.
+      weight_bound: Upper end of the secure-sum range of the weights ``w_i``.
+      inner_factory: Sums the weighted updates (default `tff.aggregators.SumFactory`).
+
+    Raises:
+      ValueError: For a non-positive `expected_clients`, a negative
+        `max_rescaling_steps`, an unknown `mode`, ``secure`` with ``exact``, or
+        non-positive bounds.
+    """
+    if not np.isfinite(expected_clients) or expected_clients <= 0:
+      raise ValueError(
+          f'expected_clients must be a positive number, got {expected_clients!r}.')
+    if (not isinstance(max_rescaling_steps, (int, np.integer)) or
+        isinstance(max_rescaling_steps, bool) or max_rescaling_steps < 0):
+      raise ValueError(
+          f'max_rescaling_steps must be a non-negative integer, got {max_rescaling_steps!r}.')
+    if mode not in MODES:
+      raise ValueError(f'mode must be one of {MODES}, got {mode!r}.')
+    if mode == 'exact' and secure:
+      raise ValueError(
+          "mode='exact' collects every client's norm, which secure aggregation "
+          "forbids; pass secure=False, or use mode='approximate'.")
+    for name, bound in (('norm_bound', norm_bound), ('weight_bound', weight_bound)):
+      if not np.isfinite(bound) or bound <= 0:
+        raise ValueError(f'{name} must be a positive number, got {bound!r}.')
+    self._expected_clients = float(expected_clients)
+    self._steps = int(max_rescaling_steps) if mode == 'approximate' else 0
+    self._mode = mode
+    self._secure = secure
+    self._seed = int(seed)
+    self._norm_bound = float(norm_bound)
+    self._weight_bound = float(weight_bound)
+    self._inner_factory = inner_factory or tff.aggregators.SumFactory()
+
+  @property
+  def extra_scalars_per_client(self) -> int:
+    """Scalars each cohort client uploads besides its model update."""
+    # Every mode: the cohort count and three diagnostic flags (clipped norm,
+    # clipped weight, non-finite update), the weight, and the upload bit.
+    scalars = 4 + 1 + 1
+    if self._mode != 'full':
+      scalars += 1 + 3  # The norm; Σp and the two improvement-factor sums.
+    return scalars + 2 * self._steps
+
+  # --- Sums of client values: secure or plain, one place decides. ---------------
+
+  def _sum_counts(self, values):
+    if self._secure:
+      return tff.federated_secure_sum_bitwidth(values, bitwidth=1)
+    return tff.federated_sum(values)
+
+  def _sum_floats(self, values, upper_bound: float):
+    """Sums float32 (structures of) client values known to lie in [0, upper_bound].
+
+    Used for values in [0, 1], where 32-bit quantisation over the range costs at
+    most 1.2e-10 per client.
+    """
+    if not self._secure:
+      return tff.federated_sum(values)
+    process = tff.aggregators.SecureSumFactory(float(upper_bound), 0.0).create(
+        values.type_signature.member)
+    return process.next(process.initialize(), values).result
+
+  def _sum_nonnegative(self, values, upper_bound: float):
+    """Sums float32 client scalars in [0, upper_bound] to ~1e-10 absolute error.
+
+    Quantising over the whole range would cost up to ``upper_bound / 2³³`` per
+    client (2e-4 for weights bounded by 1e6). Instead each value is split into
+    its integer part, summed exactly by a bitwidth secure sum, and its fractional
+    part in [0, 1), summed with 32-bit quantisation.
+    """
+    if not self._secure:
+      return tff.federated_sum(values)
+    bitwidth = int(np.ceil(np.log2(upper_bound + 1.0)))
+    split = tff.federated_map(tff.tensorflow.computation(
+        lambda v: (tf.cast(tf.floor(v), tf.int64), v - tf.floor(v)), _FLOAT_TYPE), values)
+    whole = tff.federated_secure_sum_bitwidth(
+        tff.federated_map(tff.tensorflow.computation(lambda s: s[0]), split), bitwidth=bitwidth)
+    fraction = self._sum_floats(
+        tff.federated_map(tff.tensorflow.computation(lambda s: s[1]), split), 1.0)
+    return tff.federated_map(tff.tensorflow.computation(
+        lambda w, f: tf.cast(tf.cast(w, tf.float64) + tf.cast(f, tf.float64), tf.float32)),
+        (whole, fraction))
+
+  def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
+    if not (isinstance(weight_type, tff.TensorType)
+            and np.issubdtype(weight_type.dtype, np.floating) and weight_type.shape == ()):
+      raise TypeError(f'Expected a scalar float weight type, got {weight_type}.')
+    inner_process = self._inner_factory.create(value_type)
+    m = self._expected_clients
+    steps = self._steps
+    mode = self._mode
+    norm_bound = self._norm_bound
+    weight_bound = self._weight_bound
+    base_seed = self._seed
+    extra_scalars = self.extra_scalars_per_client
+
+    @tff.federated_computation()
+    def init_fn():
+      return tff.federated_zip(collections.OrderedDict(
+          round=tff.federated_value(np.int64(0), tff.SERVER),
+          inner=inner_process.initialize()))
+
+    state_type = init_fn.type_signature.result
+
+    # --- TensorFlow pieces (clients and server). ---------------------------------
+
+    @tff.tensorflow.computation(value_type, weight_type)
+    def client_norm(value, weight):
+      finite = _all_finite(value) & tf.math.is_finite(weight)
+      weight = tf.cast(weight, tf.float32)
+      norm = tf.where(finite, weight * _global_norm(value), 0.0)
+      norm = tf.where(tf.math.is_finite(norm), norm, 0.0)
+      return collections.OrderedDict(
+          norm=tf.minimum(norm, norm_bound),
+          weight=tf.where(finite, tf.clip_by_value(weight, 0.0, weight_bound), 0.0),
+          clipped_norm=tf.cast(norm > norm_bound, _COUNT),
+          clipped_weight=tf.cast(finite & (weight > weight_bound), _COUNT),
+          non_finite=tf.cast(tf.logical_not(finite), _COUNT),
+          one=tf.constant(1, _COUNT))
+
+    norm_info_type = client_norm.type_signature.result
+
+    @tff.tensorflow.computation(norm_info_type, _FLOAT_TYPE, _FLOAT_TYPE, _FLOAT_TYPE)
+    def client_initial_probability(info, norm_sum, cohort_size, water_level):
+      norm = info['norm']
+      if mode == 'full':
+        return tf.constant(1.0)
+      if mode == 'uniform':
+        return tf.minimum(1.0, m / tf.maximum(cohort_size, 1.0))
+      if mode == 'exact':
+        # λ = 0 means every client with a non-zero norm saturates.
+        return tf.where(norm > 0.0,
+                        tf.where(water_level > 0.0,
+                                 tf.minimum(1.0, norm / tf.maximum(water_level, 1e-30)), 1.0),
+                        0.0)
+      return tf.where(norm_sum > 0.0, tf.minimum(1.0, m * norm / tf.maximum(norm_sum, 1e-30)),
+                      0.0)
+
+    @tff.tensorflow.computation(_FLOAT_TYPE, _FLOAT_TYPE)
+    def force_full(probability, full_participation):
+      return tf.where(full_participation > 0.0, 1.0, probability)
+
+    @tff.tensorflow.computation(_FLOAT_TYPE)
+    def client_rescaling_sums(probability):
+      below = probability < 1.0
+      return (tf.where(below, probability, 0.0), tf.cast(below, _COUNT))
+
+    @tff.tensorflow.computation(_FLOAT_TYPE, _COUNT_TYPE, _FLOAT_TYPE)
+    def server_scale(probability_sum, unsaturated, cohort_size):
+      unsaturated = tf.cast(unsaturated, tf.float32)
+      valid = (unsaturated > 0.0) & (probability_sum > 0.0)
+      scale = tf.where(valid, (m - cohort_size + unsaturated) / tf.where(valid, probability_sum, 1.0),
+                       1.0)
+      return tf.maximum(scale, 1.0)
+
+    @tff.tensorflow.computation(_FLOAT_TYPE, _FLOAT_TYPE)
+    def client_rescale(probability, scale):
+      return tf.where(probability < 1.0, tf.minimum(1.0, scale * probability), probability)
+
+    @tff.tensorflow.computation(tff.TensorType(np.int64))
+    def server_round_seed(round_num):
+      return tf.stack([tf.constant(base_seed, tf.int64), round_num])
+
+    @tff.tensorflow.computation(value_type, norm_info_type, _FLOAT_TYPE,
+                                tff.TensorType(np.int64, [2]))
+    def client_upload(value, info, probability, round_seed):
+      seed = tf.stack([round_seed[0] * 1_000_003 + round_seed[1], _fingerprint(value)])
+      uniform = tf.random.stateless_uniform([], seed=seed, dtype=tf.float32)
+      upload = (uniform < probability) & (probability > 0.0) & tf.equal(info['non_finite'], 0)
+      factor = tf.where(upload, info['weight'] / tf.where(upload, probability, 1.0), 0.0)
+      weighted = tf.nest.map_structure(
+          lambda t: tf.where(upload, tf.cast(factor, t.dtype) * t, tf.zeros_like(t)), value)
+      return weighted, tf.cast(upload, _COUNT)
+
+    @tff.tensorflow.computation(norm_info_type, _FLOAT_TYPE, _FLOAT_TYPE)
+    def client_measurement_terms(info, probability, norm_sum):
+      # In units of a_i / A ∈ [0, 1]: (1 − p)/p · ã² ≤ ã/m ≤ 1 for p ≥ m·ã.
+      share = tf.where(norm_sum > 0.0, info['norm'] / tf.maximum(norm_sum, 1e-30), 0.0)
+      variance_term = tf.where(probability > 0.0,
+                               (1.0 - probability) / tf.maximum(probability, 1e-30) * share**2,
+                               0.0)
+      return collections.OrderedDict(
+          probability=probability,
+          variance=tf.clip_by_value(variance_term, 0.0, 1.0),
+          share_squared=share**2)
+
+    @tff.tensorflow.computation(value_type, _FLOAT_TYPE)
+    def server_divide(total, weight_sum):
+      return tf.nest.map_structure(
+          lambda t: tf.where(weight_sum > 0.0, t / tf.cast(tf.maximum(weight_sum, 1e-30), t.dtype),
+                             tf.zeros_like(t)), total)
+
+    @tff.tensorflow.computation(_FLOAT_TYPE, _FLOAT_TYPE, _FLOAT_TYPE)
+    def server_improvement_factor(variance_sum, share_squared_sum, cohort_size):
+      rate = m / tf.maximum(cohort_size, 1.0)
+      uniform_variance = (1.0 - rate) / rate * share_squared_sum
+      return tf.where((rate < 1.0) & (uniform_variance > 0.0),
+                      variance_sum / tf.where(uniform_variance > 0.0, uniform_variance, 1.0), 0.0)
+
+    @tff.tensorflow.computation(_FLOAT_TYPE)
+    def server_full_participation(cohort_size):
+      return tf.cast(m >= cohort_size, tf.float32)
+
+    @tff.tensorflow.computation(tff.TensorType(_FLOAT, [None]))
+    def server_water_level(norms):
+      p = probabilities.optimal_probabilities_tf(norms, m)
+      unsaturated = (p > 0.0) & (p < 1.0)
+      return tf.reduce_max(tf.where(unsaturated, norms / tf.where(unsaturated, p, 1.0), 0.0))
+
+    @tff.tensorflow.computation(tff.TensorType(np.int64))
+    def server_next_round(round_num):
+      return round_num + 1
+
+    @tff.tensorflow.computation(_FLOAT_TYPE)
+    def changed(scale):
+      # float32 sums put C within ~1e-7 of 1 at the fixed point; such a step
+      # changes nothing that matters and is not counted as used.
+      return tf.cast(scale > 1.0 + 1e-5, _COUNT)
+
+    # --- The federated computation. ----------------------------------------------
+
+    @tff.federated_computation(
+        state_type,
+        tff.FederatedType(value_type, tff.CLIENTS),
+        tff.FederatedType(weight_type, tff.CLIENTS))
+    def next_fn(state, value, weight):
+      info = tff.federated_map(client_norm, (value, weight))
+      counts = self._sum_counts(tff.federated_map(
+          tff.tensorflow.computation(lambda i: collections.OrderedDict(
+              cohort_size=i['one'], clipped_norms=i['clipped_norm'],
+              clipped_weights=i['clipped_weight'], non_finite_updates=i['non_finite']),
+              norm_info_type), info))
+      cohort_size = tff.federated_map(
+          tff.tensorflow.computation(lambda c: tf.cast(c['cohort_size'], tf.float32),
+                                     counts.type_signature.member), counts)
+      weight_sum = self._sum_nonnegative(
+          tff.federated_map(tff.tensorflow.computation(lambda i: i['weight'], norm_info_type),
+                            info), weight_bound)
+      norms = tff.federated_map(tff.tensorflow.computation(lambda i: i['norm'], norm_info_type),
+                                info)
+      if mode == 'full':
+        norm_sum = tff.federated_value(np.float32(1.0), tff.SERVER)
+      else:  # The protocol's A (approximate) and the improvement factor's scale.
+        norm_sum = self._sum_nonnegative(norms, norm_bound)
+      if mode == 'exact':
+        all_norms = tff.federated_aggregate(
+            norms,
+            zero=np.zeros([0], _FLOAT),
+            accumulate=tff.tensorflow.computation(
+                lambda acc, x: tf.concat([acc, tf.reshape(x, [1])], 0),
+                tff.TensorType(_FLOAT, [None]), _FLOAT_TYPE),
+            merge=tff.tensorflow.computation(
+                lambda a, b: tf.concat([a, b], 0),
+                tff.TensorType(_FLOAT, [None]), tff.TensorType(_FLOAT, [None])),
+            report=tff.tensorflow.computation(lambda a: a, tff.TensorType(_FLOAT, [None])))
+        water_level = tff.federated_map(server_water_level, all_norms)
+      else:
+        water_level = tff.federated_value(np.float32(0.0), tff.SERVER)
+
+      probability = tff.federated_map(client_initial_probability, (
+          info, tff.federated_broadcast(norm_sum), tff.federated_broadcast(cohort_size),
+          tff.federated_broadcast(water_level)))
+      full_participation = tff.federated_map(server_full_participation, cohort_size)
+      probability = tff.federated_map(
+          force_full, (probability, tff.federated_broadcast(full_participation)))
+
+      steps_used = tff.federated_value(np.int32(0), tff.SERVER)
+      for _ in range(steps):
+        sums = tff.federated_map(client_rescaling_sums, probability)
+        probability_sum = self._sum_floats(
+            tff.federated_map(tff.tensorflow.computation(lambda s: s[0]), sums), 1.0)
+        unsaturated = self._sum_counts(
+            tff.federated_map(tff.tensorflow.computation(lambda s: s[1]), sums))
+        scale = tff.federated_map(server_scale, (probability_sum, unsaturated, cohort_size))
+        steps_used = tff.federated_map(
+            tff.tensorflow.computation(lambda a, b: a + b),
+            (steps_used, tff.federated_map(changed, scale)))
+        probability = tff.federated_map(
+            client_rescale, (probability, tff.federated_broadcast(scale)))
+
+      round_seed = tff.federated_map(server_round_seed, state['round'])
+      uploads = tff.federated_map(client_upload, (
+          value, info, probability, tff.federated_broadcast(round_seed)))
+      weighted_values = tff.federated_map(
+          tff.tensorflow.computation(lambda u: u[0], uploads.type_signature.member), uploads)
+      upload_bits = tff.federated_map(
+          tff.tensorflow.computation(lambda u: u[1], uploads.type_signature.member), uploads)
+      inner_output = inner_process.next(state['inner'], weighted_values)
+      result = tff.federated_map(server_divide, (inner_output.result, weight_sum))
+      upload_count = self._sum_counts(upload_bits)
+
+      if mode == 'full':
+        expected_uploads = cohort_size
+        improvement = tff.federated_value(np.float32(0.0), tff.SERVER)
+      else:
+        terms = tff.federated_map(client_measurement_terms, (
+            info, probability, tff.federated_broadcast(norm_sum)))
+        term_sums = self._sum_floats(terms, 1.0)
+        expected_uploads = tff.federated_map(
+            tff.tensorflow.computation(lambda t: t['probability'], terms.type_signature.member),
+            term_sums)
+        improvement = tff.federated_map(server_improvement_factor, (
+            tff.federated_map(tff.tensorflow.computation(
+                lambda t: t['variance'], terms.type_signature.member), term_sums),
+            tff.federated_map(tff.tensorflow.computation(
+                lambda t: t['share_squared'], terms.type_signature.member), term_sums),
+            cohort_size))
+
+      measurements = tff.federated_zip(collections.OrderedDict(
+          uploads=upload_count,
+          expected_uploads=expected_uploads,
+          cohort_size=tff.federated_map(
+              tff.tensorflow.computation(lambda c: c['cohort_size'],
+                                         counts.type_signature.member), counts),
+          rescaling_steps=steps_used,
+          improvement_factor=improvement,
+          full_participation=tff.federated_map(
+              tff.tensorflow.computation(lambda f: tf.cast(f, _COUNT), _FLOAT_TYPE),
+              full_participation),
+          clipped_norms=tff.federated_map(
+              tff.tensorflow.computation(lambda c: c['clipped_norms'],
+                                         counts.type_signature.member), counts),
+          clipped_weights=tff.federated_map(
+              tff.tensorflow.computation(lambda c: c['clipped_weights'],
+                                         counts.type_signature.member), counts),
+          non_finite_updates=tff.federated_map(
+              tff.tensorflow.computation(lambda c: c['non_finite_updates'],
+                                         counts.type_signature.member), counts),
+          extra_scalars_per_client=tff.federated_value(np.int32(extra_scalars), tff.SERVER),
+          inner=inner_output.measurements,
+      ))
+      new_state = tff.federated_zip(collections.OrderedDict(
+          round=tff.federated_map(server_next_round, state['round']),
+          inner=inner_output.state))
+      return tff.templates.MeasuredProcessOutput(new_state, result, measurements)
+
+    return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
+def uplink_from_measurements(process_metrics: Any, cohort_size: int):
+  """The program loop's `uplink_fn` for processes using `OptimalSamplingFactory`.
+
+  Reads ``aggregator/uploads`` and ``aggregator/extra_scalars_per_client`` from
+  the learning process's metrics.
+  """
+  from tff_sampling import communication  # Local: keeps this module TFF-only at import.
+  aggregator = process_metrics['aggregator']
+  return communication.Uplink(
+      model_uploads=int(aggregator['uploads']),
+      extra_scalars=int(aggregator['extra_scalars_per_client']) * int(cohort_size))
