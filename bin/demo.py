@@ -1,12 +1,17 @@
-"""The main job: FedAvg on the embedded `digits` task, several seeds, one plot.
+"""The main job: optimal vs uniform vs full participation on unbalanced `digits`.
 
     ./run main                      # = python -m bin.demo
 
-Trains FedAvg with uniform cohorts on scikit-learn's handwritten digits split
-into 100 non-IID clients (no download), once per seed, prints a summary table
-(final accuracy, rounds and uploaded bits to a target accuracy) and writes the
-accuracy-vs-rounds / accuracy-vs-uploaded-bits plot. Every run directory is
-started afresh unless ``--noreset``.
+On scikit-learn's handwritten digits split into 100 unbalanced, non-IID
+clients (``preset='unbalanced'``: the largest 10% of clients hold ≈80% of the
+examples; no download), FedAvg draws a cohort of 32 clients per round; every
+cohort client trains, and then uploads with probability ``p_i``: optimal
+(the secure two-phase protocol, 4 rescaling steps), uniform ``m/n``, or
+``1`` (full participation), with ``m = 3`` expected uploads. The same seeds run
+for every method. Prints a table (final accuracy; rounds and uploaded bits to
+a target accuracy; mean improvement factor) and writes the accuracy-vs-rounds
+and accuracy-vs-uploaded-bits plot. Earlier demo runs are replaced unless
+``--noreset``.
 """
 
 from __future__ import annotations
@@ -22,40 +27,53 @@ from absl import flags
 import numpy as np
 
 from bin import experiment_flags as ef
+from bin import optimal_sampling as os_bin
+from tff_sampling import aggregators
 from tff_sampling import plotting
-from tff_sampling import learning
 from tff_sampling import program
 from tff_sampling import results
 from tff_sampling import runtime
 from tff_sampling import samplers
 
-# The demo is a preset of the shared experiment flags (so `./run main --rounds=50`
-# works) plus a few of its own.
+# The demo presets the shared experiment flags (`./run main --rounds=60` works).
 flags.FLAGS.set_default('root_output_dir', 'results/main')
 flags.FLAGS.set_default('rounds', 30)
+flags.FLAGS.set_default('clients_per_round', 32)
 flags.FLAGS.set_default('client_learning_rate', 0.3)
+flags.FLAGS.set_default('eval_every', 2)
 flags.FLAGS.set_default('checkpoint_every', 10)
-_SEEDS = flags.DEFINE_integer('seeds', 3, 'Runs (seeds 0..seeds-1).', lower_bound=1)
+flags.FLAGS.set_default('expected_clients', 3.0)
+_SEEDS = flags.DEFINE_integer('seeds', 3, 'Runs per method (seeds seed..seed+seeds-1).',
+                              lower_bound=1)
+_METHODS = flags.DEFINE_list('methods', ['optimal', 'uniform', 'full'],
+                             'Samplings to compare (see bin/optimal_sampling.py).')
 _TARGET_ACCURACY = flags.DEFINE_float(
     'target_accuracy', 0.7, 'Accuracy for the rounds/bits-to-target columns.')
 _RESET = flags.DEFINE_bool('reset', True, 'Delete earlier demo runs before starting.')
 
 
-def _summary_table(runs: Sequence[results.Run], target: float) -> str:
-  final = np.array([r.metrics['eval/accuracy'][-1] for r in runs])
-  to_target = [results.rounds_to_target(r, target) for r in runs]
-  bits = [results.bits_to_target(r, target) for r in runs]
-  reached = [b for b in bits if b is not None]
-  rows = [
-      ('runs (seeds)', f'{len(runs)}'),
-      ('final eval accuracy', f'{final.mean():.4f} ± {final.std(ddof=1) if len(runs) > 1 else 0:.4f}'),
-      (f'rounds to {target:.0%}', ', '.join('—' if t is None else str(t) for t in to_target)),
-      (f'uploaded bits to {target:.0%}',
-       f'{np.median(reached):.3g} (median of {len(reached)})' if reached else 'not reached'),
-      ('total uploaded bits / run', f'{runs[0].metrics["uplink/cumulative_bits"][-1]:.3g}'),
-  ]
-  width = max(len(k) for k, _ in rows)
-  return '\n'.join(f'  {k:<{width}}  {v}' for k, v in rows)
+def summary_table(groups: dict[str, list[results.Run]], target: float) -> str:
+  """One row per method: accuracy, rounds and bits to `target`, mean α."""
+  header = (f'{"method":<10} {"final accuracy":>16} {f"rounds to {target:.0%}":>14} '
+            f'{f"Mbit to {target:.0%}":>14} {"total Mbit":>11} {"mean α":>7}')
+  lines = [header, '-' * len(header)]
+  for method, runs in groups.items():
+    final = np.array([r.metrics['eval/accuracy'][np.isfinite(r.metrics['eval/accuracy'])][-1]
+                      for r in runs])
+    rounds = [results.rounds_to_target(r, target) for r in runs]
+    bits = [results.bits_to_target(r, target) for r in runs]
+    reached = [b for b in bits if b is not None]
+    alpha_column = 'process/aggregator/improvement_factor'
+    alpha = np.nanmean([np.nanmean(r.metrics[alpha_column]) for r in runs
+                        if alpha_column in r.metrics])
+    rounds_text = (f'{np.median([r for r in rounds if r is not None]):.0f}'
+                   f' ({len([r for r in rounds if r is not None])}/{len(runs)})'
+                   if any(r is not None for r in rounds) else 'never')
+    bits_text = f'{np.median(reached) / 1e6:.2f}' if reached else 'never'
+    total = np.median([r.metrics['uplink/cumulative_bits'][-1] for r in runs]) / 1e6
+    lines.append(f'{method:<10} {final.mean():>9.4f} ± {final.std():.3f} {rounds_text:>14} '
+                 f'{bits_text:>14} {total:>11.2f} {alpha:>7.3f}')
+  return '\n'.join(lines)
 
 
 def main(argv: Sequence[str]) -> None:
@@ -63,36 +81,43 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   runtime.quiet_library_logs()
   start = time.monotonic()
+  groups: dict[str, list[results.Run]] = {}
   try:
+    unknown = [m for m in _METHODS.value if m not in os_bin.SAMPLING_MODES]
+    if unknown:
+      raise ValueError(f'Unknown --methods {unknown}; choose from {list(os_bin.SAMPLING_MODES)}.')
+    if ef.TASK.value == 'digits' and not flags.FLAGS['preset'].present:
+      flags.FLAGS.preset = 'unbalanced'  # The demo's population (not a global default).
     task = ef.task_from_flags()
-    process = learning.build_fedavg(
-        task.model_fn, client_learning_rate=ef.CLIENT_LEARNING_RATE.value,
-        server_learning_rate=ef.SERVER_LEARNING_RATE.value)
-    run_dirs = []
-    for seed in range(ef.SEED.value, ef.SEED.value + _SEEDS.value):
-      name = f'{ef.TASK.value}_fedavg_seed{seed}'
-      output_dir = os.path.join(ef.ROOT_OUTPUT_DIR.value, name)
-      if _RESET.value:
-        shutil.rmtree(output_dir, ignore_errors=True)
-      hparams = ef.experiment_hparams(task, algorithm='fedavg', sampling='uniform')
-      hparams.update(seed=seed, experiment_name=name)
-      config = program.ProgramConfig(
-          output_dir=output_dir, rounds=ef.ROUNDS.value, seed=seed, hparams=hparams,
-          eval_every=ef.EVAL_EVERY.value, checkpoint_every=ef.CHECKPOINT_EVERY.value)
-      sampler = samplers.UniformSampler(ef.CLIENTS_PER_ROUND.value, seed=seed)
-      program.run_experiment(task, process, sampler, config)
-      run_dirs.append(output_dir)
+    for method in _METHODS.value:
+      for seed in range(ef.SEED.value, ef.SEED.value + _SEEDS.value):
+        name = f'{ef.TASK.value}_{method}_seed{seed}'
+        output_dir = os.path.join(ef.ROOT_OUTPUT_DIR.value, name)
+        if _RESET.value:
+          shutil.rmtree(output_dir, ignore_errors=True)
+        hparams = ef.experiment_hparams(task, **os_bin.method_hparams())
+        hparams.update(sampling=method, seed=seed, experiment_name=name)
+        config = program.ProgramConfig(
+            output_dir=output_dir, rounds=ef.ROUNDS.value, seed=seed, hparams=hparams,
+            eval_every=ef.EVAL_EVERY.value, checkpoint_every=ef.CHECKPOINT_EVERY.value)
+        program.run_experiment(
+            task, os_bin.make_process(task, method, seed),
+            samplers.UniformSampler(ef.CLIENTS_PER_ROUND.value, seed=seed), config,
+            uplink_fn=aggregators.uplink_from_measurements)
+        groups.setdefault(method, []).append(results.load_run(output_dir))
   except (ValueError, FileNotFoundError, FloatingPointError) as e:
     sys.exit(f'Error: {e}')
   plot_path = plotting.plot_runs(
-      run_dirs, os.path.join(ef.ROOT_OUTPUT_DIR.value, 'accuracy.png'),
-      title=f'FedAvg on {ef.TASK.value} ({task.num_clients} clients)')
-  runs = [results.load_run(d) for d in run_dirs]
-  print(f'\nFedAvg, uniform cohorts of {ef.CLIENTS_PER_ROUND.value}, task {ef.TASK.value}, '
-        f'{ef.ROUNDS.value} rounds:')
-  print(_summary_table(runs, _TARGET_ACCURACY.value))
-  print(f'  plot: {plot_path}')
-  print(f'  wall time: {time.monotonic() - start:.1f} s')
+      [r.path for runs in groups.values() for r in runs],
+      os.path.join(ef.ROOT_OUTPUT_DIR.value, 'accuracy.png'),
+      title=(f'FedAvg on {ef.TASK.value} ({task.num_clients} clients), cohort '
+             f'{ef.CLIENTS_PER_ROUND.value}, m = {os_bin.EXPECTED_CLIENTS.value:g}'))
+  print(f'\nFedAvg on {ef.TASK.value} (preset {task.options.get("preset", "-")}), cohort '
+        f'{ef.CLIENTS_PER_ROUND.value}, expected uploads m = {os_bin.EXPECTED_CLIENTS.value:g}, '
+        f'{ef.ROUNDS.value} rounds, {_SEEDS.value} seeds (mean ± std):')
+  print(summary_table(groups, _TARGET_ACCURACY.value))
+  print(f'plot: {plot_path}')
+  print(f'wall time: {time.monotonic() - start:.1f} s')
 
 
 if __name__ == '__main__':

@@ -3,7 +3,8 @@
 `get_task(name, **options)` builds a `Task` from the registry (`task_names`,
 `task_options`): the embedded offline tasks ``digits`` and ``synthetic``, and
 ``emnist``, ``shakespeare``, ``cifar100`` through TensorFlow Federated's
-loaders (which need their cached SQLite files).
+loaders (which need their cached SQLite files), and the unbalanced FEMNIST
+sets ``emnist_unbalanced_1``, ``_2``, ``_3`` (`tasks.unbalance`).
 """
 
 from tasks.base import Task

@@ -24,13 +24,76 @@ page cache, so ~3 s (digits) or ~6 s (all classes) at task construction,
 more on a cold disk (every training row's bytes are read once).
 
 Model: ``'cnn'``, the CNN of McMahan et al. (`tasks.models.mcmahan_cnn`).
+
+Unbalanced FEMNIST (``emnist_unbalanced_1``, ``_2``, ``_3``)
+------------------------------------------------------------
+The same data, preprocessing, evaluation split (unchanged) and model, with the
+training clients made unbalanced by `tasks.unbalance` (Chen, Horváth and
+Richtárik, "Optimal Client Sampling for Federated Learning", TMLR 2022): a
+writer with ``n`` examples in ``[lower, upper]`` is removed with probability
+``removal_probability`` or else keeps ``keep_examples`` random examples; the
+others are unchanged. The authors' data notes give the targets: the largest
+10% of the clients hold ~82% of the examples (set 1), 20% -> ~90% (set 2),
+50% -> ~98% (set 3). Their parameter values are not published, and their
+code (TFF 0.16, ``emnist_fedavg_main_cookup.py``) trains a 10-output CNN on
+the cooked sets, i.e. they were made from the digits-only data (TFF's default
+``only_digits=True``, also ours). Presets exist for both ``only_digits``
+settings (`UNBALANCED_PRESETS`).
+
+The real per-writer sizes are not available here, so the presets are
+calibrated (`tasks.unbalance.calibrate_on_sizes`, ``removal_probability=0.5``,
+``lower=1``, seeds 0-4) on a documented stand-in,
+`femnist_standin_client_sizes`: the ``N`` mid-point quantiles of a Gamma
+distribution with LEAF's FEMNIST coefficient of variation (per-writer std /
+mean = 88.94 / 226.83, Caldas et al. 2018, Table 1), truncated at TFF's
+largest client (418 examples, ``emnist_preprocessing.MAX_CLIENT_DATASET_SIZE``;
+digits: 418 scaled by the digit share, 213) and scaled to TFF's exact totals
+(3,400 writers / 671,585 examples; digits 3,383 / 341,873). Concentrations
+the presets reach on the stand-in (mean over unbalancing seeds 0-4 [min,
+max]; surviving clients, of 3,383 or 3,400):
+
+===  ===========  =======================  ==========================  ========
+set  only_digits  (lower, upper, p, keep)  top-fraction share          clients
+===  ===========  =======================  ==========================  ========
+1    True         (1, 167, 0.5, 3)         10%: 0.816 [0.809, 0.827]   1,777
+2    True         (1, 148, 0.5, 2)         20%: 0.905 [0.898, 0.916]   1,881
+3    True         (1, 114, 0.5, 3)         50%: 0.978 [0.974, 0.980]   2,248
+1    False        (1, 332, 0.5, 9)         10%: 0.816 [0.814, 0.818]   1,776
+2    False        (1, 294, 0.5, 9)         20%: 0.901 [0.900, 0.903]   1,876
+3    False        (1, 223, 0.5, 5)         50%: 0.980 [0.975, 0.983]   2,262
+===  ===========  =======================  ==========================  ========
+
+The calibration also prefers parameters whose untouched writers are exactly
+the top group (their share of the survivors is 0.10-0.11, 0.20-0.21, 0.50),
+so each set reads as "the top X% are whole writers, the rest kept a handful
+of examples". Digit writers are half as large, hence the smaller
+``keep_examples``.
+
+On the real sizes these will differ; ``unbalance_calibrate=True`` re-runs the
+calibration on the scanned training sizes at construction (~2-4 s), or set
+``unbalance_lower``/``_upper``/``_removal_probability``/``_keep_examples``
+explicitly. The resolved parameters are in ``task.options``. The example
+selection is deterministic in ``(unbalance_seed, client index)``; a shrunk
+client still reads and parses all its original examples once per pass (see
+`tasks.unbalance.subset_client_data`). Client statistics come from one pass
+over the split like ``emnist``'s, but keep every row's label (~5 MB for all
+classes) to count the kept examples' labels; the rows of a client are taken
+in storage (rowid) order, the order TFF's ``SqlDataset`` yields them.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import functools
-from typing import Optional
+import os
+import sqlite3
+from collections.abc import Callable, Sequence
+from typing import Any, Optional
 
+import numpy as np
+import scipy.optimize
+import scipy.stats
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -38,12 +101,33 @@ from tensorflow_federated.python.simulation.baselines import client_spec
 from tensorflow_federated.python.simulation.baselines.emnist import emnist_preprocessing
 from tasks import _common
 from tasks import models
+from tasks import unbalance
 from tasks.base import Task
 
 DATABASE_FILE = 'emnist_all.sqlite'
 MODELS = ('cnn',)
 # TFF's default shuffle buffer for EMNIST clients (their largest size).
 _SHUFFLE_BUFFER_SIZE = emnist_preprocessing.MAX_CLIENT_DATASET_SIZE
+
+# Unbalanced set -> (top fraction of clients, share of the examples they hold).
+UNBALANCED_TARGETS = collections.OrderedDict([(1, (0.1, 0.82)), (2, (0.2, 0.90)), (3, (0.5, 0.98))])
+# (set, only_digits) -> parameters calibrated on `femnist_standin_client_sizes`.
+UNBALANCED_PRESETS = {
+    (1, True): unbalance.UnbalanceParams(1, 167, 0.5, 3),
+    (2, True): unbalance.UnbalanceParams(1, 148, 0.5, 2),
+    (3, True): unbalance.UnbalanceParams(1, 114, 0.5, 3),
+    (1, False): unbalance.UnbalanceParams(1, 332, 0.5, 9),
+    (2, False): unbalance.UnbalanceParams(1, 294, 0.5, 9),
+    (3, False): unbalance.UnbalanceParams(1, 223, 0.5, 5),
+}
+# Calibration settings of the presets (see the module docstring).
+CALIBRATION_REMOVAL_PROBABILITY = 0.5
+CALIBRATION_LOWER = 1
+
+# Known facts the stand-in size distribution is built from.
+_TFF_CLIENTS = {True: 3_383, False: 3_400}
+_TFF_TRAIN_EXAMPLES = {True: 341_873, False: 671_585}
+_LEAF_FEMNIST_CV = 88.94 / 226.83  # LEAF (Caldas et al., 2018), Table 1: std / mean.
 
 
 def _tff_batch_and_reshape(batch_size: int):
@@ -58,6 +142,74 @@ def _tff_batch_and_reshape(batch_size: int):
       emnist_task='character_recognition',
       debug_seed=0)
   return lambda dataset: tff_fn(dataset).map(_common.as_xy)
+
+
+def _check_options(
+    *,
+    client_batch_size: Any,
+    client_epochs: Any,
+    max_client_examples: Any,
+    seed: Any,
+    eval_batch_size: Any,
+    cache_dir: Any,
+    only_digits: Any,
+    max_eval_examples: Any,
+    model: Any,
+) -> dict[str, Any]:
+  options = _common.check_common_options(
+      client_batch_size=client_batch_size, client_epochs=client_epochs,
+      max_client_examples=max_client_examples, seed=seed, eval_batch_size=eval_batch_size)
+  options.update(
+      cache_dir=cache_dir,
+      only_digits=_common.check_bool('only_digits', only_digits),
+      max_eval_examples=_common.check_optional_int('max_eval_examples', max_eval_examples),
+      model=_common.check_choice('model', model, MODELS),
+  )
+  return options
+
+
+def _load(options: dict[str, Any]):
+  """``(database_path, train_data, test_data, num_classes, train_split)``."""
+  database = _common.require_cached_database('emnist', DATABASE_FILE, options['cache_dir'])
+  train_data, test_data = tff.simulation.datasets.emnist.load_data(
+      only_digits=options['only_digits'], cache_dir=options['cache_dir'])
+  num_classes = 10 if options['only_digits'] else 62
+  split = 'digits_only_train' if options['only_digits'] else 'all_train'
+  return database, train_data, test_data, num_classes, split
+
+
+def _build_task(
+    name: str,
+    options: dict[str, Any],
+    train_data: tff.simulation.datasets.ClientData,
+    test_data: tff.simulation.datasets.ClientData,
+    num_classes: int,
+    num_examples: np.ndarray,
+    histograms: np.ndarray,
+) -> Task:
+  train_batches = _tff_batch_and_reshape(options['client_batch_size'])
+
+  def preprocess_client(dataset: tf.data.Dataset, shuffle_seed) -> tf.data.Dataset:
+    return train_batches(_common.training_stream(
+        dataset, shuffle_seed, shuffle_buffer_size=_SHUFFLE_BUFFER_SIZE,
+        max_examples=options['max_client_examples'], epochs=options['client_epochs']))
+
+  return Task(
+      name=name,
+      train_data=train_data,
+      eval_data=_common.centralized_eval_data(
+          test_data, options['seed'], options['max_eval_examples']),
+      preprocess_client=preprocess_client,
+      preprocess_eval=_tff_batch_and_reshape(options['eval_batch_size']),
+      keras_model_fn=functools.partial(models.mcmahan_cnn, num_classes),
+      loss_fn=_common.sparse_categorical_loss,
+      metrics_fn=_common.accuracy_metrics,
+      client_ids=tuple(train_data.client_ids),
+      client_num_examples=num_examples,
+      client_label_histograms=histograms,
+      num_classes=num_classes,
+      options=options,
+  )
 
 
 def create_emnist_task(
@@ -94,44 +246,234 @@ def create_emnist_task(
   Raises:
     FileNotFoundError: If the database is not in `cache_dir`.
   """
-  options = _common.check_common_options(
+  options = _check_options(
       client_batch_size=client_batch_size, client_epochs=client_epochs,
-      max_client_examples=max_client_examples, seed=seed, eval_batch_size=eval_batch_size)
-  options.update(
-      cache_dir=cache_dir,
-      only_digits=_common.check_bool('only_digits', only_digits),
-      max_eval_examples=_common.check_optional_int('max_eval_examples', max_eval_examples),
-      model=_common.check_choice('model', model, MODELS),
-  )
-  database = _common.require_cached_database('emnist', DATABASE_FILE, cache_dir)
-  train_data, test_data = tff.simulation.datasets.emnist.load_data(
-      only_digits=options['only_digits'], cache_dir=cache_dir)
-  num_classes = 10 if options['only_digits'] else 62
-  client_ids = tuple(train_data.client_ids)
+      max_client_examples=max_client_examples, seed=seed, eval_batch_size=eval_batch_size,
+      cache_dir=cache_dir, only_digits=only_digits, max_eval_examples=max_eval_examples,
+      model=model)
+  database, train_data, test_data, num_classes, split = _load(options)
   num_examples, histograms = _common.scan_sql_split(
-      database, 'digits_only_train' if options['only_digits'] else 'all_train', client_ids,
+      database, split, tuple(train_data.client_ids),
       _common.one_hot_label_statistics('label', num_classes), num_classes)
+  return _build_task('emnist', options, train_data, test_data, num_classes, num_examples,
+                     histograms)
 
-  train_batches = _tff_batch_and_reshape(options['client_batch_size'])
 
-  def preprocess_client(dataset: tf.data.Dataset, shuffle_seed) -> tf.data.Dataset:
-    return train_batches(_common.training_stream(
-        dataset, shuffle_seed, shuffle_buffer_size=_SHUFFLE_BUFFER_SIZE,
-        max_examples=options['max_client_examples'], epochs=options['client_epochs']))
+# --------------------------------------------------------------------------
+# Unbalanced FEMNIST.
 
-  return Task(
-      name='emnist',
-      train_data=train_data,
-      eval_data=_common.centralized_eval_data(
-          test_data, options['seed'], options['max_eval_examples']),
-      preprocess_client=preprocess_client,
-      preprocess_eval=_tff_batch_and_reshape(options['eval_batch_size']),
-      keras_model_fn=functools.partial(models.mcmahan_cnn, num_classes),
-      loss_fn=_common.sparse_categorical_loss,
-      metrics_fn=_common.accuracy_metrics,
-      client_ids=client_ids,
-      client_num_examples=num_examples,
-      client_label_histograms=histograms,
-      num_classes=num_classes,
-      options=options,
+
+def femnist_standin_client_sizes(only_digits: bool) -> np.ndarray:
+  """A stand-in for the training-client sizes of TFF's FEMNIST.
+
+  ``N`` sizes (3,383 for digits, 3,400 for all classes): the mid-point
+  quantiles ``F^-1((i + 0.5) / N)`` of a Gamma distribution with coefficient
+  of variation 88.94 / 226.83 (LEAF's per-writer std / mean for FEMNIST)
+  truncated to ``[0, largest]`` (``largest`` = 418, TFF's largest EMNIST
+  client; 213 = 418 * 341,873 / 671,585 for digits, an assumption), its
+  scale solved so that the quantiles' mean is TFF's mean, then rounded
+  (largest remainder) to sum exactly to TFF's total (341,873 or 671,585)
+  and clipped to ``[1, largest]``. Deterministic; ascending order.
+
+  Args:
+    only_digits: Which FEMNIST variant.
+
+  Returns:
+    ``int64[N]`` client sizes.
+  """
+  only_digits = _common.check_bool('only_digits', only_digits)
+  num_clients = _TFF_CLIENTS[only_digits]
+  total = _TFF_TRAIN_EXAMPLES[only_digits]
+  largest = (emnist_preprocessing.MAX_CLIENT_DATASET_SIZE if not only_digits else round(
+      emnist_preprocessing.MAX_CLIENT_DATASET_SIZE * total / _TFF_TRAIN_EXAMPLES[False]))
+  shape = _LEAF_FEMNIST_CV ** -2
+  levels = (np.arange(num_clients) + 0.5) / num_clients
+
+  def quantiles(scale: float) -> np.ndarray:
+    mass = scipy.stats.gamma.cdf(largest, shape, scale=scale)
+    return scipy.stats.gamma.ppf(levels * mass, shape, scale=scale)
+
+  scale = scipy.optimize.brentq(
+      lambda s: quantiles(s).mean() - total / num_clients, 1e-3, 1e4, xtol=1e-9)
+  exact = quantiles(scale) * total / quantiles(scale).sum()
+  sizes = np.floor(exact).astype(np.int64)
+  order = np.argsort(-(exact - sizes), kind='stable')
+  sizes[order[:total - sizes.sum()]] += 1
+  return np.clip(sizes, 1, largest)
+
+
+def _scan_client_labels(
+    database_path: str, split_name: str, client_ids: Sequence[str], num_classes: int,
+    *, chunk_size: int = 20_000,
+) -> list[np.ndarray]:
+  """Every client's labels, in the storage (rowid) order of its rows.
+
+  One pass over the split, like `_common.scan_sql_split`, but keeping each
+  row's label so that the labels of any subset of a client's examples can be
+  counted. TFF's ``SqlClientData`` query (``WHERE client_id = ... and
+  split_name = ...``, no ``ORDER BY``) returns a client's rows in the same
+  rowid order (a table scan, or an index whose ties are broken by rowid).
+  """
+  index = {client_id: i for i, client_id in enumerate(client_ids)}
+  owners, labels = [], []
+  uri = f'file:{os.path.abspath(database_path)}?mode=ro'
+  with contextlib.closing(sqlite3.connect(uri, uri=True)) as connection:
+    cursor = connection.execute(
+        'SELECT client_id, serialized_example_proto FROM examples WHERE split_name = ? '
+        'ORDER BY rowid;', (split_name,))
+    while rows := cursor.fetchmany(chunk_size):
+      owners.append(np.fromiter((index[row[0]] for row in rows), np.int64, len(rows)))
+      labels.append(_common.parse_int_feature([row[1] for row in rows], 'label'))
+  owners = np.concatenate(owners) if owners else np.zeros(0, np.int64)
+  labels = np.concatenate(labels) if labels else np.zeros(0, np.int64)
+  if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
+    raise ValueError(
+        f"Label 'label' outside [0, {num_classes}) in the database: "
+        f'found values in [{labels.min()}, {labels.max()}].')
+  order = np.argsort(owners, kind='stable')
+  bounds = np.concatenate([[0], np.cumsum(np.bincount(owners, minlength=len(client_ids)))])
+  grouped = labels[order]
+  return [grouped[bounds[i]:bounds[i + 1]] for i in range(len(client_ids))]
+
+
+def _check_unbalance_options(
+    unbalanced_set: int,
+    only_digits: bool,
+    *,
+    unbalance_seed: Any,
+    unbalance_lower: Any,
+    unbalance_upper: Any,
+    unbalance_removal_probability: Any,
+    unbalance_keep_examples: Any,
+    unbalance_calibrate: Any,
+) -> dict[str, Any]:
+  """Resolved unbalancing options (preset values fill the ``None`` ones)."""
+  explicit = collections.OrderedDict(
+      lower=_common.check_optional_int('unbalance_lower', unbalance_lower, minimum=0),
+      upper=_common.check_optional_int('unbalance_upper', unbalance_upper, minimum=0),
+      removal_probability=None if unbalance_removal_probability is None else _common.check_float(
+          'unbalance_removal_probability', unbalance_removal_probability,
+          minimum=0.0, maximum=1.0, min_inclusive=True),
+      keep_examples=_common.check_optional_int('unbalance_keep_examples',
+                                               unbalance_keep_examples),
   )
+  calibrate = _common.check_bool('unbalance_calibrate', unbalance_calibrate)
+  given = [f'unbalance_{k}' for k, v in explicit.items() if v is not None]
+  if calibrate and given:
+    raise ValueError(
+        f'unbalance_calibrate=True chooses the parameters itself; do not also set '
+        f'{", ".join(given)}.')
+  preset = UNBALANCED_PRESETS[(unbalanced_set, only_digits)].as_dict()
+  params = collections.OrderedDict(
+      (k, preset[k] if v is None else v) for k, v in explicit.items())
+  try:
+    unbalance.UnbalanceParams(**params)
+  except ValueError as error:
+    raise ValueError(f'unbalance_{error}') from error
+  return collections.OrderedDict(
+      unbalance_seed=_common.check_int('unbalance_seed', unbalance_seed, minimum=0,
+                                       maximum=2**32 - 1),
+      **{f'unbalance_{k}': v for k, v in params.items()},
+      unbalance_calibrate=calibrate,
+  )
+
+
+def create_emnist_unbalanced_task(
+    unbalanced_set: int,
+    *,
+    client_batch_size: int = 20,
+    client_epochs: int = 1,
+    max_client_examples: Optional[int] = None,
+    seed: int = 0,
+    eval_batch_size: int = 256,
+    cache_dir: Optional[str] = None,
+    only_digits: bool = True,
+    max_eval_examples: Optional[int] = 10_000,
+    model: str = 'cnn',
+    unbalance_seed: int = 0,
+    unbalance_lower: Optional[int] = None,
+    unbalance_upper: Optional[int] = None,
+    unbalance_removal_probability: Optional[float] = None,
+    unbalance_keep_examples: Optional[int] = None,
+    unbalance_calibrate: bool = False,
+) -> Task:
+  """Builds ``emnist_unbalanced_<unbalanced_set>`` (see the module docstring).
+
+  Args:
+    unbalanced_set: 1, 2 or 3 (`UNBALANCED_TARGETS`).
+    client_batch_size: As for ``emnist``.
+    client_epochs: As for ``emnist``.
+    max_client_examples: As for ``emnist``.
+    seed: As for ``emnist`` (evaluation order only).
+    eval_batch_size: As for ``emnist``.
+    cache_dir: As for ``emnist``.
+    only_digits: As for ``emnist``; also selects the preset.
+    max_eval_examples: As for ``emnist``.
+    model: As for ``emnist``.
+    unbalance_seed: Seed of the removals and of the kept examples.
+    unbalance_lower: Smallest affected client size (``None``: the preset's).
+    unbalance_upper: Largest affected client size (``None``: the preset's).
+    unbalance_removal_probability: Probability that an affected client is
+      removed (``None``: the preset's).
+    unbalance_keep_examples: Examples an affected surviving client keeps
+      (``None``: the preset's).
+    unbalance_calibrate: Calibrate the parameters on the real training sizes
+      for this set's target instead of using the preset (removal probability
+      0.5, lower 1, seeds 0-4; `tasks.unbalance.calibrate_on_sizes`).
+
+  Returns:
+    The `Task`, whose ``client_ids``, ``client_num_examples`` and
+    ``client_label_histograms`` describe the surviving clients and their kept
+    examples, in TFF's client order; ``train_data`` yields only those. The
+    options hold the parameters actually used.
+
+  Raises:
+    ValueError: For an invalid option (checked before any data is read).
+    FileNotFoundError: If the database is not in `cache_dir`.
+  """
+  if unbalanced_set not in UNBALANCED_TARGETS:
+    raise ValueError(
+        f'unbalanced_set must be one of {list(UNBALANCED_TARGETS)}, got {unbalanced_set!r}.')
+  options = _check_options(
+      client_batch_size=client_batch_size, client_epochs=client_epochs,
+      max_client_examples=max_client_examples, seed=seed, eval_batch_size=eval_batch_size,
+      cache_dir=cache_dir, only_digits=only_digits, max_eval_examples=max_eval_examples,
+      model=model)
+  options.update(_check_unbalance_options(
+      unbalanced_set, options['only_digits'], unbalance_seed=unbalance_seed,
+      unbalance_lower=unbalance_lower, unbalance_upper=unbalance_upper,
+      unbalance_removal_probability=unbalance_removal_probability,
+      unbalance_keep_examples=unbalance_keep_examples, unbalance_calibrate=unbalance_calibrate))
+  database, train_data, test_data, num_classes, split = _load(options)
+  original_ids = list(train_data.client_ids)
+  client_labels = _scan_client_labels(database, split, original_ids, num_classes)
+  sizes = np.array([len(labels) for labels in client_labels], np.int64)
+  if options['unbalance_calibrate']:
+    top_fraction, share = UNBALANCED_TARGETS[unbalanced_set]
+    params = unbalance.calibrate_on_sizes(
+        sizes, top_fraction, share, removal_probability=CALIBRATION_REMOVAL_PROBABILITY,
+        lower=CALIBRATION_LOWER).params
+    options.update((f'unbalance_{k}', v) for k, v in params.as_dict().items())
+  else:
+    params = unbalance.UnbalanceParams(
+        options['unbalance_lower'], options['unbalance_upper'],
+        options['unbalance_removal_probability'], options['unbalance_keep_examples'])
+  unbalanced_data, _, kept_examples = unbalance.unbalance_client_data(
+      train_data, sizes, params, options['unbalance_seed'])
+  position = {client_id: i for i, client_id in enumerate(original_ids)}
+  kept_labels = [
+      client_labels[position[client_id]] if kept is None
+      else client_labels[position[client_id]][kept]
+      for client_id, kept in kept_examples.items()]
+  num_examples = np.array([len(labels) for labels in kept_labels], np.int64)
+  histograms = np.stack([np.bincount(labels, minlength=num_classes) for labels in kept_labels])
+  return _build_task(f'emnist_unbalanced_{unbalanced_set}', options, unbalanced_data, test_data,
+                     num_classes, num_examples, histograms.astype(np.int64))
+
+
+def unbalanced_task_constructor(unbalanced_set: int) -> Callable[..., Task]:
+  """The registry constructor of ``emnist_unbalanced_<unbalanced_set>``."""
+  if unbalanced_set not in UNBALANCED_TARGETS:
+    raise ValueError(
+        f'unbalanced_set must be one of {list(UNBALANCED_TARGETS)}, got {unbalanced_set!r}.')
+  return functools.partial(create_emnist_unbalanced_task, unbalanced_set)

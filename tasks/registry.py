@@ -5,7 +5,9 @@
 Every task accepts ``client_batch_size``, ``client_epochs``,
 ``max_client_examples`` (per-client cap per epoch, ``None`` = all), ``seed`` and
 ``eval_batch_size``; the TFF-backed tasks also ``cache_dir`` and
-``max_eval_examples``; the rest is per task (`task_options`). An option that
+``max_eval_examples``; the rest is per task (`task_options`). The
+``emnist_unbalanced_{1,2,3}`` tasks take ``emnist``'s options plus the
+``unbalance_*`` ones (`tasks.emnist.create_emnist_unbalanced_task`). An option that
 belongs to another task is an error, so a command-line flag meant for one task
 cannot silently do nothing for another.
 """
@@ -27,6 +29,9 @@ _CONSTRUCTORS: dict[str, Callable[..., Task]] = {
     'digits': digits.create_digits_task,
     'synthetic': synthetic.create_synthetic_task,
     'emnist': emnist.create_emnist_task,
+    'emnist_unbalanced_1': emnist.unbalanced_task_constructor(1),
+    'emnist_unbalanced_2': emnist.unbalanced_task_constructor(2),
+    'emnist_unbalanced_3': emnist.unbalanced_task_constructor(3),
     'shakespeare': shakespeare.create_shakespeare_task,
     'cifar100': cifar100.create_cifar100_task,
 }

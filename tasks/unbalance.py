@@ -134,17 +134,20 @@ def unbalance_client_sizes(
   _check_params(lower, upper, removal_probability, keep_examples)
   uniforms = np.random.default_rng([seed, _DECISION_STREAM]).random(sizes.size)
   return _unbalance_with_uniforms(
-      sizes, uniforms, lower, upper, removal_probability, keep_examples)
+      sizes, uniforms, lower=lower, upper=upper, removal_probability=removal_probability,
+      keep_examples=keep_examples)
 
 
 def _unbalance_with_uniforms(
     sizes: np.ndarray,
     uniforms: np.ndarray,
+    *,
     lower: int,
     upper: int,
     removal_probability: float,
     keep_examples: int,
 ) -> UnbalancedSizes:
+  """The procedure given each client's uniform (removed iff ``u < p``)."""
   affected = (sizes >= lower) & (sizes <= upper)
   removed = affected & (uniforms < removal_probability)
   new_sizes = np.where(affected, np.minimum(sizes, keep_examples), sizes)
@@ -200,7 +203,8 @@ def size_concentration(client_sizes: Sequence[int] | np.ndarray, top_fraction: f
   if not 0.0 < top_fraction <= 1.0:
     raise ValueError(f'top_fraction must be in (0, 1], got {top_fraction!r}.')
   top = max(1, int(round(top_fraction * sizes.size)))
-  return float(np.sort(sizes)[::-1][:top].sum() / sizes.sum())
+  largest = np.partition(sizes, sizes.size - top)[sizes.size - top:]
+  return float(largest.sum() / sizes.sum())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -272,7 +276,7 @@ def calibrate_on_sizes(
     raise ValueError('client_sizes must not be empty.')
   if not 0.0 < target_share <= 1.0:
     raise ValueError(f'target_share must be in (0, 1], got {target_share!r}.')
-  lower = int(sizes.min()) if lower is None else lower
+  lower = int(sizes.min()) if lower is None else int(lower)
   uppers = (np.unique(sizes[sizes >= lower]) if upper_candidates is None
             else np.asarray(sorted(set(upper_candidates)), np.int64))
   keeps = sorted(set(keep_candidates))
@@ -281,34 +285,44 @@ def calibrate_on_sizes(
 
   best_key, best = None, None
   for upper, keep in itertools.product(uppers, keeps):
-    upper, keep = int(upper), int(keep)
     if upper < lower:
       continue
-    shares, clients, unchanged = [], [], []
-    for u in uniforms:
-      result = _unbalance_with_uniforms(sizes, u, lower, upper, removal_probability, keep)
-      survivors = result.new_sizes[result.kept_mask]
-      if survivors.sum() == 0:
-        break
-      shares.append(size_concentration(survivors, target_top_fraction))
-      clients.append(survivors.size)
-      outside = (sizes < lower) | (sizes > upper)
-      unchanged.append(outside.sum() / survivors.size)
-    else:
-      error = abs(float(np.mean(shares)) - target_share)
-      structure = abs(float(np.mean(unchanged)) - target_top_fraction)
-      key = ((0, structure, error, -keep) if error <= share_tolerance
-             else (1, error, structure, -keep))
-      if best_key is None or key < best_key:
-        best_key = key
-        best = CalibrationResult(
-            params=UnbalanceParams(lower, upper, float(removal_probability), keep),
-            mean_share=float(np.mean(shares)), min_share=float(np.min(shares)),
-            max_share=float(np.max(shares)), mean_clients=float(np.mean(clients)),
-            unchanged_fraction=float(np.mean(unchanged)))
+    params = UnbalanceParams(lower, int(upper), float(removal_probability), int(keep))
+    result = _evaluate(sizes, uniforms, params, target_top_fraction)
+    if result is None:
+      continue
+    error = abs(result.mean_share - target_share)
+    structure = abs(result.unchanged_fraction - target_top_fraction)
+    key = ((0, structure, error, -params.keep_examples) if error <= share_tolerance
+           else (1, error, structure, -params.keep_examples))
+    if best_key is None or key < best_key:
+      best_key, best = key, result
   if best is None:
     raise ValueError('No candidate parameters leave any example.')
   return best
+
+
+def _evaluate(
+    sizes: np.ndarray,
+    uniforms: Sequence[np.ndarray],
+    params: UnbalanceParams,
+    top_fraction: float,
+) -> Optional[CalibrationResult]:
+  """Statistics of `params` over the seeds' uniforms; ``None`` if a seed
+  leaves no example."""
+  unchanged = int(np.sum((sizes < params.lower) | (sizes > params.upper)))
+  shares, clients = [], []
+  for u in uniforms:
+    result = _unbalance_with_uniforms(sizes, u, **params.as_dict())
+    survivors = result.new_sizes[result.kept_mask]
+    if survivors.sum() == 0:
+      return None
+    shares.append(size_concentration(survivors, top_fraction))
+    clients.append(survivors.size)
+  return CalibrationResult(
+      params=params, mean_share=float(np.mean(shares)), min_share=float(np.min(shares)),
+      max_share=float(np.max(shares)), mean_clients=float(np.mean(clients)),
+      unchanged_fraction=float(np.mean(unchanged / np.array(clients))))
 
 
 def unbalance_client_data(

@@ -6,6 +6,7 @@ import sys
 
 from absl import flags
 from absl.testing import flagsaver
+import numpy as np
 import pytest
 
 from bin import demo
@@ -33,13 +34,20 @@ def test_fedavg_two_rounds_subprocess(tmp_path):
 
 
 def test_demo_two_rounds_subprocess(tmp_path):
-  proc = _run_module('bin.demo', '--rounds=2', '--seeds=2', f'--root_output_dir={tmp_path}')
+  proc = _run_module('bin.demo', '--rounds=2', '--seeds=2', '--methods=optimal,full',
+                     '--eval_every=1', f'--root_output_dir={tmp_path}')
   assert proc.returncode == 0, proc.stderr[-3000:]
-  assert 'final eval accuracy' in proc.stdout
+  lines = proc.stdout.splitlines()
+  assert any(line.startswith('optimal ') for line in lines), proc.stdout
+  assert any(line.startswith('full ') for line in lines), proc.stdout
   with open(tmp_path / 'accuracy.png', 'rb') as f:
     assert f.read(8) == b'\x89PNG\r\n\x1a\n'
   assert sorted(os.listdir(tmp_path)) == [
-      'accuracy.png', 'digits_fedavg_seed0', 'digits_fedavg_seed1']
+      'accuracy.png', 'digits_full_seed0', 'digits_full_seed1', 'digits_optimal_seed0',
+      'digits_optimal_seed1']
+  full = results.load_run(tmp_path / 'digits_full_seed0')
+  assert np.all(full.metrics['uplink/model_uploads'][1:] == 32)  # Everyone uploads.
+  assert full.hparams['task.preset'] == 'unbalanced'
 
 
 @pytest.mark.parametrize('overrides,message', [
@@ -50,7 +58,7 @@ def test_demo_two_rounds_subprocess(tmp_path):
      r'--synthetic_alpha does not apply to --task=digits \(it applies to: synthetic\); '
      r"the flags of task 'digits' are --client_batch_size, --data_seed"),
     (dict(cache_dir='/tmp'), r'--cache_dir does not apply to --task=digits \(it applies to: '
-                             r'emnist, shakespeare, cifar100\)'),
+                             r'emnist, emnist_unbalanced_1, .*, cifar100\)'),
     (dict(dirichlet_alpha='-1'), 'dirichlet_alpha'),
     (dict(task='emnist', cache_dir='{tmp}/empty'), r'emnist_all\.sqlite.*cache_dir'),
 ])
@@ -74,6 +82,9 @@ def test_extra_arguments_are_rejected():
       fedavg.main(['fedavg', 'stray'])
     with pytest.raises(Exception, match='Unexpected arguments: stray'):
       demo.main(['demo', 'stray'])
+  with flagsaver.as_parsed(rounds='1', methods='optimal,best'):
+    with pytest.raises(SystemExit, match=r"Unknown --methods \['best'\]"):
+      demo.main(['demo'])
 
 
 def test_resume_with_other_flags_is_rejected(tmp_path):
@@ -84,3 +95,19 @@ def test_resume_with_other_flags_is_rejected(tmp_path):
   with flagsaver.as_parsed(client_learning_rate='0.5', **common):
     with pytest.raises(SystemExit, match='different configuration.*client_learning_rate'):
       fedavg.main(['fedavg'])
+
+
+def test_optimal_sampling_two_rounds_subprocess(tmp_path):
+  proc = _run_module('bin.optimal_sampling', '--task=digits', '--rounds=2',
+                     '--sampling=optimal', '--algorithm=dsgd', f'--root_output_dir={tmp_path}',
+                     '--experiment_name=smoke')
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  run = results.load_run(tmp_path / 'smoke')
+  assert list(run.rounds) == [0, 1, 2]
+  # The paper's defaults for the task filled the unset flags.
+  assert run.hparams['clients_per_round'] == 32 and run.hparams['expected_clients'] == 3.0
+  uploads = run.metrics['uplink/model_uploads'][1:]
+  assert np.all(uploads == run.metrics['process/aggregator/uploads'][1:])
+  # Bits: uploads × 4,810 parameters + 18 protocol scalars × 32 clients, 32 bits each.
+  np.testing.assert_array_equal(run.metrics['uplink/round_bits'][1:],
+                                32 * (uploads * 4810 + 18 * 32))

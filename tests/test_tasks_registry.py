@@ -12,7 +12,8 @@ COMMON = ('client_batch_size', 'client_epochs', 'max_client_examples', 'seed', '
 
 
 def test_names_and_options():
-  assert task_names() == ('digits', 'synthetic', 'emnist', 'shakespeare', 'cifar100')
+  assert task_names() == ('digits', 'synthetic', 'emnist', 'emnist_unbalanced_1',
+                          'emnist_unbalanced_2', 'emnist_unbalanced_3', 'shakespeare', 'cifar100')
   for name in task_names():
     assert set(COMMON) <= set(task_options(name))
   for name in ('emnist', 'shakespeare', 'cifar100'):
@@ -45,7 +46,8 @@ def test_option_of_another_task():
   with pytest.raises(ValueError) as error:
     get_task('digits', only_digits=False)
   message = str(error.value)
-  assert "Task 'digits' does not accept option(s) 'only_digits' (an option of: emnist)" in message
+  assert ("Task 'digits' does not accept option(s) 'only_digits' (an option of: emnist, "
+          'emnist_unbalanced_1, emnist_unbalanced_2, emnist_unbalanced_3)') in message
   assert 'its options are: client_batch_size, client_epochs' in message
   with pytest.raises(ValueError, match=r"'crop_size' \(an option of: cifar100\)"):
     get_task('shakespeare', crop_size=24)

@@ -46,6 +46,7 @@ import tensorflow_federated as tff
 
 from tff_sampling.task import Task
 from tff_sampling import communication
+from tff_sampling import runtime
 from tff_sampling.samplers import base as samplers_base
 
 # Hyper-parameters that may change between a run and its resumption without
@@ -255,6 +256,7 @@ def run_experiment(
     FloatingPointError: If the global model becomes non-finite.
   """
   _prepare_output_dir(config.output_dir)
+  runtime.use_secure_sum_simulation()  # Secure-sum aggregators need it; harmless otherwise.
   state_manager = tff.program.FileProgramStateManager(
       os.path.join(config.output_dir, 'checkpoints'),
       keep_total=config.keep_checkpoints, keep_first=True)

@@ -17,6 +17,7 @@ import os
 import signal
 
 import psutil
+import tensorflow_federated as tff
 
 _WORKER_NAME = 'worker_binary'
 
@@ -68,3 +69,23 @@ def quiet_library_logs() -> None:
     logger = logging_lib.getLogger(name)
     if not any(isinstance(f, _OwnInfoOnly) for f in logger.filters):
       logger.addFilter(_OwnInfoOnly())
+
+
+def use_secure_sum_simulation() -> None:
+  """Makes TFF run computations that contain secure sums.
+
+  TFF 0.87's default execution context rejects ``tff.federated_secure_sum*``
+  ("Cannot embed a federated value"). Its test C++ context runs the same local
+  C++ runtime after compiling each secure sum into a plain sum with the same
+  bound checks: the simulation of secure aggregation. Call this once before
+  running a computation built with ``OptimalSamplingFactory(secure=True)`` (the
+  program loop and binaries do); it is harmless for computations without secure
+  sums. Idempotent.
+  """
+  global _SECURE_CONTEXT_SET
+  if not _SECURE_CONTEXT_SET:
+    tff.backends.test.set_sync_test_cpp_execution_context()
+    _SECURE_CONTEXT_SET = True
+
+
+_SECURE_CONTEXT_SET = False

@@ -1,0 +1,216 @@
+"""Tests for tff_sampling/aggregators/optimal_sampling.py."""
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow_federated as tff
+from tensorflow_federated.python.core.impl.compiler import building_blocks
+from tensorflow_federated.python.core.impl.compiler import tree_analysis
+
+from tff_sampling import probabilities
+from tff_sampling import runtime
+from tff_sampling.aggregators import OptimalSamplingFactory
+
+runtime.use_secure_sum_simulation()
+
+_VALUE_TYPE = tff.to_type(collections.OrderedDict(
+    a=tff.TensorType(np.float32, [3]), b=tff.TensorType(np.float32, [2])))
+_WEIGHT_TYPE = tff.TensorType(np.float32)
+
+
+def _values(vectors):
+  return [collections.OrderedDict(a=np.asarray(v[:3], np.float32), b=np.asarray(v[3:], np.float32))
+          for v in vectors]
+
+
+def _flat(result):
+  return np.concatenate([result['a'], result['b']])
+
+
+def _process(m, **kwargs):
+  return OptimalSamplingFactory(m, **kwargs).create(_VALUE_TYPE, _WEIGHT_TYPE)
+
+
+def _intrinsic_uris(computation):
+  uris = []
+
+  def record(node):
+    if isinstance(node, building_blocks.Intrinsic):
+      uris.append(node.uri)
+    return False
+
+  tree_analysis.count(computation.to_building_block(), record)
+  return uris
+
+
+_NON_SECURE = {'federated_sum', 'federated_aggregate', 'federated_mean',
+               'federated_weighted_mean'}
+
+
+def test_type_signature_and_measurement_keys():
+  process = _process(3.0)
+  signature = process.next.type_signature
+  assert signature.parameter[1].placement is tff.CLIENTS
+  assert signature.parameter[2].placement is tff.CLIENTS
+  assert signature.result.result.placement is tff.SERVER
+  assert signature.result.result.member.is_equivalent_to(_VALUE_TYPE)
+  assert [name for name, _ in tff.structure.iter_elements(signature.result.measurements.member)] == [
+      'uploads', 'expected_uploads', 'cohort_size', 'rescaling_steps', 'improvement_factor',
+      'full_participation', 'clipped_norms', 'clipped_weights', 'non_finite_updates',
+      'extra_scalars_per_client', 'inner']
+
+
+def test_secure_computation_has_no_plain_aggregation_of_client_values():
+  secure_inner = tff.aggregators.SecureSumFactory(1e4)
+  uris = _intrinsic_uris(_process(3.0, inner_factory=secure_inner).next)
+  assert not _NON_SECURE & set(uris), uris
+  assert 'federated_secure_sum_bitwidth' in uris
+  # With the default inner factory the model update is the one plain sum.
+  uris = _intrinsic_uris(_process(3.0).next)
+  assert [u for u in uris if u in _NON_SECURE] == ['federated_sum']
+  # The check can fail: the non-secure variant aggregates in the clear.
+  assert len([u for u in _intrinsic_uris(_process(3.0, secure=False).next)
+              if u in _NON_SECURE]) > 5
+
+
+@pytest.mark.parametrize('mode', ['approximate', 'exact'])
+def test_hand_computed_round(mode):
+  # U_i = i · (1, 1, 1, 1, 1), w_i = 1, m = 2: a_i = i·√5, A = 21·√5 and
+  # p_i = 2i/21 < 1 for i = 1..6, so each uploaded term (w_i/p_i)·U_i equals
+  # (21/2)·(1, …, 1) and the aggregate is uploads · 10.5 / W with W = 6.
+  process = _process(2.0, mode=mode, secure=(mode == 'approximate'))
+  output = process.next(process.initialize(), _values([[i] * 5 for i in range(1, 7)]), [1.0] * 6)
+  measurements = output.measurements
+  np.testing.assert_allclose(_flat(output.result), measurements['uploads'] * 1.75, rtol=1e-6)
+  assert measurements['cohort_size'] == 6
+  assert measurements['expected_uploads'] == pytest.approx(2.0, abs=1e-5)
+  assert measurements['rescaling_steps'] == 0
+  # α = Σ(1−p)/p·a² / Σ(1−m/n)/(m/n)·a², with p_i = 2i/21 and m/n = 1/3.
+  p = 2 * np.arange(1, 7) / 21
+  a = np.arange(1, 7.0)
+  expected_alpha = np.sum((1 - p) / p * a**2) / np.sum(2 * a**2)
+  assert measurements['improvement_factor'] == pytest.approx(expected_alpha, rel=1e-5)
+  assert int(output.state['round']) == 1
+
+
+def test_measurements_match_numpy_probabilities_with_saturation():
+  # One dominant client saturates (p = 1) and a rescaling step is needed.
+  rng = np.random.default_rng(0)
+  norms = np.array([0.2, 0.5, 0.7, 1.0, 1.3, 9.0])
+  vectors = [rng.normal(size=5) for _ in norms]
+  vectors = [v / np.linalg.norm(v) * n for v, n in zip(vectors, norms)]
+  weights = [1.0, 2.0, 1.0, 3.0, 1.0, 1.0]
+  a = norms * np.array(weights)
+  for steps in (1, 4):
+    process = _process(2.0, max_rescaling_steps=steps)
+    measurements = process.next(process.initialize(), _values(vectors), weights).measurements
+    p = probabilities.approximate_optimal_probabilities(a, 2.0, steps)
+    assert measurements['expected_uploads'] == pytest.approx(p.sum(), rel=1e-5)
+    assert measurements['improvement_factor'] == pytest.approx(
+        probabilities.improvement_factor(a, p, 2.0), rel=1e-4)
+  exact = probabilities.optimal_probabilities(a, 2.0)
+  assert measurements['expected_uploads'] == pytest.approx(exact.sum(), rel=1e-5)
+  assert measurements['rescaling_steps'] >= 1
+
+
+def test_approximate_with_enough_steps_equals_exact():
+  rng = np.random.default_rng(1)
+  vectors = rng.lognormal(size=(10, 5)) * rng.lognormal(sigma=1.5, size=(10, 1))
+  weights = [float(w) for w in rng.integers(1, 50, size=10)]
+  approximate = _process(3.0, max_rescaling_steps=10, seed=5)
+  exact = _process(3.0, mode='exact', secure=False, seed=5)
+  for rounds in range(3):  # Same seed and round: same draws wherever p agrees.
+    out_a = approximate.next(approximate.initialize() if rounds == 0 else state_a,
+                             _values(vectors), weights)
+    out_e = exact.next(exact.initialize() if rounds == 0 else state_e, _values(vectors), weights)
+    state_a, state_e = out_a.state, out_e.state
+    np.testing.assert_allclose(_flat(out_a.result), _flat(out_e.result), rtol=1e-4)
+    assert out_a.measurements['uploads'] == out_e.measurements['uploads']
+    assert out_a.measurements['improvement_factor'] == pytest.approx(
+        out_e.measurements['improvement_factor'], rel=1e-4)
+
+
+def test_full_mode_is_the_weighted_mean():
+  rng = np.random.default_rng(2)
+  vectors = rng.normal(size=(5, 5))
+  weights = [3.0, 1.0, 4.0, 1.0, 5.0]
+  process = _process(2.0, mode='full')
+  output = process.next(process.initialize(), _values(vectors), weights)
+  np.testing.assert_allclose(_flat(output.result), np.average(vectors, axis=0, weights=weights),
+                             rtol=1e-6, atol=1e-7)
+  assert output.measurements['uploads'] == 5
+  assert output.measurements['extra_scalars_per_client'] == 6
+
+
+def test_expected_clients_at_least_cohort_means_full_participation():
+  rng = np.random.default_rng(3)
+  vectors = rng.normal(size=(4, 5))
+  process = _process(4.0)
+  output = process.next(process.initialize(), _values(vectors), [1.0] * 4)
+  assert output.measurements['full_participation'] == 1
+  assert output.measurements['uploads'] == 4
+  np.testing.assert_allclose(_flat(output.result), vectors.mean(axis=0), rtol=1e-5, atol=1e-6)
+
+
+def test_non_finite_and_zero_updates():
+  vectors = [[1, 2, 3, 4, 5], [np.nan] * 5, [0] * 5, [2, 1, 0, 1, 2]]
+  process = _process(1.0)
+  output = process.next(process.initialize(), _values(vectors), [1.0] * 4)
+  assert output.measurements['non_finite_updates'] == 1
+  assert np.all(np.isfinite(_flat(output.result)))
+  # Only the two non-zero finite clients can upload (p = 0 for the others).
+  assert output.measurements['expected_uploads'] == pytest.approx(1.0, abs=1e-5)
+  zeros = process.next(process.initialize(), _values([[0] * 5] * 3), [1.0] * 3)
+  assert zeros.measurements['uploads'] == 0
+  np.testing.assert_array_equal(_flat(zeros.result), np.zeros(5))
+
+
+def test_norms_above_the_bound_are_clipped_and_counted():
+  process = _process(1.0, norm_bound=10.0)
+  output = process.next(process.initialize(),
+                        _values([[100, 0, 0, 0, 0], [1, 0, 0, 0, 0], [2, 0, 0, 0, 0]]), [1.0] * 3)
+  assert output.measurements['clipped_norms'] == 1
+
+
+def test_unbiased_with_the_stated_variance():
+  # Monte Carlo over 400 rounds (the Bernoulli draws depend on (seed, round)).
+  # Per coordinate, the mean of R draws deviates from the weighted mean by
+  # N(0, Var/R); 4.5 standard deviations on 5 coordinates: false alarm < 4e-5.
+  rng = np.random.default_rng(4)
+  vectors = rng.normal(size=(8, 5)) * rng.lognormal(sigma=1.0, size=(8, 1))
+  weights = rng.integers(1, 20, size=8).astype(float)
+  a = weights * np.linalg.norm(vectors, axis=1)
+  p = probabilities.approximate_optimal_probabilities(a, 2.0, 4)
+  truth = np.average(vectors, axis=0, weights=weights)
+  w = weights / weights.sum()
+  variance = ((1 - p) / p)[:, None] * (w[:, None] * vectors) ** 2  # Per client, coordinate.
+  process = _process(2.0, seed=9)
+  state = process.initialize()
+  draws = []
+  for _ in range(400):
+    output = process.next(state, _values(vectors), [float(w) for w in weights])
+    state = output.state
+    draws.append(_flat(output.result))
+  draws = np.array(draws)
+  standard_error = np.sqrt(variance.sum(axis=0) / len(draws))
+  assert np.all(np.abs(draws.mean(axis=0) - truth) <= 4.5 * standard_error)
+  # E‖G − μ‖² = Σ (1 − p)/p · w²‖U‖²: the sample mean within 5 standard errors.
+  squared = np.sum((draws - truth) ** 2, axis=1)
+  expected = probabilities.sampling_variance(w * np.linalg.norm(vectors, axis=1), p)
+  assert abs(squared.mean() - expected) <= 5 * squared.std(ddof=1) / np.sqrt(len(draws))
+
+
+@pytest.mark.parametrize('kwargs,match', [
+    (dict(expected_clients=0), 'expected_clients must be a positive number, got 0'),
+    (dict(expected_clients=-1.5), 'got -1.5'),
+    (dict(expected_clients=float('nan')), 'got nan'),
+    (dict(expected_clients=2, max_rescaling_steps=-1),
+     'max_rescaling_steps must be a non-negative integer, got -1'),
+    (dict(expected_clients=2, mode='optimal'), "mode must be one of .* got 'optimal'"),
+    (dict(expected_clients=2, mode='exact'), "mode='exact' collects every client's norm"),
+    (dict(expected_clients=2, norm_bound=0.0), 'norm_bound must be a positive number'),
+])
+def test_bad_arguments(kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    OptimalSamplingFactory(**kwargs)
