@@ -54,7 +54,7 @@ _RESET = flags.DEFINE_bool('reset', True, 'Delete earlier demo runs before start
 
 def summary_table(groups: dict[str, list[results.Run]], target: float) -> str:
   """One row per method: accuracy, rounds and bits to `target`, mean α."""
-  header = (f'{"method":<10} {"final accuracy":>16} {f"rounds to {target:.0%}":>14} '
+  header = (f'{"method":<14} {"final accuracy":>16} {f"rounds to {target:.0%}":>14} '
             f'{f"Mbit to {target:.0%}":>14} {"total Mbit":>11} {"mean α":>7}')
   lines = [header, '-' * len(header)]
   for method, runs in groups.items():
@@ -71,8 +71,30 @@ def summary_table(groups: dict[str, list[results.Run]], target: float) -> str:
                    if any(r is not None for r in rounds) else 'never')
     bits_text = f'{np.median(reached) / 1e6:.2f}' if reached else 'never'
     total = np.median([r.metrics['uplink/cumulative_bits'][-1] for r in runs]) / 1e6
-    lines.append(f'{method:<10} {final.mean():>9.4f} ± {final.std():.3f} {rounds_text:>14} '
+    lines.append(f'{method:<14} {final.mean():>9.4f} ± {final.std():.3f} {rounds_text:>14} '
                  f'{bits_text:>14} {total:>11.2f} {alpha:>7.3f}')
+  return '\n'.join(lines)
+
+
+def improvement_table(groups: dict[str, list[results.Run]], blocks: int = 3) -> str:
+  """Mean improvement factor α (over seeds) per block of rounds, and rescaling steps used."""
+  alpha_column = 'process/aggregator/improvement_factor'
+  steps_column = 'process/aggregator/rescaling_steps'
+  rounds = max(int(r.rounds[-1]) for runs in groups.values() for r in runs)
+  edges = np.linspace(0, rounds, blocks + 1).astype(int)
+  names = [f'rounds {lo + 1}-{hi}' for lo, hi in zip(edges[:-1], edges[1:])]
+  lines = [f'{"method":<14} ' + ' '.join(f'{n:>14}' for n in names) +
+           f' {"steps used (mean/max)":>22}']
+  for method, runs in groups.items():
+    if alpha_column not in runs[0].metrics:
+      continue
+    cells = []
+    for lo, hi in zip(edges[:-1], edges[1:]):
+      values = [r.metrics[alpha_column][(r.rounds > lo) & (r.rounds <= hi)] for r in runs]
+      cells.append(f'{np.nanmean(np.concatenate(values)):>14.3f}')
+    steps = np.concatenate([r.metrics[steps_column][1:] for r in runs])
+    lines.append(f'{method:<14} ' + ' '.join(cells) +
+                 f' {f"{np.nanmean(steps):.2f}/{np.nanmax(steps):.0f}":>22}')
   return '\n'.join(lines)
 
 
@@ -116,6 +138,8 @@ def main(argv: Sequence[str]) -> None:
         f'{ef.CLIENTS_PER_ROUND.value}, expected uploads m = {os_bin.EXPECTED_CLIENTS.value:g}, '
         f'{ef.ROUNDS.value} rounds, {_SEEDS.value} seeds (mean ± std):')
   print(summary_table(groups, _TARGET_ACCURACY.value))
+  print('\nImprovement factor α by rounds (mean over seeds and rounds):')
+  print(improvement_table(groups))
   print(f'plot: {plot_path}')
   print(f'wall time: {time.monotonic() - start:.1f} s')
 

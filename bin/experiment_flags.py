@@ -9,12 +9,18 @@ task that does (see `tasks.get_task`).
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from absl import flags
+from absl import logging
+import tensorflow_federated as tff
 
 import tasks
+from tff_sampling import communication
 from tff_sampling import program
+from tff_sampling import samplers
 
 # --- The experiment -----------------------------------------------------------
 TASK = flags.DEFINE_enum('task', 'digits', list(tasks.task_names()), 'The task.')
@@ -77,6 +83,21 @@ _TASK_OPTION_FLAGS = {
         'sequence_length', None, 'shakespeare: characters per sequence.', lower_bound=1),
     'crop_size': flags.DEFINE_integer('crop_size', None, 'cifar100: crop size.', lower_bound=1),
     'distort_images': flags.DEFINE_bool('distort_images', None, 'cifar100: random crop/flip.'),
+    'unbalance_seed': flags.DEFINE_integer(
+        'unbalance_seed', None, 'emnist_unbalanced_*: seed of the unbalancing.'),
+    'unbalance_lower': flags.DEFINE_integer(
+        'unbalance_lower', None, 'emnist_unbalanced_*: smallest affected client size.'),
+    'unbalance_upper': flags.DEFINE_integer(
+        'unbalance_upper', None, 'emnist_unbalanced_*: largest affected client size.'),
+    'unbalance_removal_probability': flags.DEFINE_float(
+        'unbalance_removal_probability', None,
+        'emnist_unbalanced_*: probability that an affected client is removed.'),
+    'unbalance_keep_examples': flags.DEFINE_integer(
+        'unbalance_keep_examples', None,
+        'emnist_unbalanced_*: examples an affected, surviving client keeps.'),
+    'unbalance_calibrate': flags.DEFINE_bool(
+        'unbalance_calibrate', None,
+        'emnist_unbalanced_*: recalibrate the preset on the real client sizes.'),
 }
 
 
@@ -145,3 +166,37 @@ def program_config(hparams: dict[str, Any], default_name: str) -> program.Progra
       eval_every=EVAL_EVERY.value,
       checkpoint_every=CHECKPOINT_EVERY.value,
       hparams=hparams)
+
+
+def run_with_uniform_cohorts(
+    method: Mapping[str, Any],
+    default_name: str,
+    make_process: Callable[[tasks.Task], tff.learning.templates.LearningProcess],
+    *,
+    uplink_fn: program.UplinkFn = communication.full_cohort_uplink,
+) -> program.ExperimentResult:
+  """Runs the flags' experiment with uniformly drawn cohorts and logs the outcome.
+
+  Builds the task, checks the cohort size against the population before any
+  TFF work, and exits with a one-line error naming the problem for bad input
+  (flags, missing data, a non-finite model).
+
+  Args:
+    method: The method's hyper-parameters (recorded in ``hparams.json``).
+    default_name: The run directory name when ``--experiment_name`` is unset.
+    make_process: Builds the learning process for the task.
+    uplink_fn: Counts each round's uploads (see `program.run_experiment`).
+  """
+  try:
+    task = task_from_flags()
+    config = program_config(experiment_hparams(task, **method), default_name)
+    sampler = samplers.UniformSampler(CLIENTS_PER_ROUND.value, seed=SEED.value)
+    sampler.initialize(samplers.Population(task.client_num_examples))  # Fail fast.
+    result = program.run_experiment(task, make_process(task), sampler, config,
+                                    uplink_fn=uplink_fn)
+  except (ValueError, FileNotFoundError, FloatingPointError) as e:
+    sys.exit(f'Error: {e}')
+  logging.info('Finished round %d: %s; uploaded %.4g bits; results in %s',
+               result.final_round, dict(result.eval_metrics), result.cumulative_bits,
+               config.output_dir)
+  return result

@@ -14,20 +14,16 @@ Results feed ``bin/plot.py``; uploaded bits include the protocol's scalars.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 
 from absl import app
 from absl import flags
-from absl import logging
+import tensorflow_federated as tff
 
 from bin import experiment_flags as ef
 from tff_sampling import aggregators
 from tff_sampling import learning
-from tff_sampling import program
 from tff_sampling import runtime
-from tff_sampling import samplers
-import tensorflow_federated as tff
 
 SAMPLING_MODES = {'optimal': 'approximate', 'optimal_exact': 'exact',
                   'uniform': 'uniform', 'full': 'full'}
@@ -96,21 +92,11 @@ def main(argv: Sequence[str]) -> None:
   apply_paper_defaults(ef.TASK.value)
   if EXPECTED_CLIENTS.value is None:
     EXPECTED_CLIENTS.value = PAPER_DEFAULTS.get(ef.TASK.value, {}).get('expected_clients', 3.0)
-  try:
-    task = ef.task_from_flags()
-    hparams = ef.experiment_hparams(task, **method_hparams())
-    config = ef.program_config(hparams, default_name=(
-        f'{ef.TASK.value}_{_ALGORITHM.value}_{_SAMPLING.value}_seed{ef.SEED.value}'))
-    sampler = samplers.UniformSampler(ef.CLIENTS_PER_ROUND.value, seed=ef.SEED.value)
-    sampler.initialize(samplers.Population(task.client_num_examples))  # Fail fast.
-    process = make_process(task, _SAMPLING.value, ef.SEED.value)
-    result = program.run_experiment(task, process, sampler, config,
-                                    uplink_fn=aggregators.uplink_from_measurements)
-  except (ValueError, FileNotFoundError, FloatingPointError) as e:
-    sys.exit(f'Error: {e}')
-  logging.info('Finished round %d: %s; uploaded %.4g bits; results in %s',
-               result.final_round, dict(result.eval_metrics), result.cumulative_bits,
-               config.output_dir)
+  ef.run_with_uniform_cohorts(
+      method_hparams(),
+      default_name=f'{ef.TASK.value}_{_ALGORITHM.value}_{_SAMPLING.value}_seed{ef.SEED.value}',
+      make_process=lambda task: make_process(task, _SAMPLING.value, ef.SEED.value),
+      uplink_fn=aggregators.uplink_from_measurements)
 
 
 if __name__ == '__main__':

@@ -131,6 +131,15 @@ def test_approximate_with_enough_steps_equals_exact():
         out_e.measurements['improvement_factor'], rel=1e-4)
 
 
+def test_uniform_mode_has_improvement_factor_one():
+  rng = np.random.default_rng(5)
+  vectors = rng.normal(size=(8, 5)) * rng.lognormal(sigma=1.5, size=(8, 1))
+  process = _process(2.0, mode='uniform')
+  measurements = process.next(process.initialize(), _values(vectors), [1.0] * 8).measurements
+  assert measurements['improvement_factor'] == pytest.approx(1.0, rel=1e-4)
+  assert measurements['expected_uploads'] == pytest.approx(2.0, rel=1e-5)
+
+
 def test_full_mode_is_the_weighted_mean():
   rng = np.random.default_rng(2)
   vectors = rng.normal(size=(5, 5))

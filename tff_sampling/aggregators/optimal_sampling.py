@@ -341,16 +341,19 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
           lambda t: tf.where(upload, tf.cast(factor, t.dtype) * t, tf.zeros_like(t)), value)
       return weighted, tf.cast(upload, _COUNT)
 
-    @tff.tensorflow.computation(norm_info_type, _FLOAT_TYPE, _FLOAT_TYPE)
-    def client_measurement_terms(info, probability, norm_sum):
-      # In units of a_i / A ∈ [0, 1]: (1 − p)/p · ã² ≤ ã/m ≤ 1 for p ≥ m·ã.
+    @tff.tensorflow.computation(norm_info_type, _FLOAT_TYPE, _FLOAT_TYPE, _FLOAT_TYPE)
+    def client_measurement_terms(info, probability, norm_sum, cohort_size):
+      # The variance term (1 − p)/p · ã² with ã = a_i / A, scaled by m/n so that
+      # it lies in [0, 1] in every mode: optimal p ≥ min(1, m·ã) gives at most
+      # ã/n; uniform p = m/n gives (1 − m/n)·ã².
       share = tf.where(norm_sum > 0.0, info['norm'] / tf.maximum(norm_sum, 1e-30), 0.0)
+      rate = tf.minimum(1.0, m / tf.maximum(cohort_size, 1.0))
       variance_term = tf.where(probability > 0.0,
                                (1.0 - probability) / tf.maximum(probability, 1e-30) * share**2,
                                0.0)
       return collections.OrderedDict(
           probability=probability,
-          variance=tf.clip_by_value(variance_term, 0.0, 1.0),
+          scaled_variance=tf.clip_by_value(rate * variance_term, 0.0, 1.0),
           share_squared=share**2)
 
     @tff.tensorflow.computation(value_type, _FLOAT_TYPE)
@@ -360,11 +363,12 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
                              tf.zeros_like(t)), total)
 
     @tff.tensorflow.computation(_FLOAT_TYPE, _FLOAT_TYPE, _FLOAT_TYPE)
-    def server_improvement_factor(variance_sum, share_squared_sum, cohort_size):
+    def server_improvement_factor(scaled_variance_sum, share_squared_sum, cohort_size):
+      # α = Σ (1−p)/p·ã² / ((1 − m/n)/(m/n) · Σ ã²); the numerator arrives × m/n.
       rate = m / tf.maximum(cohort_size, 1.0)
-      uniform_variance = (1.0 - rate) / rate * share_squared_sum
-      return tf.where((rate < 1.0) & (uniform_variance > 0.0),
-                      variance_sum / tf.where(uniform_variance > 0.0, uniform_variance, 1.0), 0.0)
+      denominator = (1.0 - rate) * share_squared_sum
+      return tf.where((rate < 1.0) & (denominator > 0.0),
+                      scaled_variance_sum / tf.where(denominator > 0.0, denominator, 1.0), 0.0)
 
     @tff.tensorflow.computation(_FLOAT_TYPE)
     def server_full_participation(cohort_size):
@@ -463,14 +467,15 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
         improvement = tff.federated_value(np.float32(0.0), tff.SERVER)
       else:
         terms = tff.federated_map(client_measurement_terms, (
-            info, probability, tff.federated_broadcast(norm_sum)))
+            info, probability, tff.federated_broadcast(norm_sum),
+            tff.federated_broadcast(cohort_size)))
         term_sums = self._sum_floats(terms, 1.0)
         expected_uploads = tff.federated_map(
             tff.tensorflow.computation(lambda t: t['probability'], terms.type_signature.member),
             term_sums)
         improvement = tff.federated_map(server_improvement_factor, (
             tff.federated_map(tff.tensorflow.computation(
-                lambda t: t['variance'], terms.type_signature.member), term_sums),
+                lambda t: t['scaled_variance'], terms.type_signature.member), term_sums),
             tff.federated_map(tff.tensorflow.computation(
                 lambda t: t['share_squared'], terms.type_signature.member), term_sums),
             cohort_size))
