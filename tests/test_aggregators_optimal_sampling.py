@@ -175,6 +175,21 @@ def test_non_finite_and_zero_updates():
   np.testing.assert_array_equal(_flat(zeros.result), np.zeros(5))
 
 
+def test_fewer_non_zero_updates_than_m_saturate_without_division_by_zero():
+  # 2 non-zero updates, m = 3 < n = 5: both get p = 1, the three zero-norm
+  # clients keep p = 0 (< 1, so I = 3 but P = 0): the guard keeps C = 1.
+  vectors = [[1, 2, 3, 4, 5], [0] * 5, [2, 1, 0, 1, 2], [0] * 5, [0] * 5]
+  weights = [2.0, 1.0, 3.0, 1.0, 1.0]
+  process = _process(3.0, max_rescaling_steps=4)
+  output = process.next(process.initialize(), _values(vectors), weights)
+  assert output.measurements['uploads'] == 2
+  assert output.measurements['expected_uploads'] == pytest.approx(2.0, abs=1e-6)
+  assert output.measurements['full_participation'] == 0
+  np.testing.assert_allclose(_flat(output.result),
+                             np.average(np.array(vectors, float), axis=0, weights=weights),
+                             rtol=1e-6)
+
+
 def test_norms_above_the_bound_are_clipped_and_counted():
   process = _process(1.0, norm_bound=10.0)
   output = process.next(process.initialize(),
