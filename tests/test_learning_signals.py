@@ -1,0 +1,75 @@
+"""Tests for tff_sampling/learning/signals.py."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tff_sampling.learning import signals
+
+
+def _flat(weights):
+  return np.concatenate([np.ravel(t) for t in weights.trainable])
+
+
+@pytest.fixture(scope='module')
+def process(small_digits_task):
+  # 4,810 parameters ≤ 5,000: the sketch is the update itself (zero-padded).
+  return signals.build_fedavg_with_signals(
+      small_digits_task.model_fn, client_learning_rate=0.1, sketch_size=5000)
+
+
+def test_each_slot_holds_its_clients_update_and_sampler_weights_aggregate(
+    small_digits_task, process):
+  task = small_digits_task
+  start = task.initial_model_weights(0)
+  alone = {}
+  for client in (3, 5, 7):  # Each client's update, from a one-client round.
+    state = process.set_model_weights(process.initialize(), start)
+    output = process.next(state, signals.selection_client_data(
+        [task.client_dataset(client, seed=1)], [1.0]))
+    alone[client] = _flat(start) - _flat(process.get_model_weights(output.state))
+
+  order, weights = [7, 3, 5, 3], [0.25, 0.25, 0.25, 0.25]  # Client 3 drawn twice.
+  state = process.set_model_weights(process.initialize(), start)
+  output = process.next(state, signals.selection_client_data(
+      [task.client_dataset(c, seed=1) for c in order], weights))
+  sketches = output.metrics['client_work']['signals']['update_sketch']
+  assert sketches.shape == (4, 5000)
+  for slot, client in enumerate(order):
+    np.testing.assert_allclose(sketches[slot, :4810], alone[client], atol=1e-7)
+    np.testing.assert_array_equal(sketches[slot, 4810:], 0.0)
+  # The model moved by the sampler-weighted mean (1/m per draw, duplicates count).
+  expected = sum(w * alone[c] for c, w in zip(order, weights))
+  np.testing.assert_allclose(_flat(start) - _flat(process.get_model_weights(output.state)),
+                             expected, atol=1e-6)
+
+
+def test_count_sketch_matches_a_numpy_reference_and_is_linear():
+  rng = np.random.default_rng(0)
+  a, b = rng.normal(size=1000).astype(np.float32), rng.normal(size=1000).astype(np.float32)
+  sketch = signals.count_sketch_tf(tf.constant(a), 64, seed=3).numpy()
+  buckets = tf.random.stateless_uniform([1000], seed=[3, 0], minval=0, maxval=64,
+                                        dtype=tf.int32).numpy()
+  signs = tf.random.stateless_uniform([1000], seed=[3, 1], minval=0, maxval=2,
+                                      dtype=tf.int32).numpy() * 2 - 1
+  reference = np.zeros(64)
+  np.add.at(reference, buckets, signs * a)
+  np.testing.assert_allclose(sketch, reference, rtol=1e-5, atol=1e-5)
+  both = signals.count_sketch_tf(tf.constant(a + b), 64, seed=3).numpy()
+  np.testing.assert_allclose(
+      both, sketch + signals.count_sketch_tf(tf.constant(b), 64, seed=3).numpy(), atol=1e-4)
+  assert len(set(buckets.tolist())) == 64  # Every bucket used: the hash spreads.
+  # Small inputs are kept exactly.
+  np.testing.assert_array_equal(
+      signals.count_sketch_tf(tf.constant([1.0, 2.0]), 4, seed=3).numpy(), [1, 2, 0, 0])
+
+
+@pytest.mark.parametrize('bad', [0, -5, 2.5])
+def test_rejects_bad_sketch_size(small_digits_task, bad):
+  with pytest.raises(ValueError, match='sketch_size must be a positive integer'):
+    signals.build_signals_client_work(small_digits_task.model_fn, None, sketch_size=bad)
+
+
+def test_mismatched_weights_are_an_error(small_digits_task):
+  with pytest.raises(ValueError, match='2 datasets but 1 weights'):
+    signals.selection_client_data([small_digits_task.client_dataset(0, 0)] * 2, [1.0])

@@ -1,0 +1,196 @@
+"""Client work that also emits per-client signals, gathered at the server by slot.
+
+Server-side samplers (clustered sampling by model similarity, FedGS, …) need a
+fixed-size signal per participating client. This client work runs TFF's
+model-delta client work (local SGD from the broadcast model) and, besides the
+update, computes for each client a **count sketch** of its update (TFF's
+``U = x_global − x_local``, the sign convention of its model-delta client
+work; similarities are unaffected): coordinate
+``j`` of the flattened update is added, with sign ``s(j) ∈ {±1}``, to bucket
+``h(j) ∈ [0, d)``, where ``h`` and ``s`` come from stateless random ops seeded
+by ``sketch_seed`` (the same in every round, so sketches from different rounds
+are comparable). With ``sketch_size ≥`` the number of parameters the sketch is
+the update itself, zero-padded (exact).
+
+Each client's data is a struct of sequences (`client_data`): its training
+dataset and a one-element ``meta`` dataset holding its **cohort slot** and its
+**aggregation weight** chosen by the sampler (e.g. ``1/m`` per draw, duplicates
+counted). The sketches reach the server through ``federated_aggregate``,
+whose report scatters each row to its slot, giving ``signals/update_sketch``
+of shape ``[cohort, d]`` in the client work's measurements. The weight replaces
+TFF's example-count weight in the aggregation.
+
+Privacy: the server sees each participating client's sketch individually
+(not through a secure sum). Samplers that use these signals (clustered by
+similarity, FedGS with update similarity) therefore reveal per-client
+information to the server; uniform, MD, clustered by size and the
+optimal-sampling protocol do not use them.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_sampling.learning import fedavg
+
+_META_TYPE = tff.StructWithPythonType(
+    [('slot', tff.TensorType(np.int32)), ('weight', tff.TensorType(np.float32))],
+    collections.OrderedDict)
+
+
+def client_data(dataset: tf.data.Dataset, slot: int, weight: float) -> collections.OrderedDict:
+  """One client's input to the signals client work (see the module docstring)."""
+  meta = tf.data.Dataset.from_tensors(collections.OrderedDict(
+      slot=np.int32(slot), weight=np.float32(weight)))
+  return collections.OrderedDict(data=dataset, meta=meta)
+
+
+def count_sketch_tf(flat: tf.Tensor, sketch_size: int, seed: int) -> tf.Tensor:
+  """The count sketch of a 1-D float32 tensor (exact zero-padding when it fits)."""
+  num_values = flat.shape[0]
+  if num_values <= sketch_size:
+    return tf.pad(flat, [[0, sketch_size - num_values]])
+  buckets = tf.random.stateless_uniform(
+      [num_values], seed=[seed, 0], minval=0, maxval=sketch_size, dtype=tf.int32)
+  signs = tf.cast(tf.random.stateless_uniform(
+      [num_values], seed=[seed, 1], minval=0, maxval=2, dtype=tf.int32) * 2 - 1, flat.dtype)
+  return tf.math.unsorted_segment_sum(flat * signs, buckets, sketch_size)
+
+
+def build_signals_client_work(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    client_optimizer_fn: tff.learning.optimizers.Optimizer,
+    *,
+    sketch_size: int,
+    sketch_seed: int = 0,
+) -> tff.learning.templates.ClientWorkProcess:
+  """Local SGD that also reports each client's update sketch by cohort slot.
+
+  The created process has the type signature
+  ``(<S@SERVER, {W}@CLIENTS, {<data=B*, meta=<slot=int32,weight=float32>*>}@CLIENTS>
+  -> <state=S@SERVER, result={ClientResult}@CLIENTS, measurements=M@SERVER>)``
+  with ``M = <train=…, signals=<update_sketch=float32[?, sketch_size]>>``.
+
+  Args:
+    model_fn: Builds a fresh `tff.learning.models.VariableModel`.
+    client_optimizer_fn: The clients' local optimizer.
+    sketch_size: ``d``, the length of each client's signal (> 0).
+    sketch_seed: Seed of the sketch's hash and sign functions.
+
+  Raises:
+    ValueError: For a non-positive `sketch_size`.
+  """
+  if not isinstance(sketch_size, (int, np.integer)) or sketch_size <= 0:
+    raise ValueError(f'sketch_size must be a positive integer, got {sketch_size!r}.')
+  inner = tff.learning.templates.build_model_delta_client_work(
+      model_fn, client_optimizer_fn, tff.learning.ClientWeighting.NUM_EXAMPLES,
+      loop_implementation=fedavg.CLIENT_LOOP)
+  weights_type = inner.next.type_signature.parameter[1].member
+  data_type = inner.next.type_signature.parameter[2].member
+  meta_type = tff.SequenceType(_META_TYPE)
+  client_data_type = tff.StructWithPythonType(
+      [('data', data_type), ('meta', meta_type)], collections.OrderedDict)
+  update_type = inner.next.type_signature.result.result.member.update
+  rows_type = tff.TensorType(np.float32, [None, sketch_size])
+  slots_type = tff.TensorType(np.int32, [None])
+
+  @tff.tensorflow.computation(meta_type)
+  def read_meta(meta):
+    initial = collections.OrderedDict(slot=tf.constant(-1, tf.int32),
+                                      weight=tf.constant(0.0, tf.float32))
+    return meta.reduce(initial, lambda _, element: element)
+
+  @tff.tensorflow.computation(update_type)
+  def sketch(update):
+    flat = tf.concat([tf.reshape(tf.cast(t, tf.float32), [-1])
+                      for t in tf.nest.flatten(update)], 0)
+    return count_sketch_tf(flat, sketch_size, sketch_seed)
+
+  @tff.tensorflow.computation
+  def zero():
+    return (tf.zeros([0], tf.int32), tf.zeros([0, sketch_size], tf.float32))
+
+  @tff.tensorflow.computation((slots_type, rows_type),
+                              (tff.TensorType(np.int32), tff.TensorType(np.float32, [sketch_size])))
+  def accumulate(accumulator, value):
+    slots, rows = accumulator
+    slot, row = value
+    return (tf.concat([slots, [slot]], 0), tf.concat([rows, [row]], 0))
+
+  @tff.tensorflow.computation((slots_type, rows_type), (slots_type, rows_type))
+  def merge(a, b):
+    return (tf.concat([a[0], b[0]], 0), tf.concat([a[1], b[1]], 0))
+
+  @tff.tensorflow.computation((slots_type, rows_type))
+  def report(accumulator):
+    slots, rows = accumulator
+    cohort = tf.shape(slots)[0]
+    # Every slot 0..cohort-1 arrives exactly once; the scatter orders rows by slot.
+    return tf.scatter_nd(tf.expand_dims(slots, 1), rows, [cohort, sketch_size])
+
+  @tff.federated_computation(
+      inner.initialize.type_signature.result,
+      tff.FederatedType(weights_type, tff.CLIENTS),
+      tff.FederatedType(client_data_type, tff.CLIENTS))
+  def next_fn(state, weights, data):
+    inner_output = inner.next(state, weights, data.data)
+    meta = tff.federated_map(read_meta, data.meta)
+    update = inner_output.result.update
+    sketches = tff.federated_map(sketch, update)
+    gathered = tff.federated_aggregate(
+        tff.federated_zip((meta.slot, sketches)), zero(), accumulate, merge, report)
+    result = tff.federated_zip(tff.learning.templates.ClientResult(
+        update=update, update_weight=meta.weight))
+    measurements = tff.federated_zip(collections.OrderedDict(
+        train=inner_output.measurements,
+        signals=tff.federated_zip(collections.OrderedDict(update_sketch=gathered))))
+    return tff.templates.MeasuredProcessOutput(inner_output.state, result, measurements)
+
+  return tff.learning.templates.ClientWorkProcess(inner.initialize, next_fn)
+
+
+def build_fedavg_with_signals(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    *,
+    client_learning_rate: float,
+    server_learning_rate: float = 1.0,
+    sketch_size: int,
+    sketch_seed: int = 0,
+) -> tff.learning.templates.LearningProcess:
+  """FedAvg whose clients report update sketches by slot and use sampler weights.
+
+  Composed with `tff.learning.templates.compose_learning_process` from TFF's
+  broadcast distributor, `build_signals_client_work`, TFF's weighted mean, and
+  TFF's SGD finalizer. ``next(state, [client_data(ds, slot, weight), …])``;
+  the sketches are ``metrics['client_work']['signals']['update_sketch']``.
+  """
+  client_work = build_signals_client_work(
+      model_fn, tff.learning.optimizers.build_sgdm(client_learning_rate),
+      sketch_size=sketch_size, sketch_seed=sketch_seed)
+  model_weights_type = client_work.next.type_signature.parameter[1].member
+  update_type = client_work.next.type_signature.result.result.member.update
+
+  @tff.tensorflow.computation
+  def initial_model_weights_fn():
+    return tff.learning.models.ModelWeights.from_model(model_fn())
+
+  return tff.learning.templates.compose_learning_process(
+      initial_model_weights_fn,
+      tff.learning.templates.build_broadcast_process(model_weights_type),
+      client_work,
+      tff.aggregators.MeanFactory().create(update_type, tff.TensorType(np.float32)),
+      tff.learning.templates.build_apply_optimizer_finalizer(
+          tff.learning.optimizers.build_sgdm(server_learning_rate), model_weights_type))
+
+
+def selection_client_data(datasets: Sequence[tf.data.Dataset],
+                          weights: Sequence[float]) -> list[collections.OrderedDict]:
+  """Client data for a whole cohort: slot ``k`` gets ``datasets[k]`` and ``weights[k]``."""
+  if len(datasets) != len(weights):
+    raise ValueError(f'{len(datasets)} datasets but {len(weights)} weights.')
+  return [client_data(d, k, w) for k, (d, w) in enumerate(zip(datasets, weights))]
