@@ -17,7 +17,6 @@ and accuracy-vs-uploaded-bits plot. Earlier demo runs are replaced unless
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -30,7 +29,6 @@ from bin import experiment_flags as ef
 from bin import optimal_sampling as os_bin
 from tff_sampling import aggregators
 from tff_sampling import plotting
-from tff_sampling import program
 from tff_sampling import results
 from tff_sampling import runtime
 from tff_sampling import samplers
@@ -103,7 +101,6 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   runtime.quiet_library_logs()
   start = time.monotonic()
-  groups: dict[str, list[results.Run]] = {}
   try:
     unknown = [m for m in _METHODS.value if m not in os_bin.SAMPLING_MODES]
     if unknown:
@@ -111,22 +108,13 @@ def main(argv: Sequence[str]) -> None:
     if ef.TASK.value == 'digits' and not flags.FLAGS['preset'].present:
       flags.FLAGS.preset = 'unbalanced'  # The demo's population (not a global default).
     task = ef.task_from_flags()
-    for method in _METHODS.value:
-      for seed in range(ef.SEED.value, ef.SEED.value + _SEEDS.value):
-        name = f'{ef.TASK.value}_{method}_seed{seed}'
-        output_dir = os.path.join(ef.ROOT_OUTPUT_DIR.value, name)
-        if _RESET.value:
-          shutil.rmtree(output_dir, ignore_errors=True)
-        hparams = ef.experiment_hparams(task, **os_bin.method_hparams())
-        hparams.update(sampling=method, seed=seed, experiment_name=name)
-        config = program.ProgramConfig(
-            output_dir=output_dir, rounds=ef.ROUNDS.value, seed=seed, hparams=hparams,
-            eval_every=ef.EVAL_EVERY.value, checkpoint_every=ef.CHECKPOINT_EVERY.value)
-        program.run_experiment(
-            task, os_bin.make_process(task, method, seed),
-            samplers.UniformSampler(ef.CLIENTS_PER_ROUND.value, seed=seed), config,
-            uplink_fn=aggregators.uplink_from_measurements)
-        groups.setdefault(method, []).append(results.load_run(output_dir))
+    groups = ef.run_comparison(
+        task, _METHODS.value, _SEEDS.value,
+        make_process=lambda method, seed: os_bin.make_process(task, method, seed),
+        make_sampler=lambda method, seed: samplers.UniformSampler(
+            ef.CLIENTS_PER_ROUND.value, seed=seed),
+        method_hparams=lambda method: {**os_bin.method_hparams(), 'sampling': method},
+        uplink_fn=aggregators.uplink_from_measurements, reset=_RESET.value)
   except (ValueError, FileNotFoundError, FloatingPointError) as e:
     sys.exit(f'Error: {e}')
   plot_path = plotting.plot_runs(

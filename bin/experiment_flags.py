@@ -9,8 +9,9 @@ task that does (see `tasks.get_task`).
 from __future__ import annotations
 
 import os
+import shutil
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from absl import flags
@@ -20,6 +21,7 @@ import tensorflow_federated as tff
 import tasks
 from tff_sampling import communication
 from tff_sampling import program
+from tff_sampling import results
 from tff_sampling import samplers
 
 # --- The experiment -----------------------------------------------------------
@@ -63,12 +65,13 @@ _TASK_OPTION_FLAGS = {
     'num_clients': flags.DEFINE_integer(
         'num_clients', None, 'Clients of a generated task.', lower_bound=1),
     'dirichlet_alpha': flags.DEFINE_float(
-        'dirichlet_alpha', None, 'digits: Dirichlet label-skew concentration.'),
+        'dirichlet_alpha', None, 'digits, cifar10: Dirichlet label-skew concentration.'),
     'size_sigma': flags.DEFINE_float(
         'size_sigma', None, 'digits: log-normal sigma of client sizes.'),
     'eval_fraction': flags.DEFINE_float(
         'eval_fraction', None, 'Fraction of generated data held out for evaluation.'),
-    'preset': flags.DEFINE_string('preset', None, "digits: 'default' or 'unbalanced'."),
+    'preset': flags.DEFINE_string(
+        'preset', None, "digits: 'default', 'unbalanced' or 'shards' (one digit per client)."),
     'model': flags.DEFINE_string('model', None, 'Model variant of the task.'),
     'mlp_hidden': flags.DEFINE_list('mlp_hidden', None, 'digits: hidden layer widths.'),
     'alpha': flags.DEFINE_float('synthetic_alpha', None, 'synthetic: alpha of Synthetic(alpha, beta).'),
@@ -83,6 +86,14 @@ _TASK_OPTION_FLAGS = {
         'sequence_length', None, 'shakespeare: characters per sequence.', lower_bound=1),
     'crop_size': flags.DEFINE_integer('crop_size', None, 'cifar100: crop size.', lower_bound=1),
     'distort_images': flags.DEFINE_bool('distort_images', None, 'cifar100: random crop/flip.'),
+    'data_dir': flags.DEFINE_string(
+        'tfds_data_dir', None, 'cifar10: TFDS data directory holding the prepared cifar10.'),
+    'size_profile': flags.DEFINE_enum(
+        'size_profile', None, ['fraboni', 'balanced'], 'cifar10: client size profile.'),
+    'size_group_clients': flags.DEFINE_list(
+        'size_group_clients', None, 'cifar10: clients per size group (overrides the profile).'),
+    'size_group_examples': flags.DEFINE_list(
+        'size_group_examples', None, 'cifar10: examples per client of each size group.'),
     'unbalance_seed': flags.DEFINE_integer(
         'unbalance_seed', None, 'emnist_unbalanced_*: seed of the unbalancing.'),
     'unbalance_lower': flags.DEFINE_integer(
@@ -126,7 +137,7 @@ def task_options_from_flags() -> dict[str, Any]:
           f'--{holder.name} does not apply to --task={task} (it applies to: '
           f'{", ".join(owners)}); the flags of task {task!r} are {", ".join(own_flags)}.')
     value = holder.value
-    if option == 'mlp_hidden':
+    if option in ('mlp_hidden', 'size_group_clients', 'size_group_examples'):
       value = tuple(int(v) for v in value)
     options[option] = value
   return options
@@ -200,3 +211,37 @@ def run_with_uniform_cohorts(
                result.final_round, dict(result.eval_metrics), result.cumulative_bits,
                config.output_dir)
   return result
+
+
+def run_comparison(
+    task: tasks.Task,
+    methods: Sequence[str],
+    num_seeds: int,
+    *,
+    make_process: Callable[[str, int], tff.learning.templates.LearningProcess],
+    make_sampler: Callable[[str, int], samplers.Sampler],
+    method_hparams: Callable[[str], Mapping[str, Any]],
+    uplink_fn: program.UplinkFn = communication.full_cohort_uplink,
+    reset: bool = True,
+) -> dict[str, list[results.Run]]:
+  """Runs every method for seeds ``--seed … --seed + num_seeds − 1``; returns the runs.
+
+  Each run goes to ``<root_output_dir>/<task>_<method>_seed<seed>``, started
+  afresh when `reset` (otherwise resumed). Raises like `program.run_experiment`.
+  """
+  groups: dict[str, list[results.Run]] = {}
+  for method in methods:
+    for seed in range(SEED.value, SEED.value + num_seeds):
+      name = f'{TASK.value}_{method}_seed{seed}'
+      output_dir = os.path.join(ROOT_OUTPUT_DIR.value, name)
+      if reset:
+        shutil.rmtree(output_dir, ignore_errors=True)
+      hparams = experiment_hparams(task, **method_hparams(method))
+      hparams.update(seed=seed, experiment_name=name)
+      config = program.ProgramConfig(
+          output_dir=output_dir, rounds=ROUNDS.value, seed=seed, hparams=hparams,
+          eval_every=EVAL_EVERY.value, checkpoint_every=CHECKPOINT_EVERY.value)
+      program.run_experiment(task, make_process(method, seed), make_sampler(method, seed),
+                             config, uplink_fn=uplink_fn)
+      groups.setdefault(method, []).append(results.load_run(output_dir))
+  return groups

@@ -1,10 +1,11 @@
 """Federated learning tasks: data, preprocessing, seeded models, statistics.
 
 `get_task(name, **options)` builds a `Task` from the registry (`task_names`,
-`task_options`): the embedded offline tasks ``digits`` and ``synthetic``, and
+`task_options`): the embedded offline tasks ``digits`` and ``synthetic``,
 ``emnist``, ``shakespeare``, ``cifar100`` through TensorFlow Federated's
-loaders (which need their cached SQLite files), and the unbalanced FEMNIST
-sets ``emnist_unbalanced_1``, ``_2``, ``_3`` (`tasks.unbalance`).
+loaders (which need their cached SQLite files), the unbalanced FEMNIST sets
+``emnist_unbalanced_1``, ``_2``, ``_3`` (`tasks.unbalance`), and ``cifar10``
+through TensorFlow Datasets (which needs its prepared data).
 """
 
 from tasks.base import Task

@@ -30,6 +30,18 @@ evaluation split (1,438 training examples):
 With ``dirichlet_alpha=0.5`` the mean per-client label entropy is ~1.2 nats
 (default preset) against 2.30 for the (near-uniform) global label
 distribution.
+
+The ``'shards'`` preset is the MNIST-like shard split of the clustered
+sampling experiments (Fraboni et al., ICML 2021; ALGORITHMS.md section 2):
+every client holds examples of exactly one digit (its label histogram is
+one-hot), ``num_clients // 10`` clients per digit (the ``num_clients % 10``
+extra clients go to the digits with the most training examples), and a
+digit's training examples are split into that many seeded random shards
+whose sizes differ by at most one; shards are then assigned to client ids
+in seeded random order. With the defaults (100 clients, 1,438 training
+examples of 139-146 per digit) that is 10 clients per digit of 13-15
+examples. `shard_labels` gives each client's digit, e.g. for a "target"
+sampler that takes one client per digit each round.
 """
 
 from __future__ import annotations
@@ -49,9 +61,12 @@ from tasks.base import Task
 
 NUM_CLASSES = 10
 NUM_FEATURES = 64
+# Preset -> the values its ``None`` options resolve to; ``None`` here means the
+# option does not apply to the preset (setting it is an error).
 PRESETS = collections.OrderedDict(
-    default=collections.OrderedDict(size_sigma=1.0),
-    unbalanced=collections.OrderedDict(size_sigma=3.0),
+    default=collections.OrderedDict(size_sigma=1.0, dirichlet_alpha=0.5),
+    unbalanced=collections.OrderedDict(size_sigma=3.0, dirichlet_alpha=0.5),
+    shards=collections.OrderedDict(size_sigma=None, dirichlet_alpha=None),
 )
 MODELS = ('mlp', 'logistic')
 _MIN_CLIENT_EXAMPLES = 2
@@ -146,10 +161,103 @@ def dirichlet_partition(
   return assignment
 
 
+def shard_partition(
+    labels: np.ndarray,
+    num_clients: int,
+    rng: np.random.Generator,
+    num_classes: int,
+    min_size: int = 1,
+) -> list[np.ndarray]:
+  """Single-label shards: every client holds examples of one label only.
+
+  Label ``c`` gets ``num_clients // num_classes`` clients, plus one for the
+  ``num_clients % num_classes`` labels with the most examples (ties: smaller
+  label first). Its examples, in seeded random order, are split into that
+  many shards whose sizes differ by at most one (``np.array_split``). The
+  shards are then put in seeded random client order.
+
+  Args:
+    labels: ``int[M]`` labels of the examples to distribute.
+    num_clients: Number of clients, at least `num_classes`.
+    rng: The random generator.
+    num_classes: Number of labels; every label must occur.
+    min_size: Smallest allowed shard.
+
+  Returns:
+    `num_clients` index arrays into `labels`, disjoint and covering
+    ``range(M)``; all labels within an array are equal.
+
+  Raises:
+    ValueError: If a label is missing, or the shards would be smaller than
+      `min_size` (the message gives the largest valid `num_clients`).
+  """
+  class_counts = np.bincount(labels, minlength=num_classes)
+  if np.any(class_counts == 0):
+    raise ValueError(
+        f'Shards need every label; labels {np.flatnonzero(class_counts == 0).tolist()} '
+        'have no examples.')
+  if num_clients < num_classes:
+    raise ValueError(
+        f'Shards need num_clients >= {num_classes} (one client per label at least), '
+        f'got {num_clients}.')
+  clients_per_class = _shards_per_class(class_counts, num_clients)
+  if np.any(class_counts // clients_per_class < min_size):
+    feasible = [n for n in range(num_classes, num_clients)
+                if np.all(class_counts // _shards_per_class(class_counts, n) >= min_size)]
+    hint = f'use num_clients <= {feasible[-1]}' if feasible else 'too few examples per label'
+    raise ValueError(
+        f'{len(labels)} examples cannot give {num_clients} single-label clients '
+        f'{min_size} examples each; {hint}.')
+  shards = []
+  for label in range(num_classes):
+    members = rng.permutation(np.flatnonzero(labels == label))
+    shards.extend(np.array_split(members, clients_per_class[label]))
+  return [shards[i] for i in rng.permutation(num_clients)]
+
+
+def _shards_per_class(class_counts: np.ndarray, num_clients: int) -> np.ndarray:
+  """Clients per label: an equal share, extras to the largest labels."""
+  clients = np.full(len(class_counts), num_clients // len(class_counts), np.int64)
+  clients[np.argsort(-class_counts, kind='stable')[:num_clients % len(class_counts)]] += 1
+  return clients
+
+
+def shard_labels(task: Task) -> np.ndarray:
+  """``int64[N]``: the one label each client of a single-label task holds.
+
+  For the ``'shards'`` preset of ``digits`` (or any task whose clients'
+  label histograms are one-hot), e.g. for a reference "target" sampler that
+  takes one client per label each round.
+
+  Args:
+    task: A task whose every client holds examples of a single label.
+
+  Returns:
+    ``int64[task.num_clients]`` labels, in `task.client_ids` order.
+
+  Raises:
+    ValueError: If some client holds more than one label (or none).
+  """
+  histograms = np.asarray(task.client_label_histograms)
+  labels_held = np.count_nonzero(histograms, axis=1)
+  mixed = np.flatnonzero(labels_held != 1)
+  if mixed.size:
+    raise ValueError(
+        f'Task {task.name!r} is not single-label: {mixed.size} clients hold '
+        f'{sorted(set(labels_held[mixed].tolist()))} labels (first: '
+        f'{task.client_ids[mixed[0]]!r}); use the shards preset.')
+  return np.argmax(histograms, axis=1).astype(np.int64)
+
+
 def size_concentration(num_examples: np.ndarray, top_fraction: float = 0.1) -> float:
   """Share of all examples held by the largest ``top_fraction`` of clients."""
   top = max(1, int(round(top_fraction * len(num_examples))))
   return float(np.sort(num_examples)[::-1][:top].sum() / np.sum(num_examples))
+
+
+def _optional(check, name: str, value, **bounds):
+  """``check(name, value, **bounds)``, or ``None`` for ``None``."""
+  return None if value is None else check(name, value, **bounds)
 
 
 def create_digits_task(
@@ -160,7 +268,7 @@ def create_digits_task(
     seed: int = 0,
     eval_batch_size: int = 256,
     num_clients: int = 100,
-    dirichlet_alpha: float = 0.5,
+    dirichlet_alpha: Optional[float] = None,
     size_sigma: Optional[float] = None,
     eval_fraction: float = 0.2,
     preset: str = 'default',
@@ -176,30 +284,48 @@ def create_digits_task(
     seed: Seed of the evaluation split and the partition.
     eval_batch_size: Batch size of the evaluation data.
     num_clients: Number of clients (each gets at least 2 examples, so at most
-      719 with the default evaluation split).
+      719 with the default evaluation split, 699 with ``'shards'``, which
+      also needs at least 10).
     dirichlet_alpha: Dirichlet concentration of the clients' label
-      proportions.
+      proportions; ``None`` takes the preset's value (0.5). Not for
+      ``'shards'``.
     size_sigma: Log-normal sigma of the client sizes; ``None`` takes the
-      preset's value (an explicit value overrides the preset).
+      preset's value (an explicit value overrides the preset). Not for
+      ``'shards'``.
     eval_fraction: Stratified fraction held out for evaluation, in (0, 1).
-    preset: ``'default'`` or ``'unbalanced'`` (see the module docstring).
+    preset: ``'default'``, ``'unbalanced'`` or ``'shards'`` (see the module
+      docstring).
     model: ``'mlp'`` (64-unit hidden layer) or ``'logistic'``.
     mlp_hidden: Hidden widths of the ``'mlp'`` model.
 
   Returns:
     The `Task`. Raw elements are ``OrderedDict(x=float32[64], y=int32[])``;
-    training batches ``OrderedDict(x=float32[B, 64], y=int32[B])``.
+    training batches ``OrderedDict(x=float32[B, 64], y=int32[B])``. Its
+    ``options`` hold ``dirichlet_alpha=None, size_sigma=None`` for
+    ``'shards'``.
+
+  Raises:
+    ValueError: For an invalid option, ``dirichlet_alpha`` or ``size_sigma``
+      set with ``preset='shards'``, or too many clients for the data.
   """
   options = _common.check_common_options(
       client_batch_size=client_batch_size, client_epochs=client_epochs,
       max_client_examples=max_client_examples, seed=seed, eval_batch_size=eval_batch_size)
   preset = _common.check_choice('preset', preset, tuple(PRESETS))
-  if size_sigma is None:
-    size_sigma = PRESETS[preset]['size_sigma']
+  explicit = collections.OrderedDict(dirichlet_alpha=dirichlet_alpha, size_sigma=size_sigma)
+  resolved = collections.OrderedDict()
+  for name, value in explicit.items():
+    if PRESETS[preset][name] is None and value is not None:
+      raise ValueError(
+          f'{name} does not apply to preset={preset!r} (every client holds one '
+          f'digit, in equal shares), got {value!r}; leave it unset.')
+    resolved[name] = PRESETS[preset][name] if value is None else value
   options.update(
       num_clients=_common.check_int('num_clients', num_clients),
-      dirichlet_alpha=_common.check_float('dirichlet_alpha', dirichlet_alpha),
-      size_sigma=_common.check_float('size_sigma', size_sigma, min_inclusive=True),
+      dirichlet_alpha=_optional(_common.check_float, 'dirichlet_alpha',
+                                resolved['dirichlet_alpha']),
+      size_sigma=_optional(_common.check_float, 'size_sigma', resolved['size_sigma'],
+                           min_inclusive=True),
       eval_fraction=_common.check_float('eval_fraction', eval_fraction, maximum=1.0,
                                         max_inclusive=False),
       preset=preset,
@@ -212,11 +338,16 @@ def create_digits_task(
   labels = digits.target.astype(np.int32)
   rng = np.random.default_rng(options['seed'])
   train_index, eval_index = stratified_split(labels, options['eval_fraction'], rng)
-  sizes = lognormal_sizes(
-      len(train_index), options['num_clients'], options['size_sigma'],
-      _MIN_CLIENT_EXAMPLES, rng)
-  members = dirichlet_partition(
-      labels[train_index], sizes, options['dirichlet_alpha'], rng, NUM_CLASSES)
+  if preset == 'shards':
+    members = shard_partition(
+        labels[train_index], options['num_clients'], rng, NUM_CLASSES, _MIN_CLIENT_EXAMPLES)
+    sizes = np.array([len(m) for m in members], np.int64)
+  else:
+    sizes = lognormal_sizes(
+        len(train_index), options['num_clients'], options['size_sigma'],
+        _MIN_CLIENT_EXAMPLES, rng)
+    members = dirichlet_partition(
+        labels[train_index], sizes, options['dirichlet_alpha'], rng, NUM_CLASSES)
   order = train_index[np.concatenate(members)]
   offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
 

@@ -5,6 +5,7 @@
 Every task accepts ``client_batch_size``, ``client_epochs``,
 ``max_client_examples`` (per-client cap per epoch, ``None`` = all), ``seed`` and
 ``eval_batch_size``; the TFF-backed tasks also ``cache_dir`` and
+``max_eval_examples``, the TFDS-backed ``cifar10`` ``data_dir`` and
 ``max_eval_examples``; the rest is per task (`task_options`). The
 ``emnist_unbalanced_{1,2,3}`` tasks take ``emnist``'s options plus the
 ``unbalance_*`` ones (`tasks.emnist.create_emnist_unbalanced_task`). An option that
@@ -18,6 +19,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from tasks import cifar10
 from tasks import cifar100
 from tasks import digits
 from tasks import emnist
@@ -34,6 +36,7 @@ _CONSTRUCTORS: dict[str, Callable[..., Task]] = {
     'emnist_unbalanced_3': emnist.unbalanced_task_constructor(3),
     'shakespeare': shakespeare.create_shakespeare_task,
     'cifar100': cifar100.create_cifar100_task,
+    'cifar10': cifar10.create_cifar10_task,
 }
 
 
@@ -74,7 +77,8 @@ def get_task(name: str, **options: Any) -> Task:
   Raises:
     ValueError: For an unknown task, an option the task does not accept
       (naming the tasks that do accept it), or an invalid option value.
-    FileNotFoundError: For a TFF-backed task whose cached database is missing.
+    FileNotFoundError: For a TFF-backed task whose cached database is missing,
+      or ``cifar10`` without its TFDS data.
   """
   constructor = _constructor(name)
   valid = task_options(name)

@@ -111,3 +111,28 @@ def test_optimal_sampling_two_rounds_subprocess(tmp_path):
   # Bits: uploads × 4,810 parameters + 18 protocol scalars × 32 clients, 32 bits each.
   np.testing.assert_array_equal(run.metrics['uplink/round_bits'][1:],
                                 32 * (uploads * 4810 + 18 * 32))
+
+
+def test_clustered_sampling_two_rounds_subprocess(tmp_path):
+  proc = _run_module('bin.clustered_sampling', '--rounds=2', '--eval_every=1',
+                     '--sampling=md,clustered_similarity,target', '--client_epochs=1',
+                     f'--root_output_dir={tmp_path}')
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert sorted(os.listdir(tmp_path)) == [
+      'digits_accuracy.png', 'digits_clustered_similarity_seed0', 'digits_md_seed0',
+      'digits_target_seed0']
+  target = results.load_run(tmp_path / 'digits_target_seed0')
+  # Shards: one digit per client, so the target sampler covers all ten labels.
+  assert np.all(target.metrics['selection/distinct_labels'][1:] == 10)
+  assert target.hparams['task.preset'] == 'shards'
+  similarity = results.load_run(tmp_path / 'digits_clustered_similarity_seed0')
+  assert np.all(similarity.metrics['cohort_size'][1:] == 10)
+
+
+def test_clustered_sampling_rejects_unknown_sampling(tmp_path):
+  # A subprocess: bin.clustered_sampling and bin.optimal_sampling both define
+  # --sampling (as their experiments name it), so they never share a process.
+  proc = _run_module('bin.clustered_sampling', '--rounds=1', '--sampling=md,best',
+                     f'--root_output_dir={tmp_path}')
+  assert proc.returncode == 1
+  assert "Error: Unknown --sampling ['best']" in proc.stderr

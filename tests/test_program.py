@@ -193,3 +193,30 @@ def test_client_shuffle_seed_depends_on_seed_round_and_client():
   seeds = {program.client_shuffle_seed(s, r, c) for s in (0, 1) for r in (1, 2) for c in (0, 5)}
   assert len(seeds) == 8
   assert program.client_shuffle_seed(0, 1, 5) == program.client_shuffle_seed(0, 1, 5)
+
+
+def test_selection_metrics_hand_computed():
+  sizes = np.array([3, 5, 2])  # p = (0.3, 0.5, 0.2).
+  histograms = np.array([[3, 0, 0], [0, 5, 0], [1, 0, 1]])
+  selection = samplers.Selection(clients=np.array([0, 2, 2]), weights=np.array([0.5, 0.25, 0.25]))
+  metrics = program.selection_metrics(selection, sizes, histograms)
+  assert metrics['distinct_clients'] == 2
+  assert metrics['distinct_labels'] == 2  # Labels 0 and 2 (client 1's label 1 is absent).
+  # ω = (0.5, 0, 0.5): (0.2² + 0.5² + 0.3²) = 0.38.
+  assert metrics['weight_variance'] == pytest.approx(0.38)
+  fedavg = program.selection_metrics(samplers.Selection(clients=np.array([0, 1])), sizes,
+                                     histograms)
+  # ω = (3/8, 5/8, 0) against p = (0.3, 0.5, 0.2).
+  assert fedavg['weight_variance'] == pytest.approx(0.075**2 + 0.125**2 + 0.2**2)
+
+
+def test_md_weight_variance_matches_its_expectation():
+  # E Σ(ω − p)² = Σ p(1 − p)/m for MD sampling; 4,000 rounds, 5 standard errors.
+  sizes = np.array([1, 2, 3, 4, 10])
+  p = sizes / sizes.sum()
+  sampler = samplers.MDSampler(4, seed=0)
+  state = sampler.initialize(samplers.Population(sizes))
+  values = [program.selection_metrics(sampler.select(state, r, np.ones(5, bool)), sizes,
+                                      np.eye(5))['weight_variance'] for r in range(4000)]
+  expected = np.sum(p * (1 - p)) / 4
+  assert abs(np.mean(values) - expected) <= 5 * np.std(values) / np.sqrt(len(values))

@@ -33,6 +33,10 @@ def _rows_multiset(features, labels):
 
 
 def test_partition_covers_every_example_exactly_once(task):
+  _assert_covers_every_example_once(task)
+
+
+def _assert_covers_every_example_once(task):
   per_client = [_client_arrays(task, i) for i in range(task.num_clients)]
   evaluation = list(task.eval_data.as_numpy_iterator())
   features = np.concatenate([x for x, _ in per_client] + [np.stack([e['x'] for e in evaluation])])
@@ -165,3 +169,85 @@ def test_lognormal_sizes_and_partition_helpers():
 def test_too_many_clients_is_a_clear_error():
   with pytest.raises(ValueError, match='use num_clients <= 719'):
     get_task('digits', num_clients=800)
+
+
+@pytest.fixture(scope='module')
+def shards():
+  return get_task('digits', preset='shards')
+
+
+def test_shards_one_digit_per_client_ten_clients_per_digit(shards):
+  histograms = shards.client_label_histograms
+  assert histograms.shape == (100, 10)
+  np.testing.assert_array_equal(np.count_nonzero(histograms, axis=1), np.ones(100))
+  np.testing.assert_array_equal(histograms.sum(axis=1), shards.client_num_examples)
+  labels = digits.shard_labels(shards)
+  assert labels.dtype == np.int64
+  np.testing.assert_array_equal(labels, histograms.argmax(axis=1))
+  np.testing.assert_array_equal(np.bincount(labels, minlength=10), np.full(10, 10))
+  for i in (0, 37, 99):  # The data itself, not only the statistics, is one digit.
+    _, y = _client_arrays(shards, i)
+    np.testing.assert_array_equal(y, np.full(len(y), labels[i]))
+  # Within a digit sizes differ by at most one; a digit's shards share its
+  # 139-146 training examples, so all sizes are 13-15.
+  sizes = shards.client_num_examples
+  assert sizes.sum() == 1438
+  for digit in range(10):
+    own = sizes[labels == digit]
+    assert np.ptp(own) <= 1
+    assert own.sum() == histograms[:, digit].sum()
+  assert sizes.min() == 13 and sizes.max() == 15
+  assert shards.options['preset'] == 'shards'
+  assert shards.options['dirichlet_alpha'] is None and shards.options['size_sigma'] is None
+
+
+def test_shards_cover_every_example_exactly_once(shards):
+  _assert_covers_every_example_once(shards)
+
+
+def test_shards_are_seeded(shards):
+  again = get_task('digits', preset='shards')
+  other = get_task('digits', preset='shards', seed=1)
+  np.testing.assert_array_equal(digits.shard_labels(again), digits.shard_labels(shards))
+  np.testing.assert_array_equal(_client_arrays(again, 5)[0], _client_arrays(shards, 5)[0])
+  assert not np.array_equal(digits.shard_labels(other), digits.shard_labels(shards))
+  # Same digit, different examples: the shard contents are seeded too.
+  digit_zero = lambda t: _client_arrays(t, int(np.flatnonzero(digits.shard_labels(t) == 0)[0]))[0]
+  assert not np.array_equal(digit_zero(other), digit_zero(shards))
+
+
+def test_shards_with_other_client_counts():
+  task = get_task('digits', preset='shards', num_clients=25)
+  per_digit = np.bincount(digits.shard_labels(task), minlength=10)
+  # 2 per digit; the 5 extras go to the digits with the most training
+  # examples (1, 3, 5: 146 each; then 4, 6: 145; ties to the smaller digit).
+  np.testing.assert_array_equal(per_digit, [2, 3, 2, 3, 3, 3, 3, 2, 2, 2])
+  assert get_task('digits', preset='shards', num_clients=10).client_num_examples.min() == 139
+  with pytest.raises(ValueError, match='num_clients >= 10'):
+    get_task('digits', preset='shards', num_clients=9)
+  with pytest.raises(ValueError, match='use num_clients <= 699'):
+    get_task('digits', preset='shards', num_clients=700)
+
+
+@pytest.mark.parametrize('option', ['dirichlet_alpha', 'size_sigma'])
+def test_shards_reject_options_that_do_not_apply(option):
+  with pytest.raises(ValueError, match=f"{option} does not apply to preset='shards'"):
+    get_task('digits', preset='shards', **{option: 1.0})
+
+
+def test_shard_labels_rejects_mixed_clients(task):
+  with pytest.raises(ValueError, match="Task 'digits' is not single-label"):
+    digits.shard_labels(task)
+
+
+def test_shard_partition_by_hand():
+  labels = np.repeat(np.arange(3), [5, 3, 4])
+  parts = digits.shard_partition(labels, 5, np.random.default_rng(0), 3)
+  # One client per label, the 2 extras to labels 0 (5 examples) and 2 (4):
+  # label 0 -> 3 + 2, label 1 -> 3, label 2 -> 2 + 2.
+  shapes = sorted((int(labels[p[0]]), len(p)) for p in parts)
+  assert shapes == [(0, 2), (0, 3), (1, 3), (2, 2), (2, 2)]
+  assert all(len(set(labels[p].tolist())) == 1 for p in parts)
+  assert sorted(np.concatenate(parts).tolist()) == list(range(12))
+  with pytest.raises(ValueError, match='labels \\[1\\] have no examples'):
+    digits.shard_partition(np.array([0, 0, 2]), 3, np.random.default_rng(0), 3)

@@ -47,6 +47,7 @@ import tensorflow_federated as tff
 from tff_sampling.task import Task
 from tff_sampling import communication
 from tff_sampling import runtime
+from tff_sampling.learning import signals as signals_lib
 from tff_sampling.samplers import base as samplers_base
 
 # Hyper-parameters that may change between a run and its resumption without
@@ -119,22 +120,42 @@ class ExperimentResult(NamedTuple):
 class CentralEvaluator:
   """Evaluates global model weights on the task's centralised evaluation data.
 
-  The Keras model is built and compiled once and the batched evaluation data is
-  cached in memory after the first pass, so repeated evaluations only pay for
-  the forward passes.
+  The Keras model and a compiled evaluation step are built once and the batched
+  evaluation data is cached after the first pass, so repeated evaluations only
+  pay for the forward passes. The loop is our own rather than
+  ``Model.evaluate``: Keras swaps the training engine of *all* functional
+  models to its v1 (graph) class once any model is built in a graph, which TFF
+  computations do, and that engine's ``evaluate`` differs.
   """
 
   def __init__(self, task: Task):
     self._model = task.keras_model_fn(0)
-    self._model.compile(loss=task.loss_fn(), metrics=list(task.metrics_fn()))
-    # Keras takes (inputs, labels) pairs; tasks yield OrderedDict(x=…, y=…).
-    self._data = task.preprocess_eval(task.eval_data).map(
-        lambda batch: (batch['x'], batch['y'])).cache()
+    self._loss = task.loss_fn()
+    self._metrics = list(task.metrics_fn())
+    self._data = task.preprocess_eval(task.eval_data).cache()
+
+    @tf.function(reduce_retracing=True)  # The last batch is usually smaller.
+    def step(batch):
+      predictions = self._model(batch['x'], training=False)
+      for metric in self._metrics:
+        metric.update_state(batch['y'], predictions)
+      count = tf.cast(tf.shape(batch['y'])[0], tf.float32)
+      return tf.cast(self._loss(batch['y'], predictions), tf.float32) * count, count
+
+    self._step = step
 
   def __call__(self, model_weights: tff.learning.models.ModelWeights) -> dict[str, float]:
     model_weights.assign_weights_to(self._model)
-    results = self._model.evaluate(self._data, verbose=0, return_dict=True)
-    return collections.OrderedDict((k, float(v)) for k, v in sorted(results.items()))
+    for metric in self._metrics:
+      metric.reset_state()
+    loss_sum, count = 0.0, 0.0
+    for batch in self._data:
+      batch_loss, batch_count = self._step(batch)
+      loss_sum += float(batch_loss)
+      count += float(batch_count)
+    results = {metric.name: float(metric.result()) for metric in self._metrics}
+    results['loss'] = loss_sum / max(count, 1.0)
+    return collections.OrderedDict(sorted(results.items()))
 
 
 class ProgressReleaseManager(tff.program.ReleaseManager):
@@ -213,6 +234,50 @@ def _check_resume_compatible(output_dir: str, hparams: Mapping[str, Any]) -> Non
         'delete the directory to start over.')
 
 
+def _takes_slot_client_data(process: tff.learning.templates.LearningProcess) -> bool:
+  """Whether clients get ``signals.client_data`` structs (slot, weight) or plain datasets."""
+  member = process.next.type_signature.parameter[1].member
+  return isinstance(member, tff.StructType) and 'meta' in dir(member)
+
+
+def _split_signals(process_metrics: Mapping[str, Any]):
+  """Separates the per-client signals (for the sampler) from the released metrics."""
+  client_work = process_metrics.get('client_work', {})
+  if 'signals' not in client_work:
+    return process_metrics, {}
+  released = collections.OrderedDict(process_metrics)
+  released['client_work'] = collections.OrderedDict(
+      (k, v) for k, v in client_work.items() if k != 'signals')
+  return released, {k: np.asarray(v) for k, v in client_work['signals'].items()}
+
+
+def selection_metrics(selection: samplers_base.Selection, num_examples: np.ndarray,
+                      label_histograms: np.ndarray) -> dict[str, float]:
+  """Analysis metrics of one round's selection.
+
+  * ``distinct_clients``.
+  * ``distinct_labels`` represented in the selected clients' data (from the
+    task's label histograms: analysis only, no sampler sees them).
+  * ``weight_variance``: ``Σ_i (ω_i − p_i)²`` over all clients, where ``ω_i`` is
+    client i's total aggregation weight this round (the sampler's weights summed
+    over its slots, or FedAvg's ``n_k / Σ_S n`` when the sampler leaves weighting
+    to the process; 0 when not selected) and ``p_i = n_i / M`` its importance.
+    For unbiased schemes its expectation is ``Σ_i Var(ω_i)``, the quantity
+    clustered sampling reduces (Fraboni et al., MD: ``Σ p_i (1 − p_i) / m``).
+  """
+  clients = np.asarray(selection.clients)
+  sizes = np.asarray(num_examples, np.float64)
+  slot_weights = (np.asarray(selection.weights, np.float64) if selection.weights is not None
+                  else sizes[clients] / max(sizes[clients].sum(), 1.0))
+  realised = np.zeros(sizes.size)
+  np.add.at(realised, clients, slot_weights)
+  labels = np.asarray(label_histograms)[np.unique(clients)].sum(axis=0) > 0
+  return collections.OrderedDict(
+      distinct_clients=int(np.unique(clients).size),
+      distinct_labels=int(np.count_nonzero(labels)),
+      weight_variance=float(np.sum((realised - sizes / sizes.sum()) ** 2)))
+
+
 def _train_metrics(process_metrics: Mapping[str, Any]) -> dict[str, float]:
   train = process_metrics.get('client_work', {}).get('train', {})
   return collections.OrderedDict(
@@ -285,12 +350,40 @@ def run_experiment(
       tff.program.TensorBoardReleaseManager(os.path.join(config.output_dir, 'tensorboard')),
       ProgressReleaseManager(config.rounds),
   ])
+  loss_probe = None
+  if getattr(sampler, 'uses_loss_probe', False):
+    loss_probe = signals_lib.build_loss_probe(
+        task.model_fn, process.get_model_weights.type_signature.result, task.element_spec)
+  # Built last: Keras flips the class of every functional model to its graph-mode
+  # (v1) engine whenever a model is built inside a TFF computation, and back when
+  # one is built eagerly, so the evaluator's model must come after the process's
+  # and the probe's.
   evaluate = CentralEvaluator(task)
   model_parameters = communication.count_parameters(
       process.get_model_weights(program_state['process']))
   logging.info('Devices: %s; model parameters: %d; clients: %d.',
                [d.name for d in tf.config.list_logical_devices()],
                model_parameters, population.size)
+
+  slot_data = _takes_slot_client_data(process)
+
+  def datasets(round_num: int, clients: np.ndarray) -> list[tf.data.Dataset]:
+    return [task.client_dataset(int(c), client_shuffle_seed(config.seed, round_num, int(c)))
+            for c in clients]
+
+  def client_data(round_num: int, selection: samplers_base.Selection) -> list[Any]:
+    if not slot_data:
+      return datasets(round_num, selection.clients)
+    weights = selection.weights
+    if weights is None:  # The sampler leaves weighting to FedAvg: example counts.
+      weights = population.num_examples[selection.clients]
+    return signals_lib.selection_client_data(datasets(round_num, selection.clients),
+                                             [float(w) for w in weights])
+
+  def probe_losses(round_num: int, model_weights, clients: np.ndarray) -> np.ndarray:
+    probe_data = signals_lib.selection_client_data(datasets(round_num, clients),
+                                                   [1.0] * len(clients))
+    return np.asarray(loss_probe(model_weights, probe_data))
 
   first_round = int(program_state['round']) + 1
   eval_metrics: Mapping[str, float] = {}
@@ -307,29 +400,35 @@ def run_experiment(
   start = time.monotonic()
   for round_num in range(first_round, config.rounds + 1):
     round_start = time.monotonic()
-    selection = sampler.select(sampler_state, round_num, all_available)
-    datasets = [
-        task.client_dataset(int(c), client_shuffle_seed(config.seed, round_num, int(c)))
-        for c in selection.clients]
-    output = process.next(process_state, datasets)
+    if loss_probe is not None:
+      current = process.get_model_weights(process_state)
+      selection = sampler.select(
+          sampler_state, round_num, all_available,
+          loss_probe=lambda clients: probe_losses(round_num, current, clients))
+    else:
+      selection = sampler.select(sampler_state, round_num, all_available)
+    output = process.next(process_state, client_data(round_num, selection))
     process_state = output.state
-    sampler_state = sampler.observe(sampler_state, selection, {})
+    process_metrics, round_signals = _split_signals(output.metrics)
+    sampler_state = sampler.observe(sampler_state, selection, round_signals)
     model_weights = process.get_model_weights(process_state)
     check_finite(model_weights, round_num)
 
-    uplink = uplink_fn(output.metrics, len(selection.clients))
+    uplink = uplink_fn(process_metrics, len(selection.clients))
     round_bits = communication.upload_bits(uplink, model_parameters)
     cumulative_bits += round_bits
     released = collections.OrderedDict(
         round_seconds=time.monotonic() - round_start,
         cohort_size=len(selection.clients),
-        train=_train_metrics(output.metrics),
+        selection=selection_metrics(selection, population.num_examples,
+                                    task.client_label_histograms),
+        train=_train_metrics(process_metrics),
         uplink=collections.OrderedDict(
             model_uploads=uplink.model_uploads,
             extra_scalars=uplink.extra_scalars,
             round_bits=round_bits,
             cumulative_bits=cumulative_bits),
-        process=output.metrics)
+        process=process_metrics)
     if round_num % config.eval_every == 0 or round_num == config.rounds:
       eval_metrics = evaluate(model_weights)
       released['eval'] = eval_metrics

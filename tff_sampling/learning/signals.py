@@ -62,6 +62,100 @@ def count_sketch_tf(flat: tf.Tensor, sketch_size: int, seed: int) -> tf.Tensor:
   return tf.math.unsorted_segment_sum(flat * signs, buckets, sketch_size)
 
 
+def gather_by_slot(slots, values, width: int):
+  """Stacks client-placed float32 ``[width]`` values into ``[cohort, width]`` @SERVER by slot.
+
+  Args:
+    slots: ``{int32}@CLIENTS``, each client's cohort slot (0..cohort−1, each once).
+    values: ``{float32[width]}@CLIENTS``.
+    width: The length of each value.
+
+  Returns:
+    ``float32[cohort, width]@SERVER``: row ``k`` is the value of the client in slot ``k``.
+  """
+  rows_type = tff.TensorType(np.float32, [None, width])
+  slots_type = tff.TensorType(np.int32, [None])
+
+  @tff.tensorflow.computation
+  def zero():
+    return (tf.zeros([0], tf.int32), tf.zeros([0, width], tf.float32))
+
+  @tff.tensorflow.computation((slots_type, rows_type),
+                              (tff.TensorType(np.int32), tff.TensorType(np.float32, [width])))
+  def accumulate(accumulator, value):
+    return (tf.concat([accumulator[0], [value[0]]], 0),
+            tf.concat([accumulator[1], [value[1]]], 0))
+
+  @tff.tensorflow.computation((slots_type, rows_type), (slots_type, rows_type))
+  def merge(a, b):
+    return (tf.concat([a[0], b[0]], 0), tf.concat([a[1], b[1]], 0))
+
+  @tff.tensorflow.computation((slots_type, rows_type))
+  def report(accumulator):
+    slots, rows = accumulator
+    # Every slot 0..cohort-1 arrives exactly once; the scatter orders rows by slot.
+    return tf.scatter_nd(tf.expand_dims(slots, 1), rows, [tf.shape(slots)[0], width])
+
+  return tff.federated_aggregate(tff.federated_zip((slots, values)), zero(), accumulate,
+                                 merge, report)
+
+
+def _read_meta_computation(meta_type):
+  @tff.tensorflow.computation(meta_type)
+  def read_meta(meta):
+    initial = collections.OrderedDict(slot=tf.constant(-1, tf.int32),
+                                      weight=tf.constant(0.0, tf.float32))
+    return meta.reduce(initial, lambda _, element: element)
+  return read_meta
+
+
+def build_loss_probe(model_fn: Callable[[], tff.learning.models.VariableModel],
+                     model_weights_type: tff.Type, element_spec) -> tff.Computation:
+  """A computation giving each client's loss under given model weights, by slot.
+
+  ``(<W@SERVER, {<data=B*, meta=…*>}@CLIENTS> -> float32[cohort]@SERVER)``: the
+  mean loss of a forward pass (no training) over each client's data, as
+  power-of-choice needs for its candidates. Reveals per-client losses to the
+  server.
+
+  Args:
+    model_fn: Builds a fresh `tff.learning.models.VariableModel`.
+    model_weights_type: The type of its `tff.learning.models.ModelWeights`
+      (e.g. ``process.get_model_weights.type_signature.result``).
+    element_spec: The spec of one batch of client data.
+  """
+  weights_type = model_weights_type
+  data_type = tff.SequenceType(tff.types.tensorflow_to_type(element_spec))
+  meta_type = tff.SequenceType(_META_TYPE)
+  client_data_type = tff.StructWithPythonType(
+      [('data', data_type), ('meta', meta_type)], collections.OrderedDict)
+  read_meta = _read_meta_computation(meta_type)
+
+  @tff.tensorflow.computation(weights_type, data_type)
+  def client_loss(weights, dataset):
+    model = model_fn()
+    tf.nest.map_structure(lambda v, t: v.assign(t),
+                          tff.learning.models.ModelWeights.from_model(model), weights)
+
+    def add(totals, batch):
+      output = model.forward_pass(batch, training=False)
+      count = tf.cast(output.num_examples, tf.float32)
+      return totals[0] + tf.cast(output.loss, tf.float32) * count, totals[1] + count
+
+    loss_sum, count = dataset.reduce((tf.constant(0.0), tf.constant(0.0)), add)
+    return tf.reshape(tf.math.divide_no_nan(loss_sum, count), [1])
+
+  @tff.federated_computation(tff.FederatedType(weights_type, tff.SERVER),
+                             tff.FederatedType(client_data_type, tff.CLIENTS))
+  def probe(weights, data):
+    losses = tff.federated_map(client_loss, (tff.federated_broadcast(weights), data.data))
+    meta = tff.federated_map(read_meta, data.meta)
+    gathered = gather_by_slot(meta.slot, losses, 1)
+    return tff.federated_map(tff.tensorflow.computation(lambda g: g[:, 0]), gathered)
+
+  return probe
+
+
 def build_signals_client_work(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
@@ -96,42 +190,14 @@ def build_signals_client_work(
   client_data_type = tff.StructWithPythonType(
       [('data', data_type), ('meta', meta_type)], collections.OrderedDict)
   update_type = inner.next.type_signature.result.result.member.update
-  rows_type = tff.TensorType(np.float32, [None, sketch_size])
-  slots_type = tff.TensorType(np.int32, [None])
 
-  @tff.tensorflow.computation(meta_type)
-  def read_meta(meta):
-    initial = collections.OrderedDict(slot=tf.constant(-1, tf.int32),
-                                      weight=tf.constant(0.0, tf.float32))
-    return meta.reduce(initial, lambda _, element: element)
+  read_meta = _read_meta_computation(meta_type)
 
   @tff.tensorflow.computation(update_type)
   def sketch(update):
     flat = tf.concat([tf.reshape(tf.cast(t, tf.float32), [-1])
                       for t in tf.nest.flatten(update)], 0)
     return count_sketch_tf(flat, sketch_size, sketch_seed)
-
-  @tff.tensorflow.computation
-  def zero():
-    return (tf.zeros([0], tf.int32), tf.zeros([0, sketch_size], tf.float32))
-
-  @tff.tensorflow.computation((slots_type, rows_type),
-                              (tff.TensorType(np.int32), tff.TensorType(np.float32, [sketch_size])))
-  def accumulate(accumulator, value):
-    slots, rows = accumulator
-    slot, row = value
-    return (tf.concat([slots, [slot]], 0), tf.concat([rows, [row]], 0))
-
-  @tff.tensorflow.computation((slots_type, rows_type), (slots_type, rows_type))
-  def merge(a, b):
-    return (tf.concat([a[0], b[0]], 0), tf.concat([a[1], b[1]], 0))
-
-  @tff.tensorflow.computation((slots_type, rows_type))
-  def report(accumulator):
-    slots, rows = accumulator
-    cohort = tf.shape(slots)[0]
-    # Every slot 0..cohort-1 arrives exactly once; the scatter orders rows by slot.
-    return tf.scatter_nd(tf.expand_dims(slots, 1), rows, [cohort, sketch_size])
 
   @tff.federated_computation(
       inner.initialize.type_signature.result,
@@ -142,8 +208,7 @@ def build_signals_client_work(
     meta = tff.federated_map(read_meta, data.meta)
     update = inner_output.result.update
     sketches = tff.federated_map(sketch, update)
-    gathered = tff.federated_aggregate(
-        tff.federated_zip((meta.slot, sketches)), zero(), accumulate, merge, report)
+    gathered = gather_by_slot(meta.slot, sketches, sketch_size)
     result = tff.federated_zip(tff.learning.templates.ClientResult(
         update=update, update_weight=meta.weight))
     measurements = tff.federated_zip(collections.OrderedDict(

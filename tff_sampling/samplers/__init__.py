@@ -5,3 +5,8 @@ from tff_sampling.samplers.base import round_rng
 from tff_sampling.samplers.base import Sampler
 from tff_sampling.samplers.base import Selection
 from tff_sampling.samplers.uniform import UniformSampler
+from tff_sampling.samplers.power_of_choice import PowerOfChoiceSampler
+from tff_sampling.samplers.target import TargetSampler
+from tff_sampling.samplers.clustered import ClusteredSampler
+from tff_sampling.samplers.clustered import ClusteredSamplerState
+from tff_sampling.samplers.md import MDSampler

@@ -47,7 +47,14 @@ class Selection(NamedTuple):
 
 
 class Sampler(abc.ABC):
-  """Chooses each round's clients; see the module docstring."""
+  """Chooses each round's clients; see the module docstring.
+
+  A sampler that needs the current model's loss on some clients (e.g.
+  power-of-choice) sets ``uses_loss_probe = True``; the program loop then
+  passes ``loss_probe=`` (client indices → losses) to `select`.
+  """
+
+  uses_loss_probe: bool = False
 
   @abc.abstractmethod
   def initialize(self, population: Population) -> Any:

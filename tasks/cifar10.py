@@ -1,0 +1,291 @@
+"""The ``cifar10`` task: CIFAR-10 with Dirichlet label skew and unbalanced sizes.
+
+The CIFAR-10 setting of the clustered sampling experiments (Fraboni et al.,
+"Clustered Sampling: Low-Variance and Improved Representativity for Clients
+Selection in Federated Learning", ICML 2021; ALGORITHMS.md section 2).
+
+Data: TensorFlow Datasets' ``cifar10`` (version 3.0.2), splits ``train``
+(50,000 images) and ``test`` (10,000), read with
+``tfds.load('cifar10', data_dir=data_dir, download=False)``. TFDS never
+downloads here: when the prepared data is missing from `data_dir` (``None``:
+TFDS's default, ``$TFDS_DATA_DIR`` or ``~/tensorflow_datasets``), a
+``FileNotFoundError`` explains how to provide it.
+
+Clients, all randomness from ``np.random.default_rng([seed, 0])``:
+
+* sizes: a *size profile* of groups, ``size_group_clients[g]`` clients of
+  ``size_group_examples[g]`` examples each, clients numbered group by group.
+  ``'fraboni'`` (the default) is the paper's 10/30/30/20/10 clients with
+  100/250/500/750/1000 examples: 100 clients holding 48,500 of the 50,000
+  training images. ``'balanced'`` is 100 clients of 500 (all 50,000). Either
+  list can be overridden. A profile smaller than the split takes a seeded
+  random subset of the training images (the rest is unused);
+* labels: proportions ``q_k ~ Dirichlet(dirichlet_alpha * 1_10)`` per
+  client, drawn from the labels still available, as in the ``digits`` task
+  (`tasks.digits.dirichlet_partition`); the finite pool makes the last
+  clients somewhat less skewed than ``q_k``;
+* every selected training image belongs to exactly one client.
+
+Raw elements keep the images as ``uint8`` (150 MB for the training split
+instead of 600 MB as float32); the preprocessing scales them to float32 in
+[0, 1]. Training: a seeded shuffle (buffer: the largest client), the
+optional per-epoch cap, ``client_epochs`` repetitions, batches of
+``client_batch_size`` (50, the paper's). Evaluation: the ``test`` split, or a
+seeded random subset of ``max_eval_examples`` images
+(``np.random.default_rng([seed, 1])``).
+
+Models: ``'lenet'``, a LeNet-5-style CNN (62,006 parameters; `lenet_cnn`),
+or ``'vgg'`` (`tasks.models.small_vgg` with 10 classes).
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+from collections.abc import Sequence
+from typing import Any, Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from tasks import _common
+from tasks import digits
+from tasks import models
+from tasks.base import Task
+
+DATASET = 'cifar10'
+NUM_CLASSES = 10
+IMAGE_SHAPE = (32, 32, 3)
+TRAIN_EXAMPLES = 50_000
+SIZE_PROFILES = collections.OrderedDict(
+    fraboni=collections.OrderedDict(
+        size_group_clients=(10, 30, 30, 20, 10),
+        size_group_examples=(100, 250, 500, 750, 1000)),
+    balanced=collections.OrderedDict(size_group_clients=(100,), size_group_examples=(500,)),
+)
+MODELS = ('lenet', 'vgg')
+_READ_BATCH = 10_000
+
+
+def lenet_cnn(num_classes: int, seed: int) -> tf.keras.Model:
+  """A LeNet-5-style CNN for 32x32x3 images, logits out, seeded.
+
+  Conv 5x5x6 (valid, ReLU) -> max-pool 2x2 -> conv 5x5x16 (valid, ReLU) ->
+  max-pool 2x2 -> flatten -> dense 120 (ReLU) -> dense 84 (ReLU) -> dense
+  `num_classes`: 62,006 parameters for 10 classes. Built with Keras's
+  default initialisers, then redrawn from `seed` by
+  `tasks.models.seed_initial_weights`.
+
+  Args:
+    num_classes: Number of output logits.
+    seed: Seed of the initial weights.
+
+  Returns:
+    An uncompiled `tf.keras.Model` mapping ``float32[B, 32, 32, 3]`` to
+    logits.
+  """
+  inputs = tf.keras.Input(shape=IMAGE_SHAPE, dtype=tf.float32)
+  x = inputs
+  for filters in (6, 16):
+    x = tf.keras.layers.Conv2D(filters, 5, activation='relu')(x)
+    x = tf.keras.layers.MaxPooling2D(pool_size=2)(x)
+  x = tf.keras.layers.Flatten()(x)
+  for width in (120, 84):
+    x = tf.keras.layers.Dense(width, activation='relu')(x)
+  logits = tf.keras.layers.Dense(num_classes)(x)
+  return models.seed_initial_weights(tf.keras.Model(inputs, logits, name='lenet_cnn'), seed)
+
+
+def load_split(split: str, data_dir: Optional[str]) -> tuple[np.ndarray, np.ndarray]:
+  """One TFDS ``cifar10`` split as ``(uint8[M, 32, 32, 3], int32[M])``.
+
+  Args:
+    split: ``'train'`` or ``'test'``.
+    data_dir: TFDS data directory (``None``: TFDS's default).
+
+  Returns:
+    The images and labels, in TFDS's (fixed) order.
+
+  Raises:
+    FileNotFoundError: If the prepared dataset is not in `data_dir`.
+  """
+  try:
+    dataset = tfds.load(
+        DATASET, split=split, data_dir=data_dir, download=False, as_supervised=True)
+  except AssertionError as error:  # TFDS's "could not find data in ..." check.
+    default = ' (TFDS\'s default: $TFDS_DATA_DIR or ~/tensorflow_datasets)'
+    raise FileNotFoundError(
+        f'The cifar10 task needs TensorFlow Datasets\' prepared {DATASET!r} '
+        f'dataset in data_dir={data_dir!r}{default if data_dir is None else ""}, '
+        f'which TFDS could not find ({error}); it is not downloaded here. To '
+        f'provide it: on a machine with internet access run `tfds build {DATASET} '
+        f'--data_dir=DIR` (or `tfds.load({DATASET!r}, data_dir=DIR)` in Python), '
+        f'copy DIR/{DATASET} into a directory here and pass that directory as '
+        'data_dir.') from error
+  images, labels = [], []
+  for image_batch, label_batch in dataset.batch(_READ_BATCH).as_numpy_iterator():
+    images.append(image_batch)
+    labels.append(label_batch)
+  images = np.concatenate(images).astype(np.uint8, copy=False)
+  labels = np.concatenate(labels).astype(np.int32)
+  if images.shape[1:] != IMAGE_SHAPE or labels.min() < 0 or labels.max() >= NUM_CLASSES:
+    raise ValueError(
+        f'Unexpected {DATASET} {split!r} data: images {images.shape}, labels in '
+        f'[{labels.min()}, {labels.max()}].')
+  return images, labels
+
+
+def _check_int_tuple(name: str, values: Any) -> tuple[int, ...]:
+  if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+    raise ValueError(f'{name} must be a non-empty list of integers >= 1, got {values!r}.')
+  return tuple(_common.check_int(name, v) for v in values)
+
+
+def profile_sizes(
+    size_group_clients: Sequence[int], size_group_examples: Sequence[int]
+) -> np.ndarray:
+  """``int64[N]`` client sizes: group ``g``'s count repeated, group by group."""
+  return np.repeat(np.asarray(size_group_examples, np.int64),
+                   np.asarray(size_group_clients, np.int64))
+
+
+def _check_total(sizes: np.ndarray, available: int) -> None:
+  if sizes.sum() > available:
+    raise ValueError(
+        f'The size profile needs {sizes.sum()} training examples '
+        f'({len(sizes)} clients), but the cifar10 train split has {available}; '
+        'reduce size_group_clients or size_group_examples.')
+
+
+def _scale_images(batch: collections.OrderedDict) -> collections.OrderedDict:
+  """``uint8`` images to float32 in [0, 1]; labels unchanged."""
+  return _common.as_xy(tf.cast(batch['x'], tf.float32) / 255.0, batch['y'])
+
+
+def create_cifar10_task(
+    *,
+    client_batch_size: int = 50,
+    client_epochs: int = 1,
+    max_client_examples: Optional[int] = None,
+    seed: int = 0,
+    eval_batch_size: int = 256,
+    data_dir: Optional[str] = None,
+    dirichlet_alpha: float = 0.1,
+    size_profile: str = 'fraboni',
+    size_group_clients: Optional[Sequence[int]] = None,
+    size_group_examples: Optional[Sequence[int]] = None,
+    max_eval_examples: Optional[int] = 10_000,
+    model: str = 'lenet',
+) -> Task:
+  """Builds the ``cifar10`` task.
+
+  Args:
+    client_batch_size: Local batch size.
+    client_epochs: Local epochs per round.
+    max_client_examples: Optional cap on examples per client per epoch.
+    seed: Seed of the partition and of the evaluation subset.
+    eval_batch_size: Batch size of the evaluation data.
+    data_dir: TFDS data directory holding the prepared ``cifar10``
+      (``None``: TFDS's default).
+    dirichlet_alpha: Dirichlet concentration of the clients' label
+      proportions (the paper uses 0.001, 0.01, 0.1 and 10).
+    size_profile: ``'fraboni'`` or ``'balanced'`` (see the module docstring).
+    size_group_clients: Clients in each size group (``None``: the
+      profile's).
+    size_group_examples: Examples of every client in each size group
+      (``None``: the profile's); same length as the clients list, and at
+      most 50,000 examples in all.
+    max_eval_examples: Cap on evaluation examples (``None``: all 10,000).
+    model: ``'lenet'`` or ``'vgg'``.
+
+  Returns:
+    The `Task`. Raw elements are ``OrderedDict(x=uint8[32, 32, 3],
+    y=int32[])``; training and evaluation batches
+    ``OrderedDict(x=float32[B, 32, 32, 3] in [0, 1], y=int32[B])``.
+
+  Raises:
+    ValueError: For an invalid option, or a profile larger than the split.
+    FileNotFoundError: If the TFDS data is not in `data_dir`.
+  """
+  options = _common.check_common_options(
+      client_batch_size=client_batch_size, client_epochs=client_epochs,
+      max_client_examples=max_client_examples, seed=seed, eval_batch_size=eval_batch_size)
+  if data_dir is not None and not isinstance(data_dir, str):
+    raise ValueError(f'data_dir must be a string or None, got {data_dir!r}.')
+  size_profile = _common.check_choice('size_profile', size_profile, tuple(SIZE_PROFILES))
+  profile = SIZE_PROFILES[size_profile]
+  group_clients = _check_int_tuple(
+      'size_group_clients',
+      profile['size_group_clients'] if size_group_clients is None else size_group_clients)
+  group_examples = _check_int_tuple(
+      'size_group_examples',
+      profile['size_group_examples'] if size_group_examples is None else size_group_examples)
+  if len(group_clients) != len(group_examples):
+    raise ValueError(
+        f'size_group_clients and size_group_examples must have the same length, got '
+        f'{list(group_clients)} and {list(group_examples)}.')
+  options.update(
+      data_dir=data_dir,
+      dirichlet_alpha=_common.check_float('dirichlet_alpha', dirichlet_alpha),
+      size_profile=size_profile,
+      size_group_clients=group_clients,
+      size_group_examples=group_examples,
+      max_eval_examples=_common.check_optional_int('max_eval_examples', max_eval_examples),
+      model=_common.check_choice('model', model, MODELS),
+  )
+  sizes = profile_sizes(group_clients, group_examples)
+  _check_total(sizes, TRAIN_EXAMPLES)
+
+  images, labels = load_split('train', data_dir)
+  _check_total(sizes, len(labels))
+  rng = np.random.default_rng([options['seed'], 0])
+  selected = rng.permutation(len(labels))[:sizes.sum()]
+  members = digits.dirichlet_partition(
+      labels[selected], sizes, options['dirichlet_alpha'], rng, NUM_CLASSES)
+  order = selected[np.concatenate(members)]
+  offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+  width = len(str(len(sizes) - 1))
+  client_ids = tuple(f'client_{i:0{width}d}' for i in range(len(sizes)))
+  train_data = _common.in_memory_client_data(
+      client_ids, collections.OrderedDict(x=images[order], y=labels[order]), offsets)
+  del images
+
+  eval_images, eval_labels = load_split('test', data_dir)
+  if options['max_eval_examples'] is not None and options['max_eval_examples'] < len(eval_labels):
+    kept = np.sort(np.random.default_rng([options['seed'], 1]).permutation(
+        len(eval_labels))[:options['max_eval_examples']])
+    eval_images, eval_labels = eval_images[kept], eval_labels[kept]
+  eval_data = _common.tf_dataset_from_arrays(
+      collections.OrderedDict(x=eval_images, y=eval_labels))
+
+  batched = _common.batched_xy_preprocess(
+      batch_size=options['client_batch_size'], epochs=options['client_epochs'],
+      max_examples=options['max_client_examples'], shuffle_buffer_size=int(sizes.max()))
+
+  def preprocess_client(dataset: tf.data.Dataset, shuffle_seed) -> tf.data.Dataset:
+    return batched(dataset, shuffle_seed).map(_scale_images)
+
+  def preprocess_eval(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    return dataset.batch(options['eval_batch_size']).map(_scale_images)
+
+  if options['model'] == 'lenet':
+    keras_model_fn = functools.partial(lenet_cnn, NUM_CLASSES)
+  else:
+    keras_model_fn = functools.partial(models.small_vgg, NUM_CLASSES, input_shape=IMAGE_SHAPE)
+
+  return Task(
+      name='cifar10',
+      train_data=train_data,
+      eval_data=eval_data,
+      preprocess_client=preprocess_client,
+      preprocess_eval=preprocess_eval,
+      keras_model_fn=keras_model_fn,
+      loss_fn=_common.sparse_categorical_loss,
+      metrics_fn=_common.accuracy_metrics,
+      client_ids=client_ids,
+      client_num_examples=sizes,
+      client_label_histograms=_common.label_histograms(labels[order], offsets, NUM_CLASSES),
+      num_classes=NUM_CLASSES,
+      options=options,
+  )
