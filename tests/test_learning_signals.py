@@ -38,6 +38,15 @@ def test_each_slot_holds_its_clients_update_and_sampler_weights_aggregate(
   for slot, client in enumerate(order):
     np.testing.assert_allclose(sketches[slot, :4810], alone[client], atol=1e-7)
     np.testing.assert_array_equal(sketches[slot, 4810:], 0.0)
+  # Each slot's loss is the start model's loss on that client's data (the probe).
+  probe = signals.build_loss_probe(task.model_fn, process.get_model_weights.type_signature.result,
+                                   task.element_spec)
+  expected_losses = probe(start, signals.selection_client_data(
+      [task.client_dataset(c, seed=1) for c in order], [1.0] * 4))
+  np.testing.assert_allclose(output.metrics['client_work']['signals']['loss'], expected_losses,
+                             rtol=1e-6)
+  assert output.metrics['client_work']['signals']['loss'][1] == pytest.approx(
+      output.metrics['client_work']['signals']['loss'][3])  # Client 3 twice.
   # The model moved by the sampler-weighted mean (1/m per draw, duplicates count).
   expected = sum(w * alone[c] for c, w in zip(order, weights))
   np.testing.assert_allclose(_flat(start) - _flat(process.get_model_weights(output.state)),

@@ -21,7 +21,8 @@ def test_readme_has_snippets():
 
 @pytest.mark.parametrize('index', range(len(_snippets())))
 def test_readme_snippet_runs(index, tmp_path):
-  code = _snippets()[index].replace("'/tmp/my_run'", repr(str(tmp_path / 'run')))
+  code = re.sub(r"'/tmp/(my_\w+)'", lambda m: repr(str(tmp_path / m.group(1))),
+                _snippets()[index])
   proc = subprocess.run([sys.executable, '-c', code], cwd=_REPO, capture_output=True,
                         text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]

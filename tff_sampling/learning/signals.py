@@ -10,7 +10,8 @@ work; similarities are unaffected): coordinate
 ``h(j) ∈ [0, d)``, where ``h`` and ``s`` come from stateless random ops seeded
 by ``sketch_seed`` (the same in every round, so sketches from different rounds
 are comparable). With ``sketch_size ≥`` the number of parameters the sketch is
-the update itself, zero-padded (exact).
+the update itself, zero-padded (exact). Each client also reports the current
+global model's loss on its data (before local training).
 
 Each client's data is a struct of sequences (`client_data`): its training
 dataset and a one-element ``meta`` dataset holding its **cohort slot** and its
@@ -109,6 +110,26 @@ def _read_meta_computation(meta_type):
   return read_meta
 
 
+def _client_loss_computation(model_fn, weights_type, data_type) -> tff.Computation:
+  """``(W, B*) -> float32[1]``: the mean loss of the given weights on a client's data."""
+
+  @tff.tensorflow.computation(weights_type, data_type)
+  def client_loss(weights, dataset):
+    model = model_fn()
+    tf.nest.map_structure(lambda v, t: v.assign(t),
+                          tff.learning.models.ModelWeights.from_model(model), weights)
+
+    def add(totals, batch):
+      output = model.forward_pass(batch, training=False)
+      count = tf.cast(output.num_examples, tf.float32)
+      return totals[0] + tf.cast(output.loss, tf.float32) * count, totals[1] + count
+
+    loss_sum, count = dataset.reduce((tf.constant(0.0), tf.constant(0.0)), add)
+    return tf.reshape(tf.math.divide_no_nan(loss_sum, count), [1])
+
+  return client_loss
+
+
 def build_loss_probe(model_fn: Callable[[], tff.learning.models.VariableModel],
                      model_weights_type: tff.Type, element_spec) -> tff.Computation:
   """A computation giving each client's loss under given model weights, by slot.
@@ -131,19 +152,7 @@ def build_loss_probe(model_fn: Callable[[], tff.learning.models.VariableModel],
       [('data', data_type), ('meta', meta_type)], collections.OrderedDict)
   read_meta = _read_meta_computation(meta_type)
 
-  @tff.tensorflow.computation(weights_type, data_type)
-  def client_loss(weights, dataset):
-    model = model_fn()
-    tf.nest.map_structure(lambda v, t: v.assign(t),
-                          tff.learning.models.ModelWeights.from_model(model), weights)
-
-    def add(totals, batch):
-      output = model.forward_pass(batch, training=False)
-      count = tf.cast(output.num_examples, tf.float32)
-      return totals[0] + tf.cast(output.loss, tf.float32) * count, totals[1] + count
-
-    loss_sum, count = dataset.reduce((tf.constant(0.0), tf.constant(0.0)), add)
-    return tf.reshape(tf.math.divide_no_nan(loss_sum, count), [1])
+  client_loss = _client_loss_computation(model_fn, weights_type, data_type)
 
   @tff.federated_computation(tff.FederatedType(weights_type, tff.SERVER),
                              tff.FederatedType(client_data_type, tff.CLIENTS))
@@ -168,7 +177,10 @@ def build_signals_client_work(
   The created process has the type signature
   ``(<S@SERVER, {W}@CLIENTS, {<data=B*, meta=<slot=int32,weight=float32>*>}@CLIENTS>
   -> <state=S@SERVER, result={ClientResult}@CLIENTS, measurements=M@SERVER>)``
-  with ``M = <train=…, signals=<update_sketch=float32[?, sketch_size]>>``.
+  with ``M = <train=…, signals=<update_sketch=float32[?, sketch_size],
+  loss=float32[?]>>``: row ``k`` of each is the client in slot ``k``; ``loss``
+  is the broadcast (current global) model's mean loss on the client's data,
+  before local training (one extra forward pass).
 
   Args:
     model_fn: Builds a fresh `tff.learning.models.VariableModel`.
@@ -192,6 +204,7 @@ def build_signals_client_work(
   update_type = inner.next.type_signature.result.result.member.update
 
   read_meta = _read_meta_computation(meta_type)
+  client_loss = _client_loss_computation(model_fn, weights_type, data_type)
 
   @tff.tensorflow.computation(update_type)
   def sketch(update):
@@ -209,11 +222,15 @@ def build_signals_client_work(
     update = inner_output.result.update
     sketches = tff.federated_map(sketch, update)
     gathered = gather_by_slot(meta.slot, sketches, sketch_size)
+    losses = tff.federated_map(client_loss, (weights, data.data))
+    gathered_losses = tff.federated_map(
+        tff.tensorflow.computation(lambda g: g[:, 0]), gather_by_slot(meta.slot, losses, 1))
     result = tff.federated_zip(tff.learning.templates.ClientResult(
         update=update, update_weight=meta.weight))
     measurements = tff.federated_zip(collections.OrderedDict(
         train=inner_output.measurements,
-        signals=tff.federated_zip(collections.OrderedDict(update_sketch=gathered))))
+        signals=tff.federated_zip(collections.OrderedDict(
+            update_sketch=gathered, loss=gathered_losses))))
     return tff.templates.MeasuredProcessOutput(inner_output.state, result, measurements)
 
   return tff.learning.templates.ClientWorkProcess(inner.initialize, next_fn)
