@@ -6,6 +6,11 @@ Per round ``r = 1, 2, …``::
     datasets   = [task.client_dataset(c, shuffle_seed(seed, r, c)) for c in selection]
     output     = process.next(process_state, datasets)           # one TFF call
     sampler_state = sampler.observe(sampler_state, selection, signals)
+
+(a power-of-choice sampler first asks a *loss probe* computation for its
+candidates' losses; processes built on `tff_sampling.learning.signals` get
+each dataset together with its slot and the sampler's weight, and return the
+per-client ``signals`` that `observe` receives.)
     release metrics (CSV keyed by round, TensorBoard, a progress line)
     every `checkpoint_every` rounds: save the program state
 
@@ -305,8 +310,12 @@ def run_experiment(
 
   Args:
     task: The task (data, model, evaluation data).
-    process: A learning process whose ``next`` takes a list of client datasets
-      (one per cohort slot).
+    process: A learning process whose ``next`` takes one entry per cohort slot:
+      the client's dataset, or, for processes built on
+      `tff_sampling.learning.signals` (detected from the type signature), the
+      dataset with the slot and the sampler's weight (``n_k`` when the sampler
+      leaves weighting to the process). Such processes' per-client signals
+      are handed to ``sampler.observe`` and not released as metrics.
     sampler: Chooses each round's clients.
     config: The run's configuration.
     uplink_fn: ``(process_metrics, cohort_size) -> Uplink`` counting what the
