@@ -112,3 +112,38 @@ def test_power_of_choice_through_the_program(small_digits_task, tmp_path):
     top = set(candidates[np.argsort(-losses, kind='stable')[:3]].tolist())
     assert set(clients.tolist()) == top
     assert np.all(np.isfinite(losses)) and np.all(losses > 0)
+
+
+class _EveryOtherRound:
+  """Clients 0-9 are active in odd rounds, 10-19 in even rounds (one redraw each)."""
+
+  def active(self, round_num):
+    mask = np.zeros(20, bool)
+    mask[:10] = round_num % 2 == 1
+    mask[10:] = round_num % 2 == 0
+    return mask, 1
+
+
+@pytest.mark.parametrize('make_sampler', [
+    lambda: samplers.UniformSampler(4, seed=0),
+    lambda: samplers.MDSampler(4, seed=0),
+    lambda: samplers.ClusteredSampler(4, seed=0, method='size'),
+])
+def test_every_sampler_selects_only_active_clients(small_digits_task, signals_process, tmp_path,
+                                                   make_sampler):
+  program.run_experiment(small_digits_task, signals_process, make_sampler(),
+                         _config(tmp_path, 3), availability=_EveryOtherRound())
+  rows = _rows(tmp_path)[1:]
+  assert [r['availability/active_clients'] for r in rows] == ['10'] * 3
+  assert [r['availability/redraws'] for r in rows] == ['1'] * 3
+
+
+def test_a_sampler_that_ignores_availability_is_caught(small_digits_task, signals_process,
+                                                       tmp_path):
+  class Careless(samplers.UniformSampler):
+    def select(self, state, round_num, available):
+      return super().select(state, round_num, np.ones_like(available))
+
+  with pytest.raises(RuntimeError, match='Careless selected inactive clients in round 1'):
+    program.run_experiment(small_digits_task, signals_process, Careless(4, seed=0),
+                           _config(tmp_path, 1), availability=_EveryOtherRound())

@@ -42,7 +42,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from absl import logging
 import numpy as np
@@ -65,6 +65,13 @@ RESUMABLE_HPARAMS = frozenset({
 _SHUFFLE_STREAM = 1
 
 UplinkFn = Callable[[Mapping[str, Any], int], communication.Uplink]
+
+
+class Availability(Protocol):
+  """Which clients can take part in a round (e.g. `tff_sampling.availability`)."""
+
+  def active(self, round_num: int) -> tuple[np.ndarray, int]:
+    """``(bool[N] mask, redraws)``, deterministic in the round; never all-false."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -305,6 +312,7 @@ def run_experiment(
     config: ProgramConfig,
     *,
     uplink_fn: UplinkFn = communication.full_cohort_uplink,
+    availability: Availability | None = None,
 ) -> ExperimentResult:
   """Runs (or resumes) the experiment described by `config`.
 
@@ -320,6 +328,9 @@ def run_experiment(
     config: The run's configuration.
     uplink_fn: ``(process_metrics, cohort_size) -> Uplink`` counting what the
       round's clients uploaded; the default counts one model per cohort client.
+    availability: Which clients are active each round; every sampler selects
+      among them only (default: everyone, every round). The number of active
+      clients and of redraws go to the metrics under ``availability/``.
 
   Returns:
     An `ExperimentResult`.
@@ -406,16 +417,31 @@ def run_experiment(
   sampler_state = program_state['sampler']
   cumulative_bits = int(program_state['cumulative_bits'])
   all_available = np.ones(population.size, dtype=bool)
+
+  def active_clients(round_num: int) -> tuple[np.ndarray, int]:
+    if availability is None:
+      return all_available, 0
+    mask, redraws = availability.active(round_num)
+    mask = np.asarray(mask, dtype=bool)
+    if mask.shape != all_available.shape or not mask.any():
+      raise ValueError(f'Availability for round {round_num} must be a non-empty mask over '
+                       f'{population.size} clients, got shape {mask.shape} with '
+                       f'{int(mask.sum())} active.')
+    return mask, int(redraws)
   start = time.monotonic()
   for round_num in range(first_round, config.rounds + 1):
     round_start = time.monotonic()
+    available, redraws = active_clients(round_num)
     if loss_probe is not None:
       current = process.get_model_weights(process_state)
       selection = sampler.select(
-          sampler_state, round_num, all_available,
+          sampler_state, round_num, available,
           loss_probe=lambda clients: probe_losses(round_num, current, clients))
     else:
-      selection = sampler.select(sampler_state, round_num, all_available)
+      selection = sampler.select(sampler_state, round_num, available)
+    if not np.all(available[selection.clients]):
+      raise RuntimeError(f'{type(sampler).__name__} selected inactive clients in round '
+                         f'{round_num}: {selection.clients[~available[selection.clients]]}.')
     output = process.next(process_state, client_data(round_num, selection))
     process_state = output.state
     process_metrics, round_signals = _split_signals(output.metrics)
@@ -429,6 +455,8 @@ def run_experiment(
     released = collections.OrderedDict(
         round_seconds=time.monotonic() - round_start,
         cohort_size=len(selection.clients),
+        availability=collections.OrderedDict(
+            active_clients=int(available.sum()), redraws=redraws),
         selection=selection_metrics(selection, population.num_examples,
                                     task.client_label_histograms),
         train=_train_metrics(process_metrics),
