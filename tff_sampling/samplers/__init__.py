@@ -10,3 +10,4 @@ from tff_sampling.samplers.target import TargetSampler
 from tff_sampling.samplers.clustered import ClusteredSampler
 from tff_sampling.samplers.clustered import ClusteredSamplerState
 from tff_sampling.samplers.md import MDSampler
+from tff_sampling.samplers.fedgs import FedGSSampler
