@@ -9,7 +9,8 @@ draws ∝ n_i), ``clustered_size`` (Algorithm 1), ``clustered_similarity``
 (Algorithm 2 on count sketches of the clients' last updates, ``--similarity``),
 ``target`` (one client per majority label: an oracle reference), or
 ``power_of_choice`` (the highest-loss clients among ``--num_candidates`` drawn
-∝ n_k). MD and clustered samplers aggregate with weight ``1/m`` per draw; the
+∝ n_k) or ``fedgs`` (FedGS on the oracle label-distribution graph, ``--fedgs_alpha``).
+``--availability`` restricts every method to the round's active clients. MD and clustered samplers aggregate with weight ``1/m`` per draw; the
 weights and the sketches travel through the signals client work
 (`tff_sampling.learning.signals`). Defaults follow the paper scaled to the
 offline `digits` task: the shard preset (one digit per client), m = 10, batch
@@ -36,7 +37,7 @@ from tff_sampling import samplers
 from tff_sampling.learning import signals
 
 SAMPLINGS = ('uniform', 'md', 'clustered_size', 'clustered_similarity', 'target',
-             'power_of_choice')
+             'power_of_choice', 'fedgs')
 
 flags.FLAGS.set_default('root_output_dir', 'results/clustered')
 flags.FLAGS.set_default('rounds', 30)
@@ -54,6 +55,8 @@ _SKETCH_SIZE = flags.DEFINE_integer('sketch_size', 1024,
                                     'Length of each client update sketch.', lower_bound=1)
 _NUM_CANDIDATES = flags.DEFINE_integer('num_candidates', 20,
                                        'power_of_choice: candidates per round.', lower_bound=1)
+_FEDGS_ALPHA = flags.DEFINE_float('fedgs_alpha', 1.0,
+                                  'fedgs: weight α of the graph-dispersion term.')
 _SEEDS = flags.DEFINE_integer('seeds', 1, 'Runs per method (seeds seed..seed+seeds-1).',
                               lower_bound=1)
 
@@ -74,6 +77,11 @@ def make_sampler(task, method: str, seed: int) -> samplers.Sampler:
     return samplers.TargetSampler(task.client_label_histograms.argmax(axis=1), seed=seed)
   if method == 'power_of_choice':
     return samplers.PowerOfChoiceSampler(m, num_candidates=_NUM_CANDIDATES.value, seed=seed)
+  if method == 'fedgs':
+    # The oracle 3DG of FedGS's simulations: label-distribution features.
+    histograms = task.client_label_histograms.astype(np.float64)
+    features = histograms / np.maximum(histograms.sum(axis=1, keepdims=True), 1.0)
+    return samplers.FedGSSampler(m, seed=seed, features=features, alpha=_FEDGS_ALPHA.value)
   raise ValueError(f'Unknown --sampling {method!r}; choose from {", ".join(SAMPLINGS)}.')
 
 
@@ -119,7 +127,7 @@ def main(argv: Sequence[str]) -> None:
         make_sampler=lambda method, seed: make_sampler(task, method, seed),
         method_hparams=lambda method: dict(
             sampling=method, similarity=_SIMILARITY.value, sketch_size=_SKETCH_SIZE.value,
-            num_candidates=_NUM_CANDIDATES.value))
+            num_candidates=_NUM_CANDIDATES.value, fedgs_alpha=_FEDGS_ALPHA.value))
   except (ValueError, FileNotFoundError, FloatingPointError) as e:
     sys.exit(f'Error: {e}')
   plot_path = plotting.plot_runs(

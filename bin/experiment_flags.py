@@ -19,6 +19,7 @@ from absl import logging
 import tensorflow_federated as tff
 
 import tasks
+from tff_sampling import availability as availability_lib
 from tff_sampling import communication
 from tff_sampling import program
 from tff_sampling import results
@@ -49,6 +50,19 @@ EXPERIMENT_NAME = flags.DEFINE_string(
     'experiment_name', None,
     'Sub-directory of --root_output_dir for this run (default: derived from '
     'the task, method and seed). An existing run there is resumed.')
+
+# --- Client availability (FedGS §3c) ------------------------------------------
+# The paper's β per mode (ALGORITHMS.md §3c).
+PAPER_AVAILABILITY_BETA = {'IDL': 0.0, 'LN': 0.5, 'SLN': 0.5, 'LDF': 0.7, 'MDF': 0.7,
+                           'YMF': 0.9, 'YC': 0.9, 'HOMO': 0.5}
+AVAILABILITY = flags.DEFINE_enum(
+    'availability', 'IDL', list(availability_lib.AVAILABILITY_MODES),
+    'Which clients are active each round (IDL: everyone); every sampler selects among them.')
+AVAILABILITY_BETA = flags.DEFINE_float(
+    'availability_beta', None, "β of the availability mode (default: the paper's for the mode).")
+AVAILABILITY_PERIOD = flags.DEFINE_integer(
+    'availability_period', availability_lib.DEFAULT_PERIOD, 'Period T of the YC and SLN modes.',
+    lower_bound=1)
 
 # --- Task options (None = the task's default) ---------------------------------
 DATA_SEED = flags.DEFINE_integer(
@@ -161,9 +175,26 @@ def experiment_hparams(task: tasks.Task, **method: Any) -> dict[str, Any]:
       seed=SEED.value,
       root_output_dir=ROOT_OUTPUT_DIR.value,
   )
+  hparams.update(availability=AVAILABILITY.value, availability_beta=_availability_beta(),
+                 availability_period=AVAILABILITY_PERIOD.value)
   hparams.update(method)
   hparams.update({f'task.{k}': v for k, v in task.options.items()})
   return hparams
+
+
+def _availability_beta() -> float:
+  if AVAILABILITY_BETA.value is not None:
+    return AVAILABILITY_BETA.value
+  return PAPER_AVAILABILITY_BETA[AVAILABILITY.value]
+
+
+def availability_from_flags(task: tasks.Task, seed: int) -> availability_lib.Availability | None:
+  """The availability model of the flags for `task` (``None`` for IDL: everyone)."""
+  if AVAILABILITY.value == 'IDL':
+    return None
+  return availability_lib.build_availability(
+      AVAILABILITY.value, _availability_beta(), client_sizes=task.client_num_examples,
+      client_labels=task.client_label_histograms, seed=seed, period=AVAILABILITY_PERIOD.value)
 
 
 def program_config(hparams: dict[str, Any], default_name: str) -> program.ProgramConfig:
@@ -204,7 +235,8 @@ def run_with_uniform_cohorts(
     sampler = samplers.UniformSampler(CLIENTS_PER_ROUND.value, seed=SEED.value)
     sampler.initialize(samplers.Population(task.client_num_examples))  # Fail fast.
     result = program.run_experiment(task, make_process(task), sampler, config,
-                                    uplink_fn=uplink_fn)
+                                    uplink_fn=uplink_fn,
+                                    availability=availability_from_flags(task, SEED.value))
   except (ValueError, FileNotFoundError, FloatingPointError) as e:
     sys.exit(f'Error: {e}')
   logging.info('Finished round %d: %s; uploaded %.4g bits; results in %s',
@@ -242,6 +274,7 @@ def run_comparison(
           output_dir=output_dir, rounds=ROUNDS.value, seed=seed, hparams=hparams,
           eval_every=EVAL_EVERY.value, checkpoint_every=CHECKPOINT_EVERY.value)
       program.run_experiment(task, make_process(method, seed), make_sampler(method, seed),
-                             config, uplink_fn=uplink_fn)
+                             config, uplink_fn=uplink_fn,
+                             availability=availability_from_flags(task, seed))
       groups.setdefault(method, []).append(results.load_run(output_dir))
   return groups

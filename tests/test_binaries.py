@@ -115,18 +115,22 @@ def test_optimal_sampling_two_rounds_subprocess(tmp_path):
 
 def test_clustered_sampling_two_rounds_subprocess(tmp_path):
   proc = _run_module('bin.clustered_sampling', '--rounds=2', '--eval_every=1',
-                     '--sampling=md,clustered_similarity,target', '--client_epochs=1',
-                     f'--root_output_dir={tmp_path}')
+                     '--sampling=md,clustered_similarity,target,fedgs', '--client_epochs=1',
+                     '--availability=LN', f'--root_output_dir={tmp_path}')
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert sorted(os.listdir(tmp_path)) == [
-      'digits_accuracy.png', 'digits_clustered_similarity_seed0', 'digits_md_seed0',
-      'digits_target_seed0']
+      'digits_accuracy.png', 'digits_clustered_similarity_seed0', 'digits_fedgs_seed0',
+      'digits_md_seed0', 'digits_target_seed0']
+  fedgs = results.load_run(tmp_path / 'digits_fedgs_seed0')
+  np.testing.assert_array_equal(fedgs.metrics['cohort_size'][1:],
+                                np.minimum(10, fedgs.metrics['availability/active_clients'][1:]))
   target = results.load_run(tmp_path / 'digits_target_seed0')
-  # Shards: one digit per client, so the target sampler covers all ten labels.
-  assert np.all(target.metrics['selection/distinct_labels'][1:] == 10)
+  # Shards: one client per digit among the active ones.
+  assert np.all(target.metrics['selection/distinct_labels'][1:] ==
+                target.metrics['cohort_size'][1:])
   assert target.hparams['task.preset'] == 'shards'
   similarity = results.load_run(tmp_path / 'digits_clustered_similarity_seed0')
-  assert np.all(similarity.metrics['cohort_size'][1:] == 10)
+  assert np.all(similarity.metrics['cohort_size'][1:] == 10)  # m draws, with repeats.
 
 
 def test_clustered_sampling_rejects_unknown_sampling(tmp_path):
@@ -136,3 +140,16 @@ def test_clustered_sampling_rejects_unknown_sampling(tmp_path):
                      f'--root_output_dir={tmp_path}')
   assert proc.returncode == 1
   assert "Error: Unknown --sampling ['best']" in proc.stderr
+
+
+def test_availability_flag_limits_every_round(tmp_path):
+  common = dict(rounds='2', clients_per_round='30', root_output_dir=str(tmp_path),
+                experiment_name='ln', availability='LN')
+  with flagsaver.as_parsed(**common):
+    fedavg.main(['fedavg'])
+  run = results.load_run(tmp_path / 'ln')
+  active = run.metrics['availability/active_clients'][1:]
+  assert np.all(active < 100) and np.all(active >= 1)
+  # The cohort is capped by the active clients: min(30, |A_t|).
+  np.testing.assert_array_equal(run.metrics['cohort_size'][1:], np.minimum(30, active))
+  assert run.hparams['availability'] == 'LN' and run.hparams['availability_beta'] == 0.5
