@@ -12,6 +12,7 @@ worker (100-400 MB) behind. `stop_local_workers` is registered with `atexit`
 from __future__ import annotations
 
 import atexit
+import gc
 import logging as logging_lib
 import os
 import signal
@@ -22,12 +23,35 @@ import tensorflow_federated as tff
 _WORKER_NAME = 'worker_binary'
 
 
+def _release_execution_context() -> None:
+  """Drops TFF's execution context so that TFF stops its own worker, now.
+
+  The context owns the gRPC stub and the ``ServiceManager`` of the local worker;
+  released while the interpreter is still whole, the manager's ``__del__``
+  stops the worker the way TFF intends (SIGINT, then wait) and the stub closes
+  before the worker goes away. Killing the worker under a live stub instead
+  crashed interpreter teardown about once in twelve exits (SIGSEGV).
+  """
+  from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
+  from tensorflow_federated.python.core.impl.context_stack import runtime_error_context
+  context_stack_impl.context_stack.set_default_context(
+      runtime_error_context.RuntimeErrorContext())
+  gc.collect()
+
+
 def stop_local_workers(timeout_s: float = 5.0) -> int:
-  """Stops the TFF worker subprocesses started by this process.
+  """Stops the TFF worker subprocesses started by this process (at exit).
+
+  First lets TFF shut its worker down itself (`_release_execution_context`);
+  any worker still running after that is interrupted, then killed.
 
   Returns:
-    The number of workers stopped.
+    The number of workers that had to be stopped here.
   """
+  try:
+    _release_execution_context()
+  except Exception:  # pylint: disable=broad-except
+    pass  # Best effort: fall through to stopping the processes.
   try:
     children = psutil.Process(os.getpid()).children(recursive=False)
   except psutil.Error:
