@@ -85,7 +85,8 @@ _TASK_OPTION_FLAGS = {
     'eval_fraction': flags.DEFINE_float(
         'eval_fraction', None, 'Fraction of generated data held out for evaluation.'),
     'preset': flags.DEFINE_string(
-        'preset', None, "digits: 'default', 'unbalanced' or 'shards' (one digit per client)."),
+        'preset', None, "digits: 'default', 'unbalanced', 'shards' (one digit per client) or "
+        "'two_labels' (two digits per client, equal sizes)."),
     'model': flags.DEFINE_string('model', None, 'Model variant of the task.'),
     'mlp_hidden': flags.DEFINE_list('mlp_hidden', None, 'digits: hidden layer widths.'),
     'alpha': flags.DEFINE_float('synthetic_alpha', None, 'synthetic: alpha of Synthetic(alpha, beta).'),

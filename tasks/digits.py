@@ -42,6 +42,17 @@ in seeded random order. With the defaults (100 clients, 1,438 training
 examples of 139-146 per digit) that is 10 clients per digit of 13-15
 examples. `shard_labels` gives each client's digit, e.g. for a "target"
 sampler that takes one client per digit each round.
+
+The ``'two_labels'`` preset is the FashionMNIST-style split of the FedGS
+experiments (Wang et al., AAAI 2023; ALGORITHMS.md section 3): every client
+holds examples of exactly **two different digits** in (nearly) equal amounts.
+Each digit's training examples are cut into ``2 · num_clients / 10`` seeded
+random shards (sizes differ by at most one; extra shards go to the digits with
+the most examples, as for ``'shards'``), and the shards are paired at random
+into clients under the constraint that a client's two shards hold different
+digits (`label_pair_partition`). With the defaults (100 clients) that is 200
+shards of 6-8 examples, so clients of 13-15 examples, each digit held by 20
+clients.
 """
 
 from __future__ import annotations
@@ -67,6 +78,7 @@ PRESETS = collections.OrderedDict(
     default=collections.OrderedDict(size_sigma=1.0, dirichlet_alpha=0.5),
     unbalanced=collections.OrderedDict(size_sigma=3.0, dirichlet_alpha=0.5),
     shards=collections.OrderedDict(size_sigma=None, dirichlet_alpha=None),
+    two_labels=collections.OrderedDict(size_sigma=None, dirichlet_alpha=None),
 )
 MODELS = ('mlp', 'logistic')
 _MIN_CLIENT_EXAMPLES = 2
@@ -215,6 +227,64 @@ def shard_partition(
   return [shards[i] for i in rng.permutation(num_clients)]
 
 
+def label_pair_partition(
+    labels: np.ndarray,
+    num_clients: int,
+    rng: np.random.Generator,
+    num_classes: int,
+    min_size: int = 1,
+) -> list[np.ndarray]:
+  """Two-label clients: every client holds two shards of two different labels.
+
+  The examples are cut into ``2 · num_clients`` single-label shards as by
+  `shard_partition`; the shards are shuffled and paired consecutively, and
+  every pair that holds the same label twice is repaired by swapping one of
+  its shards with a shard of another pair chosen at random among those where
+  the swap leaves both pairs with two different labels.
+
+  Args:
+    labels: ``int[M]`` labels of the examples to distribute.
+    num_clients: Number of clients, at least ``num_classes / 2``.
+    rng: The random generator.
+    num_classes: Number of labels (at least 2); every label must occur.
+    min_size: Smallest allowed shard.
+
+  Returns:
+    `num_clients` index arrays into `labels`, disjoint and covering
+    ``range(M)``; each holds exactly two distinct labels.
+
+  Raises:
+    ValueError: If a label is missing or shards would be smaller than
+      `min_size`. (Labels get equal shard counts, at most ``num_clients`` each,
+      so a valid pairing exists; the repair always finds a partner pair.)
+  """
+  if num_classes < 2:
+    raise ValueError(f'Two-label clients need num_classes >= 2, got {num_classes}.')
+  try:
+    shards = shard_partition(labels, 2 * num_clients, rng, num_classes, min_size)
+  except ValueError as e:
+    raise ValueError(f'{num_clients} two-label clients need {2 * num_clients} single-label '
+                     f'shards: {e} (halve that bound for num_clients)') from e
+  shard_label = np.array([labels[s[0]] for s in shards])
+  pairs = rng.permutation(2 * num_clients).reshape(num_clients, 2)
+  for bad in range(num_clients):
+    a, b = pairs[bad]
+    if shard_label[a] != shard_label[b]:
+      continue
+    # Swap b with a shard c of another pair (c, d) such that label(c) != label(a)
+    # and label(b) != label(d): both pairs then hold two different labels.
+    pair_labels = shard_label[pairs]
+    options = [(p, side) for p in range(num_clients) if p != bad for side in (0, 1)
+               if pair_labels[p, side] != shard_label[a]
+               and pair_labels[p, 1 - side] != shard_label[b]]
+    if not options:
+      raise ValueError(f'No valid two-label pairing found for {num_clients} clients; '
+                       'use more labels or fewer clients.')
+    p, side = options[rng.integers(len(options))]
+    pairs[bad, 1], pairs[p, side] = pairs[p, side], b
+  return [rng.permutation(np.concatenate([shards[a], shards[b]])) for a, b in pairs]
+
+
 def _shards_per_class(class_counts: np.ndarray, num_clients: int) -> np.ndarray:
   """Clients per label: an equal share, extras to the largest labels."""
   clients = np.full(len(class_counts), num_clients // len(class_counts), np.int64)
@@ -285,16 +355,16 @@ def create_digits_task(
     eval_batch_size: Batch size of the evaluation data.
     num_clients: Number of clients (each gets at least 2 examples, so at most
       719 with the default evaluation split, 699 with ``'shards'``, which
-      also needs at least 10).
+      also needs at least 10, and 699 with ``'two_labels'``).
     dirichlet_alpha: Dirichlet concentration of the clients' label
       proportions; ``None`` takes the preset's value (0.5). Not for
-      ``'shards'``.
+      ``'shards'`` or ``'two_labels'``.
     size_sigma: Log-normal sigma of the client sizes; ``None`` takes the
       preset's value (an explicit value overrides the preset). Not for
-      ``'shards'``.
+      ``'shards'`` or ``'two_labels'``.
     eval_fraction: Stratified fraction held out for evaluation, in (0, 1).
-    preset: ``'default'``, ``'unbalanced'`` or ``'shards'`` (see the module
-      docstring).
+    preset: ``'default'``, ``'unbalanced'``, ``'shards'`` or ``'two_labels'``
+      (see the module docstring).
     model: ``'mlp'`` (64-unit hidden layer) or ``'logistic'``.
     mlp_hidden: Hidden widths of the ``'mlp'`` model.
 
@@ -302,11 +372,12 @@ def create_digits_task(
     The `Task`. Raw elements are ``OrderedDict(x=float32[64], y=int32[])``;
     training batches ``OrderedDict(x=float32[B, 64], y=int32[B])``. Its
     ``options`` hold ``dirichlet_alpha=None, size_sigma=None`` for
-    ``'shards'``.
+    ``'shards'`` and ``'two_labels'``.
 
   Raises:
     ValueError: For an invalid option, ``dirichlet_alpha`` or ``size_sigma``
-      set with ``preset='shards'``, or too many clients for the data.
+      set with ``preset='shards'`` or ``'two_labels'``, or too many clients
+      for the data.
   """
   options = _common.check_common_options(
       client_batch_size=client_batch_size, client_epochs=client_epochs,
@@ -317,8 +388,8 @@ def create_digits_task(
   for name, value in explicit.items():
     if PRESETS[preset][name] is None and value is not None:
       raise ValueError(
-          f'{name} does not apply to preset={preset!r} (every client holds one '
-          f'digit, in equal shares), got {value!r}; leave it unset.')
+          f'{name} does not apply to preset={preset!r} (fixed labels per client, '
+          f'in equal shares), got {value!r}; leave it unset.')
     resolved[name] = PRESETS[preset][name] if value is None else value
   options.update(
       num_clients=_common.check_int('num_clients', num_clients),
@@ -338,9 +409,11 @@ def create_digits_task(
   labels = digits.target.astype(np.int32)
   rng = np.random.default_rng(options['seed'])
   train_index, eval_index = stratified_split(labels, options['eval_fraction'], rng)
-  if preset == 'shards':
-    members = shard_partition(
-        labels[train_index], options['num_clients'], rng, NUM_CLASSES, _MIN_CLIENT_EXAMPLES)
+  if preset in ('shards', 'two_labels'):
+    partition = shard_partition if preset == 'shards' else label_pair_partition
+    members = partition(
+        labels[train_index], options['num_clients'], rng, NUM_CLASSES,
+        1 if preset == 'two_labels' else _MIN_CLIENT_EXAMPLES)
     sizes = np.array([len(m) for m in members], np.int64)
   else:
     sizes = lognormal_sizes(

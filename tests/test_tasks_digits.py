@@ -251,3 +251,58 @@ def test_shard_partition_by_hand():
   assert sorted(np.concatenate(parts).tolist()) == list(range(12))
   with pytest.raises(ValueError, match='labels \\[1\\] have no examples'):
     digits.shard_partition(np.array([0, 0, 2]), 3, np.random.default_rng(0), 3)
+
+
+@pytest.fixture(scope='module')
+def two_labels():
+  return get_task('digits', preset='two_labels')
+
+
+def test_two_labels_every_client_holds_two_digits_in_equal_shares(two_labels):
+  histograms = two_labels.client_label_histograms
+  assert histograms.shape == (100, 10)
+  np.testing.assert_array_equal(np.count_nonzero(histograms, axis=1), np.full(100, 2))
+  # 200 shards, 20 per digit, so every digit is held by 20 clients.
+  np.testing.assert_array_equal(np.count_nonzero(histograms, axis=0), np.full(10, 20))
+  # A digit's 139-146 examples in 20 shards of 6-8: each client's two shares
+  # are 6-8 examples, and sizes are 13-15 (equal up to shard rounding).
+  shares = histograms[histograms > 0]
+  assert shares.min() >= 6 and shares.max() <= 8
+  sizes = two_labels.client_num_examples
+  assert sizes.sum() == 1438 and sizes.min() >= 13 and sizes.max() <= 16
+  for i in (0, 50, 99):  # The data itself holds the two digits of the histogram.
+    _, y = _client_arrays(two_labels, i)
+    np.testing.assert_array_equal(np.bincount(y, minlength=10), histograms[i])
+  assert two_labels.options['dirichlet_alpha'] is None
+
+
+def test_two_labels_cover_every_example_exactly_once(two_labels):
+  _assert_covers_every_example_once(two_labels)
+
+
+def test_two_labels_pairing_is_seeded_and_repairs_same_label_pairs():
+  labels = np.repeat(np.arange(3), 40)  # 3 labels: random pairs often collide.
+  for seed in range(20):
+    members = digits.label_pair_partition(labels, 30, np.random.default_rng(seed), 3)
+    assert sorted(np.concatenate(members).tolist()) == list(range(120))
+    assert all(np.unique(labels[m]).size == 2 for m in members)
+  again = digits.label_pair_partition(labels, 30, np.random.default_rng(0), 3)
+  first = digits.label_pair_partition(labels, 30, np.random.default_rng(0), 3)
+  assert all(np.array_equal(a, b) for a, b in zip(again, first))
+
+
+def test_two_labels_bad_input():
+  with pytest.raises(ValueError, match='halve that bound'):
+    get_task('digits', preset='two_labels', num_clients=700)
+  with pytest.raises(ValueError, match='does not apply'):
+    get_task('digits', preset='two_labels', dirichlet_alpha=0.5)
+  with pytest.raises(ValueError, match='num_classes >= 2'):
+    digits.label_pair_partition(np.zeros(10, np.int64), 2, np.random.default_rng(0), 1)
+
+
+def test_two_labels_with_two_labels_pairs_every_client_across_them():
+  # Unequal labels still get equal shard counts, so every pair is (0, 1).
+  labels = np.array([0] * 30 + [1] * 10)
+  for seed in range(10):
+    members = digits.label_pair_partition(labels, 4, np.random.default_rng(seed), 2)
+    assert all(sorted(np.unique(labels[m]).tolist()) == [0, 1] for m in members)
