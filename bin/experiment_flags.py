@@ -12,7 +12,7 @@ import os
 import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from absl import flags
 from absl import logging
@@ -55,11 +55,14 @@ EXPERIMENT_NAME = flags.DEFINE_string(
 # The paper's β per mode (ALGORITHMS.md §3c).
 PAPER_AVAILABILITY_BETA = {'IDL': 0.0, 'LN': 0.5, 'SLN': 0.5, 'LDF': 0.7, 'MDF': 0.7,
                            'YMF': 0.9, 'YC': 0.9, 'HOMO': 0.5}
-AVAILABILITY = flags.DEFINE_enum(
-    'availability', 'IDL', list(availability_lib.AVAILABILITY_MODES),
-    'Which clients are active each round (IDL: everyone); every sampler selects among them.')
+AVAILABILITY = flags.DEFINE_list(
+    'availability', ['IDL'],
+    'Which clients are active each round: MODE or MODE-β, e.g. LN or LN-0.5 (IDL: '
+    f'everyone), of {", ".join(availability_lib.AVAILABILITY_MODES)}; every sampler '
+    'selects among them. bin.fedgs takes a comma-separated list; other binaries one.')
 AVAILABILITY_BETA = flags.DEFINE_float(
-    'availability_beta', None, "β of the availability mode (default: the paper's for the mode).")
+    'availability_beta', None,
+    "β of a mode given without one (default: the paper's β for the mode).")
 AVAILABILITY_PERIOD = flags.DEFINE_integer(
     'availability_period', availability_lib.DEFAULT_PERIOD, 'Period T of the YC and SLN modes.',
     lower_bound=1)
@@ -163,8 +166,10 @@ def task_from_flags() -> tasks.Task:
   return tasks.get_task(TASK.value, **task_options_from_flags())
 
 
-def experiment_hparams(task: tasks.Task, **method: Any) -> dict[str, Any]:
-  """The run's hyper-parameters: common flags, `method` and the task's options."""
+def experiment_hparams(task: tasks.Task, availability: AvailabilitySpec | None = None,
+                       **method: Any) -> dict[str, Any]:
+  """The run's hyper-parameters: common flags, `availability` (default: the flags'),
+  `method` and the task's options."""
   hparams: dict[str, Any] = dict(
       task=TASK.value,
       rounds=ROUNDS.value,
@@ -176,26 +181,84 @@ def experiment_hparams(task: tasks.Task, **method: Any) -> dict[str, Any]:
       seed=SEED.value,
       root_output_dir=ROOT_OUTPUT_DIR.value,
   )
-  hparams.update(availability=AVAILABILITY.value, availability_beta=_availability_beta(),
-                 availability_period=AVAILABILITY_PERIOD.value)
+  spec = availability or availability_spec()
+  hparams.update(availability=spec.mode, availability_beta=spec.beta,
+                 availability_period=spec.period)
   hparams.update(method)
   hparams.update({f'task.{k}': v for k, v in task.options.items()})
   return hparams
 
 
-def _availability_beta() -> float:
-  if AVAILABILITY_BETA.value is not None:
-    return AVAILABILITY_BETA.value
-  return PAPER_AVAILABILITY_BETA[AVAILABILITY.value]
+class AvailabilitySpec(NamedTuple):
+  """One availability setting: mode, β and period."""
+
+  mode: str
+  beta: float
+  period: int
+
+  @property
+  def label(self) -> str:
+    """``'IDL'`` or ``'MODE-β'``, e.g. ``'LN-0.5'`` (names runs and table rows)."""
+    return 'IDL' if self.mode == 'IDL' else f'{self.mode}-{self.beta:g}'
 
 
-def availability_from_flags(task: tasks.Task, seed: int) -> availability_lib.Availability | None:
-  """The availability model of the flags for `task` (``None`` for IDL: everyone)."""
-  if AVAILABILITY.value == 'IDL':
+def parse_availability(spec: str) -> AvailabilitySpec:
+  """Parses ``MODE`` or ``MODE-β``; β defaults to ``--availability_beta`` or the paper's.
+
+  Raises:
+    ValueError: For an unknown mode, an unparsable β, or β given twice.
+  """
+  mode, _, beta_text = spec.strip().partition('-')
+  mode = mode.upper()
+  if mode not in availability_lib.AVAILABILITY_MODES:
+    raise ValueError(f'Unknown --availability mode {mode!r} in {spec!r}; choose from '
+                     f'{", ".join(availability_lib.AVAILABILITY_MODES)} (optionally MODE-β).')
+  if beta_text:
+    try:
+      beta = float(beta_text)
+    except ValueError:
+      raise ValueError(f'--availability {spec!r}: β {beta_text!r} is not a number; '
+                       'write e.g. LN-0.5.') from None
+    if AVAILABILITY_BETA.value is not None:
+      raise ValueError(f'--availability {spec!r} sets β and so does --availability_beta='
+                       f'{AVAILABILITY_BETA.value}; give it once.')
+  elif AVAILABILITY_BETA.value is not None:
+    beta = AVAILABILITY_BETA.value
+  else:
+    beta = PAPER_AVAILABILITY_BETA[mode]
+  return AvailabilitySpec(mode, beta, AVAILABILITY_PERIOD.value)
+
+
+def availability_specs() -> list[AvailabilitySpec]:
+  """Every ``--availability`` setting, parsed (see `parse_availability`)."""
+  if not AVAILABILITY.value:
+    raise ValueError('--availability is empty; give a mode such as IDL or LN-0.5.')
+  return [parse_availability(spec) for spec in AVAILABILITY.value]
+
+
+def availability_spec() -> AvailabilitySpec:
+  """The single ``--availability`` setting of a binary that runs one.
+
+  Raises:
+    ValueError: If several modes are given.
+  """
+  specs = availability_specs()
+  if len(specs) != 1:
+    raise ValueError(f'This binary runs one availability mode, got --availability='
+                     f'{",".join(AVAILABILITY.value)}; give one, or compare modes with bin.fedgs.')
+  return specs[0]
+
+
+def availability_from_flags(task: tasks.Task, seed: int,
+                            spec: AvailabilitySpec | None = None
+                            ) -> availability_lib.Availability | None:
+  """The availability model of `spec` (default: the flags') for `task`; ``None`` for IDL."""
+  spec = spec or availability_spec()
+  if spec.mode == 'IDL':
     return None
   return availability_lib.build_availability(
-      AVAILABILITY.value, _availability_beta(), client_sizes=task.client_num_examples,
-      client_labels=task.client_label_histograms, seed=seed, period=AVAILABILITY_PERIOD.value)
+      spec.mode, spec.beta, client_sizes=task.client_num_examples,
+      client_labels=task.client_label_histograms, seed=seed, period=spec.period)
 
 
 def program_config(hparams: dict[str, Any], default_name: str) -> program.ProgramConfig:
@@ -256,26 +319,31 @@ def run_comparison(
     method_hparams: Callable[[str], Mapping[str, Any]],
     uplink_fn: program.UplinkFn = communication.full_cohort_uplink,
     reset: bool = True,
+    availability: AvailabilitySpec | None = None,
 ) -> dict[str, list[results.Run]]:
   """Runs every method for seeds ``--seed … --seed + num_seeds − 1``; returns the runs.
 
-  Each run goes to ``<root_output_dir>/<task>_<method>_seed<seed>``, started
-  afresh when `reset` (otherwise resumed). Raises like `program.run_experiment`.
+  Each run goes to ``<root_output_dir>/<task>_<method>_seed<seed>`` (with
+  ``_<MODE-β>`` after the task when `availability` is given), started afresh
+  when `reset` (otherwise resumed). `availability` defaults to the flag's
+  single mode. Raises like `program.run_experiment`.
   """
   groups: dict[str, list[results.Run]] = {}
+  prefix = TASK.value if availability is None else f'{TASK.value}_{availability.label}'
+  availability = availability or availability_spec()
   for method in methods:
     for seed in range(SEED.value, SEED.value + num_seeds):
-      name = f'{TASK.value}_{method}_seed{seed}'
+      name = f'{prefix}_{method}_seed{seed}'
       output_dir = os.path.join(ROOT_OUTPUT_DIR.value, name)
       if reset:
         shutil.rmtree(output_dir, ignore_errors=True)
-      hparams = experiment_hparams(task, **method_hparams(method))
+      hparams = experiment_hparams(task, availability, **method_hparams(method))
       hparams.update(seed=seed, experiment_name=name)
       config = program.ProgramConfig(
           output_dir=output_dir, rounds=ROUNDS.value, seed=seed, hparams=hparams,
           eval_every=EVAL_EVERY.value, checkpoint_every=CHECKPOINT_EVERY.value)
       program.run_experiment(task, make_process(method, seed), make_sampler(method, seed),
                              config, uplink_fn=uplink_fn,
-                             availability=availability_from_flags(task, seed))
+                             availability=availability_from_flags(task, seed, availability))
       groups.setdefault(method, []).append(results.load_run(output_dir))
   return groups
