@@ -82,3 +82,33 @@ def test_rejects_bad_sketch_size(small_digits_task, bad):
 def test_mismatched_weights_are_an_error(small_digits_task):
   with pytest.raises(ValueError, match='2 datasets but 1 weights'):
     signals.selection_client_data([small_digits_task.client_dataset(0, 0)] * 2, [1.0])
+
+
+def test_proximal_strength_makes_the_signals_process_fedprox(small_digits_task):
+  """Same clients, example-count weights: the signals process with μ = 0.3
+  lands on the model of `learning.build_fedprox` (μ = 0.3), not FedAvg's."""
+  from tff_sampling import learning
+  task, start = small_digits_task, small_digits_task.initial_model_weights(0)
+  clients = (2, 4, 6)
+  batches = {c: list(task.client_dataset(c, seed=3)) for c in clients}
+
+  def fixed(c):  # The task's datasets reshuffle on each iteration: freeze them.
+    ds = tf.data.Dataset.from_tensors(batches[c][0])
+    for b in batches[c][1:]:
+      ds = ds.concatenate(tf.data.Dataset.from_tensors(b))
+    return ds
+
+  sizes = [float(task.client_num_examples[c]) for c in clients]
+  prox_signals = signals.build_fedavg_with_signals(
+      task.model_fn, client_learning_rate=0.1, sketch_size=16, proximal_strength=0.3)
+  state = prox_signals.set_model_weights(prox_signals.initialize(), start)
+  got = prox_signals.get_model_weights(prox_signals.next(state, signals.selection_client_data(
+      [fixed(c) for c in clients], sizes)).state)
+  for mu, should_match in ((0.3, True), (0.0, False)):
+    reference = learning.build_fedprox(task.model_fn, proximal_strength=mu,
+                                       client_learning_rate=0.1)
+    state = reference.set_model_weights(reference.initialize(), start)
+    expected = reference.get_model_weights(
+        reference.next(state, [fixed(c) for c in clients]).state)
+    close = np.allclose(_flat(got), _flat(expected), rtol=1e-5, atol=1e-6)
+    assert close == should_match, mu

@@ -12,6 +12,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_sampling import communication
+from tff_sampling import results
 from tff_sampling import program
 from tff_sampling import samplers
 
@@ -77,6 +78,11 @@ def test_kill_and_resume_equals_uninterrupted_run(small_digits_task, process, tm
   for a, b in zip(full.model_weights.trainable, resumed.model_weights.trainable):
     np.testing.assert_array_equal(a, b)
   assert resumed.cumulative_bits == full.cumulative_bits
+  # The selection counts survive the restart too: 5 rounds of _COHORT clients.
+  full_counts = results.load_run(tmp_path / 'full').selection_counts
+  np.testing.assert_array_equal(results.load_run(tmp_path / 'killed').selection_counts,
+                                full_counts)
+  assert full_counts.shape == (task.num_clients,) and full_counts.sum() == 5 * _COHORT
 
 
 def test_extending_a_finished_run_continues_it(small_digits_task, process, tmp_path):

@@ -16,7 +16,8 @@ per-client ``signals`` that `observe` receives.)
 
 Round 0 is the evaluation of the initial model (nothing uploaded). Metrics go
 through `tff.program` release managers and the program state (process state,
-sampler state, round, cumulative uploaded bits) through
+sampler state, round, cumulative uploaded bits, how often each client was
+selected) through
 `tff.program.FileProgramStateManager`, which writes each version to a temporary
 directory first, so a run killed at any point resumes from its last complete
 checkpoint. Every random choice derives from (seed, round[, client]), so the
@@ -30,6 +31,8 @@ Output directory layout::
     <output_dir>/metrics.csv      one row per round, '/'-joined column names
     <output_dir>/tensorboard/     the same metrics for TensorBoard
     <output_dir>/checkpoints/     program_state_<round>/ (SavedModel format)
+    <output_dir>/selection_counts.csv  client_id, num_examples, selection_count
+                                  (as of the last checkpoint)
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ import tensorflow_federated as tff
 
 from tff_sampling.task import Task
 from tff_sampling import communication
+from tff_sampling import results
 from tff_sampling import runtime
 from tff_sampling.learning import signals as signals_lib
 from tff_sampling.samplers import base as samplers_base
@@ -290,6 +294,20 @@ def selection_metrics(selection: samplers_base.Selection, num_examples: np.ndarr
       weight_variance=float(np.sum((realised - sizes / sizes.sum()) ** 2)))
 
 
+def _write_selection_counts(output_dir: str, task: Task, counts: np.ndarray) -> None:
+  """Writes how often each client was selected so far (duplicates counted).
+
+  Rewritten at every checkpoint from the checkpointed counts, so after a
+  resume it continues from the same values.
+  """
+  path = os.path.join(output_dir, results.SELECTION_COUNTS_FILENAME)
+  with open(path + '.tmp', 'w') as f:
+    f.write('client_id,num_examples,selection_count\n')
+    for client_id, size, count in zip(task.client_ids, task.client_num_examples, counts):
+      f.write(f'{client_id},{int(size)},{int(count)}\n')
+  os.replace(path + '.tmp', path)
+
+
 def _train_metrics(process_metrics: Mapping[str, Any]) -> dict[str, float]:
   train = process_metrics.get('client_work', {}).get('train', {})
   return collections.OrderedDict(
@@ -358,6 +376,7 @@ def run_experiment(
   program_state = collections.OrderedDict(
       round=np.int64(0),
       cumulative_bits=np.int64(0),
+      selection_counts=np.zeros(population.size, np.int64),
       process=process_state,
       sampler=sampler.initialize(population))
   resumed_from = None
@@ -416,6 +435,7 @@ def run_experiment(
   process_state = program_state['process']
   sampler_state = program_state['sampler']
   cumulative_bits = int(program_state['cumulative_bits'])
+  selection_counts = np.array(program_state['selection_counts'], np.int64)
   all_available = np.ones(population.size, dtype=bool)
 
   def active_clients(round_num: int) -> tuple[np.ndarray, int]:
@@ -444,6 +464,7 @@ def run_experiment(
                          f'{round_num}: {selection.clients[~available[selection.clients]]}.')
     output = process.next(process_state, client_data(round_num, selection))
     process_state = output.state
+    np.add.at(selection_counts, np.asarray(selection.clients, np.int64), 1)
     process_metrics, round_signals = _split_signals(output.metrics)
     sampler_state = sampler.observe(sampler_state, selection, round_signals)
     model_weights = process.get_model_weights(process_state)
@@ -475,8 +496,10 @@ def run_experiment(
       asyncio.run(state_manager.save(collections.OrderedDict(
           round=np.int64(round_num),
           cumulative_bits=np.int64(cumulative_bits),
+          selection_counts=selection_counts.copy(),
           process=process_state,
           sampler=sampler_state), round_num))
+      _write_selection_counts(config.output_dir, task, selection_counts)
 
   final_round = max(first_round - 1, config.rounds)
   if not eval_metrics:  # Resumed at the very end: report the saved model.

@@ -38,6 +38,7 @@ import numpy as np
 
 HPARAMS_FILENAME = 'hparams.json'
 METRICS_FILENAME = 'metrics.csv'
+SELECTION_COUNTS_FILENAME = 'selection_counts.csv'
 # The key fieldname of the CSV release manager: the round number.
 ROUND_COLUMN = 'key'
 BITS_COLUMN = 'uplink/cumulative_bits'
@@ -63,12 +64,16 @@ class Run:
     rounds: The round numbers (int64, increasing), one per CSV row.
     text_columns: Columns left out of `metrics` because a cell is not a number
       (for example a released vector, written as ``'[1.0, 2.0]'``).
+    selection_counts: ``int64[N]``, how often each client was selected up to
+      the last checkpoint (``selection_counts.csv``), in client order; ``None``
+      if the run has no such file.
   """
   path: str
   hparams: dict[str, Any]
   metrics: dict[str, np.ndarray]
   rounds: np.ndarray
   text_columns: tuple[str, ...] = ()
+  selection_counts: np.ndarray | None = None
 
   @property
   def name(self) -> str:
@@ -160,8 +165,13 @@ def load_run(run_dir: PathLike) -> Run:
           'the experiment program?')
   hparams = _read_hparams(hparams_path)
   rounds, metrics, text_columns = _read_metrics(metrics_path)
+  counts_path = os.path.join(path, SELECTION_COUNTS_FILENAME)
+  counts = None
+  if os.path.isfile(counts_path):
+    counts = np.loadtxt(counts_path, delimiter=',', skiprows=1, usecols=2, dtype=np.int64,
+                        ndmin=1)
   return Run(path=path, hparams=hparams, metrics=metrics, rounds=rounds,
-             text_columns=text_columns)
+             text_columns=text_columns, selection_counts=counts)
 
 
 def _read_hparams(path: str) -> dict[str, Any]:

@@ -38,6 +38,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_sampling.learning import fedavg
+from tff_sampling.learning import proximal
 
 _META_TYPE = tff.StructWithPythonType(
     [('slot', tff.TensorType(np.int32)), ('weight', tff.TensorType(np.float32))],
@@ -243,6 +244,7 @@ def build_fedavg_with_signals(
     server_learning_rate: float = 1.0,
     sketch_size: int,
     sketch_seed: int = 0,
+    proximal_strength: float = 0.0,
 ) -> tff.learning.templates.LearningProcess:
   """FedAvg whose clients report update sketches by slot and use sampler weights.
 
@@ -250,10 +252,14 @@ def build_fedavg_with_signals(
   broadcast distributor, `build_signals_client_work`, TFF's weighted mean, and
   TFF's SGD finalizer. ``next(state, [client_data(ds, slot, weight), …])``;
   the sketches are ``metrics['client_work']['signals']['update_sketch']``.
+  With ``proximal_strength = μ > 0`` the clients run FedProx's local problem
+  (`tff_sampling.learning.proximal.build_proximal_sgd`).
   """
+  client_optimizer = (proximal.build_proximal_sgd(client_learning_rate, proximal_strength)
+                      if proximal_strength else
+                      tff.learning.optimizers.build_sgdm(client_learning_rate))
   client_work = build_signals_client_work(
-      model_fn, tff.learning.optimizers.build_sgdm(client_learning_rate),
-      sketch_size=sketch_size, sketch_seed=sketch_seed)
+      model_fn, client_optimizer, sketch_size=sketch_size, sketch_seed=sketch_seed)
   model_weights_type = client_work.next.type_signature.parameter[1].member
   update_type = client_work.next.type_signature.result.result.member.update
 
