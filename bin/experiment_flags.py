@@ -36,6 +36,10 @@ SERVER_LEARNING_RATE = flags.DEFINE_float(
     'server_learning_rate', 1.0, 'Server SGD learning rate.', lower_bound=0.0)
 CLIENT_EPOCHS = flags.DEFINE_integer(
     'client_epochs', 1, 'Local epochs per round.', lower_bound=1)
+CLIENT_STEPS = flags.DEFINE_integer(
+    'client_steps', None,
+    'If set, every client takes exactly this many local batches per round (its stream '
+    'cycled and cut) instead of --client_epochs passes.', lower_bound=1)
 CLIENT_BATCH_SIZE = flags.DEFINE_integer(
     'client_batch_size', None, "Local batch size (default: the task's).", lower_bound=1)
 EVAL_EVERY = flags.DEFINE_integer(
@@ -161,6 +165,14 @@ def task_options_from_flags() -> dict[str, Any]:
   return options
 
 
+def apply_defaults(defaults: Mapping[str, Any]) -> None:
+  """Sets every flag in `defaults` that the user did not give to its value there."""
+  for name, value in defaults.items():
+    flag = flags.FLAGS[name]
+    if not flag.present:
+      flag.value = value
+
+
 def task_from_flags() -> tasks.Task:
   """Builds the task from ``--task`` and the task flags (see `task_options_from_flags`)."""
   return tasks.get_task(TASK.value, **task_options_from_flags())
@@ -175,6 +187,7 @@ def experiment_hparams(task: tasks.Task, availability: AvailabilitySpec | None =
       rounds=ROUNDS.value,
       clients_per_round=CLIENTS_PER_ROUND.value,
       client_learning_rate=CLIENT_LEARNING_RATE.value,
+      client_steps=CLIENT_STEPS.value,
       server_learning_rate=SERVER_LEARNING_RATE.value,
       eval_every=EVAL_EVERY.value,
       checkpoint_every=CHECKPOINT_EVERY.value,
@@ -269,6 +282,7 @@ def program_config(hparams: dict[str, Any], default_name: str) -> program.Progra
       output_dir=os.path.join(ROOT_OUTPUT_DIR.value, name),
       rounds=ROUNDS.value,
       seed=SEED.value,
+      client_steps=CLIENT_STEPS.value,
       eval_every=EVAL_EVERY.value,
       checkpoint_every=CHECKPOINT_EVERY.value,
       hparams=hparams)
@@ -341,7 +355,8 @@ def run_comparison(
       hparams.update(seed=seed, experiment_name=name)
       config = program.ProgramConfig(
           output_dir=output_dir, rounds=ROUNDS.value, seed=seed, hparams=hparams,
-          eval_every=EVAL_EVERY.value, checkpoint_every=CHECKPOINT_EVERY.value)
+          client_steps=CLIENT_STEPS.value, eval_every=EVAL_EVERY.value,
+          checkpoint_every=CHECKPOINT_EVERY.value)
       program.run_experiment(task, make_process(method, seed), make_sampler(method, seed),
                              config, uplink_fn=uplink_fn,
                              availability=availability_from_flags(task, seed, availability))

@@ -56,15 +56,6 @@ _MAX_RESCALING_STEPS = flags.DEFINE_integer(
     'max_rescaling_steps', 4, 'j_max of the secure protocol.', lower_bound=0)
 
 
-def apply_paper_defaults(task_name: str) -> None:
-  """Sets every common flag the user left at its default to the paper's value."""
-  defaults = PAPER_DEFAULTS.get(task_name, {})
-  for name, value in defaults.items():
-    flag = flags.FLAGS[name]
-    if not flag.present:
-      flag.value = value
-
-
 def make_process(task, sampling: str, seed: int) -> tff.learning.templates.LearningProcess:
   """The learning process of `sampling` for the current flags."""
   mode = SAMPLING_MODES[sampling]
@@ -89,7 +80,7 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   runtime.quiet_library_logs()
-  apply_paper_defaults(ef.TASK.value)
+  ef.apply_defaults(PAPER_DEFAULTS.get(ef.TASK.value, {}))
   if EXPECTED_CLIENTS.value is None:
     EXPECTED_CLIENTS.value = PAPER_DEFAULTS.get(ef.TASK.value, {}).get('expected_clients', 3.0)
   ef.run_with_uniform_cohorts(

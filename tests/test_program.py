@@ -226,3 +226,18 @@ def test_md_weight_variance_matches_its_expectation():
                                       np.eye(5))['weight_variance'] for r in range(4000)]
   expected = np.sum(p * (1 - p)) / 4
   assert abs(np.mean(values) - expected) <= 5 * np.std(values) / np.sqrt(len(values))
+
+
+def test_client_steps_give_every_client_the_same_number_of_batches(small_digits_task, tmp_path):
+  task = small_digits_task
+  sizes = task.client_num_examples
+  small, large = int(np.argmin(sizes)), int(np.argmax(sizes))
+  for client in (small, large):
+    assert sum(1 for _ in task.client_dataset(client, seed=1, steps=7)) == 7
+  # Without steps a small client has fewer batches than a large one.
+  batches = [sum(1 for _ in task.client_dataset(c, seed=1)) for c in (small, large)]
+  assert batches[0] < batches[1]
+  with pytest.raises(ValueError, match='steps must be a positive integer or None, got 0'):
+    task.client_dataset(small, seed=1, steps=0)
+  with pytest.raises(ValueError, match='client_steps must be a positive integer, got 0'):
+    program.ProgramConfig(output_dir=str(tmp_path), rounds=1, client_steps=0)

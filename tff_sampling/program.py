@@ -90,6 +90,9 @@ class ProgramConfig:
     checkpoint_every: Save program state every this many rounds (and at the
       last round).
     keep_checkpoints: Number of saved versions kept (the first is kept too).
+    client_steps: If set, every client takes exactly this many local batches
+      per round (its stream cycled and cut: `Task.client_dataset`'s
+      ``steps``); ``None`` keeps the task's epochs.
     hparams: Flat JSON-serialisable hyper-parameters, written to
       ``hparams.json``; resuming with different values (other than
       `RESUMABLE_HPARAMS`) is an error.
@@ -101,10 +104,12 @@ class ProgramConfig:
   eval_every: int = 1
   checkpoint_every: int = 1
   keep_checkpoints: int = 3
+  client_steps: int | None = None
   hparams: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
-    for name in ('rounds', 'eval_every', 'checkpoint_every', 'keep_checkpoints'):
+    names = ('rounds', 'eval_every', 'checkpoint_every', 'keep_checkpoints')
+    for name in names + (('client_steps',) if self.client_steps is not None else ()):
       value = getattr(self, name)
       if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value <= 0:
         raise ValueError(f'{name} must be a positive integer, got {value!r}.')
@@ -407,7 +412,8 @@ def run_experiment(
   slot_data = _takes_slot_client_data(process)
 
   def datasets(round_num: int, clients: np.ndarray) -> list[tf.data.Dataset]:
-    return [task.client_dataset(int(c), client_shuffle_seed(config.seed, round_num, int(c)))
+    return [task.client_dataset(int(c), client_shuffle_seed(config.seed, round_num, int(c)),
+                                steps=config.client_steps)
             for c in clients]
 
   def client_data(round_num: int, selection: samplers_base.Selection) -> list[Any]:

@@ -71,11 +71,26 @@ class Task:
         tf.nest.map_structure(lambda s: tf.zeros([d or 1 for d in s.shape], s.dtype), raw))
     return self.preprocess_client(probe, 0).element_spec
 
-  def client_dataset(self, client: int | str, seed: int) -> tf.data.Dataset:
-    """The preprocessed training stream of one client (by index or id)."""
+  def client_dataset(self, client: int | str, seed: int, *,
+                     steps: int | None = None) -> tf.data.Dataset:
+    """The preprocessed training stream of one client (by index or id).
+
+    Args:
+      client: Index into `client_ids`, or a client id.
+      seed: Seed of the stream's shuffling.
+      steps: If given, exactly this many batches: the (epoch-repeated) stream
+        is cycled and cut, so every client takes the same number of local
+        steps whatever its size (FedGS's fixed local steps). A pass over a
+        client's data may end in a smaller batch, in every cycle.
+    """
     client_id = self.client_ids[client] if isinstance(client, (int, np.integer)) else client
-    return self.preprocess_client(
+    dataset = self.preprocess_client(
         self.train_data.create_tf_dataset_for_client(client_id), seed)
+    if steps is not None:
+      if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps <= 0:
+        raise ValueError(f'steps must be a positive integer or None, got {steps!r}.')
+      dataset = dataset.repeat().take(int(steps))
+    return dataset
 
   def model_fn(self) -> tff.learning.models.VariableModel:
     """A TFF model (fresh variables each call), for ``tff.learning`` builders."""
