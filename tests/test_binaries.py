@@ -153,3 +153,66 @@ def test_availability_flag_limits_every_round(tmp_path):
   # The cohort is capped by the active clients: min(30, |A_t|).
   np.testing.assert_array_equal(run.metrics['cohort_size'][1:], np.minimum(30, active))
   assert run.hparams['availability'] == 'LN' and run.hparams['availability_beta'] == 0.5
+
+
+def test_fedgs_binary_table_over_modes_and_methods_subprocess(tmp_path):
+  proc = _run_module('bin.fedgs', '--rounds=2', '--eval_every=1', '--availability=IDL,MDF-0.5',
+                     '--sampling=fedgs,uniform,md,power_of_choice,fedprox',
+                     f'--root_output_dir={tmp_path}')
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  methods = ('fedgs', 'uniform', 'md', 'power_of_choice', 'fedprox')
+  runs = {(mode, m): results.load_run(tmp_path / f'synthetic_{mode}_{m}_seed0')
+          for mode in ('IDL', 'MDF-0.5') for m in methods}
+  # The paper's Synthetic setting filled the unset flags.
+  fedgs = runs['MDF-0.5', 'fedgs']
+  assert fedgs.hparams['clients_per_round'] == 6 and fedgs.hparams['task.num_clients'] == 30
+  assert fedgs.hparams['client_steps'] == 10 and fedgs.hparams['availability'] == 'MDF'
+  assert fedgs.hparams['availability_beta'] == 0.5 and fedgs.hparams['graph'] == 'oracle'
+  assert runs['IDL', 'fedprox'].hparams['fedprox_mu'] == 0.01
+  # Every method saw the same active clients in each round (seed-only masks),
+  # and picked min(m, |A_t|) of them; IDL has everyone active.
+  active = fedgs.metrics['availability/active_clients'][1:]
+  assert np.all(active < 30)
+  for m in methods:
+    np.testing.assert_array_equal(runs['MDF-0.5', m].metrics['availability/active_clients'][1:],
+                                  active)
+    np.testing.assert_array_equal(runs['IDL', m].metrics['availability/active_clients'][1:], 30)
+    if m != 'md':  # MD draws m times with replacement.
+      np.testing.assert_array_equal(runs['MDF-0.5', m].metrics['cohort_size'][1:],
+                                    np.minimum(6, active))
+    np.testing.assert_array_equal(runs['MDF-0.5', m].selection_counts.sum(),
+                                  runs['MDF-0.5', m].metrics['cohort_size'][1:].sum())
+  # FedGS with α = 1 after 2 rounds: nobody picked twice unless forced.
+  assert fedgs.selection_counts.max() == 1
+  lines = proc.stdout.splitlines()
+  header = next(i for i, line in enumerate(lines) if line.startswith('method') and 'IDL' in line)
+  assert 'MDF-0.5' in lines[header]
+  assert [line.split()[0] for line in lines[header + 2:header + 7]] == list(methods)
+  assert (tmp_path / 'synthetic_sampling_counts.png').stat().st_size > 0
+
+
+@pytest.mark.parametrize('availability,message', [
+    ('XX', "Unknown --availability mode 'XX'"),
+    ('LN-abc', "β 'abc' is not a number"),
+    ('LN-1.5', '`beta` must be in [0, 1], got 1.5'),
+])
+def test_fedgs_binary_rejects_bad_availability(tmp_path, availability, message):
+  proc = _run_module('bin.fedgs', '--rounds=1', f'--availability={availability}',
+                     '--sampling=uniform', f'--root_output_dir={tmp_path}')
+  assert proc.returncode == 1
+  assert message in proc.stderr, proc.stderr[-2000:]
+
+
+def test_parse_availability_defaults_and_conflicts():
+  from bin import experiment_flags as ef
+  assert ef.parse_availability('ln') == ef.AvailabilitySpec('LN', 0.5, 24)
+  assert ef.parse_availability('YC-0.3').label == 'YC-0.3'
+  assert ef.parse_availability('IDL').label == 'IDL'
+  with flagsaver.flagsaver(availability_beta=0.2):
+    assert ef.parse_availability('MDF').beta == 0.2
+    with pytest.raises(ValueError, match='give it once'):
+      ef.parse_availability('MDF-0.7')
+  with flagsaver.flagsaver(availability=['LN', 'MDF']):
+    assert [s.mode for s in ef.availability_specs()] == ['LN', 'MDF']
+    with pytest.raises(ValueError, match='runs one availability mode'):
+      ef.availability_spec()
