@@ -69,7 +69,7 @@ def test_option_of_another_task():
     ('digits', {'dirichlet_alpha': 0}, 'dirichlet_alpha must be in'),
     ('digits', {'size_sigma': float('nan')}, 'size_sigma must be a finite number, got nan'),
     ('digits', {'preset': 'skewed'},
-     r"preset must be one of \['default', 'unbalanced', 'shards'\], got 'skewed'"),
+     r"preset must be one of \['default', 'unbalanced', 'shards', 'two_labels'\], got 'skewed'"),
     ('digits', {'preset': 'shards', 'size_sigma': 0.0},
      "size_sigma does not apply to preset='shards'"),
     ('digits', {'model': 'cnn'}, "model must be one of \\['mlp', 'logistic'\\], got 'cnn'"),

@@ -40,7 +40,8 @@ import tensorflow_federated as tff
 from tff_sampling.learning import fedavg
 from tff_sampling.learning import proximal
 
-_META_TYPE = tff.StructWithPythonType(
+# The type of one element of a client's ``meta`` dataset (see `client_data`).
+META_TYPE = tff.StructWithPythonType(
     [('slot', tff.TensorType(np.int32)), ('weight', tff.TensorType(np.float32))],
     collections.OrderedDict)
 
@@ -102,7 +103,9 @@ def gather_by_slot(slots, values, width: int):
                                  merge, report)
 
 
-def _read_meta_computation(meta_type):
+def read_meta_computation(meta_type):
+  """A computation that reads the one ``<slot, weight>`` element of a client's meta dataset."""
+
   @tff.tensorflow.computation(meta_type)
   def read_meta(meta):
     initial = collections.OrderedDict(slot=tf.constant(-1, tf.int32),
@@ -148,10 +151,10 @@ def build_loss_probe(model_fn: Callable[[], tff.learning.models.VariableModel],
   """
   weights_type = model_weights_type
   data_type = tff.SequenceType(tff.types.tensorflow_to_type(element_spec))
-  meta_type = tff.SequenceType(_META_TYPE)
+  meta_type = tff.SequenceType(META_TYPE)
   client_data_type = tff.StructWithPythonType(
       [('data', data_type), ('meta', meta_type)], collections.OrderedDict)
-  read_meta = _read_meta_computation(meta_type)
+  read_meta = read_meta_computation(meta_type)
 
   client_loss = _client_loss_computation(model_fn, weights_type, data_type)
 
@@ -199,12 +202,12 @@ def build_signals_client_work(
       loop_implementation=fedavg.CLIENT_LOOP)
   weights_type = inner.next.type_signature.parameter[1].member
   data_type = inner.next.type_signature.parameter[2].member
-  meta_type = tff.SequenceType(_META_TYPE)
+  meta_type = tff.SequenceType(META_TYPE)
   client_data_type = tff.StructWithPythonType(
       [('data', data_type), ('meta', meta_type)], collections.OrderedDict)
   update_type = inner.next.type_signature.result.result.member.update
 
-  read_meta = _read_meta_computation(meta_type)
+  read_meta = read_meta_computation(meta_type)
   client_loss = _client_loss_computation(model_fn, weights_type, data_type)
 
   @tff.tensorflow.computation(update_type)
