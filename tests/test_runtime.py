@@ -48,3 +48,24 @@ def test_quiet_library_logs_keeps_own_info_and_library_warnings():
   assert not logger.filter(record(logging.INFO, library))
   assert logger.filter(record(logging.WARNING, library))
   assert logger.filter(record(logging.INFO, '/work/tff_sampling/program.py'))
+
+
+def test_a_worker_that_ignores_the_shutdown_does_not_hang_the_exit():
+  """TFF's own shutdown waits for its worker with no time limit; after a long
+  run a worker was seen ignoring SIGINT, hanging the exit forever. Simulated
+  here by a release that blocks until the worker dies: the watchdog kills it."""
+  code = ('import time, numpy as np, tensorflow_federated as tff\n'
+          'from tff_sampling import runtime\n'
+          'tff.tensorflow.computation(lambda: np.int32(7))()\n'
+          'workers = runtime._local_workers()\n'
+          'runtime._release_execution_context = lambda: [w.wait() for w in workers]\n'
+          'start = time.monotonic()\n'
+          'stopped = runtime.stop_local_workers(timeout_s=2.0)\n'
+          'print(len(workers), stopped, round(time.monotonic() - start),\n'
+          '      any(w.is_running() for w in workers))\n')
+  proc = subprocess.run([sys.executable, '-c', code], cwd=_REPO, capture_output=True,
+                        text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  workers, stopped, seconds, running = proc.stdout.split()[-4:]
+  assert int(workers) >= 1 and int(stopped) == int(workers)
+  assert 2 <= int(seconds) <= 10 and running == 'False'

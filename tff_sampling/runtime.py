@@ -16,6 +16,7 @@ import gc
 import logging as logging_lib
 import os
 import signal
+import threading
 
 import psutil
 import tensorflow_federated as tff
@@ -39,38 +40,69 @@ def _release_execution_context() -> None:
   gc.collect()
 
 
-def stop_local_workers(timeout_s: float = 5.0) -> int:
-  """Stops the TFF worker subprocesses started by this process (at exit).
-
-  First lets TFF shut its worker down itself (`_release_execution_context`);
-  any worker still running after that is interrupted, then killed.
-
-  Returns:
-    The number of workers that had to be stopped here.
-  """
-  try:
-    _release_execution_context()
-  except Exception:  # pylint: disable=broad-except
-    pass  # Best effort: fall through to stopping the processes.
+def _local_workers() -> list[psutil.Process]:
+  """The TFF worker subprocesses this process started."""
   try:
     children = psutil.Process(os.getpid()).children(recursive=False)
   except psutil.Error:
-    return 0
+    return []
   workers = []
   for child in children:
     try:
       if child.name() == _WORKER_NAME or _WORKER_NAME in ' '.join(child.cmdline()[:1]):
-        child.send_signal(signal.SIGINT)  # What TFF itself sends.
         workers.append(child)
     except psutil.Error:
       continue
-  _, alive = psutil.wait_procs(workers, timeout=timeout_s)
-  for child in alive:
+  return workers
+
+
+def _kill(workers: list[psutil.Process]) -> None:
+  for child in workers:
     try:
       child.kill()
     except psutil.Error:
       pass
-  return len(workers)
+
+
+def stop_local_workers(timeout_s: float = 5.0) -> int:
+  """Stops the TFF worker subprocesses started by this process (at exit).
+
+  First lets TFF shut its worker down itself (`_release_execution_context`).
+  TFF then sends SIGINT and waits with no time limit; after a long run a
+  worker was seen ignoring SIGINT, which hung the exit for good. So a watchdog
+  kills the workers if that has not finished within `timeout_s`. Any worker
+  still running afterwards is interrupted, then killed.
+
+  Returns:
+    The number of workers that had to be stopped here (by the watchdog or
+    after the release).
+  """
+  watched = _local_workers()
+  fired = threading.Event()
+
+  def on_timeout():
+    fired.set()
+    _kill(watched)
+
+  watchdog = threading.Timer(timeout_s, on_timeout)
+  watchdog.daemon = True
+  watchdog.start()
+  try:
+    _release_execution_context()
+  except Exception:  # pylint: disable=broad-except
+    pass  # Best effort: fall through to stopping the processes.
+  finally:
+    watchdog.cancel()
+  killed_by_watchdog = len(watched) if fired.is_set() else 0
+  workers = _local_workers()
+  for child in workers:
+    try:
+      child.send_signal(signal.SIGINT)  # What TFF itself sends.
+    except psutil.Error:
+      continue
+  _, alive = psutil.wait_procs(workers, timeout=timeout_s)
+  _kill(alive)
+  return len(workers) + killed_by_watchdog
 
 
 atexit.register(stop_local_workers)
