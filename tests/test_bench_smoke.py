@@ -1,4 +1,4 @@
-"""Smoke test of bench/fedavg_round.py: its main on a tiny configuration.
+"""Smoke tests of bench/fedavg_round.py and bench/fedgs.py: main on tiny configurations.
 
 Runs `main` in-process (flags -> config -> both TFF loops and plain TF -> table
 -> CSV) with 4 clients and one timed round, and checks the CSV it appends: the
@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 from bench import fedavg_round
+from bench import fedgs as bench_fedgs
 from tasks import models
 
 _TOLERANCE = 1e-3
@@ -98,3 +99,18 @@ def test_plain_round_is_traced_once_and_matches_hand_computed_mean():
     expected = sum(n * w[index] for n, w in zip(sizes, locals_)) / sum(sizes)
     np.testing.assert_allclose(value, expected, atol=1e-6)
   assert plain.client_update_tracing_count == 1
+
+
+def test_fedgs_main_tiny_configuration(parsed_flags, capsys):
+  """bench/fedgs.py on 40-client graphs: the solver runs at N = 20 and is
+  too_large at N = 40 (max_solver_clients=30); small instances of 6 clients."""
+  with flagsaver.flagsaver(fg_graph_clients=40, fg_sizes=['20', '40'], fg_repeats=1,
+                           fg_time_limit=0.5, fg_max_solver_clients=30, fg_small_size=6,
+                           fg_small_budget=2, fg_small_instances=2):
+    bench_fedgs.main(['fedgs'])
+  table = capsys.readouterr().out
+  assert 'graph_distances (shortest paths)' in table
+  lines = {line.split()[0]: line for line in table.splitlines() if line.strip()}
+  assert 'too_large' in lines['40']
+  assert 'optimal' in lines['20'] or 'time_limit' in lines['20']
+  assert 'solver: optimal on 2/2' in table

@@ -1,16 +1,22 @@
 """Tests for tff_sampling/samplers/fedgs.py (Wang et al., AAAI 2023).
 
-Checked: the 3DG's shortest paths on a hand-computed graph (normalisation,
-unreachable pairs, underflowed zero-weight edges, min-max invariance, edge
-direction), the objective against the count-variance identity and a
-hand-computed 4-client case, the heuristic against the brute-force optimum
-(exact where 1-swap search is provably exact; gap statistics elsewhere), the
-selection constraints, count balancing at α = 0 against uniform selection,
-determinism, restart from a checkpoint, and the errors.
+Checked: the 3DG's shortest paths on hand-computed graphs (normalisation,
+unreachable pairs, two components, underflowed zero-weight edges, min-max
+invariance, edge direction), the objective against the count-variance identity
+and a hand-computed 4-client case, the heuristic against the brute-force
+optimum (exact where 1-swap search is provably exact; gap statistics
+elsewhere), the SCIP solver against the brute-force optimum (values, status,
+dual bound, constraints), its warm start under a tiny time limit, the fallbacks
+(PySCIPOpt missing, too many clients) and their reports, the selection
+constraints, count balancing at α = 0 against uniform selection, determinism,
+restart from a checkpoint, the sampler with the solver against brute force, and
+the errors.
 """
 
 import itertools
 import math
+import time
+import warnings
 
 import numpy as np
 import pytest
@@ -56,6 +62,61 @@ def test_graph_distances_hand_computed():
   h = fedgs.graph_distances(v, epsilon=0.1, sigma2=1.0)
   np.testing.assert_allclose(h, expected, rtol=1e-12, atol=1e-15)
   assert h[0, 3] == 1.0 and h[0, 4] == 1.0  # Largest finite entry and unreachable pair.
+
+
+def test_graph_distances_two_components():
+  """Components {0, 1, 2} and {3, 4}; cross pairs have V < ε (no edge).
+
+  With ε = 0.1, σ² = 1 (V's off-diagonal min 0 and max 1: no rescaling):
+    0-1: V=1.0 → e^-1, 1-2: V=0.6 → e^-0.6, 0-2: V=0.2 → e^-0.2 ≈ 0.81873
+    (shorter than 0→1→2 = e^-1 + e^-0.6 ≈ 0.91670), 3-4: V=0.4 → e^-0.4.
+  The largest finite distance is d02 = e^-0.2, so H01 = e^-0.8, H12 = e^-0.4,
+  H02 = 1, H34 = e^-0.2, and every cross pair is unreachable: 1.
+  """
+  v = np.eye(5)
+  for (i, j), value in {(0, 1): 1.0, (1, 2): 0.6, (0, 2): 0.2, (3, 4): 0.4, (0, 3): 0.05,
+                        (0, 4): 0.0, (1, 3): 0.0, (1, 4): 0.05, (2, 3): 0.0, (2, 4): 0.0}.items():
+    v[i, j] = v[j, i] = value
+  expected = np.ones((5, 5))
+  np.fill_diagonal(expected, 0.0)
+  for (i, j), value in {(0, 1): E(-0.8), (1, 2): E(-0.4), (0, 2): 1.0, (3, 4): E(-0.2)}.items():
+    expected[i, j] = expected[j, i] = value
+  h = fedgs.graph_distances(v, epsilon=0.1, sigma2=1.0)
+  np.testing.assert_allclose(h, expected, rtol=1e-12, atol=1e-15)
+  # Selection on it: {0, 4} is a cross pair (distance 1, the largest) of the two
+  # never-sampled clients, the unique optimum for K = 2.
+  counts, available = np.array([0, 3, 1, 2, 0]), np.ones(5, bool)
+  for method in ('heuristic', 'solver', 'auto'):
+    clients, _ = fedgs.select_clients(h, counts, available, 2, alpha=1.0, method=method)
+    np.testing.assert_array_equal(clients, [0, 4])
+  for budget in (3, 4):
+    _, best = fedgs.brute_force_select(h, counts, available, budget, alpha=5.0)
+    report = fedgs.select_clients_with_report(h, counts, available, budget, alpha=5.0,
+                                              method='solver')
+    assert report.value == pytest.approx(best, abs=1e-12)
+
+
+def test_graph_distances_dense_and_sparse_graphs():
+  """Against a NumPy Floyd-Warshall oracle, on dense graphs (Floyd-Warshall in
+  scipy) and sparse ones (large ε: Dijkstra), with unreachable pairs."""
+  rng = np.random.default_rng(15)
+  features = rng.dirichlet(np.full(6, 0.3), size=40)
+  v = fedgs.similarity_from_features(features)
+  off = ~np.eye(40, dtype=bool)
+  normalised = (v - v[off].min()) / (v[off].max() - v[off].min())
+  for epsilon, sigma2 in ((0.1, 0.1), (0.1, 1.0), (0.85, 0.1), (0.95, 1.0)):
+    d = np.where((normalised >= epsilon) & off, np.exp(-normalised / sigma2), np.inf)
+    np.fill_diagonal(d, 0.0)
+    for k in range(40):
+      d = np.minimum(d, d[:, k, None] + d[None, k, :])
+    finite = np.isfinite(d)
+    expected = np.where(finite, d / d[finite].max(), 1.0)
+    np.fill_diagonal(expected, 0.0)
+    h = fedgs.graph_distances(v, epsilon=epsilon, sigma2=sigma2)
+    np.testing.assert_allclose(h, expected, rtol=1e-12, atol=1e-15)
+    edges = np.count_nonzero((normalised >= epsilon) & off)
+    assert (edges > 40 * 40 / 4) == (epsilon == 0.1), edges  # Both branches run.
+    assert finite.all() == (epsilon == 0.1)  # The sparse graphs have unreachable pairs.
 
 
 def test_graph_distances_min_max_normalisation():
@@ -167,8 +228,10 @@ def test_heuristic_exact_where_swap_search_is_exact():
     for budget, alpha in [(1, 5.0), (max(num_available - 1, 1), 5.0),
                           (num_available + 2, 5.0), (int(rng.integers(1, n)), 0.0)]:
       _, best = fedgs.brute_force_select(h, counts, available, budget, alpha=alpha)
-      _, found = fedgs.select_clients(h, counts, available, budget, alpha=alpha, seed=trial)
-      assert found == pytest.approx(best, abs=1e-12), (trial, budget, alpha)
+      report = fedgs.select_clients_with_report(h, counts, available, budget, alpha=alpha,
+                                                seed=trial, method='heuristic')
+      assert report.value == pytest.approx(best, abs=1e-12), (trial, budget, alpha)
+      assert report.status == 'optimal' and report.bound == report.value
 
 
 def _gap_statistics(num_starts):
@@ -184,7 +247,7 @@ def _gap_statistics(num_starts):
     alpha = float(rng.choice([0.5, 5.0, 50.0, 500.0]))
     values = _all_values(h, counts, available, budget, alpha)
     clients, found = fedgs.select_clients(h, counts, available, budget, alpha=alpha,
-                                          seed=trial, num_starts=num_starts)
+                                          seed=trial, num_starts=num_starts, method='heuristic')
     _, best = fedgs.brute_force_select(h, counts, available, budget, alpha=alpha)
     assert best == pytest.approx(max(values), abs=1e-12)
     assert found == pytest.approx(
@@ -218,6 +281,220 @@ def test_heuristic_gap_to_brute_force_default():
   assert optimal >= 0.97, message
   assert gaps.mean() < 1e-3, message
   assert gaps.max() < 0.1, message
+
+
+def _solver_instances(num_instances=30, seed=8):
+  """Random instances with ≤ 14 clients, partial availability, non-zero counts,
+  α cycling through {0, 0.5, 1, 5} and budgets from 1 to n + 1."""
+  rng = np.random.default_rng(seed)
+  for trial in range(num_instances):
+    n = int(rng.integers(4, 15))
+    h, counts, available = _random_instance(rng, n)
+    counts = counts + rng.integers(1, 4)  # Non-zero counts everywhere.
+    budget = int(rng.integers(1, n + 2))
+    alpha = (0.0, 0.5, 1.0, 5.0)[trial % 4]
+    yield trial, h, counts, available, budget, alpha
+
+
+def test_solver_matches_brute_force():
+  """SCIP proves the optimum on 30 random instances (n ≤ 14), 'optimal' with a
+  dual bound at the value; the heuristic (default 16 starts) on the same
+  instances is reported and never above it. Observed: the heuristic is optimal
+  on all 30 (mean gap 0); asserted: mean relative gap < 1e-3."""
+  gaps = []
+  for trial, h, counts, available, budget, alpha in _solver_instances():
+    _, best = fedgs.brute_force_select(h, counts, available, budget, alpha=alpha)
+    report = fedgs.select_clients_with_report(h, counts, available, budget, alpha=alpha,
+                                              seed=trial, method='solver')
+    context = (trial, budget, alpha, report)
+    assert report.method_used == 'solver' and report.status == 'optimal', context
+    assert abs(report.value - best) <= 1e-9, context
+    assert report.bound >= report.value - 1e-6, context
+    assert report.bound <= best + 1e-6, context
+    assert report.value == pytest.approx(
+        fedgs.objective(report.indices, h, counts, available, budget, alpha=alpha), abs=1e-12)
+    assert report.indices.dtype == np.int64 and np.all(np.diff(report.indices) > 0)
+    assert np.all(available[report.indices]), context
+    assert report.indices.size == min(budget, int(available.sum())), context
+    _, found = fedgs.select_clients(h, counts, available, budget, alpha=alpha, seed=trial,
+                                    method='heuristic')
+    gap = best - found
+    assert gap >= -1e-12, context
+    values = _all_values(h, counts, available, budget, alpha)
+    spread = best - min(values)
+    gaps.append(gap / spread if spread > 0 else 0.0)
+  assert np.mean(gaps) < 1e-3, f'heuristic mean relative gap {np.mean(gaps):.2e}: {gaps}'
+
+
+def test_solver_never_worse_than_heuristic_with_single_start():
+  """With one greedy start the heuristic misses the optimum on some instances;
+  the solver, warm-started with it, always reaches the brute-force optimum."""
+  rng = np.random.default_rng(3)
+  missed = 0
+  for trial in range(60):
+    n = int(rng.integers(8, 13))
+    h, counts, available = _random_instance(rng, n)
+    budget = int(rng.integers(2, max(3, int(available.sum()) - 1)))
+    alpha = float(rng.choice([5.0, 50.0, 500.0]))
+    _, best = fedgs.brute_force_select(h, counts, available, budget, alpha=alpha)
+    kwargs = dict(alpha=alpha, seed=trial, num_starts=1)
+    heuristic = fedgs.select_clients_with_report(h, counts, available, budget,
+                                                 method='heuristic', **kwargs)
+    solver = fedgs.select_clients_with_report(h, counts, available, budget, method='auto',
+                                              **kwargs)
+    missed += heuristic.value < best - 1e-9
+    assert solver.value == pytest.approx(best, abs=1e-9), (trial, heuristic, solver)
+    assert solver.value >= heuristic.value
+  assert missed >= 1  # The comparison is not vacuous.
+
+
+def _large_instance(n, seed):
+  rng = np.random.default_rng(seed)
+  features = rng.dirichlet(np.full(10, 0.5), size=n)
+  h = fedgs.graph_distances(fedgs.similarity_from_features(features))
+  return h, rng.integers(0, 5, n), np.ones(n, bool)
+
+
+def test_solver_warm_start_under_tiny_time_limit():
+  """150 candidates, K = 10: SCIP cannot finish in 0.2 s, and returns at least
+  the heuristic's value; with no time at all, its incumbent is the warm start."""
+  h, counts, available = _large_instance(150, seed=0)
+  heuristic = fedgs.select_clients_with_report(h, counts, available, 10, alpha=1.0, seed=1,
+                                               method='heuristic')
+  start = time.monotonic()
+  report = fedgs.select_clients_with_report(h, counts, available, 10, alpha=1.0, seed=1,
+                                            method='solver', time_limit_s=0.2)
+  elapsed = time.monotonic() - start
+  assert report.method_used == 'solver' and report.status in ('time_limit', 'optimal'), report
+  assert report.value >= heuristic.value
+  assert report.bound >= report.value - 1e-6
+  assert elapsed < 5.0, elapsed  # Observed ~0.25 s; generous for a loaded machine.
+  problem = fedgs._build_problem(h, counts, available, 10, 1.0, None)
+  warm = np.searchsorted(problem.candidates, heuristic.indices)
+  result = fedgs._solve_with_solver(problem, warm, 0.0)
+  assert result.status == 'time_limit'
+  assert result.incumbent_value == fedgs._local_value(problem, warm)  # SCIP took it.
+  np.testing.assert_array_equal(result.local, warm)
+
+
+def _hard_instance():
+  """10 clients, K = 4, α = 5: not a class where the heuristic is exact."""
+  rng = np.random.default_rng(12)
+  h = rng.random((10, 10))
+  h = (h + h.T) / 2
+  np.fill_diagonal(h, 0.0)
+  return h, rng.integers(0, 5, 10), np.ones(10, bool)
+
+
+def test_fallback_when_pyscipopt_is_missing(monkeypatch):
+  def missing():
+    raise ImportError("No module named 'pyscipopt'")
+
+  monkeypatch.setattr(fedgs, '_import_pyscipopt', missing)
+  monkeypatch.setattr(fedgs, '_solver_missing_warned', False)
+  h, counts, available = _hard_instance()
+  heuristic = fedgs.select_clients_with_report(h, counts, available, 4, alpha=5.0,
+                                               method='heuristic')
+  with pytest.warns(RuntimeWarning, match=r'pyscipopt.*pip install pyscipopt==6\.3\.0'):
+    report = fedgs.select_clients_with_report(h, counts, available, 4, alpha=5.0)
+  assert report.method_used == 'heuristic' and report.status == 'solver_not_installed'
+  assert math.isnan(report.bound)
+  np.testing.assert_array_equal(report.indices, heuristic.indices)
+  assert report.value == heuristic.value
+  # Once per process: an explicit method='solver' falls back too, silently now.
+  with warnings.catch_warnings():
+    warnings.simplefilter('error')
+    report = fedgs.select_clients_with_report(h, counts, available, 4, alpha=5.0,
+                                              method='solver')
+    clients, value = fedgs.select_clients(h, counts, available, 4, alpha=5.0)
+  assert report.method_used == 'heuristic' and report.status == 'solver_not_installed'
+  np.testing.assert_array_equal(clients, heuristic.indices)
+  # The sampler keeps working.
+  sampler = fedgs.FedGSSampler(4, seed=0, distances=h, alpha=5.0, method='solver')
+  state = sampler.initialize(samplers.Population(np.ones(10, np.int64)))
+  assert sampler.select(state, 1, available).clients.size == 4
+
+
+def test_too_large_and_other_reports():
+  h, counts, available = _hard_instance()
+  for method in ('auto', 'solver'):
+    report = fedgs.select_clients_with_report(h, counts, available, 4, alpha=5.0,
+                                              method=method, max_solver_clients=9)
+    assert (report.method_used, report.status) == ('heuristic', 'too_large')
+    assert math.isnan(report.bound)
+  # Availability decides: 9 available clients fit under max_solver_clients=9.
+  available[3] = False
+  report = fedgs.select_clients_with_report(h, counts, available, 4, alpha=5.0,
+                                            max_solver_clients=9)
+  assert (report.method_used, report.status) == ('solver', 'optimal')
+  assert 3 not in report.indices
+  report = fedgs.select_clients_with_report(h, counts, available, 4, alpha=5.0,
+                                            method='heuristic')
+  assert (report.method_used, report.status) == ('heuristic', 'heuristic')
+  assert math.isnan(report.bound)
+  # Where the heuristic is provably exact, 'auto' skips the solver.
+  for budget, alpha in ((1, 5.0), (8, 5.0), (4, 0.0)):
+    report = fedgs.select_clients_with_report(h, counts, available, budget, alpha=alpha)
+    assert (report.method_used, report.status) == ('heuristic', 'optimal'), (budget, alpha)
+    assert report.bound == report.value
+    report = fedgs.select_clients_with_report(h, counts, available, budget, alpha=alpha,
+                                              method='solver')
+    assert (report.method_used, report.status) == ('solver', 'optimal'), (budget, alpha)
+    assert not report.timed_out
+  # No time left after the heuristic (its local search was cut): SCIP does not start.
+  for method in ('auto', 'solver', 'heuristic'):
+    report = fedgs.select_clients_with_report(h, counts, available, 4, alpha=5.0,
+                                              method=method, time_limit_s=1e-9)
+    expected = 'heuristic' if method == 'heuristic' else 'time_limit'
+    assert (report.method_used, report.status) == ('heuristic', expected), method
+    assert report.timed_out and report.indices.size == 4
+
+
+def test_solver_handles_negative_and_zero_distances():
+  """A general symmetric H (negative entries, zero pairs, which get no y) and a
+  non-zero diagonal (a linear term): the solver still matches brute force."""
+  rng = np.random.default_rng(13)
+  for trial in range(8):
+    n = int(rng.integers(5, 12))
+    h = rng.normal(size=(n, n))
+    h = (h + h.T) / 2
+    h[rng.random((n, n)) < 0.3] = 0.0
+    h = np.triu(h) + np.triu(h, 1).T
+    if trial % 2:
+      np.fill_diagonal(h, 0.0)
+    counts, available = rng.integers(0, 4, n), np.ones(n, bool)
+    budget = int(rng.integers(2, n - 1))
+    _, best = fedgs.brute_force_select(h, counts, available, budget, alpha=5.0)
+    report = fedgs.select_clients_with_report(h, counts, available, budget, alpha=5.0,
+                                              method='solver', num_starts=1)
+    assert report.status == 'optimal' and abs(report.value - best) <= 1e-9, (trial, report)
+
+
+def test_sampler_with_solver_matches_brute_force():
+  """FedGSSampler(method='solver') on 12 clients over 15 LN-availability rounds:
+  every round's cohort is a brute-force optimum (the same set where the optimum
+  is unique), and the run is reproducible."""
+  rng = np.random.default_rng(14)
+  n, k, alpha = 12, 4, 2.0
+  features = rng.dirichlet(np.full(5, 0.3), size=n)
+  make = lambda: fedgs.FedGSSampler(k, seed=2, features=features, alpha=alpha,
+                                    method='solver')
+  population = samplers.Population(rng.integers(10, 100, n))
+  state = make().initialize(population)
+  chosen, _ = _run(make(), state, 15)
+  again, _ = _run(make(), make().initialize(population), 15)
+  for (round_num, mask), selection, repeat in zip(
+      _lognormal_availability(n, 11, 15), chosen, again):
+    np.testing.assert_array_equal(selection.clients, repeat.clients)
+    expected, best = fedgs.brute_force_select(state.distances, state.counts, mask, k,
+                                              alpha=alpha)
+    value = fedgs.objective(selection.clients, state.distances, state.counts, mask, k,
+                            alpha=alpha)
+    assert value == pytest.approx(best, abs=1e-9), round_num
+    values = np.array(_all_values(state.distances, state.counts, mask, k, alpha))
+    if np.sum(values >= best - 1e-12) == 1:
+      np.testing.assert_array_equal(selection.clients, expected)
+    state = make().observe(state, selection, {})
 
 
 def test_selection_constraints():
@@ -325,8 +602,16 @@ def test_errors():
     fedgs.select_clients(np.zeros((3, 2)), counts, available, 1, alpha=1.0)
   with pytest.raises(ValueError, match='No client'):
     fedgs.select_clients(h, counts, np.zeros(3, bool), 1, alpha=1.0)
-  with pytest.raises(NotImplementedError, match='solver'):
-    fedgs.select_clients(h, counts, available, 1, alpha=1.0, method='solver')
+  with pytest.raises(ValueError, match="method must be one of 'auto'.*got 'scip'"):
+    fedgs.select_clients(h, counts, available, 1, alpha=1.0, method='scip')
+  for bad in (-1, 2.5, True, None):
+    with pytest.raises(ValueError, match='max_solver_clients'):
+      fedgs.select_clients_with_report(h, counts, available, 1, alpha=1.0,
+                                       max_solver_clients=bad)
+  with pytest.raises(ValueError, match='time_limit_s'):
+    fedgs.select_clients(h, counts, available, 1, alpha=1.0, time_limit_s=0.0)
+  with pytest.raises(ValueError, match='num_starts'):
+    fedgs.select_clients(h, counts, available, 1, alpha=1.0, num_starts=0)
   with pytest.raises(ValueError, match='at most 14'):
     fedgs.brute_force_select(np.zeros((15, 15)), np.zeros(15), np.ones(15, bool), 2, alpha=1.0)
   with pytest.raises(ValueError, match='s_indices'):
@@ -347,3 +632,15 @@ def test_errors():
     fedgs.FedGSSampler(1, seed=0)
   with pytest.raises(ValueError, match='population'):
     fedgs.FedGSSampler(1, seed=0, distances=h).initialize(samplers.Population(np.ones(4)))
+  with pytest.raises(ValueError, match='method'):
+    fedgs.FedGSSampler(1, seed=0, distances=h, method='exact')
+  with pytest.raises(ValueError, match='max_solver_clients'):
+    fedgs.FedGSSampler(1, seed=0, distances=h, max_solver_clients=-5)
+  # A budget larger than the population: the message names both and the fix.
+  with pytest.raises(ValueError,
+                     match=r'clients_per_round=4 exceeds .* N=3 .*clients_per_round <= 3'):
+    fedgs.FedGSSampler(4, seed=0, distances=h).initialize(samplers.Population(np.ones(3)))
+  # K = N is fine: every available client is picked.
+  sampler = fedgs.FedGSSampler(3, seed=0, distances=h)
+  state = sampler.initialize(samplers.Population(np.ones(3)))
+  np.testing.assert_array_equal(sampler.select(state, 1, np.ones(3, bool)).clients, [0, 1, 2])

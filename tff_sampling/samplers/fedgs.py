@@ -63,22 +63,64 @@ Interpretations made here (**[choice]**), beyond those of ``ALGORITHMS.md``:
   which clients are picked; ``v̄`` and ``M`` shift the objective's value only.
   ``N`` is the number of all clients. For ``N = 1`` the objective is 0.
 * **The optimiser.** The paper runs a solver up to a wall-clock limit
-  ``τ_max`` and keeps the best solution found. No solver package is installed,
-  so `select_clients` uses a greedy construction (add the client of largest
-  marginal gain) followed by best-improvement 1-swap local search until no swap
-  improves or ``time_limit_s`` runs out, restarted from ``num_starts`` greedy
-  starts (the plain one, then ones forcing one client first) while time
-  remains; the best local optimum wins. It is exact when ``M = 1``,
-  ``M ≥ |A| - 1`` or ``α = 0`` (see the tests), and otherwise a local optimum;
-  its gap to `brute_force_select` is measured in the tests. ``method='solver'``
-  is reserved for a MIQP solver (e.g. PySCIPOpt) warm-started with the
-  heuristic; it raises `NotImplementedError` for now.
+  ``τ_max`` and keeps the best solution found. `select_clients_with_report`
+  (and `select_clients`, which returns its indices and value) first runs a
+  heuristic: a greedy construction (add the client of largest marginal gain)
+  followed by best-improvement 1-swap local search until no swap improves or
+  ``time_limit_s`` runs out, restarted from ``num_starts`` greedy starts (the
+  plain one, then ones forcing one client first) while time remains; the best
+  local optimum wins. It is exact when ``M = 1``, ``M ≥ |A| - 1`` or the
+  quadratic term vanishes (``α = 0``; see the tests), and otherwise a local
+  optimum; its gap to `brute_force_select` is measured in the tests. (``H`` is
+  used as `objective` reads it: an asymmetric one through its symmetric part,
+  a non-zero diagonal ``h_kk`` as a linear term ``α h_kk s_k / (N (N-1))``;
+  `graph_distances` gives neither.)
+
+  With ``method='solver'``, or ``'auto'`` (the default) when the heuristic is
+  not already provably exact, SCIP (PyPI ``pyscipopt``, which bundles it) then
+  solves an exact MILP linearisation in the time left: binary ``s_k``,
+  continuous ``y_kl ∈ [0, 1]`` for each pair with a non-zero quadratic
+  coefficient, ``Σ_l y_kl = (M-1) s_k`` (``Σ s = M`` multiplied by ``s_k``,
+  the reformulation-linearisation technique; ``≤`` when some pairs of ``k`` were
+  skipped), ``y_kl ≥ s_k + s_l - 1`` for negative coefficients, ``Σ s = M``,
+  and the objective multiplied by ``N (N-1)`` (``2α Σ_{k<l} h_kl y_kl -
+  N Σ_k z_k s_k`` for a symmetric ``H``). SCIP starts from the heuristic's
+  solution, runs single-threaded with a fixed random seed shift, stops at the
+  time left (building the model counts against it; presolving and the root LP
+  check the clock coarsely: it overruns by up to ~0.1 s at 150 clients, more on
+  larger ones), and the better of its best solution and the heuristic's, with
+  the objective recomputed exactly, is returned: never worse than the
+  heuristic. The report carries SCIP's status and dual bound (an upper bound on
+  the optimum). Measured on a 2-core machine (``bench/fedgs.py``, ``K = 10``,
+  3DGs of Dirichlet label distributions): SCIP proves the optimum of ≤ 14
+  clients in milliseconds and of 100-200 clients in 0.2 s to over 5 s, so
+  under the default 1 s it often stops at the limit, with a relative gap of
+  ~1e-5 up to ~175 clients and no useful bound from ~200 (its root LP
+  unfinished). On these
+  3DGs the heuristic's solution was optimal wherever SCIP finished, and SCIP
+  never improved on it: there the solver certifies the cohort rather than
+  changing it. On the tests' random uniform ``H`` it does correct the
+  single-start heuristic.
+
+  Fallbacks, reported in `SelectionReport.status` and never raised: when
+  ``pyscipopt`` cannot be imported, ``'auto'`` and ``'solver'`` both use the
+  heuristic (``'solver_not_installed'``; a `RuntimeWarning` once per process
+  says how to install it); above ``max_solver_clients`` available clients
+  (default 150: the model has ``O(|A|²)`` variables, built in Python in
+  ~0.05 s for 150 clients and ~0.25 s for 300, and SCIP's root LP on 200 or
+  more clients rarely finishes within 1 s) the heuristic is used
+  (``'too_large'``); when the heuristic used up the whole limit, SCIP does not
+  start (``'time_limit'``).
 * **Ties** are broken by a random order of the available clients drawn from
-  ``np.random.default_rng(seed)``; the sampler passes ``seed = (seed, round)``,
-  so choices are deterministic in (seed, round, state, availability) as long
-  as the local search converges within ``time_limit_s`` (it converges in
-  milliseconds for hundreds of clients; the limit is a safety net, and a run
-  cut by it is no longer reproducible).
+  ``np.random.default_rng(seed)``; the sampler passes ``seed = (seed, round)``.
+  SCIP's model does not depend on the seed, but on ties with its best solution
+  the heuristic's (seed-dependent) solution is kept. Choices are deterministic
+  in (seed, round, state, availability) as long as neither the local search nor
+  SCIP is cut by ``time_limit_s`` (`SelectionReport.timed_out`): the heuristic
+  converges in milliseconds for hundreds of clients and in ~0.1 s for 3,400,
+  and SCIP is deterministic when it stops at ``'optimal'``. A run that stops at the time limit (status ``'time_limit'``)
+  depends on the machine's speed and load and may not be reproducible; pass
+  ``method='heuristic'`` for reproducible runs on large populations.
 * **State and purity.** `FedGSSampler.select` is pure (state in, selection
   out); the count update ``v_k += 1`` happens in `FedGSSampler.observe`, so a
   sampler restarted from a checkpointed state repeats the same choices. The
@@ -88,11 +130,13 @@ Interpretations made here (**[choice]**), beyond those of ``ALGORITHMS.md``:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+import gc
 import itertools
 import math
 import numbers
 import time
 from typing import NamedTuple
+import warnings
 
 import numpy as np
 from scipy.sparse import csgraph
@@ -100,6 +144,16 @@ from scipy.sparse import csgraph
 from tff_sampling.samplers import base
 
 _MAX_BRUTE_FORCE_CLIENTS = 14
+_METHODS = ('auto', 'heuristic', 'solver')
+# Most available clients for which `method='auto'`/`'solver'` builds the MILP.
+# Building its O(n²) variables in Python takes ~0.05 s for 150 clients and
+# ~0.25 s for 300 on a 2-core machine; the limit is SCIP's root LP: with the
+# default 1 s, SCIP reaches a useful dual bound (relative gap ≤ 1e-4) on most
+# 3DG instances of 150 clients and on few of 200 (bench/fedgs.py), and at 300
+# the root LP alone overruns the limit by ~0.5 s.
+DEFAULT_MAX_SOLVER_CLIENTS = 150
+_PYSCIPOPT_VERSION = '6.3.0'  # The version in requirements/lock.txt.
+_SCIP_SEED_SHIFT = 0  # SCIP's randomization/randomseedshift: fixed for reproducibility.
 
 
 def similarity_from_features(features: np.ndarray, kind: str = 'cosine') -> np.ndarray:
@@ -175,7 +229,11 @@ def graph_distances(similarity: np.ndarray, *, epsilon: float = 0.1,
   weights[~off] = np.inf  # R_ii = 0 needs no edge: a path to oneself is empty.
   # null_value=inf: finite weights, 0.0 (underflow) included, are explicit edges.
   graph = csgraph.csgraph_from_dense(weights, null_value=np.inf)
-  paths = csgraph.shortest_path(graph, method='D', directed=False)
+  # Label-distribution 3DGs are dense (~96% of pairs are edges for Dirichlet(0.5)
+  # over 10 labels, ε = 0.1): Floyd-Warshall's O(N³) is then ~8x faster than N
+  # Dijkstra runs (6 s vs 49 s for N = 2,000); Dijkstra wins on sparse graphs.
+  dense = np.count_nonzero(np.isfinite(weights)) > n * n / 4
+  paths = csgraph.shortest_path(graph, method='FW' if dense else 'D', directed=False)
   finite = np.isfinite(paths)
   largest = paths[finite].max()
   if largest > 0:
@@ -231,6 +289,7 @@ class _Problem(NamedTuple):
   size: int  # M.
   quad: float  # α / (N (N-1)).
   lin: float  # 1 / (N-1).
+  num_clients: int  # N.
 
 
 def _build_problem(distances, counts, available, budget, alpha, num_clients) -> _Problem:
@@ -243,7 +302,12 @@ def _build_problem(distances, counts, available, budget, alpha, num_clients) -> 
   size = min(int(budget), candidates.size)
   scores = count_scores(v, size)[candidates]
   quad, lin = (alpha / (n * (n - 1)), 1.0 / (n - 1)) if n > 1 else (0.0, 0.0)
-  return _Problem(candidates, h[np.ix_(candidates, candidates)], scores, size, quad, lin)
+  sub = h if candidates.size == n else h[np.ix_(candidates, candidates)]  # Read only.
+  if not np.array_equal(sub, sub.T):
+    # f(S) sums h_ij + h_ji: the symmetric part is the same programme, and the
+    # heuristic's swap gains assume symmetry.
+    sub = (sub + sub.T) / 2.0
+  return _Problem(candidates, sub, scores, size, quad, lin, n)
 
 
 def _local_value(problem: _Problem, local: np.ndarray) -> float:
@@ -284,78 +348,294 @@ def objective(s_indices: Sequence[int] | np.ndarray, H: np.ndarray, counts: np.n
   return _local_value(problem, position[picked])
 
 
-def _greedy_swap(problem: _Problem, order: np.ndarray, first: int | None,
-                 deadline: float) -> np.ndarray:
-  """Greedy construction + best-improvement 1-swap search; local indices.
+class _Ordered(NamedTuple):
+  """The programme's vectors permuted by the tie-breaking order.
 
-  `order` is a permutation of the candidates: ties go to the earlier one.
-  `first` (a position in `order`), if given, is forced into the greedy start.
+  ``H`` itself is not permuted (an O(n²) copy): its rows and blocks are read
+  through `order`.
   """
-  h = problem.distances[np.ix_(order, order)]
-  z = problem.scores[order]
-  n, m = order.size, problem.size
+
+  order: np.ndarray  # int64[n] the permutation: position -> local index.
+  diagonal: np.ndarray  # float64[n] H's diagonal in that order (zero for a 3DG).
+  scores: np.ndarray  # float64[n] z in that order.
+  tolerance: float  # Smallest swap gain counted as an improvement.
+
+
+def _greedy_swap(problem: _Problem, ordered: _Ordered, first: int | None,
+                 deadline: float) -> tuple[np.ndarray, bool]:
+  """Greedy construction + best-improvement 1-swap search.
+
+  Positions in the tie-breaking order stand for clients: ties go to the earlier
+  one. `first` (a position), if given, is forced into the greedy start.
+
+  Returns:
+    The picked positions (a boolean mask over the order) and whether the
+    search converged (rather than stopping at `deadline`).
+  """
+  h, order = problem.distances, ordered.order
+  diagonal, z = ordered.diagonal, ordered.scores
+  n, m = z.size, problem.size
   picked = np.zeros(n, dtype=bool)
   reach = np.zeros(n)  # reach[x] = Σ_{l ∈ S} h[x, l].
   for step in range(m):
-    gain = 2.0 * problem.quad * reach - problem.lin * z
+    gain = problem.quad * (2.0 * reach + diagonal) - problem.lin * z
     gain[picked] = -np.inf
     best = first if (step == 0 and first is not None) else int(np.argmax(gain))
     picked[best] = True
-    reach += h[:, best]
-  scale = (problem.quad * (np.abs(h).max() if n else 0.0)
-           + problem.lin * (np.abs(z).max() if n else 0.0))
-  tol = 1e-12 * max(scale, 1e-300)
-  while m < n and time.monotonic() < deadline:
+    reach += h[order[best]][order]  # A row: H is symmetric.
+  while m < n:
+    if time.monotonic() >= deadline:
+      return picked, False
     inside, outside = np.flatnonzero(picked), np.flatnonzero(~picked)
     # Swapping i ∈ S for j ∉ S changes the objective by
-    # 2·quad·(reach_j - reach_i - h_ij) - lin·(z_j - z_i).
-    delta = (2.0 * problem.quad * (reach[outside][None, :] - reach[inside][:, None]
-                                   - h[np.ix_(inside, outside)])
+    # quad·(2 (reach_j - reach_i - h_ij) + h_ii + h_jj) - lin·(z_j - z_i).
+    delta = (problem.quad * (2.0 * (reach[outside][None, :] - reach[inside][:, None]
+                                    - h[np.ix_(order[inside], order[outside])])
+                             + diagonal[inside][:, None] + diagonal[outside][None, :])
              - problem.lin * (z[outside][None, :] - z[inside][:, None]))
     flat = int(np.argmax(delta))
-    if delta.flat[flat] <= tol:
+    if delta.flat[flat] <= ordered.tolerance:
       break
     i, j = inside[flat // outside.size], outside[flat % outside.size]
     picked[i], picked[j] = False, True
-    reach += h[:, j] - h[:, i]
-  return np.sort(order[picked])
+    reach += (h[order[j]] - h[order[i]])[order]
+  return picked, True
 
 
 def _heuristic(problem: _Problem, order: np.ndarray, num_starts: int,
-               deadline: float) -> np.ndarray:
+               deadline: float) -> tuple[np.ndarray, bool]:
   """Best of greedy + 1-swap from the plain greedy start and `num_starts - 1`
-  starts that force one client first (clients taken in `order`); local indices.
+  starts that force one client first (clients taken in `order`).
 
   Later starts run only while time remains; the first always runs.
+
+  Returns:
+    The local indices (ascending) of the best solution, and whether every
+    start ran and converged before `deadline` (then the result does not depend
+    on timing).
   """
-  best = _greedy_swap(problem, order, None, deadline)
+  h = problem.distances
+  z = problem.scores[order]
+  scale = (problem.quad * (max(h.max(), -h.min()) if z.size else 0.0)
+           + problem.lin * (np.abs(z).max() if z.size else 0.0))
+  ordered = _Ordered(order, np.diagonal(h)[order], z, 1e-12 * max(scale, 1e-300))
+  picked, complete = _greedy_swap(problem, ordered, None, deadline)
+  best = np.sort(order[picked])
   best_value = _local_value(problem, best)
   if problem.size <= 1 or problem.size >= order.size - 1:
-    return best  # 1-swap search is already exact.
+    return best, complete  # 1-swap search is already exact.
   for first in range(min(num_starts - 1, order.size)):
     if time.monotonic() >= deadline:
-      break
-    local = _greedy_swap(problem, order, first, deadline)
+      return best, False
+    picked, converged = _greedy_swap(problem, ordered, first, deadline)
+    complete = complete and converged
+    local = np.sort(order[picked])
     value = _local_value(problem, local)
     if value > best_value:
       best, best_value = local, value
-  return best
+  return best, complete
 
 
-def _solve_with_solver(problem: _Problem, warm_start: np.ndarray, time_limit_s: float):
-  """Hook for an exact MIQP solver warm-started with the heuristic."""
-  del problem, warm_start, time_limit_s
-  raise NotImplementedError(
-      "method='solver' needs a MIQP solver (e.g. PySCIPOpt), which is not installed; "
-      "implement fedgs._solve_with_solver(problem, warm_start, time_limit_s) to return "
-      "the local indices of the best solution found, or use method='heuristic'.")
+class SelectionReport(NamedTuple):
+  """The result of one round's optimisation (`select_clients_with_report`).
+
+  Attributes:
+    indices: ``int64[M]`` the picked clients (global indices, ascending).
+    value: Their objective value, recomputed exactly from `indices`.
+    method_used: ``'heuristic'`` or ``'solver'`` (SCIP ran on the instance).
+    status: ``'optimal'`` (proven optimal: by SCIP, or the heuristic on an
+      instance where it is exact, see the module docstring), ``'time_limit'``
+      (SCIP, or the heuristic before SCIP could start, ran out of time: the
+      best solution found), ``'heuristic'`` (``method='heuristic'``: a local
+      optimum, not proven), ``'solver_not_installed'`` (PySCIPOpt cannot be
+      imported: the heuristic's solution), ``'too_large'`` (more than
+      ``max_solver_clients`` available clients: the heuristic's solution), or
+      any other SCIP status name (e.g. ``'memlimit'``): the best solution found.
+    bound: An upper bound on the optimum in the objective's scale: SCIP's dual
+      bound (``inf`` when SCIP stopped before it had one), `value` when the
+      status is ``'optimal'`` without SCIP, else ``nan``.
+    timed_out: Whether ``time_limit_s`` cut the heuristic (a local search or
+      its later starts) or SCIP: the result then depends on the machine's
+      speed and load and may not be reproducible.
+  """
+
+  indices: np.ndarray
+  value: float
+  method_used: str
+  status: str
+  bound: float
+  timed_out: bool
 
 
-def select_clients(distances: np.ndarray, counts: np.ndarray, available: np.ndarray,
-                   budget: int, *, alpha: float, time_limit_s: float = 1.0,
-                   seed: int | Sequence[int] = 0, num_starts: int = 16,
-                   method: str = 'heuristic') -> tuple[np.ndarray, float]:
+class _SolverResult(NamedTuple):
+  local: np.ndarray  # int64[M] local indices of the better of SCIP's best and the warm start.
+  status: str  # See SelectionReport.status.
+  bound: float  # SCIP's dual bound in the objective's scale (inf when it has none).
+  incumbent_value: float  # SCIP's own best solution's value (nan if it has none).
+
+
+def _import_pyscipopt():
+  """Returns the `pyscipopt` module; raises ImportError when it is missing.
+
+  A function of its own so that tests can simulate a missing package.
+  """
+  import pyscipopt  # pylint: disable=g-import-not-at-top
+  return pyscipopt
+
+
+_solver_missing_warned = False
+
+
+def _solver_installed() -> bool:
+  """Whether PySCIPOpt imports; warns once per process when it does not."""
+  global _solver_missing_warned
+  try:
+    _import_pyscipopt()
+  except ImportError as e:
+    if not _solver_missing_warned:
+      _solver_missing_warned = True
+      warnings.warn(
+          f'FedGS: the MILP solver package pyscipopt cannot be imported ({e}); selecting '
+          'clients with the greedy + 1-swap heuristic instead (SelectionReport.status '
+          f"'solver_not_installed'). Install it with `pip install pyscipopt=={_PYSCIPOPT_VERSION}` "
+          "or pass method='heuristic' to silence this warning.", RuntimeWarning, stacklevel=3)
+    return False
+  return True
+
+
+def _heuristic_is_exact(problem: _Problem) -> bool:
+  """Whether greedy + 1-swap (run to convergence) is provably optimal here.
+
+  True for ``M ≤ 1`` or ``M ≥ n - 1`` (every two feasible sets differ by one
+  swap) and for a linear objective (``α = 0``, or no off-diagonal ``H`` entry:
+  the diagonal is a linear term), which greedy maximises.
+  """
+  h = problem.distances
+  return (problem.size <= 1 or problem.size >= problem.candidates.size - 1
+          or problem.quad == 0
+          or np.count_nonzero(h) == np.count_nonzero(np.diagonal(h)))
+
+
+def _solve_with_solver(problem: _Problem, warm_start: np.ndarray,
+                       time_limit_s: float) -> _SolverResult:
+  """Solves the programme's exact MILP linearisation with SCIP (PySCIPOpt).
+
+  Binary ``s_k`` per candidate; for each pair ``k < l`` with
+  ``h_kl + h_lk ≠ 0`` a continuous ``y_kl ∈ [0, 1]`` standing for ``s_k s_l``,
+  linked by ``Σ_l y_kl = (M-1) s_k`` (the product of ``Σ s = M`` with ``s_k``;
+  ``≤`` when some pairs of ``k`` have no ``y``) and, for negative
+  ``h_kl + h_lk``, ``y_kl ≥ s_k + s_l - 1``; ``Σ s = M``. With binary ``s``
+  these force ``y_kl = s_k s_l`` wherever it matters, so the MILP is exact.
+  The objective is ``N (N-1)`` times `_local_value` (for conditioning):
+  ``Σ_{k<l} α (h_kl + h_lk) y_kl + Σ_k (α h_kk - N z_k) s_k``.
+
+  Args:
+    problem: The round's programme.
+    warm_start: ``int64[M]`` local indices of a feasible solution (the
+      heuristic's), given to SCIP as its first incumbent.
+    time_limit_s: Wall-clock budget for building the model and solving it.
+
+  Returns:
+    The better of SCIP's best solution and `warm_start` (the latter on ties),
+    SCIP's status and its dual bound converted back to the objective's scale.
+  """
+  deadline = time.monotonic() + time_limit_s
+  # The model's O(n²) Python objects are no garbage, yet creating them triggers
+  # the cyclic collector, whose full passes over a process that imported
+  # TensorFlow take ~0.25 s each: pause it while building and solving.
+  collecting = gc.isenabled()
+  gc.disable()
+  try:
+    return _solve_scip(problem, warm_start, deadline)
+  finally:
+    if collecting:
+      gc.enable()
+
+
+def _solve_scip(problem: _Problem, warm_start: np.ndarray, deadline: float) -> _SolverResult:
+  """`_solve_with_solver` with a `time.monotonic()` deadline."""
+  pyscipopt = _import_pyscipopt()
+  n, size = problem.candidates.size, problem.size
+  h = problem.distances
+  n_all = problem.num_clients
+  scale = float(n_all * (n_all - 1)) if n_all > 1 else 1.0
+  linear = scale * (problem.quad * np.diagonal(h) - problem.lin * problem.scores)
+
+  model = pyscipopt.Model('fedgs')
+  model.hideOutput()
+  model.setParam('parallel/maxnthreads', 1)
+  model.setParam('lp/threads', 1)
+  model.setParam('randomization/randomseedshift', _SCIP_SEED_SHIFT)
+  model.setParam('misc/catchctrlc', False)  # Ctrl-C reaches Python once SCIP returns.
+  model.setMaximize()
+  s = [model.addVar(vtype='B', obj=float(c)) for c in linear.tolist()]
+  first, second = np.triu_indices(n, 1)
+  pair = scale * problem.quad * (h[first, second] + h[second, first])
+  if size < 2 or problem.quad == 0:
+    pair = pair[:0]
+  keep = np.flatnonzero(pair != 0)
+  first, second, pair = first[keep], second[keep], pair[keep]
+  y = [model.addVar(lb=0.0, ub=1.0, obj=c) for c in pair.tolist()]
+  partners = [[] for _ in range(n)]
+  for var, k, l in zip(y, first.tolist(), second.tolist()):
+    partners[k].append(var)
+    partners[l].append(var)
+  for k in range(n):
+    if partners[k]:
+      row = pyscipopt.quicksum(partners[k]) - (size - 1) * s[k]
+      model.addCons(row == 0 if len(partners[k]) == n - 1 else row <= 0)
+  for index in np.flatnonzero(pair < 0).tolist():
+    model.addCons(y[index] - s[first[index]] - s[second[index]] >= -1)
+  model.addCons(pyscipopt.quicksum(s) == size)
+
+  picked = np.zeros(n, dtype=bool)
+  picked[warm_start] = True
+  solution = model.createSol()
+  for k in np.flatnonzero(picked).tolist():
+    model.setSolVal(solution, s[k], 1.0)
+  for index in np.flatnonzero(picked[first] & picked[second]).tolist():
+    model.setSolVal(solution, y[index], 1.0)
+  model.addSol(solution, free=True)
+
+  model.setParam('limits/time', max(deadline - time.monotonic(), 0.0))
+  model.optimize()
+  status = model.getStatus()
+  status = {'optimal': 'optimal', 'timelimit': 'time_limit'}.get(status, status)
+  dual = model.getDualbound()
+  bound = math.copysign(math.inf, dual) if abs(dual) >= model.infinity() else dual / scale
+
+  best, best_value = np.sort(np.asarray(warm_start, np.int64)), _local_value(problem, warm_start)
+  incumbent_value = math.nan
+  if model.getNSols() > 0:
+    incumbent = model.getBestSol()
+    values = np.array([model.getSolVal(incumbent, var) for var in s])
+    local = np.flatnonzero(values > 0.5).astype(np.int64)
+    if local.size == size:
+      incumbent_value = _local_value(problem, local)
+      if incumbent_value > best_value:
+        best, best_value = local, incumbent_value
+  return _SolverResult(best, status, bound, incumbent_value)
+
+
+def _validate_method(method: str, max_solver_clients: int) -> None:
+  if method not in _METHODS:
+    raise ValueError(f'method must be one of {", ".join(map(repr, _METHODS))}, got {method!r}.')
+  if (isinstance(max_solver_clients, (bool, np.bool_))
+      or not isinstance(max_solver_clients, (int, np.integer)) or max_solver_clients < 0):
+    raise ValueError('max_solver_clients must be a non-negative integer (0 never runs the '
+                     f'solver), got {max_solver_clients!r}.')
+
+
+def select_clients_with_report(
+    distances: np.ndarray, counts: np.ndarray, available: np.ndarray, budget: int, *,
+    alpha: float, time_limit_s: float = 1.0, seed: int | Sequence[int] = 0,
+    num_starts: int = 16, method: str = 'auto',
+    max_solver_clients: int = DEFAULT_MAX_SOLVER_CLIENTS) -> SelectionReport:
   """Maximises the FedGS objective over ``min(budget, |A|)`` available clients.
+
+  The heuristic (greedy + 1-swap, see the module docstring) always runs first;
+  the solver, where it runs, is warm-started with its solution and never
+  returns a worse one.
 
   Args:
     distances: ``float[N, N]`` 3DG distances ``H``.
@@ -363,23 +643,33 @@ def select_clients(distances: np.ndarray, counts: np.ndarray, available: np.ndar
     available: ``bool[N]`` availability mask.
     budget: ``K`` clients per round.
     alpha: The paper's ``α ≥ 0``.
-    time_limit_s: Wall-clock limit of the local search (the paper's ``τ_max``).
+    time_limit_s: Wall-clock limit of the whole optimisation (the paper's
+      ``τ_max``): the heuristic, then building and solving the MILP in the time
+      left. A run cut by it may not be reproducible.
     seed: Seed of the tie-breaking order (``np.random.default_rng(seed)``).
-    num_starts: Greedy starts: the plain greedy one, then ones forcing each of
-      the first ``num_starts - 1`` clients of the tie-breaking order first.
-    method: ``'heuristic'`` (greedy + 1-swap) or ``'solver'`` (not available).
+    num_starts: The heuristic's greedy starts: the plain greedy one, then ones
+      forcing each of the first ``num_starts - 1`` clients of the tie-breaking
+      order first.
+    method: ``'auto'`` (the solver if PySCIPOpt is installed, at most
+      `max_solver_clients` clients are available and the heuristic is not
+      already provably exact; else the heuristic), ``'solver'`` (SCIP whenever
+      it can run; it falls back to the heuristic, with status
+      ``'solver_not_installed'`` and a once-per-process warning, or
+      ``'too_large'``, as ``'auto'`` does) or ``'heuristic'``.
+    max_solver_clients: Most available clients for which the solver runs
+      (default 150; see `DEFAULT_MAX_SOLVER_CLIENTS`): the model has
+      ``O(|A|²)`` variables, and SCIP's root LP on 200 or more clients rarely
+      finishes within 1 s.
 
   Returns:
-    ``(indices, value)``: the picked clients (``int64``, ascending) and their
-    objective value.
+    A `SelectionReport`.
 
   Raises:
-    ValueError: On bad shapes, budget, time limit or method.
+    ValueError: On bad shapes, budget, time limit, starts, method or
+      `max_solver_clients`.
     TypeError: If `alpha` is not a real number.
-    NotImplementedError: For ``method='solver'``.
   """
-  if method not in ('heuristic', 'solver'):
-    raise ValueError(f"method must be 'heuristic' or 'solver', got {method!r}.")
+  _validate_method(method, max_solver_clients)
   if not time_limit_s > 0:
     raise ValueError(f'time_limit_s must be positive, got {time_limit_s!r}.')
   deadline = time.monotonic() + float(time_limit_s)
@@ -388,10 +678,56 @@ def select_clients(distances: np.ndarray, counts: np.ndarray, available: np.ndar
   if (isinstance(num_starts, (bool, np.bool_)) or not isinstance(num_starts, (int, np.integer))
       or num_starts <= 0):
     raise ValueError(f'num_starts must be a positive integer, got {num_starts!r}.')
-  local = _heuristic(problem, order, int(num_starts), deadline)
-  if method == 'solver':
-    local = _solve_with_solver(problem, local, time_limit_s)
-  return problem.candidates[local], _local_value(problem, local)
+  local, complete = _heuristic(problem, order, int(num_starts), deadline)
+  value = _local_value(problem, local)
+  exact = complete and _heuristic_is_exact(problem)
+
+  def heuristic_report(status: str) -> SelectionReport:
+    if exact:
+      return SelectionReport(problem.candidates[local], value, 'heuristic', 'optimal', value,
+                             False)
+    return SelectionReport(problem.candidates[local], value, 'heuristic', status, math.nan,
+                           not complete or status == 'time_limit')
+
+  if method == 'heuristic' or (method == 'auto' and exact):
+    return heuristic_report('heuristic')
+  if problem.candidates.size > max_solver_clients:
+    return heuristic_report('too_large')
+  if not _solver_installed():
+    return heuristic_report('solver_not_installed')
+  remaining = deadline - time.monotonic()
+  if remaining <= 0:
+    return heuristic_report('time_limit')
+  result = _solve_with_solver(problem, local, remaining)
+  return SelectionReport(problem.candidates[result.local], _local_value(problem, result.local),
+                         'solver', result.status, result.bound,
+                         not complete or result.status == 'time_limit')
+
+
+def select_clients(distances: np.ndarray, counts: np.ndarray, available: np.ndarray,
+                   budget: int, *, alpha: float, time_limit_s: float = 1.0,
+                   seed: int | Sequence[int] = 0, num_starts: int = 16,
+                   method: str = 'auto',
+                   max_solver_clients: int = DEFAULT_MAX_SOLVER_CLIENTS,
+                   ) -> tuple[np.ndarray, float]:
+  """`select_clients_with_report` without the report's diagnostics.
+
+  Takes the same arguments as `select_clients_with_report` (``method='auto'``
+  by default: SCIP where it is installed and the instance small enough).
+
+  Returns:
+    ``(indices, value)``: the picked clients (``int64``, ascending) and their
+    objective value.
+
+  Raises:
+    ValueError: On bad shapes, budget, time limit, starts, method or
+      `max_solver_clients`.
+    TypeError: If `alpha` is not a real number.
+  """
+  report = select_clients_with_report(
+      distances, counts, available, budget, alpha=alpha, time_limit_s=time_limit_s, seed=seed,
+      num_starts=num_starts, method=method, max_solver_clients=max_solver_clients)
+  return report.indices, report.value
 
 
 def brute_force_select(distances: np.ndarray, counts: np.ndarray, available: np.ndarray,
@@ -437,13 +773,20 @@ class FedGSSampler(base.Sampler):
   The 3DG comes from `features` (oracle label distributions, embeddings or
   sketches: ``H = graph_distances(similarity_from_features(features))``) or
   directly from `distances`; exactly one must be given.
+
+  Each round runs `select_clients` with ``method`` (default ``'auto'``: SCIP,
+  warm-started with the heuristic, on up to ``max_solver_clients`` available
+  clients; the heuristic alone above that or without PySCIPOpt). Rounds whose
+  optimisation stops at ``time_limit_s`` may not be reproducible; pass
+  ``method='heuristic'`` where reproducibility matters more than optimality.
   """
 
   def __init__(self, clients_per_round: int, *, seed: int,
                features: np.ndarray | None = None,
                distances: np.ndarray | None = None,
                alpha: float = 1.0, time_limit_s: float = 1.0,
-               epsilon: float = 0.1, sigma2: float = 0.01):
+               epsilon: float = 0.1, sigma2: float = 0.01, method: str = 'auto',
+               max_solver_clients: int = DEFAULT_MAX_SOLVER_CLIENTS):
     """Initialises the sampler.
 
     Args:
@@ -455,9 +798,13 @@ class FedGSSampler(base.Sampler):
       time_limit_s: Wall-clock limit of each round's optimisation.
       epsilon: The 3DG's edge threshold ``ε``.
       sigma2: The 3DG's ``σ²``.
+      method: Each round's optimiser, ``'auto'``, ``'solver'`` or
+        ``'heuristic'`` (see `select_clients_with_report`).
+      max_solver_clients: Most available clients for which the solver runs.
 
     Raises:
-      ValueError: On a bad `clients_per_round`, limit, or graph input.
+      ValueError: On a bad `clients_per_round`, limit, method,
+        `max_solver_clients` or graph input.
       TypeError: If `alpha` is not a real number.
     """
     if (isinstance(clients_per_round, (bool, np.bool_))
@@ -468,6 +815,9 @@ class FedGSSampler(base.Sampler):
       raise ValueError('Give exactly one of features and distances.')
     if not time_limit_s > 0:
       raise ValueError(f'time_limit_s must be positive, got {time_limit_s!r}.')
+    _validate_method(method, max_solver_clients)
+    self.method = method
+    self.max_solver_clients = int(max_solver_clients)
     self.clients_per_round = int(clients_per_round)
     self.alpha = _validate_alpha(alpha)
     self.time_limit_s = float(time_limit_s)
@@ -482,12 +832,17 @@ class FedGSSampler(base.Sampler):
     """Returns zero counts, the 3DG distances and the client sizes.
 
     Raises:
-      ValueError: If the population size does not match the 3DG.
+      ValueError: If the population size does not match the 3DG, or
+        `clients_per_round` exceeds it.
     """
     sizes = np.asarray(population.num_examples, dtype=np.int64)
     n = self._distances.shape[0]
     if sizes.shape != (n,):
       raise ValueError(f'population has {sizes.shape} sizes but the 3DG has {n} clients.')
+    if self.clients_per_round > n:
+      raise ValueError(
+          f'clients_per_round={self.clients_per_round} exceeds the population of N={n} '
+          f'clients; pass clients_per_round <= {n}.')
     return FedGSState(self._distances.copy(), np.zeros(n, np.int64), sizes.copy())
 
   def select(self, state: FedGSState, round_num: int,
@@ -495,7 +850,8 @@ class FedGSSampler(base.Sampler):
     """Returns the maximiser found, weighted ``n_k / Σ_{j∈S} n_j``; pure."""
     clients, _ = select_clients(
         state.distances, state.counts, available, self.clients_per_round,
-        alpha=self.alpha, time_limit_s=self.time_limit_s, seed=(self._seed, int(round_num)))
+        alpha=self.alpha, time_limit_s=self.time_limit_s, seed=(self._seed, int(round_num)),
+        method=self.method, max_solver_clients=self.max_solver_clients)
     sizes = state.num_examples[clients].astype(np.float64)
     total = sizes.sum()
     weights = (sizes / total if total > 0 else np.full(clients.size, 1.0 / clients.size))
