@@ -323,6 +323,27 @@ def run_with_uniform_cohorts(
   return result
 
 
+def comparison_run_name(method: str, seed: int,
+                        availability: AvailabilitySpec | None = None) -> str:
+  """``<task>[_<MODE-β>]_<method>_seed<seed>``: a `run_comparison` run's directory name."""
+  prefix = TASK.value if availability is None else f'{TASK.value}_{availability.label}'
+  return f'{prefix}_{method}_seed{seed}'
+
+
+def load_comparison(methods: Sequence[str], num_seeds: int,
+                    availability: AvailabilitySpec | None = None
+                    ) -> dict[str, list[results.Run]]:
+  """The runs `run_comparison` would write, read from ``--root_output_dir``.
+
+  Raises:
+    FileNotFoundError: If one of them is missing.
+  """
+  return {method: [results.load_run(os.path.join(
+      ROOT_OUTPUT_DIR.value, comparison_run_name(method, seed, availability)))
+                   for seed in range(SEED.value, SEED.value + num_seeds)]
+          for method in methods}
+
+
 def run_comparison(
     task: tasks.Task,
     methods: Sequence[str],
@@ -343,11 +364,9 @@ def run_comparison(
   single mode. Raises like `program.run_experiment`.
   """
   groups: dict[str, list[results.Run]] = {}
-  prefix = TASK.value if availability is None else f'{TASK.value}_{availability.label}'
-  availability = availability or availability_spec()
   for method in methods:
     for seed in range(SEED.value, SEED.value + num_seeds):
-      name = f'{prefix}_{method}_seed{seed}'
+      name = comparison_run_name(method, seed, availability)
       output_dir = os.path.join(ROOT_OUTPUT_DIR.value, name)
       if reset:
         shutil.rmtree(output_dir, ignore_errors=True)

@@ -17,7 +17,9 @@ cohort each round is chosen among that round's active clients:
 * ``power_of_choice``: the highest-loss ``m`` of ``--num_candidates`` drawn ∝ ``n_k``;
 * ``fedprox``: uniform sampling with FedProx's local problem (``--fedprox_mu``).
 
-The availability of a round depends only on (seed, round), so every method
+``--report_only`` prints the table from runs already written (e.g. by several
+invocations with ``--resume``). The availability of a round depends only on
+(seed, round), so every method
 sees the same active clients. Unset flags take the paper's settings scaled to
 the offline tasks (`PAPER_DEFAULTS`). Prints the best test loss per (mode ×
 method), mean ± std over seeds, with each method's change against its own IDL
@@ -92,6 +94,9 @@ _SKETCH_SIZE = flags.DEFINE_integer(
 _RESUME = flags.DEFINE_bool(
     'resume', False, 'Resume runs found in --root_output_dir (a finished run is only '
     're-read) instead of starting them afresh.')
+_REPORT_ONLY = flags.DEFINE_bool(
+    'report_only', False, 'Run nothing: print the table and plot from the runs already in '
+    '--root_output_dir (e.g. written by several invocations).')
 _SEEDS = flags.DEFINE_integer('seeds', 1, 'Runs per method (seeds seed..seed+seeds-1).',
                               lower_bound=1)
 
@@ -173,11 +178,13 @@ def plot_sampling_counts(groups: Mapping[str, list[results.Run]], mode: str,
                          path: str) -> str:
   """Sorted final sampling counts per client, one line per method (seed 0's run)."""
   fig, ax = plt.subplots(figsize=(6.4, 4.0))
-  for method, runs in groups.items():
+  for i, (method, runs) in enumerate(groups.items()):
     counts = runs[0].selection_counts
     if counts is None:
       continue
-    ax.plot(np.sort(counts)[::-1], marker='.', label=f'{method} (std {counts.std():.1f})')
+    # Dashes keep methods with the same sampler (uniform, fedprox) both visible.
+    ax.plot(np.sort(counts)[::-1], marker='.', linestyle=('-', '--', ':', '-.')[i % 4],
+            label=f'{method} (std {counts.std():.1f})')
   ax.set_xlabel('client (sorted by count)')
   ax.set_ylabel('times sampled')
   ax.set_title(f'{ef.TASK.value}, {mode}: final sampling counts')
@@ -231,6 +238,9 @@ def main(argv: Sequence[str]) -> None:
 
     table = {}
     for spec in specs:
+      if _REPORT_ONLY.value:
+        table[spec.label] = ef.load_comparison(_SAMPLING.value, _SEEDS.value, spec)
+        continue
       table[spec.label] = ef.run_comparison(
           task, _SAMPLING.value, _SEEDS.value, make_process=make_process,
           make_sampler=lambda method, seed: make_sampler(task, method, seed, features),
