@@ -241,3 +241,15 @@ def test_client_steps_give_every_client_the_same_number_of_batches(small_digits_
     task.client_dataset(small, seed=1, steps=0)
   with pytest.raises(ValueError, match='client_steps must be a positive integer, got 0'):
     program.ProgramConfig(output_dir=str(tmp_path), rounds=1, client_steps=0)
+
+
+def test_preprocessing_bits_start_the_cumulative_upload(small_digits_task, process, tmp_path):
+  cost = communication.PreprocessingBits(upload_bits=1000, download_bits=500)
+  program.run_experiment(small_digits_task, process, samplers.UniformSampler(_COHORT, seed=0),
+                         _config(tmp_path / 'run', 2), preprocessing_bits=cost)
+  run = results.load_run(tmp_path / 'run')
+  assert run.metrics['uplink/round_bits'][0] == 1000
+  assert run.metrics['downlink/preprocessing_bits'][0] == 500
+  per_round = run.metrics['uplink/round_bits'][1:]
+  np.testing.assert_array_equal(run.metrics['uplink/cumulative_bits'],
+                                1000 + np.concatenate([[0], np.cumsum(per_round)]))

@@ -33,6 +33,20 @@ class Uplink(NamedTuple):
   extra_scalars: int = 0
 
 
+class PreprocessingBits(NamedTuple):
+  """What a one-time pre-processing round (before round 1) transferred.
+
+  Attributes:
+    upload_bits: Bits all clients uploaded (e.g. LEFL's soft labels).
+    download_bits: Bits sent to clients beyond the usual model broadcast
+      (e.g. LEFL's public dataset); downloads are not in the cumulative
+      uploaded bits.
+  """
+
+  upload_bits: int
+  download_bits: int = 0
+
+
 def count_parameters(model_weights: Any) -> int:
   """Number of scalars in the trainable part of `model_weights`.
 

@@ -336,6 +336,7 @@ def run_experiment(
     *,
     uplink_fn: UplinkFn = communication.full_cohort_uplink,
     availability: Availability | None = None,
+    preprocessing_bits: communication.PreprocessingBits | None = None,
 ) -> ExperimentResult:
   """Runs (or resumes) the experiment described by `config`.
 
@@ -354,6 +355,10 @@ def run_experiment(
     availability: Which clients are active each round; every sampler selects
       among them only (default: everyone, every round). The number of active
       clients and of redraws go to the metrics under ``availability/``.
+    preprocessing_bits: What a one-time pre-processing round before round 1
+      cost (e.g. LEFL's soft labels): its upload starts the cumulative
+      uploaded bits (round 0's ``uplink/round_bits``), its download goes to
+      round 0's ``downlink/preprocessing_bits``.
 
   Returns:
     An `ExperimentResult`.
@@ -363,6 +368,7 @@ def run_experiment(
       different configuration, or a sampler that cannot serve the population.
     FloatingPointError: If the global model becomes non-finite.
   """
+  preprocessing = preprocessing_bits or communication.PreprocessingBits(0, 0)
   _prepare_output_dir(config.output_dir)
   runtime.use_secure_sum_simulation()  # Secure-sum aggregators need it; harmless otherwise.
   state_manager = tff.program.FileProgramStateManager(
@@ -380,7 +386,7 @@ def run_experiment(
       process_state, task.initial_model_weights(config.seed))
   program_state = collections.OrderedDict(
       round=np.int64(0),
-      cumulative_bits=np.int64(0),
+      cumulative_bits=np.int64(preprocessing.upload_bits),
       selection_counts=np.zeros(population.size, np.int64),
       process=process_state,
       sampler=sampler.initialize(population))
@@ -434,9 +440,14 @@ def run_experiment(
   eval_metrics: Mapping[str, float] = {}
   if first_round == 1:
     eval_metrics = evaluate(process.get_model_weights(program_state['process']))
-    asyncio.run(release_manager.release(collections.OrderedDict(
+    round_zero = collections.OrderedDict(
         eval=eval_metrics,
-        uplink=collections.OrderedDict(round_bits=0, cumulative_bits=0)), 0))
+        uplink=collections.OrderedDict(round_bits=preprocessing.upload_bits,
+                                       cumulative_bits=preprocessing.upload_bits))
+    if preprocessing_bits is not None:
+      round_zero['downlink'] = collections.OrderedDict(
+          preprocessing_bits=preprocessing.download_bits)
+    asyncio.run(release_manager.release(round_zero, 0))
 
   process_state = program_state['process']
   sampler_state = program_state['sampler']
