@@ -355,13 +355,18 @@ def run_comparison(
     uplink_fn: program.UplinkFn = communication.full_cohort_uplink,
     reset: bool = True,
     availability: AvailabilitySpec | None = None,
+    preprocessing_bits: Callable[[str, int], communication.PreprocessingBits | None]
+    | None = None,
 ) -> dict[str, list[results.Run]]:
   """Runs every method for seeds ``--seed … --seed + num_seeds − 1``; returns the runs.
 
   Each run goes to ``<root_output_dir>/<task>_<method>_seed<seed>`` (with
   ``_<MODE-β>`` after the task when `availability` is given), started afresh
   when `reset` (otherwise resumed). `availability` defaults to the flag's
-  single mode. Raises like `program.run_experiment`.
+  single mode. `preprocessing_bits(method, seed)`, if given, is called after
+  ``make_sampler(method, seed)`` (which may do the pre-processing) and its
+  result passed to `program.run_experiment`. Raises like
+  `program.run_experiment`.
   """
   groups: dict[str, list[results.Run]] = {}
   for method in methods:
@@ -376,8 +381,10 @@ def run_comparison(
           output_dir=output_dir, rounds=ROUNDS.value, seed=seed, hparams=hparams,
           client_steps=CLIENT_STEPS.value, eval_every=EVAL_EVERY.value,
           checkpoint_every=CHECKPOINT_EVERY.value)
-      program.run_experiment(task, make_process(method, seed), make_sampler(method, seed),
-                             config, uplink_fn=uplink_fn,
-                             availability=availability_from_flags(task, seed, availability))
+      sampler = make_sampler(method, seed)
+      program.run_experiment(
+          task, make_process(method, seed), sampler, config, uplink_fn=uplink_fn,
+          availability=availability_from_flags(task, seed, availability),
+          preprocessing_bits=preprocessing_bits and preprocessing_bits(method, seed))
       groups.setdefault(method, []).append(results.load_run(output_dir))
   return groups

@@ -214,6 +214,16 @@ def test_selection_metrics_hand_computed():
                                      histograms)
   # ω = (3/8, 5/8, 0) against p = (0.3, 0.5, 0.2).
   assert fedavg['weight_variance'] == pytest.approx(0.075**2 + 0.125**2 + 0.2**2)
+  # Labels: population (4, 5, 1)/10; clients {0, 2} pool (4, 0, 1)/5, so
+  # KL = 0.8 ln(0.8/0.4) + 0.2 ln(0.2/0.1) = ln 2 (client 2 counted once).
+  assert metrics['label_kl'] == pytest.approx(np.log(2.0))
+  # Clients {0, 1}: (3, 5, 0)/8 against (0.4, 0.5, 0.1).
+  assert fedavg['label_kl'] == pytest.approx(
+      3 / 8 * np.log(3 / 8 / 0.4) + 5 / 8 * np.log(5 / 8 / 0.5))
+  everyone = samplers.Selection(clients=np.array([0, 1, 2]))
+  assert program.selection_metrics(everyone, sizes, histograms)['label_kl'] == pytest.approx(0)
+  with pytest.raises(ValueError, match='labels the population has not'):
+    program.label_kl(np.array([1, 1]), np.array([2, 0]))
 
 
 def test_md_weight_variance_matches_its_expectation():

@@ -285,6 +285,11 @@ def selection_metrics(selection: samplers_base.Selection, num_examples: np.ndarr
     to the process; 0 when not selected) and ``p_i = n_i / M`` its importance.
     For unbiased schemes its expectation is ``Σ_i Var(ω_i)``, the quantity
     clustered sampling reduces (Fraboni et al., MD: ``Σ p_i (1 − p_i) / m``).
+  * ``label_kl``: the relative entropy ``KL(q ‖ p)`` (nats) of the label
+    distribution ``q`` of the selected clients' pooled data (each client once)
+    to the population's ``p`` (LEFL's analysis metric). ``0·log 0 = 0``; ``q``
+    has mass only where ``p`` has, since the selection is part of the
+    population.
   """
   clients = np.asarray(selection.clients)
   sizes = np.asarray(num_examples, np.float64)
@@ -292,11 +297,34 @@ def selection_metrics(selection: samplers_base.Selection, num_examples: np.ndarr
                   else sizes[clients] / max(sizes[clients].sum(), 1.0))
   realised = np.zeros(sizes.size)
   np.add.at(realised, clients, slot_weights)
-  labels = np.asarray(label_histograms)[np.unique(clients)].sum(axis=0) > 0
+  histograms = np.asarray(label_histograms, np.float64)
+  selected = histograms[np.unique(clients)].sum(axis=0)
   return collections.OrderedDict(
       distinct_clients=int(np.unique(clients).size),
-      distinct_labels=int(np.count_nonzero(labels)),
-      weight_variance=float(np.sum((realised - sizes / sizes.sum()) ** 2)))
+      distinct_labels=int(np.count_nonzero(selected)),
+      weight_variance=float(np.sum((realised - sizes / sizes.sum()) ** 2)),
+      label_kl=label_kl(selected, histograms.sum(axis=0)))
+
+
+def label_kl(selected_counts: np.ndarray, population_counts: np.ndarray) -> float:
+  """``KL(q ‖ p)`` in nats between two label-count vectors, normalised.
+
+  Args:
+    selected_counts: Label counts ``q`` (unnormalised, not all zero).
+    population_counts: Label counts ``p``, positive wherever ``q`` is.
+
+  Raises:
+    ValueError: If either is all zero, or ``q`` has mass where ``p`` has none.
+  """
+  q = np.asarray(selected_counts, np.float64)
+  p = np.asarray(population_counts, np.float64)
+  if q.sum() <= 0 or p.sum() <= 0:
+    raise ValueError('label_kl needs label counts that are not all zero.')
+  if np.any((q > 0) & (p == 0)):
+    raise ValueError('label_kl: the selection has labels the population has not.')
+  q, p = q / q.sum(), p / p.sum()
+  support = q > 0
+  return float(np.sum(q[support] * np.log(q[support] / p[support])))
 
 
 def _write_selection_counts(output_dir: str, task: Task, counts: np.ndarray) -> None:
