@@ -58,6 +58,7 @@ from tff_sampling import results
 from tff_sampling import runtime
 from tff_sampling.learning import signals as signals_lib
 from tff_sampling.samplers import base as samplers_base
+from tff_sampling.samplers import lefl
 
 # Hyper-parameters that may change between a run and its resumption without
 # changing the rounds already computed.
@@ -287,9 +288,8 @@ def selection_metrics(selection: samplers_base.Selection, num_examples: np.ndarr
     clustered sampling reduces (Fraboni et al., MD: ``Σ p_i (1 − p_i) / m``).
   * ``label_kl``: the relative entropy ``KL(q ‖ p)`` (nats) of the label
     distribution ``q`` of the selected clients' pooled data (each client once)
-    to the population's ``p`` (LEFL's analysis metric). ``0·log 0 = 0``; ``q``
-    has mass only where ``p`` has, since the selection is part of the
-    population.
+    to the population's ``p`` (LEFL's analysis metric,
+    `samplers.lefl.label_distribution_kl`).
   """
   clients = np.asarray(selection.clients)
   sizes = np.asarray(num_examples, np.float64)
@@ -303,28 +303,7 @@ def selection_metrics(selection: samplers_base.Selection, num_examples: np.ndarr
       distinct_clients=int(np.unique(clients).size),
       distinct_labels=int(np.count_nonzero(selected)),
       weight_variance=float(np.sum((realised - sizes / sizes.sum()) ** 2)),
-      label_kl=label_kl(selected, histograms.sum(axis=0)))
-
-
-def label_kl(selected_counts: np.ndarray, population_counts: np.ndarray) -> float:
-  """``KL(q ‖ p)`` in nats between two label-count vectors, normalised.
-
-  Args:
-    selected_counts: Label counts ``q`` (unnormalised, not all zero).
-    population_counts: Label counts ``p``, positive wherever ``q`` is.
-
-  Raises:
-    ValueError: If either is all zero, or ``q`` has mass where ``p`` has none.
-  """
-  q = np.asarray(selected_counts, np.float64)
-  p = np.asarray(population_counts, np.float64)
-  if q.sum() <= 0 or p.sum() <= 0:
-    raise ValueError('label_kl needs label counts that are not all zero.')
-  if np.any((q > 0) & (p == 0)):
-    raise ValueError('label_kl: the selection has labels the population has not.')
-  q, p = q / q.sum(), p / p.sum()
-  support = q > 0
-  return float(np.sum(q[support] * np.log(q[support] / p[support])))
+      label_kl=lefl.label_distribution_kl(selected, histograms.sum(axis=0)))
 
 
 def _write_selection_counts(output_dir: str, task: Task, counts: np.ndarray) -> None:

@@ -11,3 +11,8 @@ from tff_sampling.samplers.clustered import ClusteredSampler
 from tff_sampling.samplers.clustered import ClusteredSamplerState
 from tff_sampling.samplers.md import MDSampler
 from tff_sampling.samplers.fedgs import FedGSSampler
+from tff_sampling.samplers.lefl import cluster_clients
+from tff_sampling.samplers.lefl import kl_matrix
+from tff_sampling.samplers.lefl import label_distribution_kl
+from tff_sampling.samplers.lefl import LeflSampler
+from tff_sampling.samplers.lefl import LeflState
