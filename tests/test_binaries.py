@@ -216,3 +216,34 @@ def test_parse_availability_defaults_and_conflicts():
     assert [s.mode for s in ef.availability_specs()] == ['LN', 'MDF']
     with pytest.raises(ValueError, match='runs one availability mode'):
       ef.availability_spec()
+
+
+def test_lefl_binary_two_rounds_subprocess(tmp_path):
+  proc = _run_module('bin.lefl', '--rounds=2', '--eval_every=1', '--pretrain_epochs=1',
+                     '--public_examples=50', '--availability=LN', f'--root_output_dir={tmp_path}')
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  lefl = results.load_run(tmp_path / 'digits_lefl_seed0')
+  uniform = results.load_run(tmp_path / 'digits_uniform_seed0')
+  assert lefl.hparams['public_data'] == 'noise' and lefl.hparams['allocation'] == 'per_cluster'
+  # Pre-processing: 100 clients upload 50 × 10 soft labels and download 50 × 64 inputs.
+  assert lefl.metrics['uplink/round_bits'][0] == 100 * 50 * 10 * 32
+  assert lefl.metrics['downlink/preprocessing_bits'][0] == 100 * 50 * 64 * 32
+  assert uniform.metrics['uplink/round_bits'][0] == 0
+  # Both saw the same active clients; both report the label KL every round.
+  np.testing.assert_array_equal(lefl.metrics['availability/active_clients'],
+                                uniform.metrics['availability/active_clients'])
+  assert np.all(np.isfinite(lefl.metrics['selection/label_kl'][1:]))
+  assert np.all(lefl.metrics['selection/label_kl'][1:] >= 0)
+  assert 'lefl' in proc.stdout and 'uniform' in proc.stdout
+  assert (tmp_path / 'digits_selection_label_kl.png').stat().st_size > 0
+
+
+@pytest.mark.parametrize('flag,message', [
+    ('--sample_rate=1.5', '--sample_rate must be in (0, 1], got 1.5'),
+    ('--num_clusters=101', 'num_clusters=101 exceeds the number of clients N=100'),
+])
+def test_lefl_binary_rejects_bad_input(tmp_path, flag, message):
+  proc = _run_module('bin.lefl', '--rounds=1', '--sampling=lefl', '--pretrain_epochs=1',
+                     '--public_examples=20', flag, f'--root_output_dir={tmp_path}')
+  assert proc.returncode == 1, proc.stderr[-2000:]
+  assert message in proc.stderr, proc.stderr[-2000:]

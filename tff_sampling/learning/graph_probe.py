@@ -28,6 +28,10 @@ individually (they are gathered by slot, not through a secure sum), so both
 model-based kinds reveal per-client information to the server; the noise
 batch reveals the validation set's first two moments to the clients.
 
+The local training and model-inspection helpers (`local_sgd`, `assign_model_weights`,
+`model_inputs_spec`, `model_output_shape`, `check_client_learning_rate`) are
+shared with LEFL's soft-label probe (`tff_sampling.learning.soft_labels`).
+
 Cost: the probe trains **every** client once (one round's local work for the
 whole population, in chunks of ``chunk_size`` clients per TFF call), plus one
 forward pass over the noise batch per client for ``'functional'``.
@@ -125,19 +129,86 @@ def oracle_features(task: Task) -> np.ndarray:
   return histograms / np.maximum(histograms.sum(axis=1, keepdims=True), 1.0)
 
 
-def _inputs_spec(batch_spec) -> tf.TensorSpec:
-  """The model-input part (``x``) of a batch spec ``{x, y}`` or ``(x, y)``."""
+def check_client_learning_rate(value) -> float:
+  """`value` as a float if it is a finite number >= 0, else a ValueError naming it."""
+  if (isinstance(value, (bool, np.bool_)) or
+      not isinstance(value, (int, float, np.integer, np.floating)) or
+      not np.isfinite(value) or value < 0):
+    raise ValueError(f'client_learning_rate must be a finite number >= 0, got {value!r}.')
+  return float(value)
+
+
+def model_inputs_spec(batch_spec) -> tf.TensorSpec:
+  """The model-input part (``x``) of a batch spec ``{x, y}`` or ``(x, y)``.
+
+  Raises:
+    ValueError: If the spec has no such part, or it is not a single tensor.
+  """
   if isinstance(batch_spec, Mapping) and 'x' in batch_spec:
     spec = batch_spec['x']
   elif isinstance(batch_spec, (tuple, list)) and len(batch_spec) == 2:
     spec = batch_spec[0]
   else:
     raise ValueError(
-        f'Cannot find the model inputs in the batch spec {batch_spec!r}; the functional '
-        "probe needs batches {'x': ..., 'y': ...} or (x, y).")
+        f'Cannot find the model inputs in the batch spec {batch_spec!r}; probes that '
+        "feed inputs to the model need batches {'x': ..., 'y': ...} or (x, y).")
   if not isinstance(spec, tf.TensorSpec):
-    raise ValueError(f'The functional probe needs a single input tensor, got {spec!r}.')
+    raise ValueError(
+        f'Probes that feed inputs to the model need a single input tensor, got {spec!r}.')
   return spec
+
+
+def model_output_shape(model: tff.learning.models.VariableModel,
+                       inputs_spec: tf.TensorSpec) -> tuple[tf.TensorShape, tf.TensorShape]:
+  """``(example_shape, output_shape)`` of one example's input and model output.
+
+  Runs the model once on a zero batch of one example (call it in a throwaway
+  graph, as the model's variables are created there).
+
+  Raises:
+    ValueError: If either shape is not fully known.
+  """
+  example_shape = inputs_spec.shape[1:]
+  if not example_shape.is_fully_defined():
+    raise ValueError(f'The probe needs a fixed model input shape, got {inputs_spec.shape}.')
+  output = model.predict_on_batch(
+      tf.zeros([1] + example_shape.as_list(), inputs_spec.dtype), training=False)
+  output_shape = tf.TensorShape(output.shape[1:])
+  if not output_shape.is_fully_defined():
+    raise ValueError(f'The model output has an unknown shape {output.shape}.')
+  return example_shape, output_shape
+
+
+def assign_model_weights(model: tff.learning.models.VariableModel, weights) -> None:
+  """Sets `model`'s variables to `weights` (a `ModelWeights` structure)."""
+  tf.nest.map_structure(lambda v, t: v.assign(t),
+                        tff.learning.models.ModelWeights.from_model(model), weights)
+
+
+def local_sgd(model: tff.learning.models.VariableModel, weights, dataset: tf.data.Dataset,
+              learning_rate: float) -> tf.Tensor:
+  """Plain local SGD from `weights` over `dataset`; call inside a `tf.function`.
+
+  Sets `model`'s variables to `weights`, then for every batch takes one step
+  ``w ← w − learning_rate · ∇loss`` on the trainable variables (the model's
+  ``forward_pass(batch, training=True)`` loss). The model is left holding the
+  locally trained weights.
+
+  Returns:
+    ``float32[D]``: the flattened trainable update ``global − local`` (TFF's
+    model-delta sign convention).
+  """
+  assign_model_weights(model, weights)
+  trainable = tf.nest.flatten(tff.learning.models.ModelWeights.from_model(model).trainable)
+  for batch in iter(dataset):
+    with tf.GradientTape() as tape:
+      loss = model.forward_pass(batch, training=True).loss
+    for variable, gradient in zip(trainable, tape.gradient(loss, trainable)):
+      if gradient is not None:
+        variable.assign_sub(tf.cast(learning_rate, variable.dtype) * gradient)
+  return tf.concat([
+      tf.reshape(tf.cast(g - l, tf.float32), [-1])
+      for g, l in zip(tf.nest.flatten(weights.trainable), trainable)], 0)
 
 
 def build_graph_probe(
@@ -191,34 +262,21 @@ def build_graph_probe(
       `sketch_size`, or (with embeddings) a model whose input is not a single
       real-valued tensor of known shape.
   """
-  if (isinstance(client_learning_rate, bool) or
-      not isinstance(client_learning_rate, (int, float, np.integer, np.floating)) or
-      not np.isfinite(client_learning_rate) or client_learning_rate < 0):
-    raise ValueError(
-        f'client_learning_rate must be a finite number >= 0, got {client_learning_rate!r}.')
+  learning_rate = check_client_learning_rate(client_learning_rate)
   sketch_size = _check_positive_int('sketch_size', sketch_size)
-  learning_rate = float(client_learning_rate)
 
   with tf.Graph().as_default():  # Keep the probe model's variables out of the eager context.
     model = model_fn()
     batch_spec = model.input_spec
     weights_type = tff.learning.models.weights_type_from_model(model)
     if with_embedding:
-      inputs_spec = _inputs_spec(batch_spec)
+      inputs_spec = model_inputs_spec(batch_spec)
       if not inputs_spec.dtype.is_floating:
         raise ValueError(
             f'The functional graph feeds Gaussian noise to the model, whose input has '
             f'dtype {inputs_spec.dtype.name}; it needs real-valued inputs. Use '
             "kind='update_cosine' or the 'oracle' features for this model.")
-      example_shape = inputs_spec.shape[1:]
-      if not example_shape.is_fully_defined():
-        raise ValueError(
-            f'The functional probe needs a fixed input shape, got {inputs_spec.shape}.')
-      output = model.predict_on_batch(
-          tf.zeros([1] + example_shape.as_list(), inputs_spec.dtype), training=False)
-      output_shape = tf.TensorShape(output.shape[1:])
-      if not output_shape.is_fully_defined():
-        raise ValueError(f'The model output has an unknown shape {output.shape}.')
+      example_shape, output_shape = model_output_shape(model, inputs_spec)
       embedding_size = output_shape.num_elements()
       noise_type = tff.TensorType(inputs_spec.dtype.as_numpy_dtype,
                                   [None] + example_shape.as_list())
@@ -235,18 +293,7 @@ def build_graph_probe(
 
     @tf.function
     def run(weights, dataset, noise):
-      local = tff.learning.models.ModelWeights.from_model(model)
-      tf.nest.map_structure(lambda v, t: v.assign(t), local, weights)
-      trainable = tf.nest.flatten(local.trainable)
-      for batch in iter(dataset):
-        with tf.GradientTape() as tape:
-          loss = model.forward_pass(batch, training=True).loss
-        for variable, gradient in zip(trainable, tape.gradient(loss, trainable)):
-          if gradient is not None:
-            variable.assign_sub(tf.cast(learning_rate, variable.dtype) * gradient)
-      update = tf.concat([
-          tf.reshape(tf.cast(g - l, tf.float32), [-1])
-          for g, l in zip(tf.nest.flatten(weights.trainable), trainable)], 0)
+      update = local_sgd(model, weights, dataset, learning_rate)
       finite = tf.reduce_all(tf.math.is_finite(update))
       embedding = None
       if noise is not None:

@@ -1,0 +1,211 @@
+"""Public, unlabeled inputs for a task's model (LEFL's public dataset ``D_p``).
+
+LEFL (``shared/ALGORITHMS.md`` §4) needs a small public, *unlabeled* dataset
+from a different distribution than the task, shaped like the task's model
+inputs; the clients' soft labels on it (`tff_sampling.learning.soft_labels`)
+characterise them. `public_inputs` builds one from a *source*:
+
+* ``'noise'`` (the offline default; the paper's "random" public set), for
+  every task:
+
+  - real-valued inputs: Gaussian noise ``N(μ, Σ)`` with the mean and the
+    full covariance of the task's first 1,024 preprocessed evaluation inputs
+    (`tff_sampling.learning.graph_probe.noise_batch`, as FedGS's functional
+    probe; a singular ``Σ`` keeps constant pixels constant and draws images
+    from the span of the centred examples, so the noise lives on the same
+    scale and pixel correlations as what the model is trained on, without
+    being data);
+  - integer inputs (token ids: ``shakespeare``): soft labels need inputs the
+    model can embed, and a Gaussian is meaningless for ids, so the noise is
+    token ids drawn independently and uniformly: for ``shakespeare`` among
+    its 86 characters (ids 1–86; pad, out-of-vocabulary, beginning- and
+    end-of-snippet excluded), for another integer-input task in
+    ``[0, num_classes)``;
+
+* ``'fashion_mnist'`` (TFDS, 60,000 training images 28×28, the paper's
+  public set for EMNIST), for the grey-scale digit tasks:
+
+  - ``digits`` (8×8 scaled to [0, 1], dark background): pixels ``/ 255``,
+    area-averaged to 8×8 (``tf.image.resize(method='area')``, the analogue of
+    the digits' 4×4-block ink counts ``/ 16``) and flattened to 64 features
+    in [0, 1];
+  - ``emnist`` and ``emnist_unbalanced_*`` (28×28×1 in [0, 1] with TFF's
+    convention 1.0 = background): ``1 − pixels / 255``, as is;
+
+* ``'cifar10'`` (TFDS, 50,000 training images 32×32×3; the paper uses
+  Tiny-ImageNet, which TFDS does not prepare offline), for ``cifar100``:
+  TFF's baseline image map with the task's ``crop_size`` (cast, centre crop,
+  per-image standardisation), exactly as the task's evaluation inputs. Not
+  for ``cifar10`` itself (the public set would be the clients' own training
+  images).
+
+TFDS sources are read with ``tfds.load(name, split='train',
+data_dir=data_dir, download=False)`` and never downloaded; missing data is a
+``FileNotFoundError`` explaining how to prepare it. The public set is a
+seeded random subset of ``num_examples`` training images, in TFDS order.
+Every source is deterministic in ``seed`` (``np.random.default_rng([seed,
+_PUBLIC_STREAM])``). A source that does not map to the task's input shape is
+a ``ValueError`` suggesting ``'noise'``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from tensorflow_federated.python.simulation.baselines.cifar100 import image_classification_preprocessing
+from tasks import shakespeare
+from tasks.base import Task
+from tff_sampling.learning import graph_probe
+
+SOURCES = ('noise', 'fashion_mnist', 'cifar10')
+# Preprocessed evaluation inputs whose mean and covariance the 'noise' source takes.
+NOISE_MOMENT_EXAMPLES = 1024
+# Stream of `np.random.default_rng([seed, _PUBLIC_STREAM])` ('PUBL').
+_PUBLIC_STREAM = 0x5055424C
+_READ_BATCH = 10_000
+
+
+def _task_input_spec(task: Task) -> tf.TensorSpec:
+  return graph_probe.model_inputs_spec(task.element_spec)
+
+
+def _unmappable(source: str, task: Task, source_shape, reason: str) -> ValueError:
+  spec = _task_input_spec(task)
+  return ValueError(
+      f'Public source {source!r} (examples of shape {source_shape}) cannot be mapped to task '
+      f'{task.name!r}, whose model takes {spec.dtype.name} examples of shape '
+      f'{tuple(spec.shape[1:].as_list())}: {reason}. Use source=\'noise\', which fits every '
+      'task.')
+
+
+def _load_train_images(name: str, data_dir: Optional[str]) -> np.ndarray:
+  """All ``uint8`` training images of TFDS dataset `name`, in TFDS order."""
+  try:
+    dataset = tfds.load(name, split='train', data_dir=data_dir, download=False)
+  except AssertionError as error:  # TFDS's "could not find data in ..." check.
+    default = ' (TFDS\'s default: $TFDS_DATA_DIR or ~/tensorflow_datasets)'
+    raise FileNotFoundError(
+        f'The public source {name!r} needs TensorFlow Datasets\' prepared {name!r} dataset '
+        f'in data_dir={data_dir!r}{default if data_dir is None else ""}, which TFDS could '
+        f'not find ({error}); it is not downloaded here. To provide it: on a machine with '
+        f'internet access run `tfds build {name} --data_dir=DIR` (or `tfds.load({name!r}, '
+        f'data_dir=DIR)` in Python), copy DIR/{name} into a directory here and pass that '
+        "directory as data_dir; or use source='noise'.") from error
+  batches = [batch['image'] for batch in
+             dataset.map(lambda e: {'image': e['image']}).batch(_READ_BATCH).as_numpy_iterator()]
+  return np.concatenate(batches).astype(np.uint8, copy=False)
+
+
+def _subset(images: np.ndarray, num_examples: int, rng: np.random.Generator,
+            source: str) -> np.ndarray:
+  if num_examples > len(images):
+    raise ValueError(
+        f'num_examples={num_examples} exceeds the {len(images)} training images of '
+        f'{source!r}; ask for at most {len(images)}.')
+  return images[np.sort(rng.choice(len(images), num_examples, replace=False))]
+
+
+def _fashion_mnist(task: Task, num_examples: int, rng: np.random.Generator,
+                   data_dir: Optional[str]) -> np.ndarray:
+  source_shape = (28, 28, 1)
+  if task.name == 'digits':
+    convert = lambda pixels: tf.reshape(
+        tf.image.resize(pixels, (8, 8), method='area'), [-1, 64]).numpy()
+  elif task.name == 'emnist' or task.name.startswith('emnist_unbalanced'):
+    convert = lambda pixels: 1.0 - pixels  # TFF's EMNIST: 1.0 is the background.
+  else:
+    raise _unmappable('fashion_mnist', task, source_shape,
+                      'it maps only to the grey-scale digit tasks digits and emnist*')
+  images = _subset(_load_train_images('fashion_mnist', data_dir), num_examples, rng,
+                   'fashion_mnist')
+  return np.asarray(convert(images.astype(np.float32) / 255.0), np.float32)
+
+
+def _cifar10(task: Task, num_examples: int, rng: np.random.Generator,
+             data_dir: Optional[str]) -> np.ndarray:
+  source_shape = (32, 32, 3)
+  if task.name == 'cifar10':
+    raise _unmappable('cifar10', task, source_shape,
+                      "the public set must come from another distribution than the task's, "
+                      "and these would be the clients' own training images")
+  if task.name != 'cifar100':
+    raise _unmappable('cifar10', task, source_shape, 'it maps only to cifar100')
+  crop = int(task.options['crop_size'])
+  image_map = image_classification_preprocessing.build_image_map((crop, crop, 3), distort=False)
+  images = _subset(_load_train_images('cifar10', data_dir), num_examples, rng, 'cifar10')
+  inputs, _ = image_map({'image': tf.constant(images), 'label': tf.zeros([len(images)])})
+  return np.asarray(inputs, np.float32)
+
+
+def _noise(task: Task, num_examples: int, rng: np.random.Generator) -> np.ndarray:
+  spec = _task_input_spec(task)
+  example_shape = tuple(spec.shape[1:].as_list())
+  if spec.dtype.is_floating:
+    inputs = graph_probe.validation_inputs(task, NOISE_MOMENT_EXAMPLES)
+    return graph_probe.noise_batch(inputs, num_examples, seed=rng.integers(2**63 - 1)).astype(
+        spec.dtype.as_numpy_dtype)
+  if not spec.dtype.is_integer:
+    raise _unmappable('noise', task, example_shape,
+                      f'inputs of dtype {spec.dtype.name} are neither real nor token ids')
+  if task.name == 'shakespeare':
+    low, high = 1, len(shakespeare.VOCAB) + 1  # The characters, without special tokens.
+  else:
+    low, high = 0, task.num_classes
+  return rng.integers(low, high, (num_examples,) + example_shape).astype(
+      spec.dtype.as_numpy_dtype)
+
+
+def public_inputs(
+    task: Task,
+    source: str,
+    *,
+    num_examples: int,
+    seed: int,
+    data_dir: Optional[str] = None,
+) -> np.ndarray:
+  """A public, unlabeled set of `num_examples` model inputs for `task` (module docstring).
+
+  Args:
+    task: The task whose model the inputs feed.
+    source: ``'noise'``, ``'fashion_mnist'`` or ``'cifar10'``.
+    num_examples: ``P``, the number of public examples (≥ 1; LEFL uses
+      ~100–1,000; at most the source's training images).
+    seed: Seed of the noise or of the subset.
+    data_dir: TFDS data directory of the prepared source (``None``: TFDS's
+      default); unused for ``'noise'``.
+
+  Returns:
+    ``[num_examples, *input_shape]`` inputs, ``input_shape`` being the task's
+    ``element_spec`` ``x`` without the batch dimension: ``float32`` for
+    real-valued inputs, the task's integer dtype for token ids.
+
+  Raises:
+    ValueError: For an unknown source, a source that does not map to the
+      task's inputs, or an invalid `num_examples`.
+    FileNotFoundError: If a TFDS source is not prepared in `data_dir`.
+  """
+  if source not in SOURCES:
+    raise ValueError(f'source must be one of {list(SOURCES)}, got {source!r}.')
+  if (isinstance(num_examples, (bool, np.bool_)) or
+      not isinstance(num_examples, (int, np.integer)) or num_examples <= 0):
+    raise ValueError(f'num_examples must be a positive integer, got {num_examples!r}.')
+  num_examples = int(num_examples)
+  if data_dir is not None and not isinstance(data_dir, str):
+    raise ValueError(f'data_dir must be a string or None, got {data_dir!r}.')
+  rng = np.random.default_rng([int(seed), _PUBLIC_STREAM])
+  if source == 'noise':
+    inputs = _noise(task, num_examples, rng)
+  elif source == 'fashion_mnist':
+    inputs = _fashion_mnist(task, num_examples, rng, data_dir)
+  else:
+    inputs = _cifar10(task, num_examples, rng, data_dir)
+  spec = _task_input_spec(task)
+  expected = (num_examples,) + tuple(spec.shape[1:].as_list())
+  if inputs.shape != expected:  # A mapping that no longer fits its task.
+    raise _unmappable(source, task, inputs.shape[1:],
+                      f'the mapping gave {inputs.shape} instead of {expected}')
+  return inputs
