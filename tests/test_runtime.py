@@ -69,3 +69,25 @@ def test_a_worker_that_ignores_the_shutdown_does_not_hang_the_exit():
   workers, stopped, seconds, running = proc.stdout.split()[-4:]
   assert int(workers) >= 1 and int(stopped) == int(workers)
   assert 2 <= int(seconds) <= 10 and running == 'False'
+
+
+def test_switching_to_the_secure_sum_context_cannot_hang_on_the_old_worker():
+  """Replacing a context that already ran a computation stops its worker the
+  same blocking way (seen hanging a LEFL run after its pre-processing round);
+  simulated by a switch that blocks until the worker dies."""
+  code = ('import time, numpy as np, tensorflow_federated as tff\n'
+          'from tff_sampling import runtime\n'
+          'tff.tensorflow.computation(lambda: np.int32(7))()\n'
+          'workers = runtime._local_workers()\n'
+          'tff.backends.test.set_sync_test_cpp_execution_context = (\n'
+          '    lambda: [w.wait() for w in workers])\n'
+          'runtime._SHUTDOWN_TIMEOUT_S = 2.0\n'
+          'start = time.monotonic()\n'
+          'runtime.use_secure_sum_simulation()\n'
+          'print(len(workers), round(time.monotonic() - start),\n'
+          '      any(w.is_running() for w in workers))\n')
+  proc = subprocess.run([sys.executable, '-c', code], cwd=_REPO, capture_output=True,
+                        text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  workers, seconds, running = proc.stdout.split()[-3:]
+  assert int(workers) >= 1 and 2 <= int(seconds) <= 10 and running == 'False'

@@ -64,36 +64,51 @@ def _kill(workers: list[psutil.Process]) -> None:
       pass
 
 
+class _KillWorkersAfter:
+  """While active, kills the given TFF workers if `timeout_s` passes first.
+
+  TFF stops a worker it no longer needs from the ``__del__`` of its execution
+  context: SIGINT, then a wait with no time limit. Workers were seen ignoring
+  that SIGINT (after a 35-minute run, and right after a first computation),
+  which hung the program for good; this bounds the wait.
+  """
+
+  def __init__(self, workers: list[psutil.Process], timeout_s: float):
+    self.fired = threading.Event()
+    self._workers = workers
+    self._timer = threading.Timer(timeout_s, self._fire)
+    self._timer.daemon = True
+
+  def _fire(self) -> None:
+    self.fired.set()
+    _kill(self._workers)
+
+  def __enter__(self) -> '_KillWorkersAfter':
+    self._timer.start()
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    self._timer.cancel()
+
+
 def stop_local_workers(timeout_s: float = 5.0) -> int:
   """Stops the TFF worker subprocesses started by this process (at exit).
 
-  First lets TFF shut its worker down itself (`_release_execution_context`).
-  TFF then sends SIGINT and waits with no time limit; after a long run a
-  worker was seen ignoring SIGINT, which hung the exit for good. So a watchdog
-  kills the workers if that has not finished within `timeout_s`. Any worker
-  still running afterwards is interrupted, then killed.
+  First lets TFF shut its worker down itself (`_release_execution_context`),
+  bounded by `timeout_s` (`_KillWorkersAfter`). Any worker still running
+  afterwards is interrupted, then killed.
 
   Returns:
     The number of workers that had to be stopped here (by the watchdog or
     after the release).
   """
   watched = _local_workers()
-  fired = threading.Event()
-
-  def on_timeout():
-    fired.set()
-    _kill(watched)
-
-  watchdog = threading.Timer(timeout_s, on_timeout)
-  watchdog.daemon = True
-  watchdog.start()
-  try:
-    _release_execution_context()
-  except Exception:  # pylint: disable=broad-except
-    pass  # Best effort: fall through to stopping the processes.
-  finally:
-    watchdog.cancel()
-  killed_by_watchdog = len(watched) if fired.is_set() else 0
+  with _KillWorkersAfter(watched, timeout_s) as watchdog:
+    try:
+      _release_execution_context()
+    except Exception:  # pylint: disable=broad-except
+      pass  # Best effort: fall through to stopping the processes.
+  killed_by_watchdog = len(watched) if watchdog.fired.is_set() else 0
   workers = _local_workers()
   for child in workers:
     try:
@@ -144,8 +159,13 @@ def use_secure_sum_simulation() -> None:
   """
   global _SECURE_CONTEXT_SET
   if not _SECURE_CONTEXT_SET:
-    tff.backends.test.set_sync_test_cpp_execution_context()
+    # Replacing the default context stops the worker it started, if any ran
+    # a computation already (e.g. a pre-processing round): bound that wait.
+    with _KillWorkersAfter(_local_workers(), _SHUTDOWN_TIMEOUT_S):
+      tff.backends.test.set_sync_test_cpp_execution_context()
+      gc.collect()
     _SECURE_CONTEXT_SET = True
 
 
 _SECURE_CONTEXT_SET = False
+_SHUTDOWN_TIMEOUT_S = 5.0
