@@ -32,7 +32,6 @@ import numpy as np
 from bin import experiment_flags as ef
 from tff_sampling import plotting
 from tff_sampling import results
-from tff_sampling import runtime
 from tff_sampling import samplers
 from tff_sampling.learning import signals
 
@@ -108,14 +107,9 @@ def summary_table(groups: dict[str, list[results.Run]]) -> str:
 
 
 def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  runtime.quiet_library_logs()
-  start = time.monotonic()
+  start = ef.begin_main(argv)
   try:
-    unknown = [m for m in _SAMPLING.value if m not in SAMPLINGS]
-    if unknown:
-      raise ValueError(f'Unknown --sampling {unknown}; choose from {", ".join(SAMPLINGS)}.')
+    ef.check_choices('sampling', _SAMPLING.value, SAMPLINGS)
     if ef.TASK.value == 'digits' and not flags.FLAGS['preset'].present:
       flags.FLAGS.preset = 'shards'  # Fraboni's one-digit-per-client setting.
     task = ef.task_from_flags()

@@ -30,7 +30,6 @@ from bin import optimal_sampling as os_bin
 from tff_sampling import aggregators
 from tff_sampling import plotting
 from tff_sampling import results
-from tff_sampling import runtime
 from tff_sampling import samplers
 
 # The demo presets the shared experiment flags (`./run main --rounds=60` works).
@@ -97,14 +96,9 @@ def improvement_table(groups: dict[str, list[results.Run]], blocks: int = 3) -> 
 
 
 def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  runtime.quiet_library_logs()
-  start = time.monotonic()
+  start = ef.begin_main(argv)
   try:
-    unknown = [m for m in _METHODS.value if m not in os_bin.SAMPLING_MODES]
-    if unknown:
-      raise ValueError(f'Unknown --methods {unknown}; choose from {list(os_bin.SAMPLING_MODES)}.')
+    ef.check_choices('methods', _METHODS.value, list(os_bin.SAMPLING_MODES))
     if ef.TASK.value == 'digits' and not flags.FLAGS['preset'].present:
       flags.FLAGS.preset = 'unbalanced'  # The demo's population (not a global default).
     task = ef.task_from_flags()

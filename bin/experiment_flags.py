@@ -11,9 +11,11 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from absl import app
 from absl import flags
 from absl import logging
 import tensorflow_federated as tff
@@ -23,6 +25,7 @@ from tff_sampling import availability as availability_lib
 from tff_sampling import communication
 from tff_sampling import program
 from tff_sampling import results
+from tff_sampling import runtime
 from tff_sampling import samplers
 
 # --- The experiment -----------------------------------------------------------
@@ -163,6 +166,28 @@ def task_options_from_flags() -> dict[str, Any]:
       value = tuple(int(v) for v in value)
     options[option] = value
   return options
+
+
+def begin_main(argv: Sequence[str]) -> float:
+  """A binary's first step: rejects extra arguments, quiets library logs.
+
+  Returns:
+    The start time (`time.monotonic`).
+
+  Raises:
+    app.UsageError: For positional arguments.
+  """
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  runtime.quiet_library_logs()
+  return time.monotonic()
+
+
+def check_choices(flag: str, values: Sequence[str], choices: Sequence[str]) -> None:
+  """Raises a ValueError naming the values of ``--flag`` that are not `choices`."""
+  unknown = [v for v in values if v not in choices]
+  if unknown:
+    raise ValueError(f'Unknown --{flag} {unknown}; choose from {", ".join(choices)}.')
 
 
 def apply_defaults(defaults: Mapping[str, Any]) -> None:

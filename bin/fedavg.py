@@ -18,13 +18,10 @@ from absl import app
 
 from bin import experiment_flags as ef
 from tff_sampling import learning
-from tff_sampling import runtime
 
 
 def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  runtime.quiet_library_logs()
+  ef.begin_main(argv)
   ef.run_with_uniform_cohorts(
       dict(algorithm='fedavg', sampling='uniform'),
       default_name=f'{ef.TASK.value}_fedavg_seed{ef.SEED.value}',

@@ -41,7 +41,6 @@ import numpy as np
 
 from bin import experiment_flags as ef
 from tff_sampling import results
-from tff_sampling import runtime
 from tff_sampling import samplers
 from tff_sampling.learning import graph_probe
 from tff_sampling.learning import signals
@@ -210,15 +209,10 @@ def count_table(groups: Mapping[str, list[results.Run]]) -> str:
 
 
 def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  runtime.quiet_library_logs()
-  start = time.monotonic()
+  start = ef.begin_main(argv)
   ef.apply_defaults(PAPER_DEFAULTS.get(ef.TASK.value, {}))
   try:
-    unknown = [m for m in _SAMPLING.value if m not in SAMPLINGS]
-    if unknown:
-      raise ValueError(f'Unknown --sampling {unknown}; choose from {", ".join(SAMPLINGS)}.')
+    ef.check_choices('sampling', _SAMPLING.value, SAMPLINGS)
     if _SOLVER_TIME_LIMIT.value <= 0:
       raise ValueError(f'--solver_time_limit must be positive, got {_SOLVER_TIME_LIMIT.value}.')
     specs = ef.availability_specs()

@@ -37,7 +37,6 @@ from tasks import public
 from tff_sampling import communication
 from tff_sampling import plotting
 from tff_sampling import results
-from tff_sampling import runtime
 from tff_sampling import samplers
 from tff_sampling.learning import signals
 from tff_sampling.learning import soft_labels
@@ -152,15 +151,10 @@ def summary_table(groups: dict[str, list[results.Run]], target: float) -> str:
 
 
 def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  runtime.quiet_library_logs()
-  start = time.monotonic()
+  start = ef.begin_main(argv)
   ef.apply_defaults(PAPER_DEFAULTS.get(ef.TASK.value, {}))
   try:
-    unknown = [m for m in _SAMPLING.value if m not in SAMPLINGS]
-    if unknown:
-      raise ValueError(f'Unknown --sampling {unknown}; choose from {", ".join(SAMPLINGS)}.')
+    ef.check_choices('sampling', _SAMPLING.value, SAMPLINGS)
     if _SAMPLE_RATE.value is not None and not 0 < _SAMPLE_RATE.value <= 1:
       raise ValueError(f'--sample_rate must be in (0, 1], got {_SAMPLE_RATE.value}.')
     task = ef.task_from_flags()

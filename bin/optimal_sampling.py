@@ -23,7 +23,6 @@ import tensorflow_federated as tff
 from bin import experiment_flags as ef
 from tff_sampling import aggregators
 from tff_sampling import learning
-from tff_sampling import runtime
 
 SAMPLING_MODES = {'optimal': 'approximate', 'optimal_exact': 'exact',
                   'uniform': 'uniform', 'full': 'full'}
@@ -77,9 +76,7 @@ def method_hparams() -> dict:
 
 
 def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  runtime.quiet_library_logs()
+  ef.begin_main(argv)
   ef.apply_defaults(PAPER_DEFAULTS.get(ef.TASK.value, {}))
   if EXPECTED_CLIENTS.value is None:
     EXPECTED_CLIENTS.value = PAPER_DEFAULTS.get(ef.TASK.value, {}).get('expected_clients', 3.0)
