@@ -282,10 +282,7 @@ def build_graph_probe(
                                   [None] + example_shape.as_list())
 
   data_type = tff.SequenceType(tff.types.tensorflow_to_type(batch_spec))
-  meta_type = tff.SequenceType(signals.META_TYPE)
-  client_data_type = tff.StructWithPythonType(
-      [('data', data_type), ('meta', meta_type)], collections.OrderedDict)
-  read_meta = signals.read_meta_computation(meta_type)
+  client_data_type, read_meta = signals.slot_client_data(data_type)
 
   def train_and_probe(weights, dataset, noise):
     """Local SGD from `weights`; returns (embedding or None, sketch)."""

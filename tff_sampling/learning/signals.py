@@ -103,6 +103,19 @@ def gather_by_slot(slots, values, width: int):
                                  merge, report)
 
 
+def slot_client_data(data_type) -> tuple[tff.StructWithPythonType, tff.Computation]:
+  """The type of `client_data` structs over `data_type`, and the computation
+  that reads a client's ``<slot, weight>`` from its ``meta`` dataset.
+
+  Args:
+    data_type: The `tff.SequenceType` of a client's training data.
+  """
+  meta_type = tff.SequenceType(META_TYPE)
+  client_data_type = tff.StructWithPythonType(
+      [('data', data_type), ('meta', meta_type)], collections.OrderedDict)
+  return client_data_type, read_meta_computation(meta_type)
+
+
 def read_meta_computation(meta_type):
   """A computation that reads the one ``<slot, weight>`` element of a client's meta dataset."""
 
@@ -151,10 +164,7 @@ def build_loss_probe(model_fn: Callable[[], tff.learning.models.VariableModel],
   """
   weights_type = model_weights_type
   data_type = tff.SequenceType(tff.types.tensorflow_to_type(element_spec))
-  meta_type = tff.SequenceType(META_TYPE)
-  client_data_type = tff.StructWithPythonType(
-      [('data', data_type), ('meta', meta_type)], collections.OrderedDict)
-  read_meta = read_meta_computation(meta_type)
+  client_data_type, read_meta = slot_client_data(data_type)
 
   client_loss = _client_loss_computation(model_fn, weights_type, data_type)
 
@@ -202,12 +212,8 @@ def build_signals_client_work(
       loop_implementation=fedavg.CLIENT_LOOP)
   weights_type = inner.next.type_signature.parameter[1].member
   data_type = inner.next.type_signature.parameter[2].member
-  meta_type = tff.SequenceType(META_TYPE)
-  client_data_type = tff.StructWithPythonType(
-      [('data', data_type), ('meta', meta_type)], collections.OrderedDict)
+  client_data_type, read_meta = slot_client_data(data_type)
   update_type = inner.next.type_signature.result.result.member.update
-
-  read_meta = read_meta_computation(meta_type)
   client_loss = _client_loss_computation(model_fn, weights_type, data_type)
 
   @tff.tensorflow.computation(update_type)

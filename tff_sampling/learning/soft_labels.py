@@ -172,10 +172,7 @@ def build_soft_label_probe(
                                [None] + example_shape.as_list())
 
   data_type = tff.SequenceType(tff.types.tensorflow_to_type(batch_spec))
-  meta_type = tff.SequenceType(signals.META_TYPE)
-  client_data_type = tff.StructWithPythonType(
-      [('data', data_type), ('meta', meta_type)], collections.OrderedDict)
-  read_meta = signals.read_meta_computation(meta_type)
+  client_data_type, read_meta = signals.slot_client_data(data_type)
 
   def probabilities(model, public):
     outputs = tf.cast(model.predict_on_batch(public, training=False), tf.float32)
