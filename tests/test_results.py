@@ -173,6 +173,17 @@ def test_group_labels_list_every_differing_hparam(tmp_path):
   ]
 
 
+def test_one_separating_hparam_set_everywhere_is_the_whole_label(tmp_path):
+  settings = [
+      dict(sampling='lefl', allocation='per_cluster', public_examples=200),
+      dict(sampling='uniform'),
+  ]
+  runs = [load_curve(tmp_path, f'run{i}', [0], [0.1], task='digits', **s)
+          for i, s in enumerate(settings)]
+  # `allocation` also separates the groups, but the uniform run does not set it.
+  assert list(results.group_runs(runs)) == ['sampling=lefl', 'sampling=uniform']
+
+
 def test_single_group_is_labelled_by_experiment_name(tmp_path):
   runs = [load_curve(tmp_path, f'digits_uniform_seed{seed}', [0], [0.1], seed=seed)
           for seed in range(3)]

@@ -257,7 +257,9 @@ def group_runs(
 
   The label of a group lists the hyper-parameters whose values are not the
   same in every group, as ``name=value`` joined by ``', '`` (in the order the
-  names first appear; a group without the name shows ``name=(unset)``). With a
+  names first appear; a group without the name shows ``name=(unset)``); when
+  one such hyper-parameter, set in every group, alone tells all groups apart,
+  the label is that one (the first in order). With a
   single group the label is the experiment name shared by its runs: their
   common name, cut back to a whole ``_``/``-``/``.``-separated part, so
   ``digits_uniform_seed0`` and ``digits_uniform_seed1`` give
@@ -291,6 +293,14 @@ def group_runs(
   differing = [
       name for name in names
       if len({_identity(setting, name) for setting in settings.values()}) > 1]
+  # One name that alone tells every group apart, and that every group sets,
+  # makes a short label (e.g. `sampling=lefl` against `sampling=uniform`).
+  separating = [
+      name for name in differing
+      if len({_identity(setting, name) for setting in settings.values()}) == len(settings)
+      and all(name in setting for setting in settings.values())]
+  if separating:
+    differing = separating[:1]
   labelled: dict[str, list[Run]] = {}
   for group_key, group in groups.items():
     setting = settings[group_key]
