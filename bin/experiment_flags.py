@@ -56,7 +56,8 @@ ROOT_OUTPUT_DIR = flags.DEFINE_string(
 EXPERIMENT_NAME = flags.DEFINE_string(
     'experiment_name', None,
     'Sub-directory of --root_output_dir for this run (default: derived from '
-    'the task, method and seed). An existing run there is resumed.')
+    'the task, method and seed). An existing run there is resumed. Binaries that '
+    'compare methods use it as the prefix of <prefix>_<method>_seed<seed>.')
 
 # --- Client availability (FedGS §3c) ------------------------------------------
 # The paper's β per mode (ALGORITHMS.md §3c).
@@ -350,8 +351,10 @@ def run_with_uniform_cohorts(
 
 def comparison_run_name(method: str, seed: int,
                         availability: AvailabilitySpec | None = None) -> str:
-  """``<task>[_<MODE-β>]_<method>_seed<seed>``: a `run_comparison` run's directory name."""
-  prefix = TASK.value if availability is None else f'{TASK.value}_{availability.label}'
+  """``<name>[_<MODE-β>]_<method>_seed<seed>``: a `run_comparison` run's directory
+  name, with ``<name>`` = ``--experiment_name`` if given, else the task."""
+  name = EXPERIMENT_NAME.value or TASK.value
+  prefix = name if availability is None else f'{name}_{availability.label}'
   return f'{prefix}_{method}_seed{seed}'
 
 

@@ -220,10 +220,12 @@ def test_parse_availability_defaults_and_conflicts():
 
 def test_lefl_binary_two_rounds_subprocess(tmp_path):
   proc = _run_module('bin.lefl', '--rounds=2', '--eval_every=1', '--pretrain_epochs=1',
-                     '--public_examples=50', '--availability=LN', f'--root_output_dir={tmp_path}')
+                     '--public_examples=50', '--availability=LN', '--experiment_name=lf',
+                     f'--root_output_dir={tmp_path}')
   assert proc.returncode == 0, proc.stderr[-3000:]
-  lefl = results.load_run(tmp_path / 'digits_lefl_seed0')
-  uniform = results.load_run(tmp_path / 'digits_uniform_seed0')
+  # --experiment_name prefixes the runs of a comparison.
+  lefl = results.load_run(tmp_path / 'lf_lefl_seed0')
+  uniform = results.load_run(tmp_path / 'lf_uniform_seed0')
   assert lefl.hparams['public_data'] == 'noise' and lefl.hparams['allocation'] == 'per_cluster'
   # Pre-processing: 100 clients upload 50 × 10 soft labels and download 50 × 64 inputs.
   assert lefl.metrics['uplink/round_bits'][0] == 100 * 50 * 10 * 32
