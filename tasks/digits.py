@@ -272,14 +272,13 @@ def label_pair_partition(
     if shard_label[a] != shard_label[b]:
       continue
     # Swap b with a shard c of another pair (c, d) such that label(c) != label(a)
-    # and label(b) != label(d): both pairs then hold two different labels.
+    # and label(b) != label(d): both pairs then hold two different labels. One
+    # exists: a label has at most num_clients shards, two of them are here, so
+    # one of the other num_clients - 1 pairs holds none of that label.
     pair_labels = shard_label[pairs]
     options = [(p, side) for p in range(num_clients) if p != bad for side in (0, 1)
                if pair_labels[p, side] != shard_label[a]
                and pair_labels[p, 1 - side] != shard_label[b]]
-    if not options:
-      raise ValueError(f'No valid two-label pairing found for {num_clients} clients; '
-                       'use more labels or fewer clients.')
     p, side = options[rng.integers(len(options))]
     pairs[bad, 1], pairs[p, side] = pairs[p, side], b
   return [rng.permutation(np.concatenate([shards[a], shards[b]])) for a, b in pairs]

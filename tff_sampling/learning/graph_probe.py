@@ -59,7 +59,8 @@ FEATURE_KINDS = ('functional', 'update_cosine')
 _NOISE_STREAM = 1001
 
 
-def _check_positive_int(name: str, value) -> int:
+def check_positive_int(name: str, value) -> int:
+  """`value` as an int; a ValueError naming `name` unless a positive integer."""
   if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value <= 0:
     raise ValueError(f'{name} must be a positive integer, got {value!r}.')
   return int(value)
@@ -93,7 +94,7 @@ def noise_batch(validation_inputs: np.ndarray, batch_size: int, *, seed) -> np.n
       for which a Gaussian is meaningless; for fewer than two examples,
       non-finite values or a non-positive `batch_size`.
   """
-  batch_size = _check_positive_int('batch_size', batch_size)
+  batch_size = check_positive_int('batch_size', batch_size)
   inputs = np.asarray(validation_inputs)
   if not np.issubdtype(inputs.dtype, np.floating):
     raise ValueError(
@@ -263,7 +264,7 @@ def build_graph_probe(
       real-valued tensor of known shape.
   """
   learning_rate = check_client_learning_rate(client_learning_rate)
-  sketch_size = _check_positive_int('sketch_size', sketch_size)
+  sketch_size = check_positive_int('sketch_size', sketch_size)
 
   with tf.Graph().as_default():  # Keep the probe model's variables out of the eager context.
     model = model_fn()
@@ -344,7 +345,7 @@ def validation_inputs(task: Task, count: int) -> np.ndarray:
   Taken from ``task.preprocess_eval(task.eval_data)`` (so e.g. reshaped as the
   model sees them); fewer when the evaluation data are smaller.
   """
-  count = _check_positive_int('validation_examples', count)
+  count = check_positive_int('validation_examples', count)
   parts, taken = [], 0
   for batch in task.preprocess_eval(task.eval_data):
     inputs = batch['x'] if isinstance(batch, Mapping) else batch[0]
@@ -429,9 +430,9 @@ def client_graph_features(
           f'{name}={value!r} differs from the task\'s {name}={task.options.get(name)!r}, '
           f'which its client datasets already apply; build the task with {name}={value!r} '
           'or leave this argument out.')
-  chunk_size = _check_positive_int('chunk_size', chunk_size)
+  chunk_size = check_positive_int('chunk_size', chunk_size)
   if client_steps is not None:
-    client_steps = _check_positive_int('client_steps', client_steps)
+    client_steps = check_positive_int('client_steps', client_steps)
   functional = kind == 'functional'
   noise = None
   if functional:

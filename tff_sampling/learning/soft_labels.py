@@ -36,7 +36,6 @@ rounds' worth of local work for the whole population, in chunks of
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Callable
 
 from absl import logging
@@ -51,12 +50,6 @@ from tff_sampling.learning import signals
 from tff_sampling.task import Task
 
 MODEL_OUTPUTS = ('logits', 'probabilities')
-
-
-def _check_positive_int(name: str, value) -> int:
-  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value <= 0:
-    raise ValueError(f'{name} must be a positive integer, got {value!r}.')
-  return int(value)
 
 
 def _gather_flat_by_slot(slots, values, row_shape: tf.TensorShape):
@@ -319,10 +312,10 @@ def client_soft_labels(
       invalid sizes or learning rate.
   """
   learning_rate = graph_probe.check_client_learning_rate(client_learning_rate)
-  pretrain_epochs = _check_positive_int('pretrain_epochs', pretrain_epochs)
-  chunk_size = _check_positive_int('chunk_size', chunk_size)
+  pretrain_epochs = graph_probe.check_positive_int('pretrain_epochs', pretrain_epochs)
+  chunk_size = graph_probe.check_positive_int('chunk_size', chunk_size)
   if client_steps is not None:
-    client_steps = _check_positive_int('client_steps', client_steps)
+    client_steps = graph_probe.check_positive_int('client_steps', client_steps)
   inputs = check_public_inputs(task, public_inputs)
   model_outputs = _task_model_outputs(task)
   probe = build_soft_label_probe(task.model_fn, client_learning_rate=learning_rate,
@@ -392,7 +385,7 @@ def preprocessing_bits(
   Raises:
     ValueError: For a non-positive count.
   """
-  values = {name: _check_positive_int(name, value) for name, value in (
+  values = {name: graph_probe.check_positive_int(name, value) for name, value in (
       ('num_clients', num_clients), ('public_examples', public_examples),
       ('input_size', input_size), ('num_classes', num_classes),
       ('bits_per_value', bits_per_value))}
