@@ -364,8 +364,12 @@ def improvement_factor(weighted_norms, probabilities, expected_clients: float) -
   """
   norms = _check_norms(weighted_norms)
   m = _check_expected_clients(expected_clients)
-  variance = sampling_variance(norms, probabilities)
-  uniform = m / norms.size
+  return _relative_to_uniform(sampling_variance(norms, probabilities), m / norms.size, norms)
+
+
+def _relative_to_uniform(variance: float, uniform: float, norms: np.ndarray) -> float:
+  """``variance`` over the variance of probability `uniform` everywhere (0 if
+  that has none: ``uniform ≥ 1`` or all norms 0)."""
   uniform_variance = (1 - uniform) / uniform * np.sum(norms**2)
   if uniform >= 1 or uniform_variance == 0:
     return 0.0
@@ -376,21 +380,29 @@ def improvement_factor(weighted_norms, probabilities, expected_clients: float) -
 # TensorFlow twins.
 
 
-def _norms_tensor(weighted_norms: TensorLike, validate: bool) -> tf.Tensor:
-  """The norms as a float vector tensor, with run-time checks if `validate`."""
+def _norms_tensor(weighted_norms: TensorLike, validate: bool, rank: int = 1) -> tf.Tensor:
+  """The norms as a float tensor of `rank` 1 (``[n]``) or 2 (``[N, S]``), with
+  run-time checks if `validate`."""
   norms = tf.convert_to_tensor(weighted_norms)
   if norms.dtype not in _FLOAT_DTYPES:
     raise ValueError(f'weighted_norms must be float32 or float64, got {norms.dtype!r}.')
-  if norms.shape.rank is not None and norms.shape.rank != 1:
-    raise ValueError(f'weighted_norms must be 1-D, got shape {norms.shape}.')
-  if norms.shape.rank == 1 and norms.shape[0] == 0:
-    raise ValueError('weighted_norms is empty: a cohort needs at least one client.')
+  if norms.shape.rank is not None and norms.shape.rank != rank:
+    if rank == 1:
+      raise ValueError(f'weighted_norms must be 1-D, got shape {norms.shape}.')
+    raise ValueError(
+        f'weighted_norms must be 2-D [clients, models], got shape {norms.shape}; for a '
+        'single model pass weighted_norms[:, None].')
+  if norms.shape.rank == rank and 0 in norms.shape:
+    if rank == 1:
+      raise ValueError('weighted_norms is empty: a cohort needs at least one client.')
+    raise ValueError(
+        f'weighted_norms has shape {norms.shape}: at least one client and one model needed.')
   if not validate:
     return norms
   # In graph mode (tff.tensorflow.computation) the assertions are ops that
   # must be made dependencies; eagerly they raise at once and return None.
   checks = [
-      tf.debugging.assert_rank(norms, 1, message='weighted_norms must be 1-D'),
+      tf.debugging.assert_rank(norms, rank, message=f'weighted_norms must be {rank}-D'),
       tf.debugging.assert_positive(tf.size(norms), message='weighted_norms is empty'),
       tf.debugging.assert_all_finite(norms, message='weighted_norms must be finite'),
       tf.debugging.assert_non_negative(norms, message='weighted_norms must be non-negative'),
@@ -804,37 +816,9 @@ def multi_model_improvement_factor(
   """
   norms = _check_norm_matrix(weighted_norms)
   m = _check_expected_clients(expected_clients)
-  variance = multi_model_sampling_variance(norms, probabilities)
   num_clients, num_models = norms.shape
-  uniform = min(m, num_clients) / (num_clients * num_models)
-  uniform_variance = (1 - uniform) / uniform * np.sum(norms**2)
-  if uniform >= 1 or uniform_variance == 0:
-    return 0.0
-  return float(variance / uniform_variance)
-
-
-def _norm_matrix_tensor(weighted_norms: TensorLike, validate: bool) -> tf.Tensor:
-  """The norms as a float ``[N, S]`` tensor, with run-time checks if `validate`."""
-  norms = tf.convert_to_tensor(weighted_norms)
-  if norms.dtype not in _FLOAT_DTYPES:
-    raise ValueError(f'weighted_norms must be float32 or float64, got {norms.dtype!r}.')
-  if norms.shape.rank is not None and norms.shape.rank != 2:
-    raise ValueError(
-        f'weighted_norms must be 2-D [clients, models], got shape {norms.shape}; for a '
-        'single model pass weighted_norms[:, None].')
-  if norms.shape.rank == 2 and 0 in norms.shape:
-    raise ValueError(
-        f'weighted_norms has shape {norms.shape}: at least one client and one model needed.')
-  if not validate:
-    return norms
-  checks = [
-      tf.debugging.assert_rank(norms, 2, message='weighted_norms must be 2-D'),
-      tf.debugging.assert_positive(tf.size(norms), message='weighted_norms is empty'),
-      tf.debugging.assert_all_finite(norms, message='weighted_norms must be finite'),
-      tf.debugging.assert_non_negative(norms, message='weighted_norms must be non-negative'),
-  ]
-  with tf.control_dependencies([c for c in checks if c is not None]):
-    return tf.identity(norms)
+  return _relative_to_uniform(multi_model_sampling_variance(norms, probabilities),
+                              min(m, num_clients) / (num_clients * num_models), norms)
 
 
 def _split_across_models_tf(client_probabilities: tf.Tensor, norms: tf.Tensor,
@@ -865,7 +849,7 @@ def multi_model_probabilities_tf(
     ValueError: At trace time, for a non-float dtype, a static rank other than
       2, a statically empty dimension, or a bad Python ``expected_clients``.
   """
-  input_norms = _norm_matrix_tensor(weighted_norms, validate)
+  input_norms = _norms_tensor(weighted_norms, validate, rank=2)
   norms = tf.cast(input_norms, _COMPUTE_DTYPE)
   totals = tf.reduce_sum(norms, axis=1)
   client_probs = optimal_probabilities_tf(totals, expected_clients, validate=False)
@@ -894,7 +878,7 @@ def approximate_multi_model_probabilities_with_info_tf(
   Raises:
     ValueError: At trace time, for bad static arguments.
   """
-  input_norms = _norm_matrix_tensor(weighted_norms, validate)
+  input_norms = _norms_tensor(weighted_norms, validate, rank=2)
   norms = tf.cast(input_norms, _COMPUTE_DTYPE)
   totals = tf.reduce_sum(norms, axis=1)
   info = approximate_optimal_probabilities_with_info_tf(
@@ -945,7 +929,7 @@ def multi_model_sampling_variance_tf(
   Raises:
     ValueError: At trace time, for a bad dtype or static rank.
   """
-  norms = _norm_matrix_tensor(weighted_norms, validate=False)
+  norms = _norms_tensor(weighted_norms, validate=False, rank=2)
   return sampling_variance_tf(tf.reshape(norms, [-1]), tf.reshape(probabilities, [-1]))
 
 
@@ -965,7 +949,7 @@ def multi_model_improvement_factor_tf(
   Raises:
     ValueError: At trace time, for bad static arguments.
   """
-  input_norms = _norm_matrix_tensor(weighted_norms, validate=False)
+  input_norms = _norms_tensor(weighted_norms, validate=False, rank=2)
   norms = tf.cast(input_norms, _COMPUTE_DTYPE)
   m = _expected_clients_tensor(expected_clients, _COMPUTE_DTYPE)
   variance = multi_model_sampling_variance_tf(norms, probabilities)
