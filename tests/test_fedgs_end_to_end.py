@@ -58,6 +58,10 @@ def test_every_mode_on_synthetic(synthetic, synthetic_process, tmp_path, mode):
   sampler = samplers.FedGSSampler(6, seed=0, features=graph_probe.oracle_features(synthetic))
   run = _run(synthetic, sampler, tmp_path / 'fedgs', mode, process=synthetic_process)
   _check_run(run, 6, 30)
+  # The solver's per-round report reaches the metrics.
+  for flag in ('solver_ran', 'proven_optimal', 'timed_out'):
+    assert set(run.metrics[f'selection/fedgs_{flag}'][1:]) <= {0.0, 1.0}
+  assert np.all(np.isfinite(run.metrics['selection/fedgs_objective'][1:]))
   # The same mode gives the same masks to another sampler.
   uniform = _run(synthetic, samplers.UniformSampler(6, seed=3), tmp_path / 'uniform', mode,
                  process=synthetic_process)

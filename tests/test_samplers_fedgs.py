@@ -491,6 +491,10 @@ def test_sampler_with_solver_matches_brute_force():
     value = fedgs.objective(selection.clients, state.distances, state.counts, mask, k,
                             alpha=alpha)
     assert value == pytest.approx(best, abs=1e-9), round_num
+    # The round's diagnostics report the objective and SCIP's certificate.
+    assert selection.diagnostics['fedgs_objective'] == pytest.approx(value, abs=1e-12)
+    assert selection.diagnostics['fedgs_proven_optimal'] == 1.0
+    assert selection.diagnostics['fedgs_timed_out'] == 0.0
     values = np.array(_all_values(state.distances, state.counts, mask, k, alpha))
     if np.sum(values >= best - 1e-12) == 1:
       np.testing.assert_array_equal(selection.clients, expected)

@@ -502,8 +502,10 @@ def run_experiment(
         cohort_size=len(selection.clients),
         availability=collections.OrderedDict(
             active_clients=int(available.sum()), redraws=redraws),
-        selection=selection_metrics(selection, population.num_examples,
-                                    task.client_label_histograms),
+        selection=collections.OrderedDict(
+            **selection_metrics(selection, population.num_examples,
+                                task.client_label_histograms),
+            **(selection.diagnostics or {})),
         train=_train_metrics(process_metrics),
         uplink=collections.OrderedDict(
             model_uploads=uplink.model_uploads,

@@ -40,10 +40,14 @@ class Selection(NamedTuple):
       twice appears twice).
     weights: ``float32[K]`` aggregation weight of each slot, or ``None`` when the
       process weights clients itself (e.g. FedAvg's example weighting).
+    diagnostics: Scalars about how the selection was made (e.g. FedGS's
+      solver status), released by the program loop under ``selection/``; the
+      same keys every round.
   """
 
   clients: np.ndarray
   weights: np.ndarray | None = None
+  diagnostics: Mapping[str, float] | None = None
 
 
 class Sampler(abc.ABC):

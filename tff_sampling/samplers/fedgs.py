@@ -847,15 +847,29 @@ class FedGSSampler(base.Sampler):
 
   def select(self, state: FedGSState, round_num: int,
              available: np.ndarray) -> base.Selection:
-    """Returns the maximiser found, weighted ``n_k / Σ_{j∈S} n_j``; pure."""
-    clients, _ = select_clients(
+    """Returns the maximiser found, weighted ``n_k / Σ_{j∈S} n_j``; pure.
+
+    Its diagnostics (released as ``selection/fedgs_*``): ``objective``,
+    ``solver_ran`` (SCIP ran), ``proven_optimal`` (status ``'optimal'``) and
+    ``timed_out`` (the round hit ``time_limit_s``: it may not be
+    reproducible), each 0 or 1 but the objective.
+    """
+    report = select_clients_with_report(
         state.distances, state.counts, available, self.clients_per_round,
         alpha=self.alpha, time_limit_s=self.time_limit_s, seed=(self._seed, int(round_num)),
         method=self.method, max_solver_clients=self.max_solver_clients)
+    clients = report.indices
     sizes = state.num_examples[clients].astype(np.float64)
     total = sizes.sum()
     weights = (sizes / total if total > 0 else np.full(clients.size, 1.0 / clients.size))
-    return base.Selection(clients=clients, weights=weights.astype(np.float32))
+    diagnostics = {
+        'fedgs_objective': float(report.value),
+        'fedgs_solver_ran': float(report.method_used == 'solver'),
+        'fedgs_proven_optimal': float(report.status == 'optimal'),
+        'fedgs_timed_out': float(report.timed_out),
+    }
+    return base.Selection(clients=clients, weights=weights.astype(np.float32),
+                          diagnostics=diagnostics)
 
   def observe(self, state: FedGSState, selection: base.Selection,
               signals: Mapping[str, np.ndarray]) -> FedGSState:
