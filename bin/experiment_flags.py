@@ -58,6 +58,14 @@ EXPERIMENT_NAME = flags.DEFINE_string(
     'Sub-directory of --root_output_dir for this run (default: derived from '
     'the task, method and seed). An existing run there is resumed. Binaries that '
     'compare methods use it as the prefix of <prefix>_<method>_seed<seed>.')
+WORKERS = flags.DEFINE_list(
+    'workers', [],
+    'host:port of running TFF workers (`worker_binary --port=PORT`); each round\'s clients are '
+    'split over them. Results equal a one-process run up to float summation order.')
+LOCAL_WORKERS = flags.DEFINE_integer(
+    'local_workers', 0,
+    'Start this many TFF workers on this machine (loopback ports) and split each round\'s '
+    'clients over them; 0: one process.', lower_bound=0)
 
 # --- Client availability (FedGS §3c) ------------------------------------------
 # The paper's β per mode (ALGORITHMS.md §3c).
@@ -300,6 +308,11 @@ def availability_from_flags(task: tasks.Task, seed: int,
       client_labels=task.client_label_histograms, seed=seed, period=spec.period)
 
 
+def worker_options() -> dict[str, Any]:
+  """`ProgramConfig`'s ``workers`` and ``local_workers`` from the flags."""
+  return dict(workers=tuple(WORKERS.value), local_workers=LOCAL_WORKERS.value)
+
+
 def program_config(hparams: dict[str, Any], default_name: str) -> program.ProgramConfig:
   """The `ProgramConfig` of this run; also records `experiment_name` in hparams."""
   name = EXPERIMENT_NAME.value or default_name
@@ -311,7 +324,8 @@ def program_config(hparams: dict[str, Any], default_name: str) -> program.Progra
       client_steps=CLIENT_STEPS.value,
       eval_every=EVAL_EVERY.value,
       checkpoint_every=CHECKPOINT_EVERY.value,
-      hparams=hparams)
+      hparams=hparams,
+      **worker_options())
 
 
 def run_with_uniform_cohorts(
@@ -408,7 +422,7 @@ def run_comparison(
       config = program.ProgramConfig(
           output_dir=output_dir, rounds=ROUNDS.value, seed=seed, hparams=hparams,
           client_steps=CLIENT_STEPS.value, eval_every=EVAL_EVERY.value,
-          checkpoint_every=CHECKPOINT_EVERY.value)
+          checkpoint_every=CHECKPOINT_EVERY.value, **worker_options())
       sampler = make_sampler(method, seed)
       program.run_experiment(
           task, make_process(method, seed), sampler, config, uplink_fn=uplink_fn,

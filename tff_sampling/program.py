@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import json
 import math
@@ -56,6 +57,7 @@ from tff_sampling.task import Task
 from tff_sampling import communication
 from tff_sampling import results
 from tff_sampling import runtime
+from tff_sampling import workers as workers_lib
 from tff_sampling.learning import signals as signals_lib
 from tff_sampling.samplers import base as samplers_base
 from tff_sampling.samplers import lefl
@@ -97,6 +99,12 @@ class ProgramConfig:
     hparams: Flat JSON-serialisable hyper-parameters, written to
       ``hparams.json``; resuming with different values (other than
       `RESUMABLE_HPARAMS`) is an error.
+    workers: ``host:port`` addresses of running TFF workers; each round's
+      clients are split over them (`tff_sampling.workers.WorkerPool`).
+    local_workers: Start this many TFF workers on this machine for the run
+      instead (0: one process, TFF's default). Neither changes the results
+      beyond floating-point summation order, so neither is a hyper-parameter
+      and a run may resume with other workers.
   """
 
   output_dir: str
@@ -107,6 +115,8 @@ class ProgramConfig:
   keep_checkpoints: int = 3
   client_steps: int | None = None
   hparams: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  workers: tuple[str, ...] = ()
+  local_workers: int = 0
 
   def __post_init__(self):
     names = ('rounds', 'eval_every', 'checkpoint_every', 'keep_checkpoints')
@@ -116,6 +126,22 @@ class ProgramConfig:
         raise ValueError(f'{name} must be a positive integer, got {value!r}.')
     if not self.output_dir:
       raise ValueError('output_dir must be a non-empty path.')
+    if (not isinstance(self.local_workers, (int, np.integer)) or isinstance(self.local_workers, bool)
+        or self.local_workers < 0):
+      raise ValueError(f'local_workers must be a non-negative integer, got {self.local_workers!r}.')
+    if self.workers and self.local_workers:
+      raise ValueError(f'Give either worker addresses ({list(self.workers)}) or a number of local '
+                       f'workers ({self.local_workers}), not both.')
+    for address in self.workers:
+      workers_lib.check_address(address)
+
+  def worker_pool(self) -> workers_lib.WorkerPool | None:
+    """The pool of TFF workers this config asks for (``None``: one process)."""
+    if self.workers:
+      return workers_lib.WorkerPool(self.workers)
+    if self.local_workers:
+      return workers_lib.WorkerPool.start_local(self.local_workers)
+    return None
 
 
 class ExperimentResult(NamedTuple):
@@ -374,10 +400,13 @@ def run_experiment(
 
   Raises:
     ValueError: For an unwritable output directory, checkpoints written by a
-      different configuration, or a sampler that cannot serve the population.
+      different configuration, a sampler that cannot serve the population, or
+      workers asked for a process that cannot be split over them.
     FloatingPointError: If the global model becomes non-finite.
   """
   preprocessing = preprocessing_bits or communication.PreprocessingBits(0, 0)
+  if config.workers or config.local_workers:  # Before anything is written.
+    workers_lib.check_splittable(process.next, f'The learning process of {config.output_dir}')
   prepare_output_dir(config.output_dir)
   runtime.use_secure_sum_simulation()  # Secure-sum aggregators need it; harmless otherwise.
   state_manager = tff.program.FileProgramStateManager(
@@ -474,60 +503,70 @@ def run_experiment(
                        f'{population.size} clients, got shape {mask.shape} with '
                        f'{int(mask.sum())} active.')
     return mask, int(redraws)
+  pool = None
+  if config.workers or config.local_workers:
+    pool = config.worker_pool()
+    logging.info('Each round\'s clients are split over %d TFF workers: %s.', pool.size,
+                 ', '.join(pool.addresses))
+
+  def next_round(state, data):
+    return process.next(state, data) if pool is None else pool.run(process.next, state, data)
+
   start = time.monotonic()
-  for round_num in range(first_round, config.rounds + 1):
-    round_start = time.monotonic()
-    available, redraws = active_clients(round_num)
-    if loss_probe is not None:
-      current = process.get_model_weights(process_state)
-      selection = sampler.select(
-          sampler_state, round_num, available,
-          loss_probe=lambda clients: probe_losses(round_num, current, clients))
-    else:
-      selection = sampler.select(sampler_state, round_num, available)
-    if not np.all(available[selection.clients]):
-      raise RuntimeError(f'{type(sampler).__name__} selected inactive clients in round '
-                         f'{round_num}: {selection.clients[~available[selection.clients]]}.')
-    output = process.next(process_state, client_data(round_num, selection))
-    process_state = output.state
-    np.add.at(selection_counts, np.asarray(selection.clients, np.int64), 1)
-    process_metrics, round_signals = _split_signals(output.metrics)
-    sampler_state = sampler.observe(sampler_state, selection, round_signals)
-    model_weights = process.get_model_weights(process_state)
-    check_finite(model_weights, round_num)
+  with pool or contextlib.nullcontext():
+    for round_num in range(first_round, config.rounds + 1):
+      round_start = time.monotonic()
+      available, redraws = active_clients(round_num)
+      if loss_probe is not None:
+        current = process.get_model_weights(process_state)
+        selection = sampler.select(
+            sampler_state, round_num, available,
+            loss_probe=lambda clients: probe_losses(round_num, current, clients))
+      else:
+        selection = sampler.select(sampler_state, round_num, available)
+      if not np.all(available[selection.clients]):
+        raise RuntimeError(f'{type(sampler).__name__} selected inactive clients in round '
+                           f'{round_num}: {selection.clients[~available[selection.clients]]}.')
+      output = next_round(process_state, client_data(round_num, selection))
+      process_state = output.state
+      np.add.at(selection_counts, np.asarray(selection.clients, np.int64), 1)
+      process_metrics, round_signals = _split_signals(output.metrics)
+      sampler_state = sampler.observe(sampler_state, selection, round_signals)
+      model_weights = process.get_model_weights(process_state)
+      check_finite(model_weights, round_num)
 
-    uplink = uplink_fn(process_metrics, len(selection.clients))
-    round_bits = communication.upload_bits(uplink, model_parameters)
-    cumulative_bits += round_bits
-    released = collections.OrderedDict(
-        round_seconds=time.monotonic() - round_start,
-        cohort_size=len(selection.clients),
-        availability=collections.OrderedDict(
-            active_clients=int(available.sum()), redraws=redraws),
-        selection=collections.OrderedDict(
-            **selection_metrics(selection, population.num_examples,
-                                task.client_label_histograms),
-            **(selection.diagnostics or {})),
-        train=_train_metrics(process_metrics),
-        uplink=collections.OrderedDict(
-            model_uploads=uplink.model_uploads,
-            extra_scalars=uplink.extra_scalars,
-            round_bits=round_bits,
-            cumulative_bits=cumulative_bits),
-        process=process_metrics)
-    if round_num % config.eval_every == 0 or round_num == config.rounds:
-      eval_metrics = evaluate(model_weights)
-      released['eval'] = eval_metrics
-    asyncio.run(release_manager.release(released, round_num))
+      uplink = uplink_fn(process_metrics, len(selection.clients))
+      round_bits = communication.upload_bits(uplink, model_parameters)
+      cumulative_bits += round_bits
+      released = collections.OrderedDict(
+          round_seconds=time.monotonic() - round_start,
+          cohort_size=len(selection.clients),
+          availability=collections.OrderedDict(
+              active_clients=int(available.sum()), redraws=redraws),
+          selection=collections.OrderedDict(
+              **selection_metrics(selection, population.num_examples,
+                                  task.client_label_histograms),
+              **(selection.diagnostics or {})),
+          train=_train_metrics(process_metrics),
+          uplink=collections.OrderedDict(
+              model_uploads=uplink.model_uploads,
+              extra_scalars=uplink.extra_scalars,
+              round_bits=round_bits,
+              cumulative_bits=cumulative_bits),
+          process=process_metrics)
+      if round_num % config.eval_every == 0 or round_num == config.rounds:
+        eval_metrics = evaluate(model_weights)
+        released['eval'] = eval_metrics
+      asyncio.run(release_manager.release(released, round_num))
 
-    if round_num % config.checkpoint_every == 0 or round_num == config.rounds:
-      asyncio.run(state_manager.save(collections.OrderedDict(
-          round=np.int64(round_num),
-          cumulative_bits=np.int64(cumulative_bits),
-          selection_counts=selection_counts.copy(),
-          process=process_state,
-          sampler=sampler_state), round_num))
-      _write_selection_counts(config.output_dir, task, selection_counts)
+      if round_num % config.checkpoint_every == 0 or round_num == config.rounds:
+        asyncio.run(state_manager.save(collections.OrderedDict(
+            round=np.int64(round_num),
+            cumulative_bits=np.int64(cumulative_bits),
+            selection_counts=selection_counts.copy(),
+            process=process_state,
+            sampler=sampler_state), round_num))
+        _write_selection_counts(config.output_dir, task, selection_counts)
 
   final_round = max(first_round - 1, config.rounds)
   if not eval_metrics:  # Resumed at the very end: report the saved model.
