@@ -66,6 +66,10 @@ LOCAL_WORKERS = flags.DEFINE_integer(
     'local_workers', 0,
     'Start this many TFF workers on this machine (loopback ports) and split each round\'s '
     'clients over them; 0: one process.', lower_bound=0)
+CLIENTS_PER_CALL = flags.DEFINE_integer(
+    'clients_per_call', None,
+    'With --workers or --local_workers: cut each round into slices of at most this many '
+    'clients, run in turn (bounds a worker\'s memory for large cohorts).', lower_bound=1)
 
 # --- Client availability (FedGS §3c) ------------------------------------------
 # The paper's β per mode (ALGORITHMS.md §3c).
@@ -309,8 +313,9 @@ def availability_from_flags(task: tasks.Task, seed: int,
 
 
 def worker_options() -> dict[str, Any]:
-  """`ProgramConfig`'s ``workers`` and ``local_workers`` from the flags."""
-  return dict(workers=tuple(WORKERS.value), local_workers=LOCAL_WORKERS.value)
+  """`ProgramConfig`'s ``workers``, ``local_workers`` and ``clients_per_call``."""
+  return dict(workers=tuple(WORKERS.value), local_workers=LOCAL_WORKERS.value,
+              clients_per_call=CLIENTS_PER_CALL.value)
 
 
 def program_config(hparams: dict[str, Any], default_name: str) -> program.ProgramConfig:

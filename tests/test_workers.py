@@ -77,6 +77,20 @@ def test_signals_gathered_by_slot_do_not_depend_on_the_split(small_digits_task, 
   np.testing.assert_allclose(np.asarray(split['loss']), np.asarray(single['loss']), rtol=1e-5)
 
 
+def test_round_in_slices_of_two_clients_on_one_worker_equals_one_process(small_digits_task):
+  task = small_digits_task
+  process = fedavg.build_fedavg(task.model_fn, client_learning_rate=0.1)
+  state = process.set_model_weights(process.initialize(), task.initial_model_weights(0))
+  data = [task.client_dataset(c, 0) for c in range(_COHORT)]
+  with workers.WorkerPool.start_local(1, clients_per_call=2) as sliced:
+    assert sliced.num_subrounds(_COHORT) == 4
+    split = sliced.run(process.next, state, data)
+  single = process.next(state, data)
+  _weights_close(process.get_model_weights(single.state), process.get_model_weights(split.state))
+  assert (split.metrics['client_work']['train']['num_examples']
+          == single.metrics['client_work']['train']['num_examples'])
+
+
 def _rows(output_dir):
   with open(os.path.join(output_dir, 'metrics.csv')) as f:
     rows = list(csv.DictReader(f))
@@ -151,6 +165,10 @@ def test_config_rejects_both_kinds_of_workers_and_negative_counts():
                           local_workers=2)
   with pytest.raises(ValueError, match='local_workers must be a non-negative integer, got -1'):
     program.ProgramConfig(output_dir='/tmp/x', rounds=1, local_workers=-1)
+  with pytest.raises(ValueError, match='clients_per_call=50 needs workers'):
+    program.ProgramConfig(output_dir='/tmp/x', rounds=1, clients_per_call=50)
+  with pytest.raises(ValueError, match='clients_per_call must be a positive integer, got 0'):
+    program.ProgramConfig(output_dir='/tmp/x', rounds=1, local_workers=1, clients_per_call=0)
 
 
 def test_unreachable_worker_is_a_connection_error_saying_how_to_start_one():

@@ -105,6 +105,9 @@ class ProgramConfig:
       instead (0: one process, TFF's default). Neither changes the results
       beyond floating-point summation order, so neither is a hyper-parameter
       and a run may resume with other workers.
+    clients_per_call: With workers, cut each round into slices of at most
+      this many clients run in turn, which bounds a worker's memory for large
+      cohorts (`WorkerPool`'s ``clients_per_call``).
   """
 
   output_dir: str
@@ -117,6 +120,7 @@ class ProgramConfig:
   hparams: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   workers: tuple[str, ...] = ()
   local_workers: int = 0
+  clients_per_call: int | None = None
 
   def __post_init__(self):
     names = ('rounds', 'eval_every', 'checkpoint_every', 'keep_checkpoints')
@@ -134,13 +138,22 @@ class ProgramConfig:
                        f'workers ({self.local_workers}), not both.')
     for address in self.workers:
       workers_lib.check_address(address)
+    if self.clients_per_call is not None:
+      if not self.workers and not self.local_workers:
+        raise ValueError(f'clients_per_call={self.clients_per_call} needs workers to run the '
+                         f'slices: give worker addresses or local_workers (e.g. 1).')
+      if (not isinstance(self.clients_per_call, (int, np.integer))
+          or isinstance(self.clients_per_call, bool) or self.clients_per_call < 1):
+        raise ValueError(f'clients_per_call must be a positive integer, got '
+                         f'{self.clients_per_call!r}.')
 
   def worker_pool(self) -> workers_lib.WorkerPool | None:
     """The pool of TFF workers this config asks for (``None``: one process)."""
     if self.workers:
-      return workers_lib.WorkerPool(self.workers)
+      return workers_lib.WorkerPool(self.workers, clients_per_call=self.clients_per_call)
     if self.local_workers:
-      return workers_lib.WorkerPool.start_local(self.local_workers)
+      return workers_lib.WorkerPool.start_local(self.local_workers,
+                                                clients_per_call=self.clients_per_call)
     return None
 
 

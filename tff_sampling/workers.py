@@ -156,6 +156,17 @@ def _remote_context(address: str, connect_timeout_s: float):
       transform_result=tensorflow_computation.transform_result)
 
 
+def _num_clients(computation: tff.Computation, args: Sequence[Any]) -> int:
+  """The length of the first client-placed (non-all-equal) argument, else 0."""
+  parameter = computation.type_signature.parameter
+  types = ([parameter] if len(args) == 1 else list(parameter)) if parameter is not None else []
+  for value, value_type in zip(args, types):
+    if (isinstance(value_type, tff.FederatedType) and value_type.placement is tff.CLIENTS
+        and not value_type.all_equal):
+      return len(value)
+  return 0
+
+
 def check_splittable(computation: tff.Computation, name: str) -> None:
   """Raises a ValueError naming `name` if TFF cannot split `computation` over workers."""
   try:
@@ -183,26 +194,43 @@ class WorkerPool:
   """
 
   def __init__(self, addresses: Sequence[str], *, connect_timeout_s: float = 60.0,
-               _local: LocalWorkers | None = None):
+               clients_per_call: int | None = None, _local: LocalWorkers | None = None):
+    """Connects to running workers.
+
+    Args:
+      addresses: ``host:port`` of each worker.
+      connect_timeout_s: How long to wait for each worker to answer.
+      clients_per_call: If set, a round is cut into slices of at most this
+        many clients (``ceil(cohort / clients_per_call)`` sub-rounds, run by
+        the workers in turn), which bounds what a worker holds at once: the
+        memory of a large cohort. ``None``: one slice per worker.
+    """
     addresses = [check_address(a) for a in addresses]
     if not addresses:
       raise ValueError('A WorkerPool needs at least one worker address.')
     if len(set(addresses)) != len(addresses):
       raise ValueError(f'Worker addresses must differ, got {addresses}.')
+    if clients_per_call is not None and (not isinstance(clients_per_call, int)
+                                         or clients_per_call < 1):
+      raise ValueError(f'clients_per_call must be a positive integer or None, got '
+                       f'{clients_per_call!r}.')
     self.addresses = addresses
+    self.clients_per_call = clients_per_call
     self._local = _local
     try:
-      contexts = [_remote_context(a, connect_timeout_s) for a in addresses]
+      self._async_contexts = [_remote_context(a, connect_timeout_s) for a in addresses]
     except BaseException:
       self.close()
       raise
-    self._context = tff.backends.native.create_mergeable_comp_execution_context(contexts)
+    self._contexts = {}  # Mergeable contexts by number of sub-rounds.
 
   @classmethod
-  def start_local(cls, num_workers: int, *, connect_timeout_s: float = 60.0) -> 'WorkerPool':
+  def start_local(cls, num_workers: int, *, connect_timeout_s: float = 60.0,
+                  clients_per_call: int | None = None) -> 'WorkerPool':
     """Starts `num_workers` ``worker_binary`` processes here; `close` stops them."""
     local = LocalWorkers(num_workers)
-    return cls(local.addresses, connect_timeout_s=connect_timeout_s, _local=local)
+    return cls(local.addresses, connect_timeout_s=connect_timeout_s,
+               clients_per_call=clients_per_call, _local=local)
 
   @property
   def size(self) -> int:
@@ -212,9 +240,19 @@ class WorkerPool:
     """See the module-level `check_splittable`."""
     check_splittable(computation, name)
 
+  def num_subrounds(self, num_clients: int) -> int:
+    """Into how many slices a round of `num_clients` is cut."""
+    if self.clients_per_call is None:
+      return self.size
+    return max(1, -(-num_clients // self.clients_per_call))
+
   def run(self, computation: tff.Computation, *args: Any) -> Any:
     """``computation(*args)`` with its clients split over the workers."""
-    with context_stack_impl.context_stack.install(self._context):
+    subrounds = self.num_subrounds(_num_clients(computation, args))
+    if subrounds not in self._contexts:
+      self._contexts[subrounds] = tff.backends.native.create_mergeable_comp_execution_context(
+          self._async_contexts, num_subrounds=subrounds)
+    with context_stack_impl.context_stack.install(self._contexts[subrounds]):
       return computation(*args)
 
   def close(self) -> None:

@@ -1,0 +1,142 @@
+r"""Benchmark: one FedAvg round in one TFF process vs split over several TFF workers.
+
+    .venv/bin/python -m bench.workers --wk_timed_rounds=5
+    .venv/bin/python -m bench.workers --wk_worker_counts=1,2,4 --wk_clients=64
+
+The workload of `bench.fedavg_round` (FEMNIST-shaped synthetic clients, McMahan
+CNN, batch 20, TFF FedAvg with the ``DATASET_ITERATOR`` loop). Rows:
+
+* ``one_process``: TFF's default context (one local ``worker_binary``).
+* ``workers=k``: `tff_sampling.workers.WorkerPool.start_local(k)`: the round
+  compiled to TFF's mergeable form, the cohort cut into ``k`` slices run by ``k``
+  local workers in parallel, partial aggregates merged.
+
+They alternate round by round in one process (the order rotates). Before
+timing, each pool's round from the common start is compared with the
+one-process round: the largest weight difference relative to the update's
+largest entry must be below 1e-4 (float summation order only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from collections.abc import Sequence
+
+from absl import app
+from absl import flags
+from absl import logging
+import psutil
+
+from bench import fedavg_round
+from tff_sampling import workers as workers_lib
+
+_TIMED_ROUNDS = flags.DEFINE_integer('wk_timed_rounds', 5, 'Timed rounds per row.', lower_bound=1)
+_CLIENTS = flags.DEFINE_integer('wk_clients', 32, 'Clients per round.', lower_bound=1)
+_EXAMPLES = flags.DEFINE_integer('wk_examples', 4800, 'Examples over all clients.', lower_bound=1)
+_WORKER_COUNTS = flags.DEFINE_list('wk_worker_counts', ['1', '2'], 'Pool sizes to time.')
+
+ONE_PROCESS = 'one_process'
+TOLERANCE = 1e-4
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkersResult:
+  """Seconds per round of each row and each pool's agreement with one process."""
+
+  num_clients: int
+  total_examples: int
+  seconds: dict[str, tuple[float, ...]]
+  agreement: dict[str, float]
+  cores_busy: dict[str, float]  # CPU seconds (this process and its workers) per wall second.
+
+  def median(self, label: str) -> float:
+    return statistics.median(self.seconds[label])
+
+  def speedup(self, label: str) -> float:
+    """One-process median over this row's median (> 1: faster)."""
+    return self.median(ONE_PROCESS) / self.median(label)
+
+
+def run(num_clients: int = 32, total_examples: int = 4800, timed_rounds: int = 5,
+        worker_counts: Sequence[int] = (1, 2)) -> WorkersResult:
+  """Builds the workload, checks each pool against one process, then times them alternately."""
+  config = fedavg_round.BenchmarkConfig(num_clients=num_clients, total_examples=total_examples)
+  sizes = fedavg_round.client_sizes(num_clients, total_examples, config.seed)
+  datasets = fedavg_round.client_datasets(
+      fedavg_round.synthetic_client_arrays(sizes, config.seed), config.batch_size)
+  process = fedavg_round.build_tff_process(
+      datasets[0].element_spec, config, fedavg_round.TffLoop.ITERATOR)
+  initial = process.initialize()
+  start = fedavg_round._tff_weights(process, initial)  # pylint: disable=protected-access
+  reference = fedavg_round._tff_weights(process, process.next(initial, datasets).state)  # pylint: disable=protected-access
+  pools = {f'workers={k}': workers_lib.WorkerPool.start_local(k) for k in worker_counts}
+  try:
+    agreement = {}
+    for label, pool in pools.items():
+      split = fedavg_round._tff_weights(process, pool.run(process.next, initial, datasets).state)  # pylint: disable=protected-access
+      agreement[label] = fedavg_round.compare_weights(start, split, reference).relative_difference
+      logging.info('%s vs one process: relative difference %.2e', label, agreement[label])
+      if not agreement[label] < TOLERANCE:
+        raise RuntimeError(f'{label} computed a different round: relative difference '
+                           f'{agreement[label]:.3g} >= {TOLERANCE}.')
+    runners = {ONE_PROCESS: lambda: process.next(initial, datasets)}
+    for label, pool in pools.items():
+      runners[label] = (lambda p: lambda: p.run(process.next, initial, datasets))(pool)
+    labels = list(runners)
+    seconds = {label: [] for label in labels}
+    cpu = {label: 0.0 for label in labels}
+    for round_index in range(timed_rounds):
+      shift = round_index % len(labels)
+      for label in labels[shift:] + labels[:shift]:
+        cpu_begin, begin = cpu_seconds(), time.perf_counter()
+        runners[label]()
+        seconds[label].append(time.perf_counter() - begin)
+        cpu[label] += cpu_seconds() - cpu_begin
+      logging.info('Round %d: %s', round_index + 1,
+                   ', '.join(f'{label} {seconds[label][-1]:.3f}s' for label in labels))
+  finally:
+    for pool in pools.values():
+      pool.close()
+  return WorkersResult(num_clients, total_examples,
+                       {label: tuple(v) for label, v in seconds.items()}, agreement,
+                       {label: cpu[label] / sum(seconds[label]) for label in labels})
+
+
+def cpu_seconds() -> float:
+  """User + system CPU seconds of this process and its live children (the TFF workers)."""
+  total = 0.0
+  for process in [psutil.Process()] + psutil.Process().children(recursive=True):
+    try:
+      times = process.cpu_times()
+    except psutil.Error:
+      continue
+    total += times.user + times.system
+  return total
+
+
+def format_table(result: WorkersResult) -> str:
+  lines = [f'{result.num_clients} clients, {result.total_examples} examples, McMahan CNN; '
+           'medians over the timed rounds',
+           f'{"row":<14}{"median s":>10}{"speed-up":>10}{"cores busy":>11}{"agreement":>11}']
+  for label in result.seconds:
+    agreement = result.agreement.get(label)
+    lines.append(f'{label:<14}{result.median(label):>10.3f}{result.speedup(label):>10.2f}'
+                 f'{result.cores_busy[label]:>11.2f}'
+                 f'{"" if agreement is None else f"{agreement:.1e}":>11}')
+  return '\n'.join(lines)
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  counts = [int(c) for c in _WORKER_COUNTS.value]
+  if not counts or min(counts) < 1:
+    raise app.UsageError(f'--wk_worker_counts must be positive integers, got {counts}.')
+  result = run(_CLIENTS.value, _EXAMPLES.value, _TIMED_ROUNDS.value, counts)
+  print(format_table(result))
+
+
+if __name__ == '__main__':
+  app.run(main)
