@@ -114,3 +114,33 @@ def test_fedgs_main_tiny_configuration(parsed_flags, capsys):
   assert 'too_large' in lines['40']
   assert 'optimal' in lines['20'] or 'time_limit' in lines['20']
   assert 'solver: optimal on 2/2' in table
+
+
+def test_suite_quick_run_prints_every_section_and_writes_the_csv(parsed_flags, tmp_path, capfd):
+  from bench import run as bench_run
+  csv_path = tmp_path / 'suite.csv'
+  with flagsaver.flagsaver(quick=True, suite_rounds=1, suite_repeats=1,
+                           suite_csv=str(csv_path)):
+    bench_run.main(['run'])
+  table = capfd.readouterr().out
+  for section in bench_run.SECTIONS:
+    assert f'\n{section} ' in table, section
+  with open(csv_path, newline='') as f:
+    rows = list(csv.DictReader(f))
+  by_name = {}
+  for row in rows:
+    by_name.setdefault(row['benchmark'], {})[row['metric']] = float(row['value'])
+  assert len(by_name) == len(table.strip().splitlines()) - 2  # Header and the 'Appended' line.
+  for name, metrics in by_name.items():
+    assert metrics['value'] >= 0 and metrics['reference'] > 0, name
+    assert metrics['ratio'] == pytest.approx(metrics['value'] / metrics['reference'], rel=1e-4)
+
+
+def test_suite_row_ratio_and_target():
+  from bench import run as bench_run
+  row = bench_run.Row('fedavg', 'x / y', 3.0, 2.0, 's', target=1.2)
+  assert row.ratio == 1.5 and row.met == 'NO'
+  assert bench_run.Row('fedavg', 'x / y', 2.0, 2.0, 's', target=1.2).met == 'yes'
+  assert bench_run.Row('workers', 'x / y', 1.0, 2.0, 's').met == ''
+  with pytest.raises(ValueError, match='Unknown or no sections'):
+    bench_run.run_suite(['fedavg', 'gpu'], bench_run.Sizes.quick(), 1, 1)
