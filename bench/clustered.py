@@ -34,6 +34,7 @@ Usage (from the repository root):
 
   .venv/bin/python -m bench.clustered
   .venv/bin/python -m bench.clustered --cl_sizes=100,1000 --cl_repetitions=5
+  .venv/bin/python -m bench.clustered --cl_sizes=3400 --cl_ari_sizes=  # Timing only.
 """
 
 from __future__ import annotations
@@ -76,7 +77,8 @@ _SEED = flags.DEFINE_integer('cl_seed', 0, 'Seed of the workload.', lower_bound=
 _TARGET_SECONDS = flags.DEFINE_float(
     'cl_target_seconds', 5.0, 'Target for the median end-to-end time at the largest N.')
 _ARI_SIZES = flags.DEFINE_list(
-    'cl_ari_sizes', ['100', '1000'], 'Numbers of clients for the sketch agreement.')
+    'cl_ari_sizes', ['100', '1000'],
+    'Numbers of clients for the sketch agreement (empty: time only).')
 _EXACT_DIM = flags.DEFINE_integer(
     'cl_exact_dim', 20_000, 'Length of the exact updates for the sketch agreement.',
     lower_bound=1)
@@ -250,12 +252,12 @@ def format_agreement(rows: Sequence[AgreementRow], *, exact_dim: int, sketch_siz
   return '\n'.join(lines)
 
 
-def _positive_ints(values: Sequence[str], name: str) -> list[int]:
+def _positive_ints(values: Sequence[str], name: str, *, allow_empty: bool = False) -> list[int]:
   try:
     parsed = [int(value) for value in values]
   except ValueError as e:
     raise app.UsageError(f'--{name} must be integers, got {values}.') from e
-  if not parsed or min(parsed) < 2:
+  if (not parsed and not allow_empty) or (parsed and min(parsed) < 2):
     raise app.UsageError(f'--{name} must be integers ≥ 2, got {values}.')
   return parsed
 
@@ -264,7 +266,7 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   sizes = _positive_ints(_SIZES.value, 'cl_sizes')
-  ari_sizes = _positive_ints(_ARI_SIZES.value, 'cl_ari_sizes')
+  ari_sizes = _positive_ints(_ARI_SIZES.value, 'cl_ari_sizes', allow_empty=True)
   timing = [
       time_algorithm2(
           n, sketch_size=_SKETCH_SIZE.value, num_draws=_NUM_DRAWS.value,
@@ -281,8 +283,9 @@ def main(argv: Sequence[str]) -> None:
           directions=_DIRECTIONS.value, noise=_NOISE.value, size_sigma=_SIZE_SIGMA.value,
           seed=_SEED.value, sketch_seeds=_ARI_SKETCH_SEEDS.value)
       for n in ari_sizes]
-  print(format_agreement(agreement, exact_dim=_EXACT_DIM.value, sketch_size=_SKETCH_SIZE.value,
-                         directions=_DIRECTIONS.value))
+  if agreement:
+    print(format_agreement(agreement, exact_dim=_EXACT_DIM.value,
+                           sketch_size=_SKETCH_SIZE.value, directions=_DIRECTIONS.value))
 
 
 if __name__ == '__main__':

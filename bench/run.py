@@ -9,7 +9,7 @@ Each row sets a measurement against a reference measured **in the same run**
 | section | measurement / reference | target |
 |---|---|---|
 | ``fedavg`` | TFF FedAvg round (``DATASET_ITERATOR``, and TFF's default ``DATASET_REDUCE``) / the same SGD steps as a plain-TF loop (`bench.fedavg_round`) | ≤ 1.2 |
-| ``processes`` | our sampling processes' round / TFF FedAvg's round, alternating: FedAvg with per-client signals (`build_fedavg_with_signals`, what clustered, power-of-choice and LEFL runs use); optimal-sampling FedAvg, secure sums (`bench.optimal_sampling_round`) | ≤ 1.05 |
+| ``processes`` | our sampling processes' round / TFF FedAvg's round, alternating: FedAvg with per-client signals (`build_fedavg_with_signals`) with and without sketches, and as all runs built it before this suite (sketch + losses); optimal-sampling FedAvg, secure sums (`bench.optimal_sampling_round`) | ≤ 1.05 |
 | ``samplers`` | server-side work / one TFF FedAvg round of the ``fedavg`` workload: exact and approximate probabilities on 10⁶ norms (`bench.probabilities`), clustered Algorithm 2 at N = 3,400 (`bench.clustered`), FedGS's per-round selection at N = 3,400 and its one-time 3DG (`bench.fedgs`), LEFL's one-time KL + k-means and per-round selection at N = 1,000 (`bench.lefl`) | per round < 0.05 |
 | ``workers`` | one round split over 2 local TFF workers / one process (`bench.workers`) | informational |
 | ``memory`` | peak memory increase of a 1,000-slot ``digits`` round in slices of 100 clients / in one call (`bench.memory`) | informational |
@@ -128,45 +128,60 @@ def fedavg_rows(sizes: Sizes, rounds: int) -> tuple[list[Row], float]:
   return rows, result.median(fedavg_round.TffLoop.ITERATOR.label)
 
 
-def signals_process_seconds(sizes: Sizes, rounds: int) -> tuple[float, float]:
-  """Median round of TFF FedAvg and of FedAvg with signals, alternating (seconds)."""
+# FedAvg with per-client signals, as the binaries build it, by row label.
+SIGNAL_VARIANTS = {
+    'no sketch (FedGS, LEFL, MD, clustered by size)': dict(sketch_size=None),
+    'sketch 1,024 (clustered by similarity)': dict(sketch_size=1024),
+    'sketch 1,024 + losses (all runs before this suite)': dict(sketch_size=1024,
+                                                               client_losses=True),
+}
+
+
+def signals_process_seconds(sizes: Sizes, rounds: int,
+                            variants: Sequence[str] = tuple(SIGNAL_VARIANTS)) -> dict[str, float]:
+  """Median round (seconds) of TFF FedAvg (``'plain'``) and of each signals variant.
+
+  The processes run in turn on the ``fedavg`` workload, the order rotating
+  each round; round 0 warms up.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tasks import models  # pylint: disable=g-import-not-at-top
   config = fedavg_round.BenchmarkConfig(num_clients=sizes.clients, total_examples=sizes.examples)
   client_sizes = fedavg_round.client_sizes(sizes.clients, sizes.examples, config.seed)
   datasets = fedavg_round.client_datasets(
       fedavg_round.synthetic_client_arrays(client_sizes, config.seed), config.batch_size)
   element_spec = datasets[0].element_spec
 
-  def keras_model_fn():
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-    from tasks import models  # pylint: disable=g-import-not-at-top
+  def model_fn():
     return tff.learning.models.from_keras_model(
         models.mcmahan_cnn(fedavg_round.NUM_CLASSES, config.seed),
         loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         input_spec=element_spec)
 
-  plain = fedavg.build_fedavg(keras_model_fn, client_learning_rate=0.1)
-  with_signals = signals.build_fedavg_with_signals(keras_model_fn, client_learning_rate=0.1,
-                                                   sketch_size=1024)
   signal_data = signals.selection_client_data(datasets, [float(s) for s in client_sizes])
-  runs = {'plain': (plain, datasets), 'signals': (with_signals, signal_data)}
+  runs = {'plain': (fedavg.build_fedavg(model_fn, client_learning_rate=0.1), datasets)}
+  for label in variants:
+    runs[label] = (signals.build_fedavg_with_signals(
+        model_fn, client_learning_rate=0.1, **SIGNAL_VARIANTS[label]), signal_data)
   states = {name: process.initialize() for name, (process, _) in runs.items()}
   seconds = {name: [] for name in runs}
   names = list(runs)
-  for round_index in range(rounds + 1):  # Round 0 warms up.
-    for name in names[round_index % 2:] + names[:round_index % 2]:
+  for round_index in range(rounds + 1):
+    shift = round_index % len(names)
+    for name in names[shift:] + names[:shift]:
       process, data = runs[name]
       start = time.perf_counter()
       states[name] = process.next(states[name], data).state
       if round_index:
         seconds[name].append(time.perf_counter() - start)
-  return statistics.median(seconds['plain']), statistics.median(seconds['signals'])
+  return {name: statistics.median(values) for name, values in seconds.items()}
 
 
 def process_rows(sizes: Sizes, rounds: int) -> list[Row]:
-  plain, with_signals = signals_process_seconds(sizes, rounds)
-  rows = [Row('processes', 'FedAvg with signals (sketch 1,024) / TFF FedAvg', with_signals,
-              plain, 's', PROCESS_TARGET)]
+  medians = signals_process_seconds(sizes, rounds)
+  rows = [Row('processes', f'FedAvg with signals, {label} / TFF FedAvg', medians[label],
+              medians['plain'], 's', PROCESS_TARGET) for label in SIGNAL_VARIANTS]
   times = optimal_sampling_round.run(timed_rounds=rounds, clients=sizes.clients,
                                      examples=sizes.examples, expected_clients=3.0)
   rows.append(Row('processes', 'optimal-sampling FedAvg, secure sums / TFF FedAvg',
@@ -177,8 +192,7 @@ def process_rows(sizes: Sizes, rounds: int) -> list[Row]:
 
 def fedavg_round_seconds(sizes: Sizes, rounds: int) -> float:
   """A TFF FedAvg round of the ``fedavg`` workload alone (when that section is skipped)."""
-  plain, _ = signals_process_seconds(sizes, rounds)
-  return plain
+  return signals_process_seconds(sizes, rounds, variants=())['plain']
 
 
 def sampler_rows(sizes: Sizes, repeats: int, round_seconds: float) -> list[Row]:

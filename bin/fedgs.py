@@ -231,8 +231,8 @@ def main(argv: Sequence[str]) -> None:
       if mu not in processes:
         processes[mu] = signals.build_fedavg_with_signals(
             task.model_fn, client_learning_rate=ef.CLIENT_LEARNING_RATE.value,
-            server_learning_rate=ef.SERVER_LEARNING_RATE.value, sketch_size=1,
-            proximal_strength=mu)
+            server_learning_rate=ef.SERVER_LEARNING_RATE.value, sketch_size=None,
+            proximal_strength=mu)  # FedGS reads no sketches: none computed.
       return processes[mu]
 
     table = {}

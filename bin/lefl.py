@@ -161,7 +161,8 @@ def main(argv: Sequence[str]) -> None:
     costs: dict[tuple[str, int], communication.PreprocessingBits] = {}
     process = signals.build_fedavg_with_signals(
         task.model_fn, client_learning_rate=ef.CLIENT_LEARNING_RATE.value,
-        server_learning_rate=ef.SERVER_LEARNING_RATE.value, sketch_size=1)
+        server_learning_rate=ef.SERVER_LEARNING_RATE.value,
+        sketch_size=None)  # LEFL reads no sketches: none computed.
     groups = ef.run_comparison(
         task, _SAMPLING.value, _SEEDS.value,
         make_process=lambda method, seed: process,

@@ -113,6 +113,29 @@ def test_optimal_sampling_two_rounds_subprocess(tmp_path):
                                 32 * (uploads * 4810 + 18 * 32))
 
 
+def test_fedavg_over_two_local_workers_equals_one_process_subprocess(tmp_path):
+  common = ('--task=digits', '--rounds=2', '--clients_per_round=5',
+            f'--root_output_dir={tmp_path}')
+  one = _run_module('bin.fedavg', *common, '--experiment_name=one')
+  two = _run_module('bin.fedavg', *common, '--experiment_name=two', '--local_workers=2',
+                    '--clients_per_call=2')
+  assert one.returncode == 0, one.stderr[-3000:]
+  assert two.returncode == 0, two.stderr[-3000:]
+  assert "clients are split over 2 TFF workers" in two.stderr
+  a, b = results.load_run(tmp_path / 'one'), results.load_run(tmp_path / 'two')
+  np.testing.assert_allclose(b.metrics['eval/loss'], a.metrics['eval/loss'], rtol=1e-5)
+  np.testing.assert_array_equal(b.metrics['uplink/round_bits'], a.metrics['uplink/round_bits'])
+
+
+def test_optimal_sampling_refuses_workers_with_the_reason(tmp_path):
+  proc = _run_module('bin.optimal_sampling', '--task=digits', '--rounds=1',
+                     '--sampling=optimal', '--local_workers=2', f'--root_output_dir={tmp_path}',
+                     '--experiment_name=smoke')
+  assert proc.returncode != 0
+  assert 'cannot run over several TFF workers' in proc.stderr
+  assert 'Traceback' not in proc.stderr
+
+
 def test_clustered_sampling_two_rounds_subprocess(tmp_path):
   proc = _run_module('bin.clustered_sampling', '--rounds=2', '--eval_every=1',
                      '--sampling=md,clustered_similarity,target,fedgs', '--client_epochs=1',

@@ -15,7 +15,8 @@ def _flat(weights):
 def process(small_digits_task):
   # 4,810 parameters ≤ 5,000: the sketch is the update itself (zero-padded).
   return signals.build_fedavg_with_signals(
-      small_digits_task.model_fn, client_learning_rate=0.1, sketch_size=5000)
+      small_digits_task.model_fn, client_learning_rate=0.1, sketch_size=5000,
+      client_losses=True)
 
 
 def test_each_slot_holds_its_clients_update_and_sampler_weights_aggregate(
@@ -73,7 +74,28 @@ def test_count_sketch_matches_a_numpy_reference_and_is_linear():
       signals.count_sketch_tf(tf.constant([1.0, 2.0]), 4, seed=3).numpy(), [1, 2, 0, 0])
 
 
-@pytest.mark.parametrize('bad', [0, -5, 2.5])
+def test_without_signals_the_round_is_the_same_and_reports_none(small_digits_task, process):
+  # sketch_size=None and no losses: the same training step, no per-client signals.
+  task = small_digits_task
+  bare = signals.build_fedavg_with_signals(task.model_fn, client_learning_rate=0.1,
+                                           sketch_size=None)
+  losses_only = signals.build_fedavg_with_signals(task.model_fn, client_learning_rate=0.1,
+                                                  sketch_size=None, client_losses=True)
+  start = task.initial_model_weights(0)
+  data = signals.selection_client_data([task.client_dataset(c, seed=1) for c in (2, 9)],
+                                       [0.5, 0.5])
+  outputs = {name: p.next(p.set_model_weights(p.initialize(), start), data)
+             for name, p in (('full', process), ('bare', bare), ('losses', losses_only))}
+  assert 'signals' not in outputs['bare'].metrics['client_work']
+  assert list(outputs['losses'].metrics['client_work']['signals']) == ['loss']
+  np.testing.assert_allclose(outputs['losses'].metrics['client_work']['signals']['loss'],
+                             outputs['full'].metrics['client_work']['signals']['loss'], rtol=1e-6)
+  for name in ('bare', 'losses'):
+    np.testing.assert_allclose(_flat(process.get_model_weights(outputs[name].state)),
+                               _flat(process.get_model_weights(outputs['full'].state)), atol=1e-7)
+
+
+@pytest.mark.parametrize('bad', [0, -5, 2.5, True])
 def test_rejects_bad_sketch_size(small_digits_task, bad):
   with pytest.raises(ValueError, match='sketch_size must be a positive integer'):
     signals.build_signals_client_work(small_digits_task.model_fn, None, sketch_size=bad)

@@ -261,3 +261,39 @@ def test_preprocessing_bits_start_the_cumulative_upload(small_digits_task, proce
   per_round = run.metrics['uplink/round_bits'][1:]
   np.testing.assert_array_equal(run.metrics['uplink/cumulative_bits'],
                                 1000 + np.concatenate([[0], np.cumsum(per_round)]))
+
+
+def test_model_weights_read_from_the_state_equal_the_process_computation(small_digits_task):
+  from tff_sampling import learning
+  from tff_sampling.learning import signals as signals_lib
+  task = small_digits_task
+  sgd = tff.learning.optimizers.build_sgdm
+  processes = {
+      'tff_fedavg': _fedavg(task),
+      'fedavg': learning.build_fedavg(task.model_fn, client_learning_rate=0.1),
+      'signals': signals_lib.build_fedavg_with_signals(task.model_fn, client_learning_rate=0.1,
+                                                       sketch_size=None),
+      'optimal': learning.build_fed_avg_with_optimal_sampling(
+          task.model_fn, sgd(0.1), sgd(1.0), expected_clients=2.0, secure=False),
+      'dsgd': learning.build_dsgd_with_optimal_sampling(
+          task.model_fn, sgd(1.0), expected_clients=2.0, secure=False),
+  }
+  for name, process in processes.items():
+    state = process.set_model_weights(process.initialize(), task.initial_model_weights(1))
+    datasets = [task.client_dataset(c, 0) for c in range(3)]
+    if name == 'signals':
+      datasets = signals_lib.selection_client_data(datasets, [1.0] * 3)
+    state = process.next(state, datasets).state  # A trained state, not the initial one.
+    fast, slow = program.model_weights_of(process, state), process.get_model_weights(state)
+    assert isinstance(fast, tff.learning.models.ModelWeights), name
+    for a, b in zip(fast.trainable + fast.non_trainable, slow.trainable + slow.non_trainable):
+      np.testing.assert_array_equal(a, b, err_msg=name)
+    assert not np.array_equal(fast.trainable[0], task.initial_model_weights(1).trainable[0])
+
+
+def test_model_weights_of_falls_back_to_the_computation():
+  class _Process:
+    def get_model_weights(self, state):
+      return ('computed', state)
+
+  assert program.model_weights_of(_Process(), {'weights': 1}) == ('computed', {'weights': 1})

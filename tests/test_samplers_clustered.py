@@ -351,6 +351,206 @@ def test_cut_by_weight_hand_computed_and_leaf_too_heavy():
 
 
 # ------------------------------------------------------------------------------
+# The faster Algorithm 2 against the implementation it replaced.
+#
+# `_oracle_*` is the previous implementation, as it was but for the names and
+# the input validation (products over all N rows, the cut walking every
+# subtree in Python). It stays here, not in the library, while the optimised
+# code settles. Exact equality is expected, not a tolerance: for every value
+# that reaches the tree, the new code performs the same floating-point
+# operations on the same operands. Its products run over the nonzero /
+# distinct rows only, and a BLAS computes each entry of a product from its two
+# rows alone (OpenBLAS in numpy's wheels: checked here), so nothing changes,
+# not even how the exact ties between never-sampled clients (identical rows of
+# ρ, distances 0 or ~1e-7) are broken. A BLAS whose entries depended on their
+# position in the product would make these tests fail; the distances would
+# then differ in their last bits, the trees only at exact or near ties.
+
+
+def _oracle_similarity_matrix(updates, similarity):
+  updates = np.asarray(updates, np.float64)
+  if similarity == 'L1':
+    matrix = distance.squareform(distance.pdist(updates, 'cityblock'))
+  elif similarity == 'L2':
+    updates = updates - updates.mean(axis=0)
+    squared_norms = np.einsum('ij,ij->i', updates, updates)
+    squared = squared_norms[:, None] + squared_norms[None, :] - 2.0 * (updates @ updates.T)
+    matrix = np.sqrt(np.maximum(squared, 0.0))
+  else:
+    largest = np.max(np.abs(updates), axis=1, initial=0.0)
+    nonzero = largest > 0
+    unit = np.zeros_like(updates)
+    unit[nonzero] = updates[nonzero] / largest[nonzero, None]
+    unit[nonzero] /= np.linalg.norm(unit[nonzero], axis=1)[:, None]
+    cosine = unit @ unit.T
+    cosine[np.ix_(~nonzero, ~nonzero)] = 1.0
+    np.clip(cosine, -1.0, 1.0, out=cosine)
+    matrix = np.arccos(cosine)
+  matrix = 0.5 * (matrix + matrix.T)
+  np.fill_diagonal(matrix, 0.0)
+  return matrix
+
+
+def _oracle_ward_linkage_of_rows(matrix):
+  rows = np.asarray(matrix, np.float64)
+  rows = rows - rows.mean(axis=0)
+  squared_norms = np.einsum('ij,ij->i', rows, rows)
+  squared = squared_norms[:, None] + squared_norms[None, :] - 2.0 * (rows @ rows.T)
+  np.maximum(squared, 0.0, out=squared)
+  distances = np.sqrt(squared, out=squared)
+  np.fill_diagonal(distances, 0.0)
+  return hierarchy.linkage(distance.squareform(distances, checks=False), 'ward')
+
+
+def _oracle_cut_by_weight(linkage_matrix, weights, capacity):
+  weights = np.asarray(weights, np.int64)
+  num_leaves = weights.shape[0]
+  children = np.asarray(linkage_matrix[:, :2], np.int64)
+  node_weight = np.concatenate([weights, np.zeros(num_leaves - 1, np.int64)])
+  for merge, (left, right) in enumerate(children.tolist()):
+    node_weight[num_leaves + merge] = node_weight[left] + node_weight[right]
+
+  def leaves(node):
+    found, stack = [], [node]
+    while stack:
+      current = stack.pop()
+      if current < num_leaves:
+        found.append(current)
+      else:
+        left, right = children[current - num_leaves]
+        stack.extend((right, left))
+    return np.array(found, np.int64)
+
+  groups, stack = [], [2 * num_leaves - 2]
+  while stack:
+    node = stack.pop()
+    if node_weight[node] <= capacity:
+      groups.append(leaves(node))
+    else:
+      left, right = children[node - num_leaves]
+      stack.extend((right, left))
+  return groups
+
+
+def _oracle_similarity_allocation(sizes, updates, num_draws, similarity):
+  """Units and step-4 groups (in the order used), as the previous code computed them."""
+  sizes = np.asarray(sizes, np.int64)
+  updates = np.asarray(updates, np.float64)
+  capacity = int(sizes.sum())
+  num_clients = sizes.shape[0]
+  units = np.zeros((num_draws, num_clients), np.int64)
+  dedicated, remainder = np.divmod(num_draws * sizes, capacity)
+  row = 0
+  for client in np.argsort(-sizes, kind='stable'):
+    units[row:row + dedicated[client], client] = capacity
+    row += int(dedicated[client])
+  if row == num_draws:
+    return units, []
+  clustered_clients = np.flatnonzero(remainder > 0)
+  updates = updates[clustered_clients]
+  largest = np.max(np.abs(updates))
+  if similarity != 'arccos' and largest > 0:
+    updates = updates / largest
+  matrix = _oracle_similarity_matrix(updates, similarity)
+  groups = _oracle_cut_by_weight(
+      _oracle_ward_linkage_of_rows(matrix), remainder[clustered_clients], capacity)
+  groups = [clustered_clients[group] for group in groups]
+  weights = np.array([remainder[group].sum() for group in groups], np.int64)
+  groups = [groups[g] for g in np.argsort(-weights, kind='stable')]
+  fill = np.zeros(num_draws, np.int64)
+  num_seeded = num_draws - row
+  for k, group in enumerate(groups[:num_seeded]):
+    units[row + k, group] = remainder[group]
+    fill[row + k] = remainder[group].sum()
+  fill[:row] = capacity
+  k = row
+  for group in groups[num_seeded:]:
+    for client in group.tolist():
+      left = int(remainder[client])
+      while left > 0:
+        while fill[k] == capacity:
+          k += 1
+        placed = min(capacity - int(fill[k]), left)
+        units[k, client] += placed
+        fill[k] += placed
+        left -= placed
+  return units, groups
+
+
+@pytest.mark.parametrize('similarity', clustered.SIMILARITIES)
+@pytest.mark.parametrize('num_clients,dim,zero_fraction', [
+    (60, 6, 0.0), (60, 6, 0.3), (60, 6, 1.0), (300, 16, 0.3), (300, 64, 0.9)])
+@pytest.mark.parametrize('seed', range(3))
+def test_algorithm2_equals_the_previous_implementation(similarity, num_clients, dim,
+                                                       zero_fraction, seed):
+  # Exactly equal (see above): the matrix, the tree with its heights, the
+  # groups and the units, on updates with planted directions, never-sampled
+  # clients (identical rows of ρ: exact ties for Ward) and two equal clients.
+  rng = np.random.default_rng([seed, num_clients])
+  sizes = np.ceil(rng.lognormal(np.log(20.0), 1.0, num_clients)).astype(np.int64)
+  updates = _updates(seed, num_clients, dim=dim, zero_fraction=zero_fraction)
+  updates[3:6] = updates[7]  # Identical nonzero clients too (identical rows of ρ for L1).
+  matrix = clustered.similarity_matrix(updates, similarity)
+  np.testing.assert_array_equal(matrix, _oracle_similarity_matrix(updates, similarity))
+  np.testing.assert_array_equal(clustered.ward_linkage_of_rows(matrix),
+                                _oracle_ward_linkage_of_rows(matrix))
+  for num_draws in (3, 10):
+    units, groups = _oracle_similarity_allocation(sizes, updates, num_draws, similarity)
+    allocation = clustered._similarity_allocation(  # pylint: disable=protected-access
+        sizes, updates, num_draws, similarity)
+    np.testing.assert_array_equal(allocation.units, units)
+    assert [g.tolist() for g in allocation.groups] == [g.tolist() for g in groups]
+
+
+def test_algorithm2_equals_the_previous_implementation_on_the_benchmark_workload():
+  # The benchmark's updates (five directions, 20% never-sampled clients, float32
+  # sketches), at a smaller N.
+  from bench import clustered as bench_clustered  # pylint: disable=g-import-not-at-top
+  for num_clients in (100, 400):
+    sizes = bench_clustered.client_sizes(num_clients, 1.0, 0)
+    updates, _ = bench_clustered.mixture_updates(num_clients, 128, 5, 1.0, 0.2, 0)
+    units, _ = _oracle_similarity_allocation(sizes, updates, 10, 'arccos')
+    np.testing.assert_array_equal(clustered.similarity_based_units(sizes, updates, 10), units)
+
+
+@pytest.mark.parametrize('rows', [
+    np.zeros((5, 5)),  # One distinct row: two are kept (a matrix product).
+    np.tile(np.arange(4.0), (6, 1)),
+    np.array([[0.0, 1.0, 2.0], [0.0, 1.0, 2.0], [3.0, 1.0, 0.0], [0.0, 1.0, 2.0]]),
+    np.random.default_rng(5).normal(size=(7, 3))[[0, 1, 0, 2, 1, 3, 4, 0, 6, 5]],
+])
+def test_ward_linkage_of_rows_with_identical_rows_equals_the_full_product(rows):
+  np.testing.assert_array_equal(clustered.ward_linkage_of_rows(rows),
+                                _oracle_ward_linkage_of_rows(rows))
+
+
+def test_first_identical_row_needs_identical_bits():
+  first_identical_row = clustered._first_identical_row  # pylint: disable=protected-access
+  rows = np.array([[1.0, 0.0, 2.0], [1.0, -0.0, 2.0], [1.0, 0.0, 2.0], [2.0, 1.0, 0.0],
+                   [2.0, 1.0, 0.0]])
+  # Rows 0 and 1 compare equal and project alike, but differ in the sign of a zero.
+  np.testing.assert_array_equal(first_identical_row(rows), [0, 1, 0, 3, 3])
+  # All rows identical: the second stays distinct.
+  np.testing.assert_array_equal(first_identical_row(np.ones((3, 2))), [0, 1, 0])
+  np.testing.assert_array_equal(first_identical_row(np.ones((1, 2))), [0])
+
+
+@hypothesis.settings(max_examples=50, deadline=None)
+@hypothesis.given(seed=st.integers(0, 2**16), num_leaves=st.integers(1, 60),
+                  capacity=st.integers(10, 200))
+def test_cut_by_weight_equals_the_previous_implementation(seed, num_leaves, capacity):
+  rng = np.random.default_rng(seed)
+  weights = rng.integers(0, capacity + 1, num_leaves)
+  points = rng.normal(size=(num_leaves, 2))
+  if seed % 2:
+    points = np.round(points)  # Exact ties.
+  linkage = hierarchy.linkage(points, 'ward') if num_leaves > 1 else np.zeros((0, 4))
+  groups = clustered.cut_by_weight(linkage, weights, capacity)
+  expected = _oracle_cut_by_weight(linkage, weights, capacity)
+  assert [g.tolist() for g in groups] == [g.tolist() for g in expected]
+
+
+# ------------------------------------------------------------------------------
 # Statistics and helpers.
 
 

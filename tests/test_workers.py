@@ -59,7 +59,7 @@ def test_signals_gathered_by_slot_do_not_depend_on_the_split(small_digits_task, 
   # may be merged in any order.
   task = small_digits_task
   process = signals.build_fedavg_with_signals(task.model_fn, client_learning_rate=0.1,
-                                              sketch_size=16)
+                                              sketch_size=16, client_losses=True)
   state = process.set_model_weights(process.initialize(), task.initial_model_weights(0))
   clients = [5, 0, 12, 3, 19, 8, 1]
   data = signals.selection_client_data([task.client_dataset(c, 0) for c in clients],

@@ -367,6 +367,21 @@ def _train_metrics(process_metrics: Mapping[str, Any]) -> dict[str, float]:
       (k, float(train[k])) for k in ('loss', 'accuracy') if k in train)
 
 
+def model_weights_of(process: tff.learning.templates.LearningProcess, state: Any):
+  """``process.get_model_weights(state)``, read from the state where it holds them.
+
+  States of processes composed by TFF (`tff.learning.templates.LearningAlgorithmState`,
+  e.g. every FedAvg variant here) carry ``global_model_weights``, which is what
+  their ``get_model_weights`` computation returns. Reading the field saves a TFF
+  call, a fixed ~0.1 s in TFF 0.87 (as long as a whole ``digits`` round).
+  Other states go through the computation.
+  """
+  weights = getattr(state, 'global_model_weights', None)
+  if isinstance(weights, tff.learning.models.ModelWeights):
+    return weights
+  return process.get_model_weights(state)
+
+
 def check_finite(model_weights, round_num: int) -> None:
   for tensor in tf.nest.flatten(model_weights.trainable):
     if not np.all(np.isfinite(tensor)):
@@ -461,7 +476,7 @@ def run_experiment(
   # and the probe's.
   evaluate = CentralEvaluator(task)
   model_parameters = communication.count_parameters(
-      process.get_model_weights(program_state['process']))
+      model_weights_of(process, program_state['process']))
   logging.info('Devices: %s; model parameters: %d; clients: %d.',
                [d.name for d in tf.config.list_logical_devices()],
                model_parameters, population.size)
@@ -490,7 +505,7 @@ def run_experiment(
   first_round = int(program_state['round']) + 1
   eval_metrics: Mapping[str, float] = {}
   if first_round == 1:
-    eval_metrics = evaluate(process.get_model_weights(program_state['process']))
+    eval_metrics = evaluate(model_weights_of(process, program_state['process']))
     round_zero = collections.OrderedDict(
         eval=eval_metrics,
         uplink=collections.OrderedDict(round_bits=preprocessing.upload_bits,
@@ -531,7 +546,7 @@ def run_experiment(
       round_start = time.monotonic()
       available, redraws = active_clients(round_num)
       if loss_probe is not None:
-        current = process.get_model_weights(process_state)
+        current = model_weights_of(process, process_state)
         selection = sampler.select(
             sampler_state, round_num, available,
             loss_probe=lambda clients: probe_losses(round_num, current, clients))
@@ -545,7 +560,7 @@ def run_experiment(
       np.add.at(selection_counts, np.asarray(selection.clients, np.int64), 1)
       process_metrics, round_signals = _split_signals(output.metrics)
       sampler_state = sampler.observe(sampler_state, selection, round_signals)
-      model_weights = process.get_model_weights(process_state)
+      model_weights = model_weights_of(process, process_state)
       check_finite(model_weights, round_num)
 
       uplink = uplink_fn(process_metrics, len(selection.clients))
@@ -583,11 +598,11 @@ def run_experiment(
 
   final_round = max(first_round - 1, config.rounds)
   if not eval_metrics:  # Resumed at the very end: report the saved model.
-    eval_metrics = evaluate(process.get_model_weights(process_state))
+    eval_metrics = evaluate(model_weights_of(process, process_state))
   return ExperimentResult(
       final_round=final_round,
       resumed_from=resumed_from,
       eval_metrics=eval_metrics,
       cumulative_bits=cumulative_bits,
       seconds=time.monotonic() - start,
-      model_weights=process.get_model_weights(process_state))
+      model_weights=model_weights_of(process, process_state))

@@ -10,8 +10,15 @@ work; similarities are unaffected): coordinate
 ``h(j) ∈ [0, d)``, where ``h`` and ``s`` come from stateless random ops seeded
 by ``sketch_seed`` (the same in every round, so sketches from different rounds
 are comparable). With ``sketch_size ≥`` the number of parameters the sketch is
-the update itself, zero-padded (exact). Each client also reports the current
-global model's loss on its data (before local training).
+the update itself, zero-padded (exact). On request (``client_losses=True``)
+each client also reports the current global model's loss on its data (before
+local training), at the cost of one more forward pass.
+
+Both signals cost client time: the sketch's scatter-add over every parameter
+took 30-60 ms per client for the 1.7M-parameter McMahan CNN on this project's
+CPU machines, i.e. as much as a few local steps. ``sketch_size=None`` leaves
+the sketch out: use it when the sampler reads no sketches (FedGS, LEFL,
+uniform, MD, clustered by size) and only the slot and weight are wanted.
 
 Each client's data is a struct of sequences (`client_data`): its training
 dataset and a one-element ``meta`` dataset holding its **cohort slot** and its
@@ -192,8 +199,9 @@ def build_signals_client_work(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
     *,
-    sketch_size: int,
+    sketch_size: int | None,
     sketch_seed: int = 0,
+    client_losses: bool = False,
 ) -> tff.learning.templates.ClientWorkProcess:
   """Local SGD that also reports each client's update sketch by cohort slot.
 
@@ -202,20 +210,24 @@ def build_signals_client_work(
   -> <state=S@SERVER, result={ClientResult}@CLIENTS, measurements=M@SERVER>)``
   with ``M = <train=…, signals=<update_sketch=float32[?, sketch_size],
   loss=float32[?]>>``: row ``k`` of each is the client in slot ``k``; ``loss``
-  is the broadcast (current global) model's mean loss on the client's data,
-  before local training (one extra forward pass).
+  (only with `client_losses`) is the broadcast (current global) model's mean
+  loss on the client's data, before local training (one extra forward pass).
+  Without either signal, ``M = <train=…>``.
 
   Args:
     model_fn: Builds a fresh `tff.learning.models.VariableModel`.
     client_optimizer_fn: The clients' local optimizer.
-    sketch_size: ``d``, the length of each client's signal (> 0).
+    sketch_size: ``d``, the length of each client's sketch (> 0), or ``None``
+      for no sketch.
     sketch_seed: Seed of the sketch's hash and sign functions.
+    client_losses: Whether clients also report their loss before training.
 
   Raises:
     ValueError: For a non-positive `sketch_size`.
   """
-  if not isinstance(sketch_size, (int, np.integer)) or sketch_size <= 0:
-    raise ValueError(f'sketch_size must be a positive integer, got {sketch_size!r}.')
+  if sketch_size is not None and (not isinstance(sketch_size, (int, np.integer))
+                                  or isinstance(sketch_size, bool) or sketch_size <= 0):
+    raise ValueError(f'sketch_size must be a positive integer or None, got {sketch_size!r}.')
   inner = tff.learning.templates.build_model_delta_client_work(
       model_fn, client_optimizer_fn, tff.learning.ClientWeighting.NUM_EXAMPLES,
       loop_implementation=fedavg.CLIENT_LOOP)
@@ -223,13 +235,16 @@ def build_signals_client_work(
   data_type = inner.next.type_signature.parameter[2].member
   client_data_type, read_meta = slot_client_data(data_type)
   update_type = inner.next.type_signature.result.result.member.update
-  client_loss = client_loss_computation(model_fn, weights_type, data_type)
+  client_loss = (client_loss_computation(model_fn, weights_type, data_type)
+                 if client_losses else None)
 
-  @tff.tensorflow.computation(update_type)
-  def sketch(update):
-    flat = tf.concat([tf.reshape(tf.cast(t, tf.float32), [-1])
-                      for t in tf.nest.flatten(update)], 0)
-    return count_sketch_tf(flat, sketch_size, sketch_seed)
+  if sketch_size is not None:
+
+    @tff.tensorflow.computation(update_type)
+    def sketch(update):
+      flat = tf.concat([tf.reshape(tf.cast(t, tf.float32), [-1])
+                        for t in tf.nest.flatten(update)], 0)
+      return count_sketch_tf(flat, sketch_size, sketch_seed)
 
   @tff.federated_computation(
       inner.initialize.type_signature.result,
@@ -239,17 +254,20 @@ def build_signals_client_work(
     inner_output = inner.next(state, weights, data.data)
     meta = tff.federated_map(read_meta, data.meta)
     update = inner_output.result.update
-    sketches = tff.federated_map(sketch, update)
-    gathered = gather_by_slot(meta.slot, sketches, sketch_size)
-    losses = tff.federated_map(client_loss, (weights, data.data))
-    gathered_losses = tff.federated_map(
-        tff.tensorflow.computation(lambda g: g[:, 0]), gather_by_slot(meta.slot, losses, 1))
+    signals = collections.OrderedDict()
+    if sketch_size is not None:
+      sketches = tff.federated_map(sketch, update)
+      signals['update_sketch'] = gather_by_slot(meta.slot, sketches, sketch_size)
+    if client_loss is not None:
+      losses = tff.federated_map(client_loss, (weights, data.data))
+      signals['loss'] = tff.federated_map(
+          tff.tensorflow.computation(lambda g: g[:, 0]), gather_by_slot(meta.slot, losses, 1))
     result = tff.federated_zip(tff.learning.templates.ClientResult(
         update=update, update_weight=meta.weight))
-    measurements = tff.federated_zip(collections.OrderedDict(
-        train=inner_output.measurements,
-        signals=tff.federated_zip(collections.OrderedDict(
-            update_sketch=gathered, loss=gathered_losses))))
+    measurements = collections.OrderedDict(train=inner_output.measurements)
+    if signals:
+      measurements['signals'] = tff.federated_zip(signals)
+    measurements = tff.federated_zip(measurements)
     return tff.templates.MeasuredProcessOutput(inner_output.state, result, measurements)
 
   return tff.learning.templates.ClientWorkProcess(inner.initialize, next_fn)
@@ -260,16 +278,19 @@ def build_fedavg_with_signals(
     *,
     client_learning_rate: float,
     server_learning_rate: float = 1.0,
-    sketch_size: int,
+    sketch_size: int | None,
     sketch_seed: int = 0,
     proximal_strength: float = 0.0,
+    client_losses: bool = False,
 ) -> tff.learning.templates.LearningProcess:
-  """FedAvg whose clients report update sketches by slot and use sampler weights.
+  """FedAvg whose clients use sampler weights and report signals by slot.
 
   Composed with `tff.learning.templates.compose_learning_process` from TFF's
   broadcast distributor, `build_signals_client_work`, TFF's weighted mean, and
   TFF's SGD finalizer. ``next(state, [client_data(ds, slot, weight), …])``;
-  the sketches are ``metrics['client_work']['signals']['update_sketch']``.
+  the sketches are ``metrics['client_work']['signals']['update_sketch']``
+  (``sketch_size=None``: no sketches), the losses before training
+  ``…['signals']['loss']`` (with `client_losses`); see `build_signals_client_work`.
   With ``proximal_strength = μ > 0`` the clients run FedProx's local problem
   (`tff_sampling.learning.proximal.build_proximal_sgd`).
   """
@@ -277,7 +298,8 @@ def build_fedavg_with_signals(
                       if proximal_strength else
                       tff.learning.optimizers.build_sgdm(client_learning_rate))
   client_work = build_signals_client_work(
-      model_fn, client_optimizer, sketch_size=sketch_size, sketch_seed=sketch_seed)
+      model_fn, client_optimizer, sketch_size=sketch_size, sketch_seed=sketch_seed,
+      client_losses=client_losses)
   model_weights_type = client_work.next.type_signature.parameter[1].member
   update_type = client_work.next.type_signature.result.result.member.update
 

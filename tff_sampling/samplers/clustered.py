@@ -133,6 +133,9 @@ METHODS = ('size', 'similarity')
 _COHORT_STREAM = 0
 _SKETCH_STREAM = 7919
 
+# Rows compared at a time when looking for identical rows (bounds the memory).
+_CHUNK_ROWS = 256
+
 
 # ------------------------------------------------------------------------------
 # Algorithm 1: by sample size.
@@ -239,31 +242,55 @@ def similarity_matrix(representative_updates: np.ndarray,
     ValueError: If `similarity` is unknown or the updates are not a finite 2-D
       array.
   """
-  similarity = _validate_similarity(similarity)
-  updates = _validate_updates(representative_updates, None)
-  if similarity == 'L1':
-    matrix = distance.squareform(distance.pdist(updates, 'cityblock'))
-  elif similarity == 'L2':
-    updates = updates - updates.mean(axis=0)  # As in `ward_linkage_of_rows`.
-    squared_norms = np.einsum('ij,ij->i', updates, updates)
-    # `x @ x.T` of one buffer runs as a symmetric rank-k update (half the work).
-    squared = squared_norms[:, None] + squared_norms[None, :] - 2.0 * (updates @ updates.T)
-    matrix = np.sqrt(np.maximum(squared, 0.0))
+  return _similarity_matrix(
+      _validate_updates(representative_updates, None), _validate_similarity(similarity))
+
+
+def _similarity_matrix(updates: np.ndarray, similarity: str) -> np.ndarray:
+  """`similarity_matrix` of validated ``float64[N, d]`` updates."""
+  if similarity == 'arccos':
+    matrix = _arccos_matrix(updates)
   else:
-    # Scale each row by its largest entry before the norm so that neither
-    # tiny nor huge (finite) updates underflow or overflow.
-    largest = np.max(np.abs(updates), axis=1, initial=0.0)
-    nonzero = largest > 0
-    unit = np.zeros_like(updates)
-    unit[nonzero] = updates[nonzero] / largest[nonzero, None]
-    unit[nonzero] /= np.linalg.norm(unit[nonzero], axis=1)[:, None]
-    cosine = unit @ unit.T
-    # Zero vectors: identical to each other (cos 1), orthogonal to the rest (cos 0).
-    cosine[np.ix_(~nonzero, ~nonzero)] = 1.0
-    np.clip(cosine, -1.0, 1.0, out=cosine)
-    matrix = np.arccos(cosine)
-  matrix = 0.5 * (matrix + matrix.T)  # Exactly symmetric whatever BLAS did.
+    if similarity == 'L1':
+      matrix = distance.squareform(distance.pdist(updates, 'cityblock'))
+    else:
+      updates = updates - updates.mean(axis=0)  # As in `ward_linkage_of_rows`.
+      squared_norms = np.einsum('ij,ij->i', updates, updates)
+      # `x @ x.T` of one buffer runs as a symmetric rank-k update (half the work).
+      squared = squared_norms[:, None] + squared_norms[None, :] - 2.0 * (updates @ updates.T)
+      matrix = np.sqrt(np.maximum(squared, 0.0))
+    matrix = 0.5 * (matrix + matrix.T)  # Exactly symmetric whatever BLAS did.
   np.fill_diagonal(matrix, 0.0)
+  return matrix
+
+
+def _arccos_matrix(updates: np.ndarray) -> np.ndarray:
+  """The angles between the rows, with the zero-vector convention, off the diagonal.
+
+  Only the nonzero rows go through the product and the arccos: a zero row is
+  at angle 0 from the other zero rows and ``π/2`` (``arccos(0)``) from the
+  rest. A BLAS computes each entry of a product from its two rows alone, so
+  every angle is the one that the product of all the rows (zero rows
+  included) gives.
+  """
+  num_clients = updates.shape[0]
+  # Scale each row by its largest entry before the norm so that neither
+  # tiny nor huge (finite) updates underflow or overflow.
+  largest = np.max(np.abs(updates), axis=1, initial=0.0)
+  nonzero = np.flatnonzero(largest > 0)
+  unit = updates[nonzero] / largest[nonzero, None]
+  unit /= np.linalg.norm(unit, axis=1)[:, None]
+  cosine = unit @ unit.T
+  np.clip(cosine, -1.0, 1.0, out=cosine)
+  angle = np.arccos(cosine, out=cosine)
+  angle = angle + angle.T  # Exactly symmetric whatever BLAS did.
+  angle *= 0.5
+  if nonzero.shape[0] == num_clients:
+    return angle
+  zero = np.flatnonzero(largest == 0)
+  matrix = np.full((num_clients, num_clients), np.pi / 2)  # == np.arccos(0.0).
+  matrix[np.ix_(zero, zero)] = 0.0
+  matrix[np.ix_(nonzero, nonzero)] = angle
   return matrix
 
 
@@ -276,6 +303,13 @@ def ward_linkage_of_rows(matrix: np.ndarray) -> np.ndarray:
   (``‖a - b‖² = ‖a‖² + ‖b‖² - 2 a·b``) and passed to scipy's Ward in condensed
   form.
 
+  Rows that are bit-for-bit identical (the rows of ρ of never-sampled clients)
+  enter the product once: the product, the expansion and the square root run
+  on the ``U`` distinct rows (``O(U² N)`` instead of ``O(N³)``) and the
+  condensed distances of all ``N`` rows are gathered from them. A BLAS
+  computes each entry of a product from its two rows alone, so every distance
+  is the one the product of all ``N`` rows gives, and so is the tree.
+
   Args:
     matrix: ``[N, F]`` finite observations, ``N ≥ 2`` (here the rows of the
       similarity matrix, ``F = N``).
@@ -284,15 +318,59 @@ def ward_linkage_of_rows(matrix: np.ndarray) -> np.ndarray:
     The ``[N - 1, 4]`` scipy linkage matrix.
   """
   rows = np.asarray(matrix, np.float64)
+  num_rows = rows.shape[0]
   # Centering leaves the distances unchanged and shrinks the norms, hence the
   # cancellation error of the expansion (identical rows stay ~1e-7 apart).
-  rows = rows - rows.mean(axis=0)
-  squared_norms = np.einsum('ij,ij->i', rows, rows)
-  squared = squared_norms[:, None] + squared_norms[None, :] - 2.0 * (rows @ rows.T)
+  mean = rows.mean(axis=0)
+  rows = np.ascontiguousarray(rows)
+  distinct, inverse = np.unique(_first_identical_row(rows), return_inverse=True)
+  centered = rows[distinct]
+  centered -= mean
+  squared_norms = np.einsum('ij,ij->i', centered, centered)
+  # `x @ x.T` of one buffer runs as a symmetric rank-k update (half the work).
+  gram = centered @ centered.T
+  del centered
+  gram *= 2.0
+  squared = np.add.outer(squared_norms, squared_norms)
+  squared -= gram
+  del gram
   np.maximum(squared, 0.0, out=squared)
   distances = np.sqrt(squared, out=squared)
-  np.fill_diagonal(distances, 0.0)
-  return hierarchy.linkage(distance.squareform(distances, checks=False), 'ward')
+  if distinct.shape[0] == num_rows:
+    condensed = distance.squareform(distances, checks=False)
+  else:
+    # Row i of the condensed matrix holds the distances to rows i+1..N-1.
+    condensed = np.empty(num_rows * (num_rows - 1) // 2)
+    start = 0
+    for row in range(num_rows - 1):
+      stop = start + num_rows - 1 - row
+      np.take(distances[inverse[row]], inverse[row + 1:], out=condensed[start:stop])
+      start = stop
+  return hierarchy.linkage(condensed, 'ward')
+
+
+def _first_identical_row(rows: np.ndarray) -> np.ndarray:
+  """For each row, the first row with the same bits (itself if none).
+
+  Rows are grouped by a fixed random projection and a candidate duplicate is
+  kept only if its bits equal its group's first row; a duplicate missed this
+  way is merely computed twice. At least two rows stay distinct (when there
+  are two), so that the product in `ward_linkage_of_rows` is a matrix product
+  (numpy computes a ``1 × 1`` product with a dot product instead).
+  """
+  num_rows = rows.shape[0]
+  probe = np.random.default_rng(0).standard_normal(rows.shape[1])
+  _, first, group = np.unique(rows @ probe, return_index=True, return_inverse=True)
+  first_identical = first[group]
+  candidates = np.flatnonzero(first_identical != np.arange(num_rows))
+  bits = rows.view(np.int64)
+  for start in range(0, candidates.shape[0], _CHUNK_ROWS):
+    chunk = candidates[start:start + _CHUNK_ROWS]
+    differ = chunk[np.any(bits[chunk] != bits[first_identical[chunk]], axis=1)]
+    first_identical[differ] = differ
+  if num_rows >= 2 and np.all(first_identical == 0):
+    first_identical[1] = 1
+  return first_identical
 
 
 def cut_by_weight(linkage_matrix: np.ndarray, weights: np.ndarray,
@@ -325,30 +403,28 @@ def cut_by_weight(linkage_matrix: np.ndarray, weights: np.ndarray,
     leaf = int(np.flatnonzero(weights > capacity)[0])
     raise ValueError(
         f'Leaf {leaf} weighs {weights[leaf]} > capacity {capacity}; no cut can hold it.')
+  if num_leaves == 1:
+    return [np.zeros(1, np.int64)]
   children = np.asarray(linkage_matrix[:, :2], np.int64)
-  node_weight = np.concatenate([weights, np.zeros(num_leaves - 1, np.int64)])
-  for merge, (left, right) in enumerate(children.tolist()):
-    node_weight[num_leaves + merge] = node_weight[left] + node_weight[right]
+  node_weight = np.concatenate([weights, np.zeros(num_leaves - 1, np.int64)]).tolist()
+  node_size = [1] * (2 * num_leaves - 1)
+  for merge, (left, right) in enumerate(children.tolist(), start=num_leaves):
+    node_weight[merge] = node_weight[left] + node_weight[right]
+    node_size[merge] = node_size[left] + node_size[right]
 
-  def leaves(node: int) -> np.ndarray:
-    found, stack = [], [node]
-    while stack:
-      current = stack.pop()
-      if current < num_leaves:
-        found.append(current)
-      else:
-        left, right = children[current - num_leaves]
-        stack.extend((right, left))  # Left first: dendrogram order.
-    return np.array(found, np.int64)
-
-  groups, stack = [], [2 * num_leaves - 2]
+  # The leaves of a subtree are consecutive in the dendrogram order of the
+  # whole tree, and a left-first traversal meets the groups from left to
+  # right: each group is the next `node_size` leaves of that order.
+  order = hierarchy.leaves_list(linkage_matrix).astype(np.int64)
+  groups, stack, position = [], [2 * num_leaves - 2], 0
   while stack:
     node = stack.pop()
     if node_weight[node] <= capacity:
-      groups.append(leaves(node))
+      groups.append(order[position:position + node_size[node]])
+      position += node_size[node]
     else:
       left, right = children[node - num_leaves]
-      stack.extend((right, left))
+      stack.extend((right, left))  # Left first: dendrogram order.
   return groups
 
 
@@ -386,7 +462,7 @@ def _similarity_allocation(client_sizes: np.ndarray, representative_updates: np.
     # Distances scale with the updates and Ward's tree is invariant to a
     # global scale; the rescaling keeps huge (finite) updates from overflowing.
     updates = updates / largest
-  matrix = similarity_matrix(updates, similarity)
+  matrix = _similarity_matrix(updates, similarity)
   groups = cut_by_weight(ward_linkage_of_rows(matrix), remainder[clustered], capacity)
   groups = [clustered[group] for group in groups]
   weights = np.array([remainder[group].sum() for group in groups], np.int64)
