@@ -10,10 +10,13 @@ round. The process is `tff_sampling.learning.build_fedavg` (the MLP).
 
 Rows (each runs two rounds of the same cohort; the time is the second's):
 
-* ``one_call``: TFF's default context, the whole cohort in one call.
-* ``slices_of_<c>``: one local worker (`tff_sampling.workers.WorkerPool`) with
-  ``clients_per_call=c``: the round runs as ``ceil(cohort / c)`` calls of at
-  most ``c`` clients, merged.
+* ``one_call``: a fresh local worker (`tff_sampling.workers.WorkerPool`), the
+  whole cohort in one call.
+* ``slices_of_<c>``: a fresh local worker with ``clients_per_call=c``: the
+  round runs as ``ceil(cohort / c)`` calls of at most ``c`` clients, merged.
+
+Each row starts its own worker, so no row inherits memory that an earlier
+computation left allocated.
 
 Memory is the resident set size of this process plus all its child processes
 (the TFF C++ workers hold the round's datasets), sampled every 5 ms during the
@@ -118,11 +121,11 @@ def run(cohort: int = 1000, population: int = 700,
   data = [task.client_dataset(int(c), seed) for c in slots]
   process = fedavg.build_fedavg(task.model_fn, client_learning_rate=0.1)
   state = process.set_model_weights(process.initialize(), task.initial_model_weights(seed))
-  rows = [_measure('one_call', lambda: process.next(state, data), cohort)]
-  for size in clients_per_call:
+  rows = []
+  for size in (None, *clients_per_call):
     with workers_lib.WorkerPool.start_local(1, clients_per_call=size) as pool:
-      rows.append(_measure(f'slices_of_{size}', lambda: pool.run(process.next, state, data),
-                           cohort))
+      rows.append(_measure('one_call' if size is None else f'slices_of_{size}',
+                           lambda: pool.run(process.next, state, data), cohort))
   return rows
 
 

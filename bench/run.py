@@ -10,6 +10,7 @@ Each row sets a measurement against a reference measured **in the same run**
 |---|---|---|
 | ``fedavg`` | TFF FedAvg round (``DATASET_ITERATOR``, and TFF's default ``DATASET_REDUCE``) / the same SGD steps as a plain-TF loop (`bench.fedavg_round`) | ≤ 1.2 |
 | ``processes`` | our sampling processes' round / TFF FedAvg's round, alternating: FedAvg with per-client signals (`build_fedavg_with_signals`) with and without sketches, and as all runs built it before this suite (sketch + losses); optimal-sampling FedAvg, secure sums (`bench.optimal_sampling_round`) | ≤ 1.05 |
+| ``program`` | a ``digits`` round of the program loop (`tff_sampling.program.run_experiment`: selection, the TFF round, evaluation, metrics, checkpoints every 10 rounds) / the bare ``process.next``; checkpointing every round / every 10 | informational |
 | ``samplers`` | server-side work / one TFF FedAvg round of the ``fedavg`` workload: exact and approximate probabilities on 10⁶ norms (`bench.probabilities`), clustered Algorithm 2 at N = 3,400 (`bench.clustered`), FedGS's per-round selection at N = 3,400 and its one-time 3DG (`bench.fedgs`), LEFL's one-time KL + k-means and per-round selection at N = 1,000 (`bench.lefl`) | per round < 0.05 |
 | ``workers`` | one round split over 2 local TFF workers / one process (`bench.workers`) | informational |
 | ``memory`` | peak memory increase of a 1,000-slot ``digits`` round in slices of 100 clients / in one call (`bench.memory`) | informational |
@@ -49,7 +50,7 @@ from tff_sampling import runtime
 from tff_sampling.learning import fedavg
 from tff_sampling.learning import signals
 
-SECTIONS = ('fedavg', 'processes', 'samplers', 'workers', 'memory')
+SECTIONS = ('fedavg', 'processes', 'program', 'samplers', 'workers', 'memory')
 
 _ONLY = flags.DEFINE_list('only', list(SECTIONS), f'Sections to run, of {list(SECTIONS)}.')
 _ROUNDS = flags.DEFINE_integer('suite_rounds', 5, 'Timed rounds per TFF row.', lower_bound=1)
@@ -190,6 +191,51 @@ def process_rows(sizes: Sizes, rounds: int) -> list[Row]:
   return rows
 
 
+def program_round_seconds(rounds: int, checkpoint_every: int) -> float:
+  """Seconds per round of `run_experiment` on ``digits`` (10 clients per round, eval every round)."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  import tempfile  # pylint: disable=g-import-not-at-top
+  import tasks  # pylint: disable=g-import-not-at-top
+  from tff_sampling import program  # pylint: disable=g-import-not-at-top
+  from tff_sampling import samplers  # pylint: disable=g-import-not-at-top
+  task = tasks.get_task('digits')
+  process = fedavg.build_fedavg(task.model_fn, client_learning_rate=0.1)
+  directory = tempfile.mkdtemp(prefix='bench_program_')
+  try:
+    result = program.run_experiment(
+        task, process, samplers.UniformSampler(10, seed=0),
+        program.ProgramConfig(output_dir=directory, rounds=rounds,
+                              checkpoint_every=checkpoint_every, hparams={'bench': 1}))
+  finally:
+    shutil.rmtree(directory, ignore_errors=True)
+  return result.seconds / rounds
+
+
+def bare_round_seconds(rounds: int) -> float:
+  """Median seconds of ``process.next`` alone on 10 ``digits`` clients."""
+  import tasks  # pylint: disable=g-import-not-at-top
+  task = tasks.get_task('digits')
+  process = fedavg.build_fedavg(task.model_fn, client_learning_rate=0.1)
+  state = process.initialize()
+  data = [task.client_dataset(c, 0) for c in range(10)]
+  state = process.next(state, data).state  # Warm-up.
+  return _median_seconds(lambda: process.next(state, data), rounds)
+
+
+def program_rows(rounds: int, repeats: int) -> list[Row]:
+  """The program loop's per-round work beyond the TFF round, on ``digits``."""
+  seconds = {'bare': [], 1: [], 10: []}
+  for _ in range(repeats):  # Alternating.
+    seconds['bare'].append(bare_round_seconds(rounds))
+    for every in (1, 10):
+      seconds[every].append(program_round_seconds(rounds, every))
+  bare, every_10, every_1 = (statistics.median(seconds[k]) for k in ('bare', 10, 1))
+  return [Row('program', 'digits: loop round (eval each round, checkpoint every 10) / '
+              'process.next', every_10, bare, 's'),
+          Row('program', 'digits: loop round, checkpoint every round / every 10', every_1,
+              every_10, 's')]
+
+
 def fedavg_round_seconds(sizes: Sizes, rounds: int) -> float:
   """A TFF FedAvg round of the ``fedavg`` workload alone (when that section is skipped)."""
   return signals_process_seconds(sizes, rounds, variants=())['plain']
@@ -283,6 +329,8 @@ def run_suite(sections: Sequence[str], sizes: Sizes, rounds: int, repeats: int) 
     rows += worker_rows(sizes, rounds)
   if 'memory' in sections:
     rows += memory_rows(sizes)
+  if 'program' in sections:
+    rows += program_rows(max(rounds, 2) * 4, repeats)
   if 'samplers' in sections:
     if round_seconds is None:
       round_seconds = fedavg_round_seconds(sizes, rounds)
