@@ -186,3 +186,29 @@ def test_local_workers_stop():
   local.stop()
   local.stop()  # Idempotent.
   assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in processes)
+
+
+def test_local_workers_die_with_a_killed_parent():
+  import signal
+  import subprocess
+  import sys
+  import time
+  # A parent that starts a worker, reports its pid, and is then killed by SIGKILL:
+  # no `stop`, no atexit hook.
+  parent = subprocess.Popen(
+      [sys.executable, '-c', 'import time; from tff_sampling import workers; '
+       'w = workers.LocalWorkers(1); print(w.pids[0], flush=True); time.sleep(600)'],
+      stdout=subprocess.PIPE, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+  worker = psutil.Process(int(parent.stdout.readline()))
+  assert worker.is_running()
+  parent.send_signal(signal.SIGKILL)
+  parent.wait()
+  deadline = time.monotonic() + 10
+  try:
+    while time.monotonic() < deadline and worker.is_running() and (
+        worker.status() != psutil.STATUS_ZOMBIE):
+      time.sleep(0.1)
+    assert not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE
+  finally:
+    if worker.is_running():
+      worker.kill()  # Only if the test failed: leave no orphan behind.

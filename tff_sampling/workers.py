@@ -45,9 +45,12 @@ network or an SSH tunnel.
 from __future__ import annotations
 
 import atexit
+import ctypes
 import os
 import re
+import signal
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -89,10 +92,27 @@ def check_address(address: str) -> str:
   return address.strip()
 
 
+def _die_with_parent() -> None:
+  """In the child before exec: ask Linux to SIGTERM it when its parent dies.
+
+  Covers a parent killed by a signal, when neither `LocalWorkers.stop` nor the
+  ``atexit`` hook runs. Elsewhere than Linux, a no-op.
+  """
+  try:
+    libc = ctypes.CDLL(None)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+  except (OSError, AttributeError):
+    pass
+
+
+_PR_SET_PDEATHSIG = 1
+
+
 class LocalWorkers:
   """``worker_binary`` processes started on this machine, on free loopback ports.
 
-  Stopped by `stop` (idempotent) and, as a last resort, at interpreter exit.
+  Stopped by `stop` (idempotent), at interpreter exit, and (on Linux) by the
+  kernel when this process dies without either.
   """
 
   def __init__(self, num_workers: int):
@@ -107,7 +127,8 @@ class LocalWorkers:
     for _ in range(num_workers):
       port = portpicker.pick_unused_port()
       self._processes.append(subprocess.Popen(
-          [binary, f'--port={port}'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+          [binary, f'--port={port}'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+          preexec_fn=_die_with_parent if sys.platform.startswith('linux') else None))
       self.addresses.append(f'localhost:{port}')
 
   @property
