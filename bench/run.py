@@ -1,6 +1,6 @@
 r"""The benchmark suite: every benchmark in one run, one table of ratios, one CSV.
 
-    .venv/bin/python -m bench.run                       # the whole suite (~8 min on 2 cores)
+    .venv/bin/python -m bench.run                       # the whole suite (~6 min on 2 cores)
     .venv/bin/python -m bench.run --only=fedavg,samplers --csv=/tmp/bench.csv
 
 Each row sets a measurement against a reference measured **in the same run**

@@ -13,7 +13,6 @@ from absl import flags
 from absl.testing import flagsaver
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from bench import fedavg_round
 from bench import fedgs as bench_fedgs

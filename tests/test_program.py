@@ -8,7 +8,6 @@ import os
 
 import numpy as np
 import pytest
-import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_sampling import communication
