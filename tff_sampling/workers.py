@@ -96,7 +96,9 @@ def _die_with_parent() -> None:
   """In the child before exec: ask Linux to SIGTERM it when its parent dies.
 
   Covers a parent killed by a signal, when neither `LocalWorkers.stop` nor the
-  ``atexit`` hook runs. Elsewhere than Linux, a no-op.
+  ``atexit`` hook runs. Elsewhere than Linux, a no-op. Linux sends the signal
+  when the *thread* that started the worker ends, so start workers from a
+  thread that lives as long as they are needed (e.g. the main thread).
   """
   try:
     libc = ctypes.CDLL(None)
