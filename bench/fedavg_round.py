@@ -276,17 +276,22 @@ def _loss() -> tf.keras.losses.Loss:
 # The two implementations.
 
 
+def tff_model_fn(element_spec, seed: int) -> Callable[[], tff.learning.models.VariableModel]:
+  """Builds the benchmark's TFF model: the McMahan CNN with seeded initial weights."""
+
+  def model_fn() -> tff.learning.models.VariableModel:
+    return tff.learning.models.from_keras_model(
+        models.mcmahan_cnn(NUM_CLASSES, seed), loss=_loss(), input_spec=element_spec)
+
+  return model_fn
+
+
 def build_tff_process(
     element_spec, config: BenchmarkConfig, loop: TffLoop
 ) -> tff.learning.templates.LearningProcess:
   """TFF's weighted FedAvg over the McMahan CNN (example weighting, SGD both sides)."""
-
-  def model_fn() -> tff.learning.models.VariableModel:
-    return tff.learning.models.from_keras_model(
-        models.mcmahan_cnn(NUM_CLASSES, config.seed), loss=_loss(), input_spec=element_spec)
-
   return tff.learning.algorithms.build_weighted_fed_avg(
-      model_fn,
+      tff_model_fn(element_spec, config.seed),
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(config.client_learning_rate),
       server_optimizer_fn=tff.learning.optimizers.build_sgdm(config.server_learning_rate),
       loop_implementation=loop.loop_implementation)

@@ -23,11 +23,9 @@ from collections.abc import Sequence
 from absl import app
 from absl import flags
 import numpy as np
-import tensorflow as tf
 import tensorflow_federated as tff
 
 from bench import fedavg_round
-from tasks import models
 from tff_sampling import learning
 from tff_sampling import runtime
 
@@ -47,13 +45,7 @@ def run(*, timed_rounds: int, clients: int, examples: int,
   sizes = fedavg_round.client_sizes(clients, examples, seed=0)
   datasets = fedavg_round.client_datasets(
       fedavg_round.synthetic_client_arrays(sizes, seed=0), batch_size=20)
-  element_spec = datasets[0].element_spec
-
-  def model_fn():
-    return tff.learning.models.from_keras_model(
-        models.mcmahan_cnn(fedavg_round.NUM_CLASSES, 0),
-        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        input_spec=element_spec)
+  model_fn = fedavg_round.tff_model_fn(datasets[0].element_spec, seed=0)
 
   sgd = tff.learning.optimizers.build_sgdm
   processes = {

@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import shutil
 import statistics
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 
@@ -46,7 +48,10 @@ from bench import memory as bench_memory
 from bench import optimal_sampling_round
 from bench import probabilities as bench_probabilities
 from bench import workers as bench_workers
+import tasks
+from tff_sampling import program
 from tff_sampling import runtime
+from tff_sampling import samplers
 from tff_sampling.learning import fedavg
 from tff_sampling.learning import signals
 
@@ -145,20 +150,11 @@ def signals_process_seconds(sizes: Sizes, rounds: int,
   The processes run in turn on the ``fedavg`` workload, the order rotating
   each round; round 0 warms up.
   """
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  from tasks import models  # pylint: disable=g-import-not-at-top
   config = fedavg_round.BenchmarkConfig(num_clients=sizes.clients, total_examples=sizes.examples)
   client_sizes = fedavg_round.client_sizes(sizes.clients, sizes.examples, config.seed)
   datasets = fedavg_round.client_datasets(
       fedavg_round.synthetic_client_arrays(client_sizes, config.seed), config.batch_size)
-  element_spec = datasets[0].element_spec
-
-  def model_fn():
-    return tff.learning.models.from_keras_model(
-        models.mcmahan_cnn(fedavg_round.NUM_CLASSES, config.seed),
-        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        input_spec=element_spec)
+  model_fn = fedavg_round.tff_model_fn(datasets[0].element_spec, config.seed)
 
   signal_data = signals.selection_client_data(datasets, [float(s) for s in client_sizes])
   runs = {'plain': (fedavg.build_fedavg(model_fn, client_learning_rate=0.1), datasets)}
@@ -193,11 +189,6 @@ def process_rows(sizes: Sizes, rounds: int) -> list[Row]:
 
 def program_round_seconds(rounds: int, checkpoint_every: int) -> float:
   """Seconds per round of `run_experiment` on ``digits`` (10 clients per round, eval every round)."""
-  import shutil  # pylint: disable=g-import-not-at-top
-  import tempfile  # pylint: disable=g-import-not-at-top
-  import tasks  # pylint: disable=g-import-not-at-top
-  from tff_sampling import program  # pylint: disable=g-import-not-at-top
-  from tff_sampling import samplers  # pylint: disable=g-import-not-at-top
   task = tasks.get_task('digits')
   process = fedavg.build_fedavg(task.model_fn, client_learning_rate=0.1)
   directory = tempfile.mkdtemp(prefix='bench_program_')
@@ -213,7 +204,6 @@ def program_round_seconds(rounds: int, checkpoint_every: int) -> float:
 
 def bare_round_seconds(rounds: int) -> float:
   """Median seconds of ``process.next`` alone on 10 ``digits`` clients."""
-  import tasks  # pylint: disable=g-import-not-at-top
   task = tasks.get_task('digits')
   process = fedavg.build_fedavg(task.model_fn, client_learning_rate=0.1)
   state = process.initialize()
