@@ -342,6 +342,10 @@ def build_multi_model_process(
         marginal=marginal)
 
   choice_type = client_choice.type_signature.result
+  datas_type = tff.StructWithPythonType(data_types, tuple)
+  train_chosen = tff.tensorflow.computation(
+      _train_chosen_model(model_fns, client_learning_rates),
+      models_type, datas_type, choice_type, client_meta_type)
 
   @tff.tensorflow.computation(signal_info_type, choice_type, tff.TensorType(_FLOAT))
   def client_variance_terms(info, choice, norm_sum):
@@ -400,11 +404,10 @@ def build_multi_model_process(
         tff.federated_value(_COUNT(1), tff.CLIENTS), secure)
     size = tff.federated_map(tff.tensorflow.computation(lambda n: tf.cast(n, _FLOAT)),
                              cohort_size)
-    everyone = tff.federated_value(np.int64(-1), tff.CLIENTS)
 
     trained = None
     if config.signal == 'update_norm':
-      trained = [tff.federated_map(train_fns[s], (models_at_clients[s], data.data[s], everyone))
+      trained = [tff.federated_map(train_fns[s], (models_at_clients[s], data.data[s]))
                  for s in range(num_models)]
       values = [tff.federated_map(tff.tensorflow.computation(lambda r: r['norm']), t)
                 for t in trained]
@@ -436,21 +439,18 @@ def build_multi_model_process(
         probability, tff.federated_broadcast(round_num)))
 
     sums, non_finite_updates = [], []
+    if trained is None:  # One TensorFlow call per client trains its chosen model only.
+      chosen_results = tff.federated_map(train_chosen, (
+          tff.federated_zip(tuple(models_at_clients)), data.data, choice, meta))
     for s in range(num_models):
-      selected = tff.federated_map(_chosen_computation(choice_type, s), choice)
-      if trained is None:  # Train only the chosen model: an empty dataset for the others.
-        limit = tff.federated_map(tff.tensorflow.computation(
-            lambda chosen: tf.where(chosen, tf.constant(-1, tf.int64), 0)), selected)
-        result = tff.federated_map(train_fns[s], (models_at_clients[s], data.data[s], limit))
-      else:
-        result = trained[s]
-      weighted = tff.federated_map(_weighted_update_computation(
-          result.type_signature.member, choice_type, s), (result, choice))
-      sums.append(tff.federated_sum(weighted))
-      non_finite_updates.append(tff.federated_map(
-          _non_finite_computation(result.type_signature.member, choice_type, client_meta_type,
-                                  s, trained_by_all=trained is not None),
-          (result, choice, meta)))
+      if trained is None:
+        step = chosen_results[s]
+      else:  # Every model trained (for its norm): weigh and count in one call.
+        step = tff.federated_map(_weigh_computation(
+            trained[s].type_signature.member, choice_type, client_meta_type, s),
+            (trained[s], choice, meta))
+      sums.append(tff.federated_sum(step.update))
+      non_finite_updates.append(step.non_finite)
 
     new_models = tff.federated_map(server_update, (state['models'], tff.federated_zip(tuple(sums))))
     bad_updates_type = tff.StructWithPythonType([tff.TensorType(_COUNT)] * num_models, tuple)
@@ -503,56 +503,101 @@ def build_multi_model_process(
   return tff.templates.MeasuredProcess(init_fn, next_fn)
 
 
+def _client_update(model_fn):
+  """TFF's model-delta local SGD for one model (example-weighted, our client loop).
+
+  Builds the model: call it at the top of a TF computation, not in a branch.
+  """
+  return model_delta_client_work.build_model_delta_update_with_tff_optimizer(
+      model_fn, weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
+      loop_implementation=fedavg.CLIENT_LOOP)
+
+
+def _train_result(client_update, optimizer, weights, dataset) -> collections.OrderedDict:
+  """``<update, norm, weight>`` of local SGD from `weights` on `dataset`.
+
+  ``weight`` is TFF's: the examples trained on, or 0 if the update was
+  non-finite (TFF then zeroes it).
+  """
+  result, _ = client_update(optimizer, weights, dataset)
+  # The dataset is iterated once only: a second pass (e.g. to count batches)
+  # may run first and reshuffle the training order.
+  return collections.OrderedDict(
+      update=result.update,
+      norm=tf.linalg.global_norm(tf.nest.flatten(result.update)),
+      weight=result.update_weight)
+
+
 def _train_computation(model_fn, learning_rate: float, weights_type, data_type):
-  """``(W, B*, limit) -> <update, norm, weight>``: local SGD on ``dataset.take(limit)``
-  (``-1``: all of it; ``0``: no training, zero update). ``weight`` is TFF's: the
-  examples trained on, or 0 if the update was non-finite (TFF then zeroes it)."""
+  """``(W, B*) -> <update, norm, weight>``: `_train_result` as a computation."""
   optimizer = tff.learning.optimizers.build_sgdm(learning_rate)
 
-  @tff.tensorflow.computation(weights_type, data_type, tff.TensorType(np.int64))
-  def train(weights, dataset, limit):
-    client_update = model_delta_client_work.build_model_delta_update_with_tff_optimizer(
-        model_fn, weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
-        loop_implementation=fedavg.CLIENT_LOOP)
-    result, _ = client_update(optimizer, weights, dataset.take(limit))
-    # The dataset is iterated once only: a second pass (e.g. to count batches)
-    # may run first and reshuffle the training order.
-    return collections.OrderedDict(
-        update=result.update,
-        norm=tf.linalg.global_norm(tf.nest.flatten(result.update)),
-        weight=result.update_weight)
+  @tff.tensorflow.computation(weights_type, data_type)
+  def train(weights, dataset):
+    return _train_result(_client_update(model_fn), optimizer, weights, dataset)
 
   return train
 
 
-def _weighted_update_computation(result_type, choice_type, model: int):
-  """``(train result, choice) -> factor_s · update`` (zero unless model `model` was chosen)."""
-
-  @tff.tensorflow.computation(result_type, choice_type)
-  def weighted(result, choice):
-    factor = choice['factor'][model]
-    return tf.nest.map_structure(lambda t: tf.cast(factor, t.dtype) * t, result['update'])
-
-  return weighted
-
-
-def _chosen_computation(choice_type, model: int):
-  """``choice -> bool``: whether the client chose model `model`."""
-  return tff.tensorflow.computation(lambda c: c['selected'][model] > 0, choice_type)
+def _weighted_and_non_finite(result, choice, meta, model: int, trained) -> collections.OrderedDict:
+  """``factor_s · update`` (zero unless model `model` was chosen), and 1 if the
+  client trained the model on data (share > 0) and TFF zeroed its non-finite
+  update (weight 0)."""
+  factor = choice['factor'][model]
+  return collections.OrderedDict(
+      update=tf.nest.map_structure(lambda t: tf.cast(factor, t.dtype) * t, result['update']),
+      non_finite=tf.cast(trained & (meta['shares'][model] > 0.0)
+                         & tf.equal(result['weight'], 0.0), _COUNT))
 
 
-def _non_finite_computation(result_type, choice_type, client_meta_type, model: int,
-                            trained_by_all: bool):
-  """``(train result, choice, meta) -> int32``: 1 if the client trained model `model`
-  on data (share > 0) and TFF zeroed its non-finite update (weight 0)."""
+def _train_chosen_model(model_fns, learning_rates):
+  """``(<W_1..W_S>, <B_1*..B_S*>, choice, meta) -> <<update, non_finite>_1..S>``.
+
+  The client trains only the model it chose (a `tf.switch_case` over the
+  choice; none if it chose none); every other model's entry is a zero update.
+  One TensorFlow call per client instead of one per client and model: the
+  per-call cost of TFF's runtime dominated MMFL rounds on small models.
+  """
+  num_models = len(model_fns)
+
+  def train_chosen(models, datasets, choice, meta):
+    optimizers = [tff.learning.optimizers.build_sgdm(r) for r in learning_rates]
+    client_updates = [_client_update(fn) for fn in model_fns]
+
+    def zero(s):
+      return collections.OrderedDict(
+          update=tf.nest.map_structure(tf.zeros_like, models[s].trainable),
+          non_finite=tf.constant(0, _COUNT))
+
+    def branch(chosen):
+      def run():
+        outputs = []
+        for s in range(num_models):
+          if s != chosen:
+            outputs.append(zero(s))
+            continue
+          result = _train_result(client_updates[s], optimizers[s], models[s], datasets[s])
+          outputs.append(_weighted_and_non_finite(result, choice, meta, s, tf.constant(True)))
+        return tuple(outputs)
+      return run
+
+    selected = choice['selected'] > 0
+    index = tf.where(tf.reduce_any(selected), tf.argmax(tf.cast(selected, tf.int32),
+                                                         output_type=tf.int32), num_models)
+    return tf.switch_case(index, [branch(s) for s in range(num_models + 1)])
+
+  return train_chosen
+
+
+def _weigh_computation(result_type, choice_type, client_meta_type, model: int):
+  """``(train result, choice, meta) -> <update, non_finite>`` for a model every
+  client trained (for its norm): `_weighted_and_non_finite`."""
 
   @tff.tensorflow.computation(result_type, choice_type, client_meta_type)
-  def non_finite(result, choice, meta):
-    trained = tf.constant(True) if trained_by_all else choice['selected'][model] > 0
-    return tf.cast(trained & (meta['shares'][model] > 0.0) & tf.equal(result['weight'], 0.0),
-                   _COUNT)
+  def weigh(result, choice, meta):
+    return _weighted_and_non_finite(result, choice, meta, model, tf.constant(True))
 
-  return non_finite
+  return weigh
 
 
 def _field_computation(struct_type, name: str):
