@@ -157,29 +157,36 @@ def test_cohort_larger_than_population_is_an_error(small_digits_task, process, t
                            _config(tmp_path / 'run', 1))
 
 
-def test_non_finite_model_stops_the_run():
-  weights = tff.learning.models.ModelWeights(
+def test_non_finite_model_or_loss_or_aggregate_is_divergence():
+  finite = tff.learning.models.ModelWeights(trainable=[np.ones(3, np.float32)], non_trainable=[])
+  nan_model = tff.learning.models.ModelWeights(
       trainable=[np.ones(3, np.float32), np.array([1.0, np.nan], np.float32)],
       non_trainable=[])
-  with pytest.raises(FloatingPointError, match='non-finite in round 7.*Lower the client'):
-    program.check_finite(weights, 7)
-  program.check_finite(tff.learning.models.ModelWeights(
-      trainable=[np.ones(3, np.float32)], non_trainable=[]), 7)
+  with pytest.raises(FloatingPointError, match='diverged in round 7: the global model has '
+                                               'non-finite weights.*learning rate'):
+    program.check_diverged(7, nan_model)
+  with pytest.raises(FloatingPointError, match=r'round 3: eval/loss = inf'):
+    program.check_diverged(3, finite, {'eval': {'loss': np.inf, 'accuracy': 0.1}})
+  with pytest.raises(FloatingPointError,
+                     match=r'process/finalizer/update_non_finite = 1 \(the aggregated update'):
+    program.check_diverged(2, finite, {'process': {'finalizer': {'update_non_finite': 1}}})
+  with pytest.raises(FloatingPointError, match='global model 1 has non-finite'):
+    program.check_diverged(2, [finite, nan_model])
+  program.check_diverged(7, finite, {'eval': {'loss': 2.3}, 'train': {'loss': 0.0},
+                                     'process': {'finalizer': {'update_non_finite': 0}}})
 
 
-def test_divergent_training_is_reported_not_applied(small_digits_task, tmp_path):
-  # A client learning rate of 1e30 overflows client updates. TFF gives a
-  # non-finite client update weight 0, and its finalizer refuses a non-finite
-  # aggregate: the model stays finite and the round reports
-  # `update_non_finite = 1`. (In round 1 one 3-example client still sends a
-  # finite, huge update; from round 2 on every update overflows.)
+def test_divergent_training_stops_after_releasing_the_round(small_digits_task, tmp_path):
+  # A client learning rate of 1e30 makes round 1's model finite but huge, so its
+  # evaluation loss is NaN; the run stops there with that round's row released
+  # and no checkpoint of the diverged state.
   process = _fedavg(small_digits_task, client_lr=1e30)
-  result = program.run_experiment(
-      small_digits_task, process, samplers.UniformSampler(_COHORT, seed=0),
-      _config(tmp_path / 'run', 3))
-  refused = [r['process/finalizer/update_non_finite'] for r in _rows(tmp_path / 'run')[1:]]
-  assert '1' in refused
-  assert all(np.all(np.isfinite(t)) for t in result.model_weights.trainable)
+  with pytest.raises(FloatingPointError, match=r'diverged in round 1: eval/loss = nan'):
+    program.run_experiment(
+        small_digits_task, process, samplers.UniformSampler(_COHORT, seed=0),
+        _config(tmp_path / 'run', 3))
+  assert [r['key'] for r in _rows(tmp_path / 'run')] == ['0', '1']
+  assert not os.path.exists(tmp_path / 'run' / 'checkpoints' / 'program_state_1')
 
 
 def test_progress_line(caplog):

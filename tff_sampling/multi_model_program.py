@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
-import json
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -39,6 +38,7 @@ import tensorflow_federated as tff
 
 from tff_sampling import communication
 from tff_sampling import program
+from tff_sampling import run_dir
 from tff_sampling import runtime
 from tff_sampling.learning import multi_model
 from tff_sampling.samplers import base as samplers_base
@@ -155,28 +155,22 @@ def run_multi_model_experiment(
     FloatingPointError: If a global model becomes non-finite.
   """
   examples = check_population(tasks)
+  with run_dir.RunDirectory(config.output_dir, config.keep_checkpoints) as directory:
+    return _run(directory, tasks, process, config, examples)
+
+
+def _run(directory: run_dir.RunDirectory, tasks: Sequence[Task],
+         process: tff.templates.MeasuredProcess, config: program.ProgramConfig,
+         examples: np.ndarray) -> MultiModelResult:
+  """`run_multi_model_experiment`'s loop, inside the claimed and locked run directory."""
   shares = multi_model.data_shares(examples)
   num_clients, num_models = examples.shape
-  program.prepare_output_dir(config.output_dir)
   runtime.use_secure_sum_simulation()
-  state_manager = tff.program.FileProgramStateManager(
-      os.path.join(config.output_dir, 'checkpoints'),
-      keep_total=config.keep_checkpoints, keep_first=True)
-  saved_versions = asyncio.run(state_manager.get_versions())
-  if saved_versions:
-    program.check_resume_compatible(config.output_dir, config.hparams)
-  with open(os.path.join(config.output_dir, 'hparams.json'), 'w') as f:
-    json.dump(program.json_ready(config.hparams), f, indent=2, sort_keys=True)
-
   process_state = process.initialize()
   process_state['models'] = tuple(
       task.initial_model_weights(config.seed + s) for s, task in enumerate(tasks))
-  program_state = collections.OrderedDict(
-      round=np.int64(0), cumulative_bits=np.int64(0), process=process_state)
-  resumed_from = None
-  if saved_versions:
-    program_state, resumed_from = asyncio.run(state_manager.load_latest(program_state))
-    logging.info('Resuming %s after round %d.', config.output_dir, resumed_from)
+  program_state, resumed_from = directory.resume(config.hparams, collections.OrderedDict(
+      round=np.int64(0), cumulative_bits=np.int64(0), process=process_state))
 
   release_manager = tff.program.GroupingReleaseManager([
       tff.program.CSVFileReleaseManager(os.path.join(config.output_dir, 'metrics.csv')),
@@ -225,11 +219,6 @@ def run_multi_model_experiment(
     round_start = time.monotonic()
     output = process.next(process_state, client_data(round_num))
     process_state = output.state
-    for s, weights in enumerate(process_state['models']):
-      try:
-        program.check_finite(weights, round_num)
-      except FloatingPointError as e:
-        raise FloatingPointError(f'Model {s} ({tasks[s].name}): {e}') from e
     measurements = output.measurements
     uploads = np.asarray(measurements['uploads'], np.int64)
     extra = int(measurements['extra_scalars_per_client']) * int(measurements['cohort_size'])
@@ -246,10 +235,11 @@ def run_multi_model_experiment(
       eval_metrics = evaluate(process_state['models'])
       released['eval'] = eval_metrics
     asyncio.run(release_manager.release(released, round_num))
+    program.check_diverged(round_num, list(process_state['models']), released)
     if round_num % config.checkpoint_every == 0 or round_num == config.rounds:
-      asyncio.run(state_manager.save(collections.OrderedDict(
+      directory.save(collections.OrderedDict(
           round=np.int64(round_num), cumulative_bits=np.int64(cumulative_bits),
-          process=process_state), round_num))
+          process=process_state), round_num)
 
   if not eval_metrics:  # Resumed at the very end: report the saved models.
     eval_metrics = evaluate(process_state['models'])

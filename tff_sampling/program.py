@@ -41,7 +41,6 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
-import json
 import math
 import os
 import time
@@ -56,17 +55,14 @@ import tensorflow_federated as tff
 from tff_sampling.task import Task
 from tff_sampling import communication
 from tff_sampling import results
+from tff_sampling import run_dir
 from tff_sampling import runtime
 from tff_sampling import workers as workers_lib
 from tff_sampling.learning import signals as signals_lib
 from tff_sampling.samplers import base as samplers_base
 from tff_sampling.samplers import lefl
 
-# Hyper-parameters that may change between a run and its resumption without
-# changing the rounds already computed.
-RESUMABLE_HPARAMS = frozenset({
-    'rounds', 'eval_every', 'checkpoint_every', 'root_output_dir',
-    'experiment_name', 'keep_checkpoints'})
+RESUMABLE_HPARAMS = run_dir.RESUMABLE_HPARAMS
 
 # Stream ids of `samplers_base.round_rng` used by the program itself.
 _SHUFFLE_STREAM = 1
@@ -256,47 +252,6 @@ def client_shuffle_seed(seed: int, round_num: int, client: int) -> int:
   return int(rng.integers(2**31 - 1))
 
 
-def prepare_output_dir(output_dir: str) -> None:
-  """Creates `output_dir` and checks that it is writable (ValueError naming it if not)."""
-  try:
-    os.makedirs(output_dir, exist_ok=True)
-    probe = os.path.join(output_dir, '.write_probe')
-    with open(probe, 'w') as f:
-      f.write('ok')
-    os.remove(probe)
-  except OSError as e:
-    raise ValueError(
-        f'Output directory {output_dir!r} is not writable ({e.strerror or e}); '
-        'choose another --root_output_dir.') from e
-
-
-def json_ready(hparams: Mapping[str, Any]) -> dict[str, Any]:
-  """Round-trips hparams through JSON so that comparisons see stored values."""
-  return json.loads(json.dumps(dict(hparams), sort_keys=True, default=str))
-
-
-def check_resume_compatible(output_dir: str, hparams: Mapping[str, Any]) -> None:
-  """Raises ValueError unless `output_dir`'s hparams.json matches `hparams` (bar resumables)."""
-  path = os.path.join(output_dir, 'hparams.json')
-  if not os.path.exists(path):
-    raise ValueError(
-        f'{output_dir!r} holds checkpoints but no hparams.json, so it cannot be '
-        'verified that they come from this configuration; use a new '
-        '--experiment_name or delete the directory.')
-  with open(path) as f:
-    stored = json.load(f)
-  current = json_ready(hparams)
-  keys = (set(stored) | set(current)) - RESUMABLE_HPARAMS
-  differences = sorted(k for k in keys if stored.get(k) != current.get(k))
-  if differences:
-    details = ', '.join(
-        f'{k}: saved {stored.get(k)!r} vs now {current.get(k)!r}' for k in differences)
-    raise ValueError(
-        f'Cannot resume the run in {output_dir!r}: its checkpoints were written by a '
-        f'different configuration ({details}). Use a new --experiment_name, or '
-        'delete the directory to start over.')
-
-
 def _takes_slot_client_data(process: tff.learning.templates.LearningProcess) -> bool:
   """Whether clients get ``signals.client_data`` structs (slot, weight) or plain datasets."""
   member = process.next.type_signature.parameter[1].member
@@ -383,13 +338,47 @@ def model_weights_of(process: tff.learning.templates.LearningProcess, state: Any
   return process.get_model_weights(state)
 
 
-def check_finite(model_weights, round_num: int) -> None:
-  for tensor in tf.nest.flatten(model_weights.trainable):
-    if not np.all(np.isfinite(tensor)):
-      raise FloatingPointError(
-          f'The global model became non-finite in round {round_num}; the run '
-          'stops rather than continue with a NaN model. Lower the client or '
-          'server learning rate (or check the data for non-finite values).')
+def _leaves(value: Any, path: str = ''):
+  """``(path, value)`` of every leaf of a nested mapping of metrics."""
+  if isinstance(value, Mapping):
+    for key, child in value.items():
+      yield from _leaves(child, f'{path}/{key}' if path else str(key))
+  else:
+    yield path, value
+
+
+def check_diverged(round_num: int, model_weights: Any = None,
+                   released: Mapping[str, Any] | None = None) -> None:
+  """Stops a diverging run: raises FloatingPointError naming the round and the sign.
+
+  Signs of divergence: a global model (one `ModelWeights` or a sequence of
+  them) with a non-finite weight; a released ``loss`` (training or evaluation)
+  that is not finite; or a ``…non_finite…`` measurement above 0, as TFF's
+  optimizer finalizer reports (``update_non_finite``) when it refuses a
+  non-finite aggregate and keeps the old model, which would otherwise let the
+  run go on without learning.
+  """
+  models = (list(model_weights) if isinstance(model_weights, list) else [model_weights])
+  signs = []
+  for s, weights in enumerate(m for m in models if m is not None):
+    if not all(np.all(np.isfinite(t)) for t in tf.nest.flatten(weights.trainable)):
+      signs.append('the global model has non-finite weights' if len(models) == 1
+                   else f'global model {s} has non-finite weights')
+  for path, value in _leaves(released or {}):
+    name = path.rsplit('/', 1)[-1]
+    try:
+      number = float(np.asarray(value))
+    except (TypeError, ValueError):
+      continue
+    if name == 'loss' and not math.isfinite(number):
+      signs.append(f'{path} = {number}')
+    elif 'non_finite' in name and number > 0:
+      signs.append(f'{path} = {number:g} (the aggregated update was not finite)')
+  if signs:
+    raise FloatingPointError(
+        f'The run diverged in round {round_num}: {"; ".join(signs)}. The run stops here (the '
+        'rows so far are in metrics.csv). The learning rate is the likely cause: lower the '
+        'client or server learning rate (or check the data for non-finite values).')
 
 
 def run_experiment(
@@ -436,31 +425,25 @@ def run_experiment(
   preprocessing = preprocessing_bits or communication.PreprocessingBits(0, 0)
   if config.workers or config.local_workers:  # Before anything is written.
     workers_lib.check_splittable(process.next, f'The learning process of {config.output_dir}')
-  prepare_output_dir(config.output_dir)
-  runtime.use_secure_sum_simulation()  # Secure-sum aggregators need it; harmless otherwise.
-  state_manager = tff.program.FileProgramStateManager(
-      os.path.join(config.output_dir, 'checkpoints'),
-      keep_total=config.keep_checkpoints, keep_first=True)
-  saved_versions = asyncio.run(state_manager.get_versions())
-  if saved_versions:
-    check_resume_compatible(config.output_dir, config.hparams)
-  with open(os.path.join(config.output_dir, 'hparams.json'), 'w') as f:
-    json.dump(json_ready(config.hparams), f, indent=2, sort_keys=True)
+  with run_dir.RunDirectory(config.output_dir, config.keep_checkpoints) as directory:
+    return _run(directory, task, process, sampler, config, uplink_fn, availability,
+                preprocessing_bits, preprocessing)
 
+
+def _run(directory, task, process, sampler, config, uplink_fn, availability,
+         preprocessing_bits, preprocessing) -> ExperimentResult:
+  """`run_experiment`'s loop, inside the claimed and locked run directory."""
+  runtime.use_secure_sum_simulation()  # Secure-sum aggregators need it; harmless otherwise.
   population = samplers_base.Population(num_examples=np.asarray(task.client_num_examples))
   process_state = process.initialize()
   process_state = process.set_model_weights(
       process_state, task.initial_model_weights(config.seed))
-  program_state = collections.OrderedDict(
+  program_state, resumed_from = directory.resume(config.hparams, collections.OrderedDict(
       round=np.int64(0),
       cumulative_bits=np.int64(preprocessing.upload_bits),
       selection_counts=np.zeros(population.size, np.int64),
       process=process_state,
-      sampler=sampler.initialize(population))
-  resumed_from = None
-  if saved_versions:
-    program_state, resumed_from = asyncio.run(state_manager.load_latest(program_state))
-    logging.info('Resuming %s after round %d.', config.output_dir, resumed_from)
+      sampler=sampler.initialize(population)))
 
   release_manager = tff.program.GroupingReleaseManager([
       tff.program.CSVFileReleaseManager(os.path.join(config.output_dir, 'metrics.csv')),
@@ -562,7 +545,6 @@ def run_experiment(
       process_metrics, round_signals = _split_signals(output.metrics)
       sampler_state = sampler.observe(sampler_state, selection, round_signals)
       model_weights = model_weights_of(process, process_state)
-      check_finite(model_weights, round_num)
 
       uplink = uplink_fn(process_metrics, len(selection.clients))
       round_bits = communication.upload_bits(uplink, model_parameters)
@@ -587,14 +569,15 @@ def run_experiment(
         eval_metrics = evaluate(model_weights)
         released['eval'] = eval_metrics
       asyncio.run(release_manager.release(released, round_num))
+      check_diverged(round_num, model_weights, released)
 
       if round_num % config.checkpoint_every == 0 or round_num == config.rounds:
-        asyncio.run(state_manager.save(collections.OrderedDict(
+        directory.save(collections.OrderedDict(
             round=np.int64(round_num),
             cumulative_bits=np.int64(cumulative_bits),
             selection_counts=selection_counts.copy(),
             process=process_state,
-            sampler=sampler_state), round_num))
+            sampler=sampler_state), round_num)
         _write_selection_counts(config.output_dir, task, selection_counts)
 
   final_round = max(first_round - 1, config.rounds)
