@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import shutil
+import os
 import statistics
 import tempfile
 import time
@@ -191,14 +191,11 @@ def program_round_seconds(rounds: int, checkpoint_every: int) -> float:
   """Seconds per round of `run_experiment` on ``digits`` (10 clients per round, eval every round)."""
   task = tasks.get_task('digits')
   process = fedavg.build_fedavg(task.model_fn, client_learning_rate=0.1)
-  directory = tempfile.mkdtemp(prefix='bench_program_')
-  try:
+  with tempfile.TemporaryDirectory(prefix='bench_program_') as directory:
     result = program.run_experiment(
         task, process, samplers.UniformSampler(10, seed=0),
-        program.ProgramConfig(output_dir=directory, rounds=rounds,
+        program.ProgramConfig(output_dir=os.path.join(directory, 'run'), rounds=rounds,
                               checkpoint_every=checkpoint_every, hparams={'bench': 1}))
-  finally:
-    shutil.rmtree(directory, ignore_errors=True)
   return result.seconds / rounds
 
 

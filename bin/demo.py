@@ -10,8 +10,9 @@ cohort client trains, and then uploads with probability ``p_i``: optimal
 ``1`` (full participation), with ``m = 3`` expected uploads. The same seeds run
 for every method. Prints a table (final accuracy; rounds and uploaded bits to
 a target accuracy; mean improvement factor) and writes the accuracy-vs-rounds
-and accuracy-vs-uploaded-bits plot. Earlier demo runs are replaced unless
-``--noreset``.
+and accuracy-vs-uploaded-bits plot. Like every binary, it resumes earlier runs
+of the same configuration (a finished run is only re-read); ``--reset`` starts
+them over.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from absl import flags
 import numpy as np
 
 from bin import experiment_flags as ef
+from bin import flag_checks
 from bin import optimal_sampling as os_bin
 from tff_sampling import aggregators
 from tff_sampling import plotting
@@ -45,8 +47,9 @@ _SEEDS = flags.DEFINE_integer('seeds', 3, 'Runs per method (seeds seed..seed+see
 _METHODS = flags.DEFINE_list('methods', ['optimal', 'uniform', 'full'],
                              'Samplings to compare (see bin/optimal_sampling.py).')
 _TARGET_ACCURACY = flags.DEFINE_float(
-    'target_accuracy', 0.7, 'Accuracy for the rounds/bits-to-target columns.')
-_RESET = flags.DEFINE_bool('reset', True, 'Delete earlier demo runs before starting.')
+    'target_accuracy', 0.7,
+    'Accuracy for the rounds/bits-to-target columns, a fraction in (0, 1].')
+flag_checks.check_accuracy('target_accuracy')
 
 
 def summary_table(groups: dict[str, list[results.Run]], target: float) -> str:
@@ -108,7 +111,7 @@ def main(argv: Sequence[str]) -> None:
         make_sampler=lambda method, seed: samplers.UniformSampler(
             ef.CLIENTS_PER_ROUND.value, seed=seed),
         method_hparams=lambda method: {**os_bin.method_hparams(), 'sampling': method},
-        uplink_fn=aggregators.uplink_from_measurements, reset=_RESET.value)
+        uplink_fn=aggregators.uplink_from_measurements)
   except (ValueError, FileNotFoundError, FloatingPointError) as e:
     sys.exit(f'Error: {e}')
   plot_path = plotting.plot_runs(

@@ -8,8 +8,6 @@ task that does (see `tasks.get_task`).
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,11 +18,13 @@ from absl import flags
 from absl import logging
 import tensorflow_federated as tff
 
+from bin import flag_checks
 import tasks
 from tff_sampling import availability as availability_lib
 from tff_sampling import communication
 from tff_sampling import program
 from tff_sampling import results
+from tff_sampling import run_dir
 from tff_sampling import runtime
 from tff_sampling import samplers
 
@@ -34,9 +34,9 @@ ROUNDS = flags.DEFINE_integer('rounds', 20, 'Training rounds.', lower_bound=1)
 CLIENTS_PER_ROUND = flags.DEFINE_integer(
     'clients_per_round', 10, 'Cohort size: clients drawn per round.', lower_bound=1)
 CLIENT_LEARNING_RATE = flags.DEFINE_float(
-    'client_learning_rate', 0.1, 'Client SGD learning rate.', lower_bound=0.0)
+    'client_learning_rate', 0.1, 'Client SGD learning rate (finite, > 0).')
 SERVER_LEARNING_RATE = flags.DEFINE_float(
-    'server_learning_rate', 1.0, 'Server SGD learning rate.', lower_bound=0.0)
+    'server_learning_rate', 1.0, 'Server SGD learning rate (finite, > 0).')
 CLIENT_EPOCHS = flags.DEFINE_integer(
     'client_epochs', 1, 'Local epochs per round.', lower_bound=1)
 CLIENT_STEPS = flags.DEFINE_integer(
@@ -50,7 +50,8 @@ EVAL_EVERY = flags.DEFINE_integer(
 CHECKPOINT_EVERY = flags.DEFINE_integer(
     'checkpoint_every', 1, 'Save program state every this many rounds.', lower_bound=1)
 SEED = flags.DEFINE_integer(
-    'seed', 0, 'Seed of the cohorts, client data order and initial model.')
+    'seed', 0, 'Seed of the cohorts, client data order and initial model.', lower_bound=0,
+    upper_bound=2**32 - 1)
 ROOT_OUTPUT_DIR = flags.DEFINE_string(
     'root_output_dir', '/tmp/tff_sampling', 'Root directory of results.')
 EXPERIMENT_NAME = flags.DEFINE_string(
@@ -58,6 +59,11 @@ EXPERIMENT_NAME = flags.DEFINE_string(
     'Sub-directory of --root_output_dir for this run (default: derived from '
     'the task, method and seed). An existing run there is resumed. Binaries that '
     'compare methods use it as the prefix of <prefix>_<method>_seed<seed>.')
+RESET = flags.DEFINE_bool(
+    'reset', False,
+    'Start over: delete this run\'s earlier output first (only a directory this project '
+    'created for a run, which carries a .tff_sampling_run marker). Without it an existing run '
+    'is resumed from its newest intact checkpoint.')
 WORKERS = flags.DEFINE_list(
     'workers', [],
     'host:port of running TFF workers (`worker_binary --port=PORT`); each round\'s clients are '
@@ -82,14 +88,15 @@ AVAILABILITY = flags.DEFINE_list(
     'selects among them. bin.fedgs takes a comma-separated list; other binaries one.')
 AVAILABILITY_BETA = flags.DEFINE_float(
     'availability_beta', None,
-    "β of a mode given without one (default: the paper's β for the mode).")
+    "β of a mode given without one, in [0, 1] (default: the paper's β for the mode).")
 AVAILABILITY_PERIOD = flags.DEFINE_integer(
     'availability_period', availability_lib.DEFAULT_PERIOD, 'Period T of the YC and SLN modes.',
     lower_bound=1)
 
 # --- Task options (None = the task's default) ---------------------------------
 DATA_SEED = flags.DEFINE_integer(
-    'data_seed', None, 'Seed of generated/partitioned task data (task option seed).')
+    'data_seed', None, 'Seed of generated/partitioned task data (task option seed).',
+    lower_bound=0, upper_bound=2**32 - 1)
 _TASK_OPTION_FLAGS = {
     'cache_dir': flags.DEFINE_string(
         'cache_dir', None, 'Directory of the TFF dataset SQLite caches.'),
@@ -115,14 +122,15 @@ _TASK_OPTION_FLAGS = {
     'alpha': flags.DEFINE_float('synthetic_alpha', None, 'synthetic: alpha of Synthetic(alpha, beta).'),
     'beta': flags.DEFINE_float('synthetic_beta', None, 'synthetic: beta of Synthetic(alpha, beta).'),
     'min_client_size': flags.DEFINE_integer(
-        'min_client_size', None, 'synthetic: smallest client.', lower_bound=1),
+        'min_client_size', None, 'synthetic: smallest client.', lower_bound=2),
     'max_client_size': flags.DEFINE_integer(
-        'max_client_size', None, 'synthetic: largest client.', lower_bound=1),
+        'max_client_size', None, 'synthetic: largest client.', lower_bound=2),
     'only_digits': flags.DEFINE_bool(
         'only_digits', None, 'emnist: 10 digit classes (True) or all 62 (False).'),
     'sequence_length': flags.DEFINE_integer(
         'sequence_length', None, 'shakespeare: characters per sequence.', lower_bound=1),
-    'crop_size': flags.DEFINE_integer('crop_size', None, 'cifar100: crop size.', lower_bound=1),
+    'crop_size': flags.DEFINE_integer('crop_size', None, 'cifar100: crop size.', lower_bound=1,
+                                      upper_bound=32),
     'distort_images': flags.DEFINE_bool('distort_images', None, 'cifar100: random crop/flip.'),
     'data_dir': flags.DEFINE_string(
         'tfds_data_dir', None, 'cifar10: TFDS data directory holding the prepared cifar10.'),
@@ -133,21 +141,37 @@ _TASK_OPTION_FLAGS = {
     'size_group_examples': flags.DEFINE_list(
         'size_group_examples', None, 'cifar10: examples per client of each size group.'),
     'unbalance_seed': flags.DEFINE_integer(
-        'unbalance_seed', None, 'emnist_unbalanced_*: seed of the unbalancing.'),
+        'unbalance_seed', None, 'emnist_unbalanced_*: seed of the unbalancing.',
+        lower_bound=0, upper_bound=2**32 - 1),
     'unbalance_lower': flags.DEFINE_integer(
-        'unbalance_lower', None, 'emnist_unbalanced_*: smallest affected client size.'),
+        'unbalance_lower', None, 'emnist_unbalanced_*: smallest affected client size.',
+        lower_bound=0),
     'unbalance_upper': flags.DEFINE_integer(
-        'unbalance_upper', None, 'emnist_unbalanced_*: largest affected client size.'),
+        'unbalance_upper', None, 'emnist_unbalanced_*: largest affected client size.',
+        lower_bound=0),
     'unbalance_removal_probability': flags.DEFINE_float(
         'unbalance_removal_probability', None,
         'emnist_unbalanced_*: probability that an affected client is removed.'),
     'unbalance_keep_examples': flags.DEFINE_integer(
         'unbalance_keep_examples', None,
-        'emnist_unbalanced_*: examples an affected, surviving client keeps.'),
+        'emnist_unbalanced_*: examples an affected, surviving client keeps.', lower_bound=1),
     'unbalance_calibrate': flags.DEFINE_bool(
         'unbalance_calibrate', None,
         'emnist_unbalanced_*: recalibrate the preset on the real client sizes.'),
 }
+# Float flags need validators: absl's bounds let NaN through. `dirichlet_alpha` is
+# checked by the task (finite, > 0), whose error names it.
+flag_checks.check_learning_rate('client_learning_rate')
+flag_checks.check_learning_rate('server_learning_rate')
+flag_checks.check_number('availability_beta', low=0.0, high=1.0)
+flag_checks.check_number('size_sigma', low=0.0)
+flag_checks.check_number('eval_fraction', low=0.0, high=1.0, low_open=True, high_open=True)
+flag_checks.check_number('synthetic_alpha', low=0.0)
+flag_checks.check_number('synthetic_beta', low=0.0)
+flag_checks.check_number('unbalance_removal_probability', low=0.0, high=1.0)
+flag_checks.check_int_list('mlp_hidden')
+flag_checks.check_int_list('size_group_clients', example='10,20')
+flag_checks.check_int_list('size_group_examples', example='100,500')
 
 
 def _option_flags() -> dict[str, flags.FlagHolder]:
@@ -176,7 +200,7 @@ def task_options_from_flags() -> dict[str, Any]:
           f'{", ".join(owners)}); the flags of task {task!r} are {", ".join(own_flags)}.')
     value = holder.value
     if option in ('mlp_hidden', 'size_group_clients', 'size_group_examples'):
-      value = tuple(int(v) for v in value)
+      value = flag_checks.int_list(holder.name, value)
     options[option] = value
   return options
 
@@ -318,12 +342,25 @@ def worker_options() -> dict[str, Any]:
               clients_per_call=CLIENTS_PER_CALL.value)
 
 
+def run_directory(name: str) -> str:
+  """``--root_output_dir/name`` for a valid run name; emptied first under ``--reset``.
+
+  Raises:
+    ValueError: For a name that is not a plain directory name, or a directory
+      to reset that this project did not create.
+  """
+  path = run_dir.run_path(ROOT_OUTPUT_DIR.value, name)
+  if RESET.value and run_dir.remove_run(path):
+    logging.info('--reset: deleted the earlier run in %s.', path)
+  return path
+
+
 def program_config(hparams: dict[str, Any], default_name: str) -> program.ProgramConfig:
   """The `ProgramConfig` of this run; also records `experiment_name` in hparams."""
   name = EXPERIMENT_NAME.value or default_name
   hparams['experiment_name'] = name
   return program.ProgramConfig(
-      output_dir=os.path.join(ROOT_OUTPUT_DIR.value, name),
+      output_dir=run_directory(name),
       rounds=ROUNDS.value,
       seed=SEED.value,
       client_steps=CLIENT_STEPS.value,
@@ -385,7 +422,7 @@ def load_comparison(methods: Sequence[str], num_seeds: int,
   Raises:
     FileNotFoundError: If one of them is missing.
   """
-  return {method: [results.load_run(os.path.join(
+  return {method: [results.load_run(run_dir.run_path(
       ROOT_OUTPUT_DIR.value, comparison_run_name(method, seed, availability)))
                    for seed in range(SEED.value, SEED.value + num_seeds)]
           for method in methods}
@@ -400,7 +437,6 @@ def run_comparison(
     make_sampler: Callable[[str, int], samplers.Sampler],
     method_hparams: Callable[[str], Mapping[str, Any]],
     uplink_fn: program.UplinkFn = communication.full_cohort_uplink,
-    reset: bool = True,
     availability: AvailabilitySpec | None = None,
     preprocessing_bits: Callable[[str, int], communication.PreprocessingBits | None]
     | None = None,
@@ -408,8 +444,8 @@ def run_comparison(
   """Runs every method for seeds ``--seed … --seed + num_seeds − 1``; returns the runs.
 
   Each run goes to ``<root_output_dir>/<task>_<method>_seed<seed>`` (with
-  ``_<MODE-β>`` after the task when `availability` is given), started afresh
-  when `reset` (otherwise resumed). `availability` defaults to the flag's
+  ``_<MODE-β>`` after the task when `availability` is given) and resumes there
+  like any run (``--reset`` starts it over). `availability` defaults to the flag's
   single mode. `preprocessing_bits(method, seed)`, if given, is called after
   ``make_sampler(method, seed)`` (which may do the pre-processing) and its
   result passed to `program.run_experiment`. Raises like
@@ -419,9 +455,7 @@ def run_comparison(
   for method in methods:
     for seed in range(SEED.value, SEED.value + num_seeds):
       name = comparison_run_name(method, seed, availability)
-      output_dir = os.path.join(ROOT_OUTPUT_DIR.value, name)
-      if reset:
-        shutil.rmtree(output_dir, ignore_errors=True)
+      output_dir = run_directory(name)
       hparams = experiment_hparams(task, availability, **method_hparams(method))
       hparams.update(seed=seed, experiment_name=name)
       config = program.ProgramConfig(
@@ -435,3 +469,15 @@ def run_comparison(
           preprocessing_bits=preprocessing_bits and preprocessing_bits(method, seed))
       groups.setdefault(method, []).append(results.load_run(output_dir))
   return groups
+
+
+def _check_experiment_name(name: str | None) -> bool:
+  if name is not None:
+    try:
+      run_dir.check_run_name(name)
+    except ValueError as e:
+      raise flags.ValidationError(str(e)) from None
+  return True
+
+
+flags.register_validator('experiment_name', _check_experiment_name)

@@ -18,7 +18,7 @@ cohort each round is chosen among that round's active clients:
 * ``fedprox``: uniform sampling with FedProx's local problem (``--fedprox_mu``).
 
 ``--report_only`` prints the table from runs already written (e.g. by several
-invocations with ``--resume``). The availability of a round depends only on
+invocations, each resuming the runs already there). The availability of a round depends only on
 (seed, round), so every method
 sees the same active clients. Unset flags take the paper's settings scaled to
 the offline tasks (`PAPER_DEFAULTS`). Prints the best test loss per (mode ×
@@ -40,6 +40,7 @@ import matplotlib
 import numpy as np
 
 from bin import experiment_flags as ef
+from bin import flag_checks
 from tff_sampling import results
 from tff_sampling import samplers
 from tff_sampling.samplers import fedgs
@@ -72,33 +73,36 @@ flags.FLAGS.set_default('root_output_dir', 'results/fedgs')
 flags.FLAGS.set_default('task', 'synthetic')
 flags.FLAGS.set_default('checkpoint_every', 25)
 _SAMPLING = flags.DEFINE_list('sampling', list(SAMPLINGS), f'Methods to run, of {SAMPLINGS}.')
-_ALPHA = flags.DEFINE_float('alpha', 1.0, 'fedgs: weight α of the graph-dispersion term.',
-                            lower_bound=0.0)
+_ALPHA = flags.DEFINE_float('alpha', 1.0, 'fedgs: weight α of the graph-dispersion term (>= 0).')
 _GRAPH = flags.DEFINE_enum('graph', 'oracle', list(GRAPHS), 'fedgs: features of the 3DG.')
-_GRAPH_EPSILON = flags.DEFINE_float('graph_epsilon', 0.1, "fedgs: the 3DG's edge threshold ε.")
-_GRAPH_SIGMA2 = flags.DEFINE_float('graph_sigma2', 0.01, "fedgs: the 3DG's σ².",
-                                   lower_bound=0.0)
+_GRAPH_EPSILON = flags.DEFINE_float(
+    'graph_epsilon', 0.1, "fedgs: the 3DG's edge threshold ε on the similarities normalised to "
+    '[0, 1] (in [0, 1]).')
+_GRAPH_SIGMA2 = flags.DEFINE_float('graph_sigma2', 0.01, "fedgs: the 3DG's σ² (> 0).")
 _SOLVER = flags.DEFINE_enum(
     'solver', 'auto', ['auto', 'solver', 'heuristic'],
     'fedgs: SCIP (PySCIPOpt) warm-started by greedy + swap search, or the heuristic alone; '
     'auto uses SCIP where installed and the instance is small enough.')
 _SOLVER_TIME_LIMIT = flags.DEFINE_float(
-    'solver_time_limit', 1.0, 'fedgs: wall-clock limit τ_max of each selection (seconds).')
+    'solver_time_limit', 1.0,
+    'fedgs: wall-clock limit τ_max of each selection (seconds, > 0).')
 _NUM_CANDIDATES = flags.DEFINE_integer(
     'num_candidates', None, 'power_of_choice: candidates d per round (default 2m).',
     lower_bound=1)
-_FEDPROX_MU = flags.DEFINE_float('fedprox_mu', 0.01, 'fedprox: proximal strength μ.',
-                                 lower_bound=0.0)
+_FEDPROX_MU = flags.DEFINE_float('fedprox_mu', 0.01, 'fedprox: proximal strength μ (>= 0).')
 _SKETCH_SIZE = flags.DEFINE_integer(
     'sketch_size', 1024, 'Length of the update sketches (update_cosine graph).', lower_bound=1)
-_RESUME = flags.DEFINE_bool(
-    'resume', False, 'Resume runs found in --root_output_dir (a finished run is only '
-    're-read) instead of starting them afresh.')
 _REPORT_ONLY = flags.DEFINE_bool(
     'report_only', False, 'Run nothing: print the table and plot from the runs already in '
     '--root_output_dir (e.g. written by several invocations).')
 _SEEDS = flags.DEFINE_integer('seeds', 1, 'Runs per method (seeds seed..seed+seeds-1).',
                               lower_bound=1)
+flag_checks.check_number('alpha', low=0.0)
+flag_checks.check_number('graph_epsilon', low=0.0, high=1.0,
+                         hint='a threshold on similarities normalised to [0, 1]')
+flag_checks.check_number('graph_sigma2', low=0.0, low_open=True)
+flag_checks.check_number('solver_time_limit', low=0.0, low_open=True, hint='seconds')
+flag_checks.check_number('fedprox_mu', low=0.0)
 
 
 def graph_features(task, seed: int) -> np.ndarray:
@@ -243,7 +247,7 @@ def main(argv: Sequence[str]) -> None:
       table[spec.label] = ef.run_comparison(
           task, _SAMPLING.value, _SEEDS.value, make_process=make_process,
           make_sampler=lambda method, seed: make_sampler(task, method, seed, graphs),
-          method_hparams=method_hparams, availability=spec, reset=not _RESUME.value)
+          method_hparams=method_hparams, availability=spec)
   except (ValueError, FileNotFoundError, FloatingPointError) as e:
     sys.exit(f'Error: {e}')
 

@@ -37,11 +37,13 @@ from absl import flags
 from absl import logging
 import numpy as np
 
+from bin import flag_checks
 from tasks import multi_model as suites
 from tff_sampling import multi_model_program
 from tff_sampling import plotting
 from tff_sampling import program
 from tff_sampling import results
+from tff_sampling import run_dir
 from tff_sampling.learning import multi_model
 
 DEFAULT_SAMPLINGS = ('optimal', 'optimal_loss', 'optimal_secure', 'random', 'round_robin')
@@ -50,18 +52,24 @@ _SUITE = flags.DEFINE_enum('suite', 'digits_noniid', list(suites.SUITES), 'The t
 _SAMPLING = flags.DEFINE_list('sampling', list(DEFAULT_SAMPLINGS),
                               f'Methods to run, of {", ".join(multi_model.SAMPLINGS)}.')
 _NUM_MODELS = flags.DEFINE_integer('num_models', None,
-                                   'S, the number of models (default: the suite\'s).')
-_CLIENTS = flags.DEFINE_integer('clients', 120, 'N, the clients shared by the models.')
+                                   'S, the number of models (default: the suite\'s).',
+                                   lower_bound=1)
+_CLIENTS = flags.DEFINE_integer('clients', 120, 'N, the clients shared by the models.',
+                                lower_bound=1)
 _EXPECTED_CLIENTS = flags.DEFINE_float(
-    'expected_clients', 12.0, 'm, the expected number of clients that train per round.')
+    'expected_clients', 12.0,
+    'm, the expected number of clients that train per round, in (0, --clients].')
 _ROUNDS = flags.DEFINE_integer('rounds', 60, 'Training rounds.', lower_bound=1)
 _SEEDS = flags.DEFINE_integer('seeds', 1, 'Runs per method (seeds seed..seed+seeds-1).',
                               lower_bound=1)
-_SEED = flags.DEFINE_integer('seed', 0, 'First seed (sampling, shuffles, initial models).')
-_DATA_SEED = flags.DEFINE_integer('data_seed', 0, 'Seed of the suite\'s data partitions.')
-_CLIENT_LEARNING_RATE = flags.DEFINE_float('client_learning_rate', 0.1, 'Local SGD step size.')
+_SEED = flags.DEFINE_integer('seed', 0, 'First seed (sampling, shuffles, initial models).',
+                             lower_bound=0, upper_bound=2**32 - 1)
+_DATA_SEED = flags.DEFINE_integer('data_seed', 0, 'Seed of the suite\'s data partitions.',
+                                  lower_bound=0, upper_bound=2**32 - 1)
+_CLIENT_LEARNING_RATE = flags.DEFINE_float('client_learning_rate', 0.1,
+                                           'Local SGD step size (finite, > 0).')
 _SERVER_LEARNING_RATE = flags.DEFINE_float('server_learning_rate', 1.0,
-                                           'η of w_s ← w_s − η Σ (d/p) U.')
+                                           'η of w_s ← w_s − η Σ (d/p) U (finite, > 0).')
 _CLIENT_EPOCHS = flags.DEFINE_integer('client_epochs', 5, 'E, local epochs.', lower_bound=1)
 _CLIENT_BATCH_SIZE = flags.DEFINE_integer('client_batch_size', 10, 'Local batch size.',
                                           lower_bound=1)
@@ -78,11 +86,23 @@ _EXPERIMENT_NAME = flags.DEFINE_string('experiment_name', None,
 _CACHE_DIR = flags.DEFINE_string('cache_dir', None, 'leaf: TFF dataset cache directory.')
 _REPORT_ONLY = flags.DEFINE_bool('report_only', False,
                                  'Print the report from existing runs; train nothing.')
+flag_checks.check_learning_rate('client_learning_rate')
+flag_checks.check_learning_rate('server_learning_rate')
+flag_checks.check_number('expected_clients', low=0.0, low_open=True,
+                         hint='expected trainers per round, at most --clients')
+_RESET = flags.DEFINE_bool(
+    'reset', False, 'Start each run over: delete its earlier output first (only a directory '
+    'this project created for a run). Without it an existing run is resumed.')
 
 
 def run_name(method: str, seed: int) -> str:
   prefix = _EXPERIMENT_NAME.value or _SUITE.value
   return f'{prefix}_{method}_seed{seed}'
+
+
+def run_directory(method: str, seed: int) -> str:
+  """The (method, seed) run's directory under --root_output_dir (ValueError for a bad name)."""
+  return run_dir.run_path(_ROOT_OUTPUT_DIR.value, run_name(method, seed))
 
 
 def check_flags() -> None:
@@ -116,7 +136,9 @@ def run_one(tasks, method: str, seed: int) -> str:
       max_rescaling_steps=_MAX_RESCALING_STEPS.value, rounds=_ROUNDS.value,
       eval_every=_EVAL_EVERY.value, checkpoint_every=_CHECKPOINT_EVERY.value,
       experiment_name=run_name(method, seed))
-  directory = os.path.join(_ROOT_OUTPUT_DIR.value, run_name(method, seed))
+  directory = run_directory(method, seed)
+  if _RESET.value:
+    run_dir.remove_run(directory)
   result = multi_model_program.run_multi_model_experiment(tasks, process, program.ProgramConfig(
       output_dir=directory, rounds=_ROUNDS.value, seed=seed, eval_every=_EVAL_EVERY.value,
       checkpoint_every=_CHECKPOINT_EVERY.value, hparams=hparams))
@@ -184,7 +206,7 @@ def main(argv: Sequence[str]) -> None:
     for method in _SAMPLING.value:
       for seed in range(_SEED.value, _SEED.value + _SEEDS.value):
         if _REPORT_ONLY.value:
-          run_dirs.append(os.path.join(_ROOT_OUTPUT_DIR.value, run_name(method, seed)))
+          run_dirs.append(run_directory(method, seed))
         else:
           run_dirs.append(run_one(tasks, method, seed))
     runs = [results.load_run(d) for d in run_dirs]

@@ -185,11 +185,8 @@ class RunDirectory:
 
   # --- Hyper-parameters -----------------------------------------------------------
 
-  def write_hparams(self, hparams: Mapping[str, Any], resuming: bool) -> None:
-    """Checks `hparams` against the saved ones when `resuming`, then (re)writes them."""
+  def _write_hparams(self, hparams: Mapping[str, Any]) -> None:
     path = os.path.join(self.path, HPARAMS_FILENAME)
-    if resuming:
-      check_resume_compatible(self.path, hparams)
     with open(path + '.tmp', 'w') as f:
       json.dump(json_ready(hparams), f, indent=2, sort_keys=True)
     os.replace(path + '.tmp', path)
@@ -202,7 +199,8 @@ class RunDirectory:
   def resume(self, hparams: Mapping[str, Any], initial_state: Any) -> tuple[Any, int | None]:
     """``(program state, round resumed from)``; ``(initial_state, None)`` for a new run.
 
-    Checks `hparams` against the saved ones first, and writes them.
+    Checks `hparams` against the saved ones first; (re)writes them once the
+    resume point is chosen, so a refused resume changes nothing.
 
     Raises:
       ValueError: For checkpoints from another configuration, or when
@@ -210,9 +208,10 @@ class RunDirectory:
         of ``metrics.csv``); the message says which and why.
     """
     versions = self.versions()
-    self.write_hparams(hparams, resuming=bool(versions))
     if not versions:
+      self._write_hparams(hparams)
       return initial_state, None
+    check_resume_compatible(self.path, hparams)
     covered = self._last_round_in_metrics()
     skipped = []
     for version in reversed(versions):
@@ -226,6 +225,7 @@ class RunDirectory:
         skipped.append(f'round {version} (damaged: {_first_line(e)})')
         continue
       self._drop_versions_after(version)
+      self._write_hparams(hparams)
       if skipped:
         logging.warning('Resuming %s from round %d, the newest usable checkpoint; skipped %s.',
                         self.path, version, '; '.join(skipped))
