@@ -30,6 +30,7 @@ from absl import flags
 import numpy as np
 
 from bin import experiment_flags as ef
+from bin import flag_checks
 from tff_sampling import plotting
 from tff_sampling import results
 from tff_sampling import samplers
@@ -58,6 +59,7 @@ _FEDGS_ALPHA = flags.DEFINE_float('fedgs_alpha', 1.0,
                                   'fedgs: weight α of the graph-dispersion term.')
 _SEEDS = flags.DEFINE_integer('seeds', 1, 'Runs per method (seeds seed..seed+seeds-1).',
                               lower_bound=1)
+flag_checks.check_number('fedgs_alpha', low=0.0)
 
 
 def make_sampler(task, method: str, seed: int) -> samplers.Sampler:

@@ -32,6 +32,7 @@ from absl import flags
 import numpy as np
 
 from bin import experiment_flags as ef
+from bin import flag_checks
 import tasks
 from tasks import public
 from tff_sampling import communication
@@ -78,10 +79,12 @@ _ALLOCATION = flags.DEFINE_enum(
     'lefl: max(1, round(rate·|c|)) per cluster (the paper), or exactly '
     '--clients_per_round split ∝ cluster sizes.')
 _TARGET_ACCURACY = flags.DEFINE_float(
-    'target_accuracy', None, 'Accuracy for "rounds to target" (default: 90% of the best '
-    'final accuracy among the methods).')
+    'target_accuracy', None, 'Accuracy for "rounds to target", a fraction in (0, 1] '
+    '(default: 90% of the best final accuracy among the methods).')
 _SEEDS = flags.DEFINE_integer('seeds', 1, 'Runs per method (seeds seed..seed+seeds-1).',
                               lower_bound=1)
+flag_checks.check_number('sample_rate', low=0.0, high=1.0, low_open=True)
+flag_checks.check_accuracy('target_accuracy')
 
 
 def make_sampler(task: tasks.Task, method: str, seed: int,

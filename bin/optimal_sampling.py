@@ -21,6 +21,7 @@ from absl import flags
 import tensorflow_federated as tff
 
 from bin import experiment_flags as ef
+from bin import flag_checks
 from tff_sampling import aggregators
 from tff_sampling import learning
 
@@ -53,6 +54,8 @@ EXPECTED_CLIENTS = flags.DEFINE_float(
     'expected_clients', None, "m: expected uploads per round (default: the task's paper value).")
 _MAX_RESCALING_STEPS = flags.DEFINE_integer(
     'max_rescaling_steps', 4, 'j_max of the secure protocol.', lower_bound=0)
+flag_checks.check_number('expected_clients', low=0.0, low_open=True,
+                         hint='expected uploads per round, such as 3')
 
 
 def make_process(task, sampling: str, seed: int) -> tff.learning.templates.LearningProcess:
