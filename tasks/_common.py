@@ -13,6 +13,7 @@ import contextlib
 import numbers
 import os
 import sqlite3
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Optional
 
@@ -58,6 +59,21 @@ def check_float(
     high = ']' if max_inclusive else ')'
     raise ValueError(f'{name} must be in {low}{minimum}, {maximum}{high}, got {value!r}.')
   return float(value)
+
+
+def check_int_tuple(name: str, values: Any, *, minimum: int = 1) -> tuple[int, ...]:
+  """`values` as a non-empty tuple of ints >= `minimum`, else a ValueError naming `name`."""
+  if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+    raise ValueError(f'{name} must be a non-empty list of integers >= {minimum}, got '
+                     f'{values!r}.')
+  return tuple(check_int(name, v, minimum=minimum) for v in values)
+
+
+def check_optional_path(name: str, value: Any) -> Optional[str]:
+  """`value` if it is ``None`` or a path string, else a ValueError naming `name`."""
+  if value is not None and not isinstance(value, (str, os.PathLike)):
+    raise ValueError(f'{name} must be a directory path or None, got {value!r}.')
+  return None if value is None else os.fspath(value)
 
 
 def check_choice(name: str, value: Any, choices: Sequence[Any]) -> Any:
@@ -225,13 +241,23 @@ def default_cache_dir() -> str:
   return os.path.join(os.path.expanduser('~'), '.tff')
 
 
+# The tables and columns TFF's `SqlClientData` reads (the layout written by
+# `tff.simulation.datasets.save_to_sql_client_data`).
+TFF_DATABASE_SCHEMA = {
+    'examples': ('split_name', 'client_id', 'serialized_example_proto'),
+    'client_metadata': ('client_id', 'split_name', 'num_examples'),
+}
+
+
 def require_cached_database(dataset: str, file_name: str, cache_dir: Optional[str]) -> str:
-  """The path of TFF's decompressed database, or a FileNotFoundError.
+  """The path of TFF's decompressed database, or an error saying how to provide it.
 
   TFF 0.87's loaders call ``download.get_compressed_file(origin=<url>.lzma,
   cache_dir)``, which returns ``<cache_dir>/<file_name>`` when it exists and
   downloads otherwise; downloading cannot work without internet access, so we
-  check first and explain how to provide the file.
+  check first and explain how to provide the file. A file that is there but
+  damaged (empty, not SQLite, without TFF's tables) is reported the same way
+  (`check_tff_database`) instead of failing deep inside TFF's reader.
 
   Args:
     dataset: Loader module name, e.g. ``'emnist'``.
@@ -240,8 +266,12 @@ def require_cached_database(dataset: str, file_name: str, cache_dir: Optional[st
 
   Returns:
     The path TFF's loader will read.
+
+  Raises:
+    FileNotFoundError: If the file does not exist.
+    ValueError: If it is not a database in TFF's format.
   """
-  directory = default_cache_dir() if cache_dir is None else cache_dir
+  directory = default_cache_dir() if cache_dir is None else os.fspath(cache_dir)
   path = os.path.join(directory, file_name)
   if not tf.io.gfile.exists(path):
     url = f'{_TFF_DATASETS_URL}{file_name}.lzma'
@@ -254,7 +284,65 @@ def require_cached_database(dataset: str, file_name: str, cache_dir: Optional[st
         f'machine with internet access and copy the resulting {file_name} into '
         f'{directory!r}; or download {url} and decompress it there '
         f'(`unlzma {file_name}.lzma` or `xz --format=lzma -d {file_name}.lzma`).')
+  if os.path.exists(path):  # A local file (gfile also reaches remote ones, not checked).
+    check_tff_database(path, dataset, file_name)
   return path
+
+
+def check_tff_database(path: str, dataset: str, file_name: str) -> None:
+  """Raises a one-line ValueError unless `path` is an SQLite file in TFF's format.
+
+  Opens the file read-only (it is never modified) and checks that it is an
+  SQLite database holding the tables and columns of `TFF_DATABASE_SCHEMA`.
+  The message names the path, what is wrong, and how to get a good file.
+
+  Args:
+    path: The database file.
+    dataset: TFF's loader module, e.g. ``'emnist'`` (for the fix).
+    file_name: The file's name in the cache, e.g. ``'emnist_all.sqlite'``.
+  """
+  problem = _tff_database_problem(path)
+  if problem is None:
+    return
+  url = f'{_TFF_DATASETS_URL}{file_name}.lzma'
+  raise ValueError(
+      f'The {dataset} task\'s cache file {path!r} {problem}, so it is not the database '
+      f'TFF\'s loader reads. To get a good file: delete it and run '
+      f'`tff.simulation.datasets.{dataset}.load_data(cache_dir=...)` on a machine with internet '
+      f'access, then copy its {file_name} here; or download {url} and decompress it here '
+      f'(`xz --format=lzma -d {file_name}.lzma`); or convert your own data into this format '
+      'with `tff.simulation.datasets.save_to_sql_client_data`.')
+
+
+def _tff_database_problem(path: str) -> Optional[str]:
+  """What is wrong with `path` as a TFF database, or ``None`` if nothing is."""
+  if os.path.isdir(path):
+    return 'is a directory, not a file'
+  try:
+    size = os.path.getsize(path)
+  except OSError as e:
+    return f'cannot be read ({e.strerror})'
+  if size == 0:
+    return 'is empty (0 bytes)'
+  uri = f'file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro'
+  try:
+    with contextlib.closing(sqlite3.connect(uri, uri=True)) as connection:
+      tables = {row[0] for row in connection.execute(
+          "SELECT name FROM sqlite_master WHERE type = 'table';")}
+      for table, required in TFF_DATABASE_SCHEMA.items():
+        if table not in tables:
+          found = ', '.join(repr(t) for t in sorted(tables)) or 'none'
+          return f'has no table {table!r} (its tables: {found})'
+        columns = {row[1] for row in connection.execute(f'PRAGMA table_info({table});')}
+        missing = [c for c in required if c not in columns]
+        if missing:
+          return f'has no column(s) {", ".join(missing)} in table {table!r}'
+  except sqlite3.DatabaseError as e:  # Includes OperationalError (cannot open).
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if 'not a database' in text:
+      return f'is not an SQLite database ({text})'
+    return f'cannot be read as an SQLite database ({text})'
+  return None
 
 
 def scan_sql_split(

@@ -43,7 +43,7 @@ from __future__ import annotations
 import collections
 import functools
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
@@ -136,12 +136,6 @@ def load_split(split: str, data_dir: Optional[str]) -> tuple[np.ndarray, np.ndar
   return images, labels
 
 
-def _check_int_tuple(name: str, values: Any) -> tuple[int, ...]:
-  if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
-    raise ValueError(f'{name} must be a non-empty list of integers >= 1, got {values!r}.')
-  return tuple(_common.check_int(name, v) for v in values)
-
-
 def profile_sizes(
     size_group_clients: Sequence[int], size_group_examples: Sequence[int]
 ) -> np.ndarray:
@@ -215,10 +209,10 @@ def create_cifar10_task(
     raise ValueError(f'data_dir must be a string or None, got {data_dir!r}.')
   size_profile = _common.check_choice('size_profile', size_profile, tuple(SIZE_PROFILES))
   profile = SIZE_PROFILES[size_profile]
-  group_clients = _check_int_tuple(
+  group_clients = _common.check_int_tuple(
       'size_group_clients',
       profile['size_group_clients'] if size_group_clients is None else size_group_clients)
-  group_examples = _check_int_tuple(
+  group_examples = _common.check_int_tuple(
       'size_group_examples',
       profile['size_group_examples'] if size_group_examples is None else size_group_examples)
   if len(group_clients) != len(group_examples):

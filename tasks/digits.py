@@ -365,7 +365,8 @@ def create_digits_task(
     preset: ``'default'``, ``'unbalanced'``, ``'shards'`` or ``'two_labels'``
       (see the module docstring).
     model: ``'mlp'`` (64-unit hidden layer) or ``'logistic'``.
-    mlp_hidden: Hidden widths of the ``'mlp'`` model.
+    mlp_hidden: Hidden widths of the ``'mlp'`` model: a non-empty sequence of
+      integers >= 1 (``model='logistic'`` has no hidden layer).
 
   Returns:
     The `Task`. Raw elements are ``OrderedDict(x=float32[64], y=int32[])``;
@@ -400,7 +401,7 @@ def create_digits_task(
                                         max_inclusive=False),
       preset=preset,
       model=_common.check_choice('model', model, MODELS),
-      mlp_hidden=tuple(_common.check_int('mlp_hidden', h) for h in mlp_hidden),
+      mlp_hidden=_common.check_int_tuple('mlp_hidden', mlp_hidden),
   )
 
   digits = sklearn.datasets.load_digits()

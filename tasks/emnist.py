@@ -160,7 +160,7 @@ def _check_options(
       client_batch_size=client_batch_size, client_epochs=client_epochs,
       max_client_examples=max_client_examples, seed=seed, eval_batch_size=eval_batch_size)
   options.update(
-      cache_dir=cache_dir,
+      cache_dir=_common.check_optional_path('cache_dir', cache_dir),
       only_digits=_common.check_bool('only_digits', only_digits),
       max_eval_examples=_common.check_optional_int('max_eval_examples', max_eval_examples),
       model=_common.check_choice('model', model, MODELS),
@@ -245,6 +245,8 @@ def create_emnist_task(
 
   Raises:
     FileNotFoundError: If the database is not in `cache_dir`.
+    ValueError: For an invalid option, or a database file that is not in TFF's
+      format (empty, not SQLite, missing tables).
   """
   options = _check_options(
       client_batch_size=client_batch_size, client_epochs=client_epochs,
@@ -428,7 +430,8 @@ def create_emnist_unbalanced_task(
     options hold the parameters actually used.
 
   Raises:
-    ValueError: For an invalid option (checked before any data is read).
+    ValueError: For an invalid option (checked before any data is read), or a
+      database file that is not in TFF's format (empty, not SQLite, missing tables).
     FileNotFoundError: If the database is not in `cache_dir`.
   """
   if unbalanced_set not in UNBALANCED_TARGETS:

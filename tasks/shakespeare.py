@@ -156,18 +156,21 @@ def create_shakespeare_task(
 
   Raises:
     FileNotFoundError: If the database is not in `cache_dir`.
+    ValueError: For an invalid option, or a database file that is not in TFF's
+      format (empty, not SQLite, missing tables).
   """
   options = _common.check_common_options(
       client_batch_size=client_batch_size, client_epochs=client_epochs,
       max_client_examples=max_client_examples, seed=seed, eval_batch_size=eval_batch_size)
   options.update(
-      cache_dir=cache_dir,
+      cache_dir=_common.check_optional_path('cache_dir', cache_dir),
       sequence_length=_common.check_int('sequence_length', sequence_length),
       max_eval_examples=_common.check_optional_int('max_eval_examples', max_eval_examples),
       model=_common.check_choice('model', model, MODELS),
   )
-  database = _common.require_cached_database('shakespeare', DATABASE_FILE, cache_dir)
-  train_data, test_data = tff.simulation.datasets.shakespeare.load_data(cache_dir=cache_dir)
+  database = _common.require_cached_database('shakespeare', DATABASE_FILE, options['cache_dir'])
+  train_data, test_data = tff.simulation.datasets.shakespeare.load_data(
+      cache_dir=options['cache_dir'])
   client_ids = tuple(train_data.client_ids)
   sequence_length = options['sequence_length']
   num_examples, histograms = _common.scan_sql_split(
