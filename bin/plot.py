@@ -18,6 +18,7 @@ binaries call directly.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 from absl import app
@@ -38,6 +39,17 @@ _METRIC = flags.DEFINE_string(
 _TITLE = flags.DEFINE_string('title', None, 'Figure title; none if unset.')
 
 
+def _check_metric(metric: str) -> bool:
+  if metric in plotting.METRIC_COLUMNS or '/' in metric:
+    return True
+  raise flags.ValidationError(
+      f'--metric must be {", ".join(plotting.METRIC_COLUMNS)} or a metrics.csv column such as '
+      f'train/loss, got {metric!r}.')
+
+
+flags.register_validator('metric', _check_metric)
+
+
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
@@ -45,8 +57,19 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError('--run_dirs is required.')
   if not _OUTPUT.value:
     raise app.UsageError('--output is required.')
-  path = plotting.plot_runs(_RUN_DIRS.value, _OUTPUT.value, metric=_METRIC.value,
-                            title=_TITLE.value)
+  try:
+    runs = plotting.load_runs(_RUN_DIRS.value)
+    figure = plotting.make_figure(runs, metric=_METRIC.value, title=_TITLE.value)
+  except (ValueError, FileNotFoundError) as e:
+    sys.exit(f'Error: {e}')
+  except KeyError as e:  # A run lacks the column: its message names the file.
+    sys.exit(f'Error: {e.args[0]}; plot a column every run has (--metric), or leave that '
+             'run out of --run_dirs.')
+  try:
+    path = plotting.save_figure(figure, _OUTPUT.value)
+  except OSError as e:
+    sys.exit(f'Error: Cannot write --output={_OUTPUT.value!r}: {e.strerror or e}; give the '
+             'path of a PNG file in a writable directory.')
   logging.info('Wrote %s', path)
 
 

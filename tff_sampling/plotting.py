@@ -96,6 +96,36 @@ def make_figure(
   return fig
 
 
+def load_runs(
+    run_dirs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+) -> list[results.Run]:
+  """Loads the runs of run directories or glob patterns (one, or a sequence).
+
+  Raises:
+    ValueError: If no run directory is given, a pattern matches nothing, or a
+      run's files cannot be read (see `results.load_run`).
+    FileNotFoundError: If a run directory or one of its files is missing.
+  """
+  if isinstance(run_dirs, (str, os.PathLike)):
+    run_dirs = [run_dirs]
+  directories = results.find_run_dirs(run_dirs)
+  if not directories:
+    raise ValueError('No run directories given.')
+  return [results.load_run(directory) for directory in directories]
+
+
+def save_figure(fig: mpl_figure.Figure, output_path: str | os.PathLike[str]) -> str:
+  """Writes `fig` as a PNG (missing parent directories are made); returns its absolute path.
+
+  Raises:
+    OSError: If the file cannot be written (e.g. `output_path` is a directory).
+  """
+  path = os.path.abspath(os.fspath(output_path))
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  fig.savefig(path, format='png', dpi=120)
+  return path
+
+
 def plot_runs(
     run_dirs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     output_path: str | os.PathLike[str],
@@ -115,19 +145,12 @@ def plot_runs(
     The absolute path of the written PNG.
 
   Raises:
-    ValueError: If no run directory is given, a pattern matches nothing, or
-      `metric` is unknown.
+    ValueError: If no run directory is given, a pattern matches nothing,
+      `metric` is unknown, or a run's files cannot be read.
     FileNotFoundError: If a run directory or one of its files is missing.
+    KeyError: If a run lacks the metric or the cumulative bits column.
+    OSError: If the PNG cannot be written.
   """
-  if isinstance(run_dirs, (str, os.PathLike)):
-    run_dirs = [run_dirs]
-  directories = results.find_run_dirs(run_dirs)
-  if not directories:
-    raise ValueError('No run directories given.')
   metric_column(metric)  # Fail before reading any file.
-  runs = [results.load_run(directory) for directory in directories]
-  fig = make_figure(runs, metric=metric, title=title)
-  path = os.path.abspath(os.fspath(output_path))
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  fig.savefig(path, format='png', dpi=120)
-  return path
+  runs = load_runs(run_dirs)
+  return save_figure(make_figure(runs, metric=metric, title=title), output_path)

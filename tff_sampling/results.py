@@ -101,7 +101,7 @@ class Run:
       raise KeyError(f'Column {name!r} of {self._metrics_path} is not numeric.')
     raise KeyError(
         f'{self._metrics_path} has no column {name!r}; its columns are: '
-        f'{", ".join(sorted(self.metrics))}')
+        f'{", ".join(sorted(self.metrics)) or "(none)"}')
 
   @property
   def _metrics_path(self) -> str:
@@ -150,12 +150,16 @@ def load_run(run_dir: PathLike) -> Run:
   Raises:
     FileNotFoundError: If `run_dir`, its ``hparams.json`` or its
       ``metrics.csv`` does not exist.
-    ValueError: If ``hparams.json`` is not a JSON object, or ``metrics.csv``
-      has no ``key`` column, a key that is not an integer, or a repeated key.
+    ValueError: If a file cannot be read or is not what the program writes:
+      ``hparams.json`` not a JSON object (`read_hparams`); ``metrics.csv``
+      empty, not UTF-8 CSV, without a ``key`` column or without rows, with a
+      key that is not an integer or a repeated key; ``selection_counts.csv``
+      malformed. Each message is one line naming the file.
   """
   path = os.fspath(run_dir)
   if not os.path.isdir(path):
-    raise FileNotFoundError(f'Run directory {path!r} does not exist.')
+    raise FileNotFoundError(f'Run directory {path!r} does not exist; give a directory the '
+                            'experiment program wrote (<root_output_dir>/<experiment_name>).')
   hparams_path = os.path.join(path, HPARAMS_FILENAME)
   metrics_path = os.path.join(path, METRICS_FILENAME)
   for required in (hparams_path, metrics_path):
@@ -163,40 +167,95 @@ def load_run(run_dir: PathLike) -> Run:
       raise FileNotFoundError(
           f'{required!r} does not exist; is {path!r} a run directory written by '
           'the experiment program?')
-  hparams = _read_hparams(hparams_path)
+  hparams = read_hparams(hparams_path)
   rounds, metrics, text_columns = _read_metrics(metrics_path)
   counts_path = os.path.join(path, SELECTION_COUNTS_FILENAME)
   counts = None
   if os.path.isfile(counts_path):
-    counts = np.loadtxt(counts_path, delimiter=',', skiprows=1, usecols=2, dtype=np.int64,
-                        ndmin=1)
+    try:
+      counts = np.loadtxt(counts_path, delimiter=',', skiprows=1, usecols=2, dtype=np.int64,
+                          ndmin=1)
+    except (OSError, ValueError, IndexError) as e:
+      raise ValueError(f'{counts_path!r} is not a selection-counts CSV '
+                       f'({_first_line(e)}); restore it or delete it.') from None
   return Run(path=path, hparams=hparams, metrics=metrics, rounds=rounds,
              text_columns=text_columns, selection_counts=counts)
 
 
-def _read_hparams(path: str) -> dict[str, Any]:
-  with open(path) as f:
-    try:
+def read_hparams(path: PathLike) -> dict[str, Any]:
+  """The hyper-parameters in a run's ``hparams.json``.
+
+  The one reader of the file for every consumer (plots, reports, resuming):
+  whatever is wrong with the file, the error is one line naming it.
+
+  Args:
+    path: The ``hparams.json`` file.
+
+  Returns:
+    The JSON object as a dict.
+
+  Raises:
+    FileNotFoundError: If `path` does not exist.
+    ValueError: If it cannot be read, is not UTF-8 JSON (damaged, truncated,
+      binary), or holds something other than a JSON object.
+  """
+  path = os.fspath(path)
+  fix = ('it is not the file the experiment program writes; restore it, or leave this run '
+         'out')
+  try:
+    with open(path, encoding='utf-8') as f:
       hparams = json.load(f)
-    except json.JSONDecodeError as e:
-      raise ValueError(f'{path!r} is not valid JSON: {e}') from e
+  except FileNotFoundError:
+    raise
+  except UnicodeDecodeError as e:
+    raise ValueError(f'{path!r} is not valid JSON (not UTF-8 text: {e.reason} at byte '
+                     f'{e.start}); {fix}.') from None
+  except json.JSONDecodeError as e:
+    raise ValueError(f'{path!r} is not valid JSON: {e}; {fix}.') from None
+  except (OSError, RecursionError) as e:
+    raise ValueError(f'{path!r} cannot be read as JSON ({_first_line(e)}); {fix}.') from None
   if not isinstance(hparams, dict):
     raise ValueError(
-        f'{path!r} must hold a JSON object, got {type(hparams).__name__}.')
+        f'{path!r} must hold a JSON object, got {type(hparams).__name__}; {fix}.')
   return hparams
+
+
+_read_hparams = read_hparams  # The earlier private name.
+
+
+def _first_line(error: BaseException) -> str:
+  """``'<Type>: <first line of the message>'`` (at most 200 characters)."""
+  lines = str(error).strip().splitlines()
+  return f'{type(error).__name__}: {lines[0][:200]}' if lines else type(error).__name__
 
 
 def _read_metrics(
     path: str) -> tuple[np.ndarray, dict[str, np.ndarray], tuple[str, ...]]:
   """Returns (rounds, numeric columns, non-numeric column names) of a CSV."""
-  with open(path, newline='') as f:
-    reader = csv.reader(f)
-    header = next(reader, None)
-    rows = [row for row in reader if row]
-  if not header or ROUND_COLUMN not in header:
+  fix = 'is it the metrics.csv of a run of the experiment program?'
+  try:
+    with open(path, newline='', encoding='utf-8') as f:
+      reader = csv.reader(f)
+      header = next(reader, None)
+      rows = [row for row in reader if row]
+  except UnicodeDecodeError as e:
+    raise ValueError(f'{path!r} is not a CSV file (not UTF-8 text: {e.reason} at byte '
+                     f'{e.start}); {fix}') from None
+  except (csv.Error, OSError) as e:
+    raise ValueError(f'{path!r} is not a readable CSV file ({_first_line(e)}); {fix}') from None
+  if not header:
+    raise ValueError(
+        f'{path!r} has no {ROUND_COLUMN!r} column: it is empty (no header, no rounds); the run '
+        'wrote nothing yet, or the file was truncated; rerun the experiment (it resumes), or leave '
+        'this run out.')
+  if ROUND_COLUMN not in header:
     raise ValueError(
         f'{path!r} has no {ROUND_COLUMN!r} column (the round number written by '
         f'tff.program.CSVFileReleaseManager); its header is {header}.')
+  if not rows:
+    raise ValueError(
+        f'{path!r} has a header but no rounds: the run has not released round 0 yet, or the '
+        'file was truncated; rerun the experiment (it resumes), or leave this run out.')
   key_index = header.index(ROUND_COLUMN)
 
   keys = []
