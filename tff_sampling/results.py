@@ -182,7 +182,10 @@ def load_run(run_dir: PathLike) -> Run:
              text_columns=text_columns, selection_counts=counts)
 
 
-def read_hparams(path: PathLike) -> dict[str, Any]:
+_HPARAMS_FIX = 'restore it, or leave this run out'
+
+
+def read_hparams(path: PathLike, *, fix: str = _HPARAMS_FIX) -> dict[str, Any]:
   """The hyper-parameters in a run's ``hparams.json``.
 
   The one reader of the file for every consumer (plots, reports, resuming):
@@ -190,6 +193,8 @@ def read_hparams(path: PathLike) -> dict[str, Any]:
 
   Args:
     path: The ``hparams.json`` file.
+    fix: What the reader can do about a bad file, ending the message (resuming
+      passes e.g. ``'start over with --reset or another --experiment_name'``).
 
   Returns:
     The JSON object as a dict.
@@ -200,8 +205,7 @@ def read_hparams(path: PathLike) -> dict[str, Any]:
       binary), or holds something other than a JSON object.
   """
   path = os.fspath(path)
-  fix = ('it is not the file the experiment program writes; restore it, or leave this run '
-         'out')
+  fix = f'it is not the file the experiment program writes; {fix}'
   try:
     with open(path, encoding='utf-8') as f:
       hparams = json.load(f)
