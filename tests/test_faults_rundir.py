@@ -225,7 +225,7 @@ def test_garbage_hparams_json_on_resume_names_the_file(sandbox):
   (root / 'run' / 'hparams.json').write_bytes(b'\x00{not json')
   before = fh.TreeSnapshot(tmp_path)
   outcome = fh.run_main(fedavg.main, root_output_dir=root, experiment_name='run', rounds=2)
-  fh.assert_one_line_error(outcome, r"hparams\.json' is not a readable JSON object")
+  fh.assert_one_line_error(outcome, r"hparams\.json' is not valid JSON.*restore it")
   assert before.changes(allowed=[root / 'run' / run_dir.MARKER_FILENAME]) == []
 
 

@@ -39,9 +39,11 @@ from typing import Any
 from absl import logging
 import tensorflow_federated as tff
 
+from tff_sampling import results
+
 MARKER_FILENAME = '.tff_sampling_run'
-HPARAMS_FILENAME = 'hparams.json'
-METRICS_FILENAME = 'metrics.csv'
+HPARAMS_FILENAME = results.HPARAMS_FILENAME
+METRICS_FILENAME = results.METRICS_FILENAME
 CHECKPOINTS_DIRNAME = 'checkpoints'
 
 # Hyper-parameters that may change between a run and its resumption without
@@ -291,17 +293,8 @@ def check_resume_compatible(output_dir: str, hparams: Mapping[str, Any]) -> None
         f'{output_dir!r} holds checkpoints but no hparams.json, so it cannot be '
         'verified that they come from this configuration; use a new '
         '--experiment_name, or start over with --reset.')
-  try:
-    with open(path) as f:
-      stored = json.load(f)
-  except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-    raise ValueError(f'{path!r} is not a readable JSON object ({_first_line(e)}); it cannot be '
-                     'checked against this configuration. Restore it, or start over with '
-                     '--reset or another --experiment_name.') from None
-  if not isinstance(stored, dict):
-    raise ValueError(f'{path!r} holds a JSON {type(stored).__name__}, not an object of '
-                     'hyper-parameters. Restore it, or start over with --reset or another '
-                     '--experiment_name.')
+  stored = results.read_hparams(
+      path, fix='restore it, or start over with --reset or another --experiment_name')
   current = json_ready(hparams)
   keys = (set(stored) | set(current)) - RESUMABLE_HPARAMS
   differences = sorted(k for k in keys if stored.get(k) != current.get(k))
