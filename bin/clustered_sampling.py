@@ -112,6 +112,8 @@ def main(argv: Sequence[str]) -> None:
   start = ef.begin_main(argv)
   try:
     ef.check_choices('sampling', _SAMPLING.value, SAMPLINGS)
+    plot_path = plotting.check_plot_path(
+        os.path.join(ef.ROOT_OUTPUT_DIR.value, f'{ef.TASK.value}_accuracy.png'))
     if ef.TASK.value == 'digits' and not flags.FLAGS['preset'].present:
       flags.FLAGS.preset = 'shards'  # Fraboni's one-digit-per-client setting.
     task = ef.task_from_flags()
@@ -138,7 +140,7 @@ def main(argv: Sequence[str]) -> None:
     sys.exit(f'Error: {e}')
   plot_path = plotting.plot_runs(
       [r.path for runs in groups.values() for r in runs],
-      os.path.join(ef.ROOT_OUTPUT_DIR.value, f'{ef.TASK.value}_accuracy.png'),
+      plot_path,
       title=f'FedAvg on {ef.TASK.value}, m = {ef.CLIENTS_PER_ROUND.value}, server samplers')
   print(f'\n{ef.TASK.value} (preset {task.options.get("preset", "-")}, alpha '
         f'{task.options.get("dirichlet_alpha", "-")}), m = {ef.CLIENTS_PER_ROUND.value}, '
@@ -150,4 +152,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  app.run(main)
+  from tff_sampling import runtime  # pylint: disable=g-import-not-at-top
+  app.run(runtime.binary_main(main))

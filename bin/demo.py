@@ -102,6 +102,7 @@ def main(argv: Sequence[str]) -> None:
   start = ef.begin_main(argv)
   try:
     ef.check_choices('methods', _METHODS.value, list(os_bin.SAMPLING_MODES))
+    plot_path = plotting.check_plot_path(os.path.join(ef.ROOT_OUTPUT_DIR.value, 'accuracy.png'))
     if ef.TASK.value == 'digits' and not flags.FLAGS['preset'].present:
       flags.FLAGS.preset = 'unbalanced'  # The demo's population (not a global default).
     task = ef.task_from_flags()
@@ -116,7 +117,7 @@ def main(argv: Sequence[str]) -> None:
     sys.exit(f'Error: {e}')
   plot_path = plotting.plot_runs(
       [r.path for runs in groups.values() for r in runs],
-      os.path.join(ef.ROOT_OUTPUT_DIR.value, 'accuracy.png'),
+      plot_path,
       title=(f'FedAvg on {ef.TASK.value} ({task.num_clients} clients), cohort '
              f'{ef.CLIENTS_PER_ROUND.value}, m = {os_bin.EXPECTED_CLIENTS.value:g}'))
   print(f'\nFedAvg on {ef.TASK.value} (preset {task.options.get("preset", "-")}), cohort '
@@ -130,4 +131,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  app.run(main)
+  from tff_sampling import runtime  # pylint: disable=g-import-not-at-top
+  app.run(runtime.binary_main(main))

@@ -41,6 +41,7 @@ import numpy as np
 
 from bin import experiment_flags as ef
 from bin import flag_checks
+from tff_sampling import plotting
 from tff_sampling import results
 from tff_sampling import samplers
 from tff_sampling.samplers import fedgs
@@ -198,7 +199,7 @@ def plot_sampling_counts(groups: Mapping[str, list[results.Run]], mode: str,
   ax.set_title(f'{ef.TASK.value}, {mode}: final sampling counts')
   ax.legend()
   fig.tight_layout()
-  fig.savefig(path, dpi=100)
+  plotting.save_figure(fig, path, dpi=100)
   plt.close(fig)
   return path
 
@@ -222,6 +223,8 @@ def main(argv: Sequence[str]) -> None:
   ef.apply_defaults(PAPER_DEFAULTS.get(ef.TASK.value, {}))
   try:
     ef.check_choices('sampling', _SAMPLING.value, SAMPLINGS)
+    counts_plot = plotting.check_plot_path(
+        os.path.join(ef.ROOT_OUTPUT_DIR.value, f'{ef.TASK.value}_sampling_counts.png'))
     if _SOLVER_TIME_LIMIT.value <= 0:
       raise ValueError(f'--solver_time_limit must be positive, got {_SOLVER_TIME_LIMIT.value}.')
     specs = ef.availability_specs()
@@ -258,9 +261,7 @@ def main(argv: Sequence[str]) -> None:
   print(loss_table(table))
   skewed = next((label for label in table if label != 'IDL'), None)
   if skewed is not None:
-    path = plot_sampling_counts(
-        table[skewed], skewed,
-        os.path.join(ef.ROOT_OUTPUT_DIR.value, f'{ef.TASK.value}_sampling_counts.png'))
+    path = plot_sampling_counts(table[skewed], skewed, counts_plot)
     print(f'\nFinal sampling counts under {skewed} ({ef.ROUNDS.value} rounds):')
     print(count_table(table[skewed]))
     print(f'plot: {path}')
@@ -268,4 +269,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  app.run(main)
+  from tff_sampling import runtime  # pylint: disable=g-import-not-at-top
+  app.run(runtime.binary_main(main))

@@ -158,6 +158,9 @@ def main(argv: Sequence[str]) -> None:
   ef.apply_defaults(PAPER_DEFAULTS.get(ef.TASK.value, {}))
   try:
     ef.check_choices('sampling', _SAMPLING.value, SAMPLINGS)
+    plot_paths = {metric: plotting.check_plot_path(os.path.join(
+        ef.ROOT_OUTPUT_DIR.value, f'{ef.TASK.value}_{metric.replace("/", "_")}.png'))
+                  for metric in ('accuracy', 'selection/label_kl')}
     if _SAMPLE_RATE.value is not None and not 0 < _SAMPLE_RATE.value <= 1:
       raise ValueError(f'--sample_rate must be in (0, 1], got {_SAMPLE_RATE.value}.')
     task = ef.task_from_flags()
@@ -178,11 +181,9 @@ def main(argv: Sequence[str]) -> None:
   if target is None:
     target = 0.9 * max(np.mean([_final(r, 'eval/accuracy') for r in runs])
                        for runs in groups.values())
-  directory = ef.ROOT_OUTPUT_DIR.value
   run_dirs = [r.path for runs in groups.values() for r in runs]
-  plots = [plotting.plot_runs(
-      run_dirs, os.path.join(directory, f'{ef.TASK.value}_{metric.replace("/", "_")}.png'),
-      metric=metric, title=f'{ef.TASK.value}: {title}')
+  plots = [plotting.plot_runs(run_dirs, plot_paths[metric], metric=metric,
+                              title=f'{ef.TASK.value}: {title}')
            for metric, title in (('accuracy', 'accuracy'),
                                  ('selection/label_kl', 'KL(sampled labels ‖ global)'))]
   print(f'\n{ef.TASK.value}, {task.num_clients} clients, m = {ef.CLIENTS_PER_ROUND.value}, '
@@ -194,4 +195,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  app.run(main)
+  from tff_sampling import runtime  # pylint: disable=g-import-not-at-top
+  app.run(runtime.binary_main(main))

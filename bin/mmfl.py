@@ -198,6 +198,8 @@ def main(argv: Sequence[str]) -> None:
   start = time.monotonic()
   try:
     check_flags()
+    plot_path = plotting.check_plot_path(os.path.join(
+        _ROOT_OUTPUT_DIR.value, f'{_EXPERIMENT_NAME.value or _SUITE.value}_mean_accuracy.png'))
     tasks = suites.create_suite(
         _SUITE.value, num_models=_NUM_MODELS.value, num_clients=_CLIENTS.value,
         seed=_DATA_SEED.value, client_epochs=_CLIENT_EPOCHS.value,
@@ -217,7 +219,7 @@ def main(argv: Sequence[str]) -> None:
     groups.setdefault(run.hparams['sampling'], []).append(run)
   prefix = _EXPERIMENT_NAME.value or _SUITE.value
   plot = plotting.plot_runs(
-      run_dirs, os.path.join(_ROOT_OUTPUT_DIR.value, f'{prefix}_mean_accuracy.png'),
+      run_dirs, plot_path,
       metric='eval/mean_accuracy',
       title=f'{prefix}: average accuracy over {len(tasks)} models')
   print(f'\n{_SUITE.value}: {len(tasks)} models ({", ".join(t.name for t in tasks)}), '
@@ -232,4 +234,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  app.run(main)
+  from tff_sampling import runtime  # pylint: disable=g-import-not-at-top
+  app.run(runtime.binary_main(main))

@@ -273,3 +273,30 @@ def test_a_diverging_multi_model_run_stops(tmp_path):
     multi_model_program.run_multi_model_experiment(suite, process, program.ProgramConfig(
         output_dir=str(tmp_path / 'run'), rounds=3, seed=3, hparams={'run': 1}))
   assert [r['key'] for r in _rows(tmp_path / 'run')] == ['0', '1']
+
+
+# --- Plots beside the runs replace only this project's plots ------------------------------
+
+def test_a_users_file_where_a_plot_goes_is_refused_before_any_run(sandbox):
+  tmp_path, root = sandbox
+  (root / 'digits_accuracy.png').write_bytes(b'\x89PNG\r\n\x1a\n' + b'a user image')
+  before, children = fh.TreeSnapshot(tmp_path), fh.child_pids()
+  outcome = fh.run_main(clustered_sampling.main, root_output_dir=root, experiment_name='cmp',
+                        rounds=1, seeds=1, sampling='md', num_clients=20, clients_per_round=4)
+  fh.assert_one_line_error(outcome, r"Refusing to overwrite '.*digits_accuracy\.png': it is not "
+                                    'a plot written by tff_sampling')
+  assert before.changes() == [] and fh.child_pids() <= children
+
+
+def test_save_figure_replaces_its_own_plots_only(tmp_path):
+  from matplotlib import figure as mpl_figure
+  from tff_sampling import plotting
+  path = tmp_path / 'plot.png'
+  plotting.save_figure(mpl_figure.Figure(), path)
+  assert plotting.is_own_plot(path)
+  plotting.save_figure(mpl_figure.Figure(figsize=(2, 2)), path)  # Its own: replaced.
+  other = tmp_path / 'other.png'
+  other.write_bytes(path.read_bytes().replace(b'tff_sampling', b'somebodyels'))
+  with pytest.raises(ValueError, match='Refusing to overwrite'):
+    plotting.save_figure(mpl_figure.Figure(), other)
+  assert sorted(os.listdir(tmp_path)) == ['other.png', 'plot.png']  # No temporary left.

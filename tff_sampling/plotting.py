@@ -14,6 +14,7 @@ from matplotlib.backends import backend_agg
 from matplotlib import figure as mpl_figure
 from matplotlib import ticker
 import numpy as np
+import PIL.Image
 
 from tff_sampling import results
 
@@ -114,15 +115,58 @@ def load_runs(
   return [results.load_run(directory) for directory in directories]
 
 
-def save_figure(fig: mpl_figure.Figure, output_path: str | os.PathLike[str]) -> str:
-  """Writes `fig` as a PNG (missing parent directories are made); returns its absolute path.
+# The PNG text chunk that marks a plot as written by this project: only such a
+# file is ever overwritten.
+PLOT_MARKER = {'Software': 'tff_sampling'}
 
-  Raises:
-    OSError: If the file cannot be written (e.g. `output_path` is a directory).
+
+def is_own_plot(path: str | os.PathLike[str]) -> bool:
+  """Whether `path` is a PNG this project wrote (it carries `PLOT_MARKER`)."""
+  try:
+    with PIL.Image.open(path) as image:
+      return image.format == 'PNG' and all(
+          image.info.get(k) == v for k, v in PLOT_MARKER.items())
+  except (OSError, ValueError, PIL.UnidentifiedImageError):
+    return False
+
+
+def check_plot_path(output_path: str | os.PathLike[str]) -> str:
+  """The absolute `output_path` if a plot may be written there; else ValueError.
+
+  A plot may replace only a plot this project wrote (`is_own_plot`), never a
+  user's file or directory. Binaries call this before their runs start.
   """
   path = os.path.abspath(os.fspath(output_path))
+  if os.path.isdir(path):
+    raise ValueError(f'Cannot write the plot to {path!r}: it is a directory; give a '
+                     'file name ending in .png.')
+  if os.path.lexists(path) and not is_own_plot(path):
+    raise ValueError(f'Refusing to overwrite {path!r}: it is not a plot written by '
+                     'tff_sampling. Move it away, or choose another output path.')
+  return path
+
+
+def save_figure(fig: mpl_figure.Figure, output_path: str | os.PathLike[str],
+                dpi: int = 120) -> str:
+  """Writes `fig` as a PNG (missing parent directories are made); returns its absolute path.
+
+  An existing file is replaced only if this project wrote it (`is_own_plot`);
+  the PNG is written to a temporary file first and renamed into place.
+
+  Raises:
+    ValueError: If `output_path` is a directory, or exists and is not a plot of
+      this project.
+    OSError: If the file cannot be written (e.g. `output_path` is a directory).
+  """
+  path = check_plot_path(output_path)
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  fig.savefig(path, format='png', dpi=120)
+  temporary = f'{path}.tmp{os.getpid()}'
+  try:
+    fig.savefig(temporary, format='png', dpi=dpi, metadata=PLOT_MARKER)
+    os.replace(temporary, path)
+  finally:
+    if os.path.exists(temporary):
+      os.remove(temporary)
   return path
 
 
