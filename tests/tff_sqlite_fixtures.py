@@ -1,48 +1,21 @@
 """Tiny databases in TFF's own SQLite format, where TFF's loaders look for them.
 
-Each split is written by ``tff.simulation.datasets.save_to_sql_client_data``
-(which gives a client one split per file) and the splits are merged into the
-single file TFF's loaders read, so the same writer can appear in the train and
-the test split as in the real data.
+`write_tff_database` (from `tasks.leaf`) writes several splits into the single
+file TFF's loaders read, in the layout of
+``tff.simulation.datasets.save_to_sql_client_data``, so the same writer can
+appear in the train and the test split as in the real data.
 """
 
 from __future__ import annotations
 
 import collections
-import os
-import shutil
-import sqlite3
 from collections.abc import Mapping
 
 import numpy as np
-import tensorflow as tf
-import tensorflow_federated as tff
+
+from tasks.leaf import write_tff_database  # pylint: disable=unused-import
 
 Clients = Mapping[str, Mapping[str, np.ndarray]]
-
-
-def write_tff_database(path: str, splits: Mapping[str, Clients]) -> None:
-  """Writes ``{split_name: {client_id: {feature: array}}}`` to `path`."""
-  parts = []
-  for split_name, clients in splits.items():
-    part = f'{path}.{split_name}'
-    tff.simulation.datasets.save_to_sql_client_data(
-        list(clients),
-        lambda client_id, clients=clients: tf.data.Dataset.from_tensor_slices(
-            collections.OrderedDict(clients[client_id])),
-        part,
-        split_names_by_client_id={client_id: split_name for client_id in clients})
-    parts.append(part)
-  shutil.copyfile(parts[0], path)
-  with sqlite3.connect(path) as connection:
-    for part in parts[1:]:
-      connection.execute('ATTACH DATABASE ? AS part;', (part,))
-      connection.execute('INSERT INTO examples SELECT * FROM part.examples;')
-      connection.execute('INSERT INTO client_metadata SELECT * FROM part.client_metadata;')
-      connection.commit()
-      connection.execute('DETACH DATABASE part;')
-  for part in parts:
-    os.remove(part)
 
 
 def emnist_clients(rng: np.random.Generator, sizes: Mapping[str, int], num_classes: int) -> Clients:
