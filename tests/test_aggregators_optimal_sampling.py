@@ -5,6 +5,7 @@ import collections
 import numpy as np
 import pytest
 import tensorflow_federated as tff
+import tensorflow_privacy as tfp
 from tensorflow_federated.python.core.impl.compiler import building_blocks
 from tensorflow_federated.python.core.impl.compiler import tree_analysis
 
@@ -238,3 +239,213 @@ def test_unbiased_with_the_stated_variance():
 def test_bad_arguments(kwargs, match):
   with pytest.raises(ValueError, match=match):
     OptimalSamplingFactory(**kwargs)
+
+
+# --- Zero norms: p = 0 in every case, m ≥ n included. ---------------------------
+
+
+@pytest.mark.parametrize('mode', ['approximate', 'exact'])
+def test_zero_norm_gets_probability_zero_also_at_full_participation(mode):
+  # n = 2, m = 2, client 0's update is zero: p = [0, 1] (the NumPy/TF functions
+  # say the same), so Σp = 1 and one upload; the result is w_1 U_1 / (w_0 + w_1).
+  vectors = [[0] * 5, [1, -2, 3, 0, 4]]
+  process = _process(2.0, mode=mode, secure=(mode == 'approximate'))
+  output = process.next(process.initialize(), _values(vectors), [2.0, 3.0])
+  measurements = output.measurements
+  assert measurements['full_participation'] == 1
+  assert measurements['expected_uploads'] == pytest.approx(1.0, abs=1e-6)
+  assert measurements['uploads'] == 1
+  np.testing.assert_allclose(_flat(output.result), np.array([1, -2, 3, 0, 4]) * 3.0 / 5.0,
+                             rtol=1e-6)
+  np.testing.assert_array_equal(probabilities.optimal_probabilities([0.0, 3.0], 2.0), [0, 1])
+
+
+@pytest.mark.parametrize('mode', ['uniform', 'full'])
+def test_norm_blind_baselines_keep_every_client(mode):
+  # The baselines do not look at norms: at m ≥ n both clients get p = 1.
+  process = _process(2.0, mode=mode)
+  output = process.next(process.initialize(), _values([[0] * 5, [1, -2, 3, 0, 4]]), [2.0, 3.0])
+  assert output.measurements['uploads'] == 2
+  np.testing.assert_allclose(_flat(output.result), np.array([1, -2, 3, 0, 4]) * 3.0 / 5.0,
+                             rtol=1e-6)
+
+
+# --- Inner factories: sums accepted and exact at full participation, means refused. ---
+
+# Four clients, m = n = 4 and every update non-zero: every p_i = 1, so the
+# aggregate is exactly Σ w_i T(U_i) / Σ w_i for the transformation T that the
+# factory composition applies; each oracle below computes it in float64.
+_VECTORS = np.array([[0.5, -0.25, 0.25, 0.125, -0.375],
+                     [1.5, 1.0, -0.5, 0.75, 0.25],
+                     [-0.5, 2.25, 0.5, -1.0, 0.75],
+                     [0.25, 0.5, -1.25, 0.5, 0.5]])
+_WEIGHTS = np.array([1.0, 2.0, 3.0, 4.0])
+_M = 4.0
+# float32: inputs exact in binary; sums of four products of magnitude < 10
+# carry float32 rounding ~1e-6 relative, hence rtol 1e-6 and atol 1e-7.
+_RTOL, _ATOL = 1e-6, 1e-7
+
+
+def _full_participation_round(factory):
+  process = factory.create(_VALUE_TYPE, _WEIGHT_TYPE)
+  output = process.next(process.initialize(), _values(_VECTORS),
+                        [float(w) for w in _WEIGHTS])
+  return _flat(output.result), output.measurements
+
+
+def _oracle(transformed):
+  return (_WEIGHTS[:, None] * transformed).sum(axis=0) / _WEIGHTS.sum()
+
+
+def _clip_l2(vectors, bound):
+  norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+  return vectors * np.minimum(1.0, bound / norms)
+
+
+def test_default_inner_factory_is_the_exact_weighted_mean():
+  result, measurements = _full_participation_round(OptimalSamplingFactory(_M))
+  assert measurements['uploads'] == 4
+  np.testing.assert_allclose(result, _oracle(_VECTORS), rtol=_RTOL, atol=_ATOL)
+
+
+def test_clipping_around_the_factory_clips_each_update():
+  # clipping_factory(1, ·) projects each U_i on the unit L2 ball before the
+  # protocol: clients 1-3 have norms 2.03, 2.67, 1.54 and are clipped.
+  assert np.sum(np.linalg.norm(_VECTORS, axis=1) > 1.0) == 3
+  factory = tff.aggregators.clipping_factory(1.0, OptimalSamplingFactory(_M))
+  result, measurements = _full_participation_round(factory)
+  np.testing.assert_allclose(result, _oracle(_clip_l2(_VECTORS, 1.0)), rtol=_RTOL, atol=_ATOL)
+  assert measurements['clipped_count'] == 3
+
+
+def test_zeroing_around_the_factory_zeroes_large_updates_with_p_zero():
+  # zeroing_factory(2, ·) zeroes U_i with max |U_ij| > 2: client 2 (2.25).
+  # Its zero update gets p = 0 (no upload) while its weight stays in W.
+  factory = tff.aggregators.zeroing_factory(2.0, OptimalSamplingFactory(_M))
+  result, measurements = _full_participation_round(factory)
+  kept = _VECTORS * (np.max(np.abs(_VECTORS), axis=1, keepdims=True) <= 2.0)
+  np.testing.assert_allclose(result, _oracle(kept), rtol=_RTOL, atol=_ATOL)
+  assert measurements['zeroed_count'] == 1
+  assert measurements['zeroing']['uploads'] == 3
+  assert measurements['zeroing']['expected_uploads'] == pytest.approx(3.0, abs=1e-6)
+
+
+def test_secure_sum_inner_factory_equals_the_oracle_to_its_quantisation():
+  bound = 20.0
+  result, measurements = _full_participation_round(
+      OptimalSamplingFactory(_M, inner_factory=tff.aggregators.SecureSumFactory(bound)))
+  # Each value is quantised over [-bound, bound] to 32 bits (step 2·bound/2³²)
+  # and the sum dequantised in float32 (relative 2⁻²⁴ of at most n·bound); both
+  # together stay below n·bound·2⁻²² on the sum, divided by W for the mean.
+  tolerance = len(_WEIGHTS) * bound * 2.0**-22 / _WEIGHTS.sum()
+  np.testing.assert_allclose(result, _oracle(_VECTORS), rtol=0, atol=tolerance)
+  assert measurements['inner']['secure_upper_clipped_count'] == 0
+
+
+def test_dp_sum_inner_factory_without_noise_is_exact_and_clips_the_records():
+  from tff_sampling.aggregators import dp_gaussian_sum_factory
+  result, _ = _full_participation_round(
+      OptimalSamplingFactory(_M, inner_factory=dp_gaussian_sum_factory(0.0, 100.0)))
+  np.testing.assert_allclose(result, _oracle(_VECTORS), rtol=_RTOL, atol=_ATOL)
+  # The query clips each record w_i U_i / p_i (p_i = 1) to L2 norm 1.5.
+  result, _ = _full_participation_round(
+      OptimalSamplingFactory(_M, inner_factory=dp_gaussian_sum_factory(0.0, 1.5)))
+  records = _clip_l2(_WEIGHTS[:, None] * _VECTORS, 1.5)
+  np.testing.assert_allclose(result, records.sum(axis=0) / _WEIGHTS.sum(), rtol=_RTOL,
+                             atol=_ATOL)
+
+
+def test_dp_sum_inner_factory_adds_noise_of_the_stated_scale_to_the_sum():
+  # Noise N(0, (z·C)²) per coordinate on the sum, divided by W = 10: with
+  # z = 1, C = 100 the five coordinates of (result − oracle)·W are N(0, 100²).
+  # Their mean square is 100²·χ²₅/5; P(χ²₅/5 ∉ [0.01, 6]) = 4.4e-5 (TF's noise
+  # is not seeded); without noise the ratio is ~1e-12.
+  from tff_sampling.aggregators import dp_gaussian_sum_factory
+  result, _ = _full_participation_round(
+      OptimalSamplingFactory(_M, inner_factory=dp_gaussian_sum_factory(1.0, 100.0)))
+  noise = (result - _oracle(_VECTORS)) * _WEIGHTS.sum()
+  assert 0.01 <= np.mean(noise**2) / 100.0**2 <= 6.0
+
+
+def test_clipping_inside_clips_the_scaled_records():
+  factory = OptimalSamplingFactory(
+      _M, inner_factory=tff.aggregators.clipping_factory(1.5, tff.aggregators.SumFactory()))
+  result, _ = _full_participation_round(factory)
+  records = _clip_l2(_WEIGHTS[:, None] * _VECTORS, 1.5)
+  np.testing.assert_allclose(result, records.sum(axis=0) / _WEIGHTS.sum(), rtol=_RTOL,
+                             atol=_ATOL)
+
+
+def test_compression_inner_factory_identity_and_quantised():
+  # Below the threshold EncodedSumFactory sums as is: exact.
+  result, _ = _full_participation_round(OptimalSamplingFactory(
+      _M, inner_factory=tff.aggregators.EncodedSumFactory.quantize_above_threshold(8, 1000)))
+  np.testing.assert_allclose(result, _oracle(_VECTORS), rtol=_RTOL, atol=_ATOL)
+  # Above it each client's tensor t = w_i U_i (a or b) is quantised to 2^8 − 1
+  # steps over [min t, max t]: error below one step per element, so the mean
+  # errs by at most Σ_i (max − min)/255 / W per coordinate (plus float32).
+  bits = 8
+  result, _ = _full_participation_round(OptimalSamplingFactory(
+      _M, inner_factory=tff.aggregators.EncodedSumFactory.quantize_above_threshold(bits, 0)))
+  records = _WEIGHTS[:, None] * _VECTORS
+  bound = np.concatenate([
+      np.full(width, np.sum(np.ptp(records[:, part], axis=1)) / (2**bits - 1))
+      for part, width in ((slice(0, 3), 3), (slice(3, 5), 2))]) / _WEIGHTS.sum()
+  error = np.abs(result - _oracle(_VECTORS))
+  assert np.all(error <= bound + 1e-6), (error, bound)
+  assert np.any(error > 1e-6)  # It did quantise.
+
+
+def _dp_mean():
+  return tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
+      noise_multiplier=0.0, clients_per_round=4.0, clip=100.0)
+
+
+@pytest.mark.parametrize('make_inner,match', [
+    (tff.aggregators.UnweightedMeanFactory, 'UnweightedMeanFactory returns a mean'),
+    (tff.aggregators.MeanFactory, 'MeanFactory is a weighted mean'),
+    (_dp_mean, 'NormalizedQuery .* divided by clients_per_round.*dp_gaussian_sum_factory'),
+    (lambda: tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(0.0, 4.0),
+     'NormalizedQuery'),
+    (lambda: tff.aggregators.clipping_factory(1.0, tff.aggregators.UnweightedMeanFactory()),
+     'UnweightedMeanFactory returns a mean .*inside tff.aggregators.clipping_factory'),
+    (lambda: tff.aggregators.DifferentiallyPrivateFactory(
+        tfp.GaussianSumQuery(1.0, 0.0), tff.aggregators.UnweightedMeanFactory()),
+     'record aggregation factory'),
+    (lambda: tff.aggregators.SecureModularSumFactory(2**16),
+     'SecureModularSumFactory is not known to return the sum'),
+])
+def test_inner_factories_that_do_not_sum_are_refused(make_inner, match):
+  with pytest.raises(TypeError, match=match) as info:
+    OptimalSamplingFactory(_M, inner_factory=make_inner())
+  assert 'Accepted: tff.aggregators.SumFactory, SecureSumFactory' in str(info.value)
+
+
+def test_the_refused_mean_would_have_been_a_fraction_of_the_answer():
+  # Why the refusal: the same composition built by hand around UnweightedMeanFactory
+  # returns 1/n of the weighted mean (here n = 4).
+  from tff_sampling.aggregators import inner_factories
+  inner_factories._REGISTERED.add(tff.aggregators.UnweightedMeanFactory)
+  try:
+    factory = OptimalSamplingFactory(_M, inner_factory=tff.aggregators.UnweightedMeanFactory())
+  finally:
+    inner_factories._REGISTERED.discard(tff.aggregators.UnweightedMeanFactory)
+  result, _ = _full_participation_round(factory)
+  np.testing.assert_allclose(result, _oracle(_VECTORS) / 4, rtol=_RTOL, atol=_ATOL)
+
+
+def test_registered_sum_factory_is_accepted():
+  from tff_sampling.aggregators import register_sum_factory
+
+  class MySum(tff.aggregators.UnweightedAggregationFactory):
+
+    def create(self, value_type):
+      return tff.aggregators.SumFactory().create(value_type)
+
+  with pytest.raises(TypeError, match='MySum is not known to return the sum'):
+    OptimalSamplingFactory(_M, inner_factory=MySum())
+  register_sum_factory(MySum)
+  result, _ = _full_participation_round(OptimalSamplingFactory(_M, inner_factory=MySum()))
+  np.testing.assert_allclose(result, _oracle(_VECTORS), rtol=_RTOL, atol=_ATOL)
+  with pytest.raises(TypeError, match='register_sum_factory takes a subclass'):
+    register_sum_factory(tff.aggregators.MeanFactory)

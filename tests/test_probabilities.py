@@ -272,6 +272,43 @@ def test_approximate_hand_computed(norms, expected_clients, steps, expected, ste
       info.probabilities)
 
 
+# The last column is Algorithm 2 with no rescaling step: min(1, m·a/Σa).
+@pytest.mark.parametrize('norms,expected_clients,expected,first_step', [
+    # n = 2, m = 2, one zero norm: p = [0, 1], Σp = 1 (not 2).
+    ([0.0, 3.0], 2, [0, 1], [0, 1]),
+    ([3.0, 0.0], 2, [1, 0], [1, 0]),
+    # m well above n: still zero for the zero norm; first step 5·0.5/3.5 = 5/7.
+    ([0.0, 3.0, 0.5], 5, [0, 1, 1], [0, 1, 5 / 7]),
+    # m < #non-zero: a = [0, 1, 3], m = 1.5: k = 3: 1.5 ≤ 4/3 ✗; k = 2 (a = 1):
+    # 0.5 ≤ 1 ✓ → p = 0.5·a/1 = [0, 0.5] and the 3 saturates. First step:
+    # 1.5·a/4 = [0, 0.375, 1.125 → 1].
+    ([0.0, 1.0, 3.0], 1.5, [0, 0.5, 1], [0, 0.375, 1]),
+    # Every norm zero.
+    ([0.0, 0.0], 2, [0, 0], [0, 0]),
+])
+@pytest.mark.parametrize('variant', ['numpy_exact', 'numpy_approximate', 'tf_exact',
+                                     'tf_approximate', 'tf_approximate_no_steps'])
+def test_zero_norms_get_zero_in_every_variant(norms, expected_clients, expected, first_step,
+                                              variant):
+  # The convention (module docstring): a_i = 0 → p_i = 0, also for m ≥ n.
+  norms64 = np.asarray(norms, np.float64)
+  compute = {
+      'numpy_exact': lambda: probabilities.optimal_probabilities(norms64, expected_clients),
+      'numpy_approximate': lambda: probabilities.approximate_optimal_probabilities(
+          norms64, expected_clients, 4),
+      'tf_exact': lambda: probabilities.optimal_probabilities_tf(norms64, expected_clients),
+      'tf_approximate': lambda: probabilities.approximate_optimal_probabilities_tf(
+          norms64, expected_clients, 4),
+      'tf_approximate_no_steps': lambda: probabilities.approximate_optimal_probabilities_tf(
+          norms64, expected_clients, 0),
+  }[variant]
+  probs = np.asarray(compute())
+  if variant == 'tf_approximate_no_steps':
+    expected = first_step
+  np.testing.assert_allclose(probs, expected, rtol=_RTOL, atol=0)
+  assert np.all(probs[norms64 == 0] == 0)
+
+
 @_PROPERTY_SETTINGS
 @hypothesis.given(norms=_NORMS, expected_clients=_EXPECTED, extra_steps=st.integers(0, 3))
 def test_approximate_with_n_steps_equals_exact(norms, expected_clients, extra_steps):

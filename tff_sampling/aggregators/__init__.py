@@ -1,5 +1,10 @@
 """TFF aggregation factories of the project."""
 
+from tff_sampling.aggregators.inner_factories import check_sum_factory
+from tff_sampling.aggregators.inner_factories import dp_gaussian_sum_factory
+from tff_sampling.aggregators.inner_factories import register_sum_factory
 from tff_sampling.aggregators.optimal_sampling import MODES
 from tff_sampling.aggregators.optimal_sampling import OptimalSamplingFactory
 from tff_sampling.aggregators.optimal_sampling import uplink_from_measurements
+from tff_sampling.aggregators.secure_context import SecureSumContextError
+from tff_sampling.aggregators.secure_context import with_secure_sum_hint

@@ -23,10 +23,14 @@ is what `next` does in ONE federated computation (``../shared/ALGORITHMS.md`` §
 
 The cohort size ``n`` is itself a secure count. A step after the stopping
 condition multiplies by 1, so the unrolled computation equals the paper's
-loop with early exit. If ``m ≥ n`` every client gets ``p_i = 1`` (full
-participation; measured as ``full_participation``). Clients with ``a_i = 0``
-(a zero update) get ``p_i = 0`` and never upload: their contribution is zero
-anyway. A client whose update is non-finite is treated as a zero update and
+loop with early exit. If ``m ≥ n`` every client with a non-zero update gets
+``p_i = 1`` (full participation; measured as ``full_participation``).
+Clients with ``a_i = 0`` (a zero update, or a zero weight) get ``p_i = 0`` in
+modes ``approximate`` and ``exact`` in every case, ``m ≥ n`` included, and
+never upload: their contribution ``w_i U_i`` is zero, so the estimate stays
+unbiased (the convention of `tff_sampling.probabilities`; ``Σ p_i =
+min(m, #{a_i > 0})``). Modes ``uniform`` and ``full`` are norm-blind
+baselines. A client whose update is non-finite is treated as a zero update and
 counted in ``non_finite_updates``; the model never receives a NaN.
 
 Modes:
@@ -54,9 +58,20 @@ it used). Norms above `norm_bound` are clipped before the client uses
 them (``clipped_norms`` counts them); weights above `weight_bound` are an error
 of configuration and are counted as ``clipped_weights``. Secure sums only run in
 TFF's test C++ execution context, which simulates them
-(`tff_sampling.runtime.use_secure_sum_simulation`). The model update itself is
-summed by `inner_factory` (default: plain sum; pass
-``tff.aggregators.SecureSumFactory(bound)`` to sum it securely too).
+(`tff_sampling.runtime.use_secure_sum_simulation`); in another context the
+process raises `tff_sampling.aggregators.SecureSumContextError` saying so.
+
+Inner factory. The weighted uploads ``ζ_i (w_i/p_i) U_i`` are summed by
+`inner_factory` (default: plain sum), and the sum divided by ``W``. It must
+return a SUM: factories that return a mean (``UnweightedMeanFactory``,
+``MeanFactory``, the ``DifferentiallyPrivateFactory`` presets, which divide by
+``clients_per_round``) are refused with a TypeError; see
+`tff_sampling.aggregators.inner_factories` for the rules. Accepted, e.g.:
+``tff.aggregators.SecureSumFactory(bound)`` (the update summed securely too),
+``tff.aggregators.EncodedSumFactory`` (compression),
+`tff_sampling.aggregators.dp_gaussian_sum_factory` (DP noise on the sum).
+Clipping or zeroing the updates goes *around* the factory:
+``tff.aggregators.clipping_factory(C, OptimalSamplingFactory(m))``.
 
 Randomness. ``ζ_i`` comes from ``tf.random.stateless_uniform`` with the seed
 ``(s_t, f_i)``: ``s_t`` is derived from the factory's `seed` and the round
@@ -87,7 +102,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_sampling.aggregators import inner_factories
 from tff_sampling.aggregators import protocol
+from tff_sampling.aggregators import secure_context
 
 MODES = protocol.MODES
 
@@ -132,7 +149,8 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
     (``approximate``; 0 otherwise).
   * ``improvement_factor``: ``α`` of §1c (0: as good as full participation,
     1: no better than uniform; 0 when ``m ≥ n``).
-  * ``full_participation``: 1 if ``m ≥ n`` forced ``p_i = 1``.
+  * ``full_participation``: 1 if ``m ≥ n`` forced ``p_i = 1`` (for every
+    client with a non-zero update).
   * ``clipped_norms``, ``clipped_weights``: clients whose ``a_i``/``w_i``
     exceeded the secure-sum range.
   * ``non_finite_updates``: clients whose update was non-finite (not uploaded).
@@ -166,12 +184,15 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
       seed: Root of the Bernoulli draws (mixed with the round counter).
       norm_bound: Upper end of the secure-sum range of ``a_i = w_i ‖U_i‖``.
       weight_bound: Upper end of the secure-sum range of the weights ``w_i``.
-      inner_factory: Sums the weighted updates (default `tff.aggregators.SumFactory`).
+      inner_factory: Sums the weighted updates (default `tff.aggregators.SumFactory`);
+        must return a sum (`tff_sampling.aggregators.inner_factories`).
 
     Raises:
       ValueError: For a non-positive `expected_clients`, a negative
         `max_rescaling_steps`, an unknown `mode`, ``secure`` with ``exact``, or
         non-positive bounds.
+      TypeError: For an `inner_factory` that does not return the sum of its
+        client values (e.g. a mean), naming what is accepted.
     """
     if not np.isfinite(expected_clients) or expected_clients <= 0:
       raise ValueError(
@@ -196,7 +217,10 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
     self._seed = int(seed)
     self._norm_bound = float(norm_bound)
     self._weight_bound = float(weight_bound)
-    self._inner_factory = inner_factory or tff.aggregators.SumFactory()
+    if inner_factory is None:
+      inner_factory = tff.aggregators.SumFactory()
+    inner_factories.check_sum_factory(inner_factory)
+    self._inner_factory = inner_factory
 
   @property
   def extra_scalars_per_client(self) -> int:
@@ -379,7 +403,9 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
           inner=inner_output.state))
       return tff.templates.MeasuredProcessOutput(new_state, result, measurements)
 
-    return tff.templates.AggregationProcess(init_fn, next_fn)
+    # Secure sums fail outside TFF's test context: say what to call instead.
+    return secure_context.with_secure_sum_hint(
+        tff.templates.AggregationProcess(init_fn, next_fn), check=not secure)
 
 
 def uplink_from_measurements(process_metrics: Any, cohort_size: int):

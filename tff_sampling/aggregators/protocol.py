@@ -17,7 +17,12 @@ computation. `federated_probabilities` is that step:
     ``uniform``      p_i = min(1, m/n).
     ``full``         p_i = 1.
 
-In every mode ``m ≥ n`` forces ``p_i = 1`` (full participation).
+``m ≥ n`` forces ``p_i = 1`` (full participation) for every client with
+``a_i > 0``. Zero norms get ``p_i = 0`` in ``approximate`` and ``exact``, also
+when ``m ≥ n`` (as in `tff_sampling.probabilities`): such a client's
+contribution is zero whether it uploads or not, so the estimate stays
+unbiased. ``uniform`` and ``full`` are norm-blind baselines: every client gets
+``min(1, m/n)``, resp. 1.
 
 The sums go through `sum_counts`, `sum_floats` and `sum_nonnegative`, which use
 ``tff.federated_secure_sum_bitwidth`` (directly for counts, through
@@ -110,7 +115,8 @@ class FederatedProbabilities(NamedTuple):
     norm_sum: ``float32@SERVER``, ``A = Σ a_i`` (1.0 in mode ``full``, where no
       norm is summed).
     rescaling_steps: ``int32@SERVER``, steps whose factor exceeded ``1 + 1e-5``.
-    full_participation: ``float32@SERVER``, 1.0 when ``m ≥ n`` forced ``p = 1``.
+    full_participation: ``float32@SERVER``, 1.0 when ``m ≥ n`` forced ``p = 1``
+      (on every non-zero norm in modes ``approximate`` and ``exact``).
     water_level: ``float32@SERVER``, λ in mode ``exact`` (0 otherwise).
     all_norms: ``float32[n]@SERVER``, the gathered norms in mode ``exact``,
       else ``None``.
@@ -166,9 +172,13 @@ def federated_probabilities(
                       0.0)
     return tf.where(norm_sum > 0.0, tf.minimum(1.0, m * norm / tf.maximum(norm_sum, 1e-30)), 0.0)
 
-  @tff.tensorflow.computation(FLOAT_TYPE, FLOAT_TYPE)
-  def force_full(probability, full_participation):
-    return tf.where(full_participation > 0.0, 1.0, probability)
+  @tff.tensorflow.computation(FLOAT_TYPE, FLOAT_TYPE, FLOAT_TYPE)
+  def force_full(probability, norm, full_participation):
+    # Zero norms keep p = 0 (their update contributes nothing); modes 'full'
+    # and 'uniform' are norm-blind baselines.
+    if mode in ('full', 'uniform'):
+      return tf.where(full_participation > 0.0, 1.0, probability)
+    return tf.where((full_participation > 0.0) & (norm > 0.0), 1.0, probability)
 
   @tff.tensorflow.computation(FLOAT_TYPE)
   def client_rescaling_sums(probability):
@@ -218,7 +228,7 @@ def federated_probabilities(
       tff.federated_broadcast(water_level)))
   full_participation = tff.federated_map(server_full_participation, cohort_size)
   probability = tff.federated_map(
-      force_full, (probability, tff.federated_broadcast(full_participation)))
+      force_full, (probability, norms, tff.federated_broadcast(full_participation)))
 
   steps_used = tff.federated_value(COUNT(0), tff.SERVER)
   for _ in range(max_rescaling_steps if mode == 'approximate' else 0):

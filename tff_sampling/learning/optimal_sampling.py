@@ -17,7 +17,9 @@ model aggregator and TFF's optimizer finalizer with
 The aggregator's measurements appear under ``metrics['aggregator']``; the
 program loop counts uploads with
 `tff_sampling.aggregators.uplink_from_measurements`. Secure sums need
-`tff_sampling.runtime.use_secure_sum_simulation` (the program loop calls it).
+`tff_sampling.runtime.use_secure_sum_simulation` (the program loop calls it);
+without it ``next`` raises `tff_sampling.aggregators.SecureSumContextError`
+saying so (`tff_sampling.aggregators.with_secure_sum_hint`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from collections.abc import Callable
 import tensorflow_federated as tff
 
 from tff_sampling.aggregators import optimal_sampling as aggregator_lib
+from tff_sampling.aggregators import secure_context
 from tff_sampling.learning import fedavg
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
@@ -36,6 +39,13 @@ def _factory(expected_clients, max_rescaling_steps, mode, secure, seed, aggregat
   return aggregator_lib.OptimalSamplingFactory(
       expected_clients, max_rescaling_steps=max_rescaling_steps, mode=mode,
       secure=secure and mode != 'exact', seed=seed, **aggregator_options)
+
+
+def _hinting(process, secure, mode):
+  """`process` raising `SecureSumContextError` if its secure sums cannot run."""
+  # With the protocol's secure sums there is no need to look; otherwise only an
+  # inner factory (e.g. SecureSumFactory) can bring some.
+  return secure_context.with_secure_sum_hint(process, check=not (secure and mode != 'exact'))
 
 
 def build_fed_avg_with_optimal_sampling(
@@ -69,8 +79,11 @@ def build_fed_avg_with_optimal_sampling(
 
   Returns:
     A `tff.learning.templates.LearningProcess`.
+
+  Raises:
+    TypeError: For an ``inner_factory`` that does not return a sum.
   """
-  return tff.learning.algorithms.build_weighted_fed_avg(
+  process = tff.learning.algorithms.build_weighted_fed_avg(
       model_fn,
       client_optimizer_fn=client_optimizer_fn,
       server_optimizer_fn=server_optimizer_fn,
@@ -78,6 +91,7 @@ def build_fed_avg_with_optimal_sampling(
       model_aggregator=_factory(expected_clients, max_rescaling_steps, mode, secure, seed,
                                 aggregator_options),
       loop_implementation=fedavg.CLIENT_LOOP)
+  return _hinting(process, secure, mode)
 
 
 def build_dsgd_with_optimal_sampling(
@@ -97,9 +111,10 @@ def build_dsgd_with_optimal_sampling(
   as in `build_fed_avg_with_optimal_sampling`; the server optimizer's learning
   rate is the step size ``η``.
   """
-  return tff.learning.algorithms.build_fed_sgd(
+  process = tff.learning.algorithms.build_fed_sgd(
       model_fn,
       server_optimizer_fn=server_optimizer_fn,
       model_aggregator=_factory(expected_clients, max_rescaling_steps, mode, secure, seed,
                                 aggregator_options),
       loop_implementation=fedavg.CLIENT_LOOP)
+  return _hinting(process, secure, mode)

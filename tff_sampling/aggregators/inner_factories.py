@@ -1,0 +1,180 @@
+"""Which inner factories `OptimalSamplingFactory` accepts: those that return a SUM.
+
+`OptimalSamplingFactory` hands its inner factory the values
+``ζ_i · (w_i / p_i) · U_i`` (zero for clients that do not upload) and divides
+the inner factory's result by ``W = Σ_i w_i`` itself. The inner factory must
+therefore return the *sum* of its client values. A factory that returns a mean
+(`tff.aggregators.UnweightedMeanFactory`, which divides by the number of
+clients, or the `tff.aggregators.DifferentiallyPrivateFactory` presets, which
+divide by ``clients_per_round``) would make the aggregate a fraction of the
+correct one, silently, and training would go on with it. Such factories are
+refused with a `TypeError`.
+
+Rules (`check_sum_factory`), applied when `OptimalSamplingFactory` is
+constructed; they read the factory's configuration, never run it:
+
+* The inner factory must be a `tff.aggregators.UnweightedAggregationFactory`:
+  the weights are already applied. `tff.aggregators.MeanFactory` (a weighted
+  mean) and every other weighted factory are refused.
+* Accepted sums:
+  - `tff.aggregators.SumFactory`, `tff.aggregators.SecureSumFactory` (clips
+    each value to its range and quantises to 32 bits),
+    `tff.aggregators.EncodedSumFactory` (compression, e.g.
+    ``EncodedSumFactory.quantize_above_threshold(bits, threshold)``).
+  - `tff.aggregators.DifferentiallyPrivateFactory` whose DP query sums the
+    round's records: `tfp.GaussianSumQuery` or
+    `tfp.QuantileAdaptiveClipSumQuery` (tensorflow_privacy), with a record
+    aggregation factory that is itself accepted. `dp_gaussian_sum_factory`
+    builds the fixed-clip one. The presets ``gaussian_fixed``,
+    ``gaussian_adaptive``, ``tree_aggregation`` and ``tree_adaptive`` wrap
+    their query in `tfp.NormalizedQuery` (division by ``clients_per_round``)
+    and are refused. Note that the query clips and noises the *scaled* values
+    ``(w_i / p_i) · U_i``: the clip bounds each upload, which is what the
+    privacy guarantee needs, but clipping scaled values biases the estimate
+    more the smaller ``p_i`` is.
+  - TFF's wrappers around an accepted factory: ``tff.aggregators.
+    clipping_factory``, ``zeroing_factory`` and ``concat_factory`` (their
+    unweighted forms). Inside, they too act on the scaled values; to clip or
+    zero the client updates ``U_i`` themselves, wrap `OptimalSamplingFactory`
+    instead: ``tff.aggregators.clipping_factory(C, OptimalSamplingFactory(m))``.
+  - Any class registered with `register_sum_factory` (your declaration that
+    its instances return the sum of their client values).
+* Everything else is refused, naming what is accepted.
+"""
+
+from __future__ import annotations
+
+import tensorflow_federated as tff
+import tensorflow_privacy as tfp
+
+# TFF 0.87's leaf factories that return the sum of their client values.
+_SUM_FACTORIES = (
+    tff.aggregators.SumFactory,
+    tff.aggregators.SecureSumFactory,
+    tff.aggregators.EncodedSumFactory,
+)
+
+# DP queries whose noised result is the sum of this round's clipped records
+# plus noise (no normalisation, no accumulation over rounds).
+_SUM_QUERIES = (tfp.GaussianSumQuery, tfp.QuantileAdaptiveClipSumQuery)
+
+# TFF 0.87 builds these wrappers as classes local to a function, a new class per
+# call, so they are recognised by module and qualified name; the wrapped factory
+# is the closure variable ``inner_agg_factory`` of their ``create``.
+_WRAPPERS = {
+    ('tensorflow_federated.python.aggregators.robust',
+     '_make_wrapper.<locals>.UnweightedRobustFactory'): 'clipping_factory/zeroing_factory',
+    ('tensorflow_federated.python.aggregators.concat',
+     '_unweighted_concat_factory.<locals>.UnweightedConcatFactory'): 'concat_factory',
+}
+
+_REGISTERED: set[type] = set()
+
+ACCEPTED = (
+    'tff.aggregators.SumFactory, SecureSumFactory or EncodedSumFactory; '
+    'DifferentiallyPrivateFactory with a sum query (tfp.GaussianSumQuery or '
+    'tfp.QuantileAdaptiveClipSumQuery, e.g. '
+    'tff_sampling.aggregators.dp_gaussian_sum_factory(noise_multiplier, clip)); '
+    'clipping_factory/zeroing_factory/concat_factory around one of these; or a class '
+    'registered with tff_sampling.aggregators.register_sum_factory')
+
+
+def register_sum_factory(factory_class: type) -> type:
+  """Declares that instances of `factory_class` return the sum of their client values.
+
+  Usable as a class decorator. The class must be an
+  `tff.aggregators.UnweightedAggregationFactory`.
+
+  Raises:
+    TypeError: If `factory_class` is not such a class.
+  """
+  if not (isinstance(factory_class, type)
+          and issubclass(factory_class, tff.aggregators.UnweightedAggregationFactory)):
+    raise TypeError(
+        'register_sum_factory takes a subclass of tff.aggregators.'
+        f'UnweightedAggregationFactory, got {factory_class!r}.')
+  _REGISTERED.add(factory_class)
+  return factory_class
+
+
+def dp_gaussian_sum_factory(noise_multiplier: float, clip: float
+                            ) -> tff.aggregators.DifferentiallyPrivateFactory:
+  """The DP inner factory: clip each value to L2 norm `clip`, sum, add Gaussian noise.
+
+  The noise has standard deviation ``noise_multiplier · clip`` on the sum,
+  as in `tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed`, but the
+  result is not divided by ``clients_per_round``: `OptimalSamplingFactory`
+  divides by the weight sum.
+  """
+  if not noise_multiplier >= 0:
+    raise ValueError(f'noise_multiplier must be non-negative, got {noise_multiplier!r}.')
+  if not clip > 0:
+    raise ValueError(f'clip must be positive, got {clip!r}.')
+  return tff.aggregators.DifferentiallyPrivateFactory(
+      tfp.GaussianSumQuery(l2_norm_clip=float(clip), stddev=float(clip) * float(noise_multiplier)))
+
+
+def _wrapped_factory(factory):
+  """The inner factory of a TFF wrapper (see `_WRAPPERS`), or None if not one."""
+  cls = type(factory)
+  if (cls.__module__, cls.__qualname__) not in _WRAPPERS:
+    return None
+  create = cls.create
+  names = create.__code__.co_freevars
+  if 'inner_agg_factory' not in names or create.__closure__ is None:
+    return None
+  return create.__closure__[names.index('inner_agg_factory')].cell_contents
+
+
+def _describe(factory) -> str:
+  cls = type(factory)
+  wrapper = _WRAPPERS.get((cls.__module__, cls.__qualname__))
+  return f'tff.aggregators.{wrapper}' if wrapper else f'{cls.__module__}.{cls.__qualname__}'
+
+
+def _refusal(factory, reason: str) -> str:
+  """The reason a factory is refused, or '' if it sums."""
+  if isinstance(factory, tff.aggregators.WeightedAggregationFactory):
+    kind = ('a weighted mean' if isinstance(factory, tff.aggregators.MeanFactory)
+            else 'a weighted aggregation')
+    return f'{_describe(factory)} is {kind}{reason}'
+  if not isinstance(factory, tff.aggregators.UnweightedAggregationFactory):
+    return f'{factory!r} is not a tff.aggregators.UnweightedAggregationFactory{reason}'
+  if isinstance(factory, tuple(_REGISTERED)) or isinstance(factory, _SUM_FACTORIES):
+    return ''
+  if isinstance(factory, tff.aggregators.UnweightedMeanFactory):
+    return (f'tff.aggregators.UnweightedMeanFactory returns a mean (the sum divided by the '
+            f'number of clients){reason}')
+  if isinstance(factory, tff.aggregators.DifferentiallyPrivateFactory):
+    query = factory._query  # pylint: disable=protected-access
+    if isinstance(query, tfp.NormalizedQuery):
+      return ('tff.aggregators.DifferentiallyPrivateFactory with a tfp.NormalizedQuery (what '
+              'gaussian_fixed, gaussian_adaptive, tree_aggregation and tree_adaptive build) '
+              f'returns the noised sum divided by clients_per_round{reason}; for DP noise on '
+              'the sum use tff_sampling.aggregators.dp_gaussian_sum_factory(noise_multiplier, '
+              'clip)')
+    if not isinstance(query, _SUM_QUERIES):
+      return (f'tff.aggregators.DifferentiallyPrivateFactory with a {type(query).__name__} '
+              f'is not known to return this round\'s sum{reason}')
+    record_factory = factory._record_aggregation_factory  # pylint: disable=protected-access
+    return _refusal(record_factory, f' (the record aggregation factory of a '
+                                    f'DifferentiallyPrivateFactory{reason})')
+  inner = _wrapped_factory(factory)
+  if inner is not None:
+    return _refusal(inner, f' (inside {_describe(factory)}{reason})')
+  return (f'{_describe(factory)} is not known to return the sum of its client values'
+          f'{reason}')
+
+
+def check_sum_factory(factory) -> None:
+  """Raises TypeError unless `factory` returns the sum of its client values (module rules).
+
+  Raises:
+    TypeError: Naming the offending (possibly nested) factory and what is
+      accepted.
+  """
+  reason = _refusal(factory, '')
+  if reason:
+    raise TypeError(
+        f'inner_factory must return the SUM of its client values (OptimalSamplingFactory '
+        f'divides that sum by the weight sum itself), but {reason}. Accepted: {ACCEPTED}.')
