@@ -16,3 +16,4 @@ from tff_sampling.samplers.lefl import kl_matrix
 from tff_sampling.samplers.lefl import label_distribution_kl
 from tff_sampling.samplers.lefl import LeflSampler
 from tff_sampling.samplers.lefl import LeflState
+from tff_sampling.samplers import weighting

@@ -39,7 +39,11 @@ class Selection(NamedTuple):
     clients: ``int64[K]`` client indices, in cohort-slot order (a client drawn
       twice appears twice).
     weights: ``float32[K]`` aggregation weight of each slot, or ``None`` when the
-      process weights clients itself (e.g. FedAvg's example weighting).
+      process weights clients itself (e.g. FedAvg's example weighting). Set
+      weights must reach the aggregation: a process built on
+      `tff_sampling.learning.signals` receives them; a plain TFF FedAvg
+      process applies them only with the matching ``client_weighting``
+      (`tff_sampling.samplers.weighting`).
     diagnostics: Scalars about how the selection was made (e.g. FedGS's
       solver status), released by the program loop under ``selection/``; the
       same keys every round.
@@ -56,9 +60,18 @@ class Sampler(abc.ABC):
   A sampler that needs the current model's loss on some clients (e.g.
   power-of-choice) sets ``uses_loss_probe = True``; the program loop then
   passes ``loss_probe=`` (client indices → losses) to `select`.
+
+  ``weighting`` declares the `Selection.weights` the sampler returns (see
+  `tff_sampling.samplers.weighting`): ``'process'`` (``None``: the process
+  weighs clients itself; the default), ``'equal'`` (every slot the same, e.g.
+  ``1/m`` per draw), ``'num_examples'`` (``n_k / Σ_{j∈S} n_j``, each client
+  once) or ``'custom'`` (anything else). A sampler that returns weights must
+  declare one of the last three, so that a process which would drop its
+  weights can be refused before the run.
   """
 
   uses_loss_probe: bool = False
+  weighting: str = 'process'
 
   @abc.abstractmethod
   def initialize(self, population: Population) -> Any:

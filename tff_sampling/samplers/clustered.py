@@ -736,6 +736,8 @@ class ClusteredSampler(base.Sampler):
   (renormalisation, MD fallback for a distribution with no available client).
   """
 
+  weighting = 'equal'
+
   def __init__(self, num_draws: int, *, seed: int, method: str = 'size',
                similarity: str = 'arccos', sketch_size: int | None = None):
     """Initializes the sampler.

@@ -781,6 +781,8 @@ class FedGSSampler(base.Sampler):
   ``method='heuristic'`` where reproducibility matters more than optimality.
   """
 
+  weighting = 'num_examples'
+
   def __init__(self, clients_per_round: int, *, seed: int,
                features: np.ndarray | None = None,
                distances: np.ndarray | None = None,

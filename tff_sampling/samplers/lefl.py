@@ -450,6 +450,8 @@ class LeflSampler(base.Sampler):
     num_clients: ``N``.
   """
 
+  weighting = 'num_examples'
+
   def __init__(self, clients_per_round: int, *, seed: int,
                soft_labels: np.ndarray | None = None, kl: np.ndarray | None = None,
                clusters: np.ndarray | None = None, num_clusters: int | None = None,

@@ -124,6 +124,8 @@ class MDSampler(base.Sampler):
   program calls it before resuming a checkpoint too).
   """
 
+  weighting = 'equal'
+
   def __init__(self, num_draws: int, *, seed: int):
     """Initializes the sampler.
 

@@ -19,6 +19,8 @@ _STREAM = 0
 class TargetSampler(base.Sampler):
   """Draws one available client uniformly from each group, every round."""
 
+  weighting = 'equal'
+
   def __init__(self, groups: np.ndarray, *, seed: int):
     groups = np.asarray(groups)
     if groups.ndim != 1 or groups.size == 0:
