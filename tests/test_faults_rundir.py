@@ -300,3 +300,31 @@ def test_save_figure_replaces_its_own_plots_only(tmp_path):
   with pytest.raises(ValueError, match='Refusing to overwrite'):
     plotting.save_figure(mpl_figure.Figure(), other)
   assert sorted(os.listdir(tmp_path)) == ['other.png', 'plot.png']  # No temporary left.
+
+
+# --- A plain TFF process cannot receive a sampler's weights --------------------------------
+
+def test_a_plain_process_with_a_weighting_sampler_is_refused_before_any_write(
+    small_digits_task, process, tmp_path):
+  # build_weighted_fed_avg defaults to NUM_EXAMPLES: MD sampling's 1/m per draw
+  # would silently become n_k / Σ n (a biased estimator).
+  sampler = samplers.MDSampler(_COHORT, seed=0)
+  with pytest.raises(ValueError, match='MDSampler sets aggregation weights, which a plain TFF '
+                                       'process .* client_weighting=ClientWeighting.UNIFORM'):
+    _run_with(small_digits_task, process, sampler, tmp_path / 'run')
+  with pytest.raises(ValueError, match='client_weighting=NUM_EXAMPLES replaces those weights'):
+    _run_with(small_digits_task, process, sampler, tmp_path / 'run',
+              client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES)
+  assert not (tmp_path / 'run').exists()
+  uniform = tff.learning.algorithms.build_weighted_fed_avg(
+      small_digits_task.model_fn,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+      client_weighting=tff.learning.ClientWeighting.UNIFORM)
+  result = _run_with(small_digits_task, uniform, sampler, tmp_path / 'run',
+                     client_weighting=tff.learning.ClientWeighting.UNIFORM)
+  assert result.final_round == 1
+
+
+def _run_with(task, process, sampler, output_dir, **kwargs):
+  return program.run_experiment(task, process, sampler, _config(output_dir, 1), **kwargs)

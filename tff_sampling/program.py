@@ -60,6 +60,7 @@ from tff_sampling import runtime
 from tff_sampling import workers as workers_lib
 from tff_sampling.learning import signals as signals_lib
 from tff_sampling.samplers import base as samplers_base
+from tff_sampling.samplers import weighting
 from tff_sampling.samplers import lefl
 
 RESUMABLE_HPARAMS = run_dir.RESUMABLE_HPARAMS
@@ -381,6 +382,21 @@ def check_diverged(round_num: int, model_weights: Any = None,
         'client or server learning rate (or check the data for non-finite values).')
 
 
+def _check_plain_process_weighting(sampler: samplers_base.Sampler, client_weighting,
+                                   config: ProgramConfig) -> None:
+  """Raises unless a plain TFF process applies the sampler's aggregation weights."""
+  if not weighting.sampler_sets_weights(sampler):
+    return
+  if client_weighting is None:
+    raise ValueError(
+        f'{type(sampler).__name__} sets aggregation weights, which a plain TFF process (one not '
+        'built on tff_sampling.learning.signals) cannot receive: build it with client_weighting='
+        f'{weighting.required_client_weighting(sampler)} and pass the same client_weighting to '
+        'run_experiment, or build it with signals.build_fedavg_with_signals.')
+  weighting.check_fed_avg_weighting(sampler, client_weighting,
+                                    fixed_local_steps=config.client_steps is not None)
+
+
 def run_experiment(
     task: Task,
     process: tff.learning.templates.LearningProcess,
@@ -390,6 +406,7 @@ def run_experiment(
     uplink_fn: UplinkFn = communication.full_cohort_uplink,
     availability: Availability | None = None,
     preprocessing_bits: communication.PreprocessingBits | None = None,
+    client_weighting: tff.learning.ClientWeighting | None = None,
 ) -> ExperimentResult:
   """Runs (or resumes) the experiment described by `config`.
 
@@ -412,26 +429,35 @@ def run_experiment(
       cost (e.g. LEFL's soft labels): its upload starts the cumulative
       uploaded bits (round 0's ``uplink/round_bits``), its download goes to
       round 0's ``downlink/preprocessing_bits``.
+    client_weighting: For a plain TFF process (not built on
+      `tff_sampling.learning.signals`), the ``client_weighting`` it was built
+      with. Needed, and checked once before anything is written, when the
+      sampler sets aggregation weights (`samplers.weighting`): a plain process
+      cannot receive them, so they hold only if its own weighting reproduces
+      them (e.g. ``UNIFORM`` for MD sampling's ``1/m``).
 
   Returns:
     An `ExperimentResult`.
 
   Raises:
     ValueError: For an unwritable output directory, checkpoints written by a
-      different configuration, a sampler that cannot serve the population, or
-      workers asked for a process that cannot be split over them.
+      different configuration, a sampler that cannot serve the population, a
+      sampler whose weights the process would drop, or workers asked for a
+      process that cannot be split over them.
     FloatingPointError: If the global model becomes non-finite.
   """
   preprocessing = preprocessing_bits or communication.PreprocessingBits(0, 0)
-  if config.workers or config.local_workers:  # Before anything is written.
+  if not _takes_slot_client_data(process):  # Before anything is written.
+    _check_plain_process_weighting(sampler, client_weighting, config)
+  if config.workers or config.local_workers:
     workers_lib.check_splittable(process.next, f'The learning process of {config.output_dir}')
   with run_dir.RunDirectory(config.output_dir, config.keep_checkpoints) as directory:
     return _run(directory, task, process, sampler, config, uplink_fn, availability,
-                preprocessing_bits, preprocessing)
+                preprocessing_bits, preprocessing, client_weighting)
 
 
 def _run(directory, task, process, sampler, config, uplink_fn, availability,
-         preprocessing_bits, preprocessing) -> ExperimentResult:
+         preprocessing_bits, preprocessing, client_weighting) -> ExperimentResult:
   """`run_experiment`'s loop, inside the claimed and locked run directory."""
   runtime.use_secure_sum_simulation()  # Secure-sum aggregators need it; harmless otherwise.
   population = samplers_base.Population(num_examples=np.asarray(task.client_num_examples))
@@ -474,6 +500,11 @@ def _run(directory, task, process, sampler, config, uplink_fn, availability,
 
   def client_data(round_num: int, selection: samplers_base.Selection) -> list[Any]:
     if not slot_data:
+      if selection.weights is not None and client_weighting is None:
+        raise ValueError(f'{type(sampler).__name__} returned aggregation weights in round '
+                         f'{round_num} that the plain TFF process would drop; declare its '
+                         'weighting (samplers.weighting) or use a process built on '
+                         'tff_sampling.learning.signals.')
       return datasets(round_num, selection.clients)
     weights = selection.weights
     if weights is None:  # The sampler leaves weighting to FedAvg: example counts.
