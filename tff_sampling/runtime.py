@@ -1,12 +1,32 @@
-"""The TFF runtime as this project uses it: local C++ workers and their cleanup.
+"""The TFF runtime as this project uses it: its local C++ worker, cleanup and signals.
 
-TFF 0.87's default execution context starts a local C++ ``worker_binary``
-subprocess and stops it from a ``__del__`` that runs during interpreter
-shutdown, when the ``subprocess`` module is already torn down
-("'NoneType' object has no attribute 'Popen'"), so the worker outlives the
-program. Every program or test that imports this package would leave one idle
-worker (100-400 MB) behind. `stop_local_workers` is registered with `atexit`
-(which runs before module teardown) and stops the workers this process started.
+**The default context's worker.** TFF runs computations on a C++
+``worker_binary`` subprocess that its default execution context starts on first
+use. TFF's own manager of that process neither ties it to this process (after a
+SIGKILL, or a SIGTERM without a handler, it runs on under pid 1) nor stops it
+reliably (from a ``__del__`` at interpreter shutdown, when ``subprocess`` is
+already torn down). `use_secure_sum_simulation` therefore installs a context of
+our own: TFF's test C++ context (secure sums compiled into plain sums with the
+same bound checks), whose worker `_LocalWorker` starts through
+`tff_sampling.workers.start_worker_process`, i.e. with ``PR_SET_PDEATHSIG``
+from a thread that lives as long as this process, so Linux kills it when this
+process dies, whatever kills it. The program loop calls it, and so does
+`binary_main` before a binary's ``main``.
+
+**At exit** `stop_local_workers` (``atexit``) stops that worker, and also a
+worker of TFF's own default context if a computation ran before (library use
+without `use_secure_sum_simulation`).
+
+**SIGTERM and SIGINT** (binaries only: they run ``app.run(binary_main(main))``;
+nothing here installs a handler on import). See `_Interrupts`: the workers are stopped
+at once from a thread that learns of the signal through
+``signal.set_wakeup_fd`` (even while the main thread is inside a long TF or
+TFF call), which makes the TFF call in progress fail; the main thread then
+exits where that failure (or any exception) reaches `binary_main`, with one line on
+stderr and status 128 + signal number. No write is cut: the main thread is not
+interrupted in the middle of one, and the deadline exit (if the main thread
+does not get there within `_EXIT_DEADLINE_S`) first lets a file write in
+progress finish.
 """
 
 from __future__ import annotations
@@ -16,50 +36,194 @@ import gc
 import logging as logging_lib
 import os
 import signal
+import sys
 import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
+import grpc
+import portpicker
 import psutil
 import tensorflow_federated as tff
+from tensorflow_federated.python.core.backends.native import compiler as native_compiler
+from tensorflow_federated.python.core.backends.test import compiler as test_compiler
+from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
+from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
+from tensorflow_federated.python.core.impl.context_stack import runtime_error_context
+from tensorflow_federated.python.core.impl.execution_contexts import sync_execution_context
+from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
+from tensorflow_federated.python.core.impl.executors import remote_executor
+from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
+from tensorflow_federated.python.core.impl.types import placements
+
+from tff_sampling import workers as workers_lib
 
 _WORKER_NAME = 'worker_binary'
+_WORKER_START_TIMEOUT_S = 60.0
+
+
+# --- The default context's worker ------------------------------------------------
+
+
+class _LocalWorker:
+  """The ``worker_binary`` behind `use_secure_sum_simulation`'s context.
+
+  Like TFF's ``ServiceManager`` (executor_factory.py): started on first use,
+  restarted if it died, one at a time; unlike it, started so that it dies with
+  this process (`workers_lib.start_worker_process`), never restarted after
+  `workers_lib.shut_down`, and stopped by `stop` with a bounded wait.
+  """
+
+  def __init__(self):
+    self._lock = threading.Lock()
+    self._process = None
+    self._channel = None
+    self._stub = None
+
+  @property
+  def pid(self) -> int | None:
+    process = self._process
+    return process.pid if process is not None and process.poll() is None else None
+
+  def stub(self) -> remote_executor_grpc_stub.RemoteExecutorGrpcStub:
+    """The running worker's stub; starts the worker first if none runs."""
+    with self._lock:
+      workers_lib.check_not_shut_down()
+      if self._stub is not None and self._process.poll() is None and self._stub.is_ready:
+        return self._stub
+      self._stop_locked(timeout_s=1.0)  # Died or unreachable: start afresh, as TFF does.
+      port = portpicker.pick_unused_port()
+      # The worker's own log lines (and a crash report) go to our stderr, as with TFF's.
+      self._process = workers_lib.start_worker_process(
+          port, '--max_concurrent_computation_calls=-1', stderr=None)
+      self._channel = grpc.insecure_channel(f'localhost:{port}', workers_lib._CHANNEL_OPTIONS)  # pylint: disable=protected-access
+      self._stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(self._channel)
+      deadline = time.monotonic() + _WORKER_START_TIMEOUT_S
+      while not self._stub.is_ready:
+        workers_lib.check_not_shut_down()
+        if self._process.poll() is not None:
+          raise RuntimeError(f'The local TFF worker exited with status '
+                             f'{self._process.returncode} while starting.')
+        if time.monotonic() > deadline:
+          raise RuntimeError(f'The local TFF worker did not answer within '
+                             f'{_WORKER_START_TIMEOUT_S:g} s of its start.')
+        time.sleep(0.02)
+      return self._stub
+
+  def stop(self, timeout_s: float = 5.0) -> None:
+    """Closes the connection, then stops the worker (SIGKILL after `timeout_s`; 0: at once)."""
+    with self._lock:
+      self._stop_locked(timeout_s)
+
+  def _stop_locked(self, timeout_s: float) -> None:
+    if self._channel is not None:
+      self._channel.close()  # A call in progress fails (CANCELLED), not retried by TFF.
+    process, self._process, self._channel, self._stub = self._process, None, None, None
+    if process is not None:
+      workers_lib.stop_process(process, timeout_s)
+
+
+_LOCAL_WORKER = _LocalWorker()
+
+
+def _local_context() -> sync_execution_context.SyncExecutionContext:
+  """TFF's ``create_sync_test_cpp_execution_context`` on `_LOCAL_WORKER`'s worker.
+
+  The same compiler (secure sums replaced by their test bodies, then TFF's
+  native compilation), executors and argument/result transforms as TFF's
+  (core/backends/test/execution_contexts.py and executor_stacks/
+  executor_factory.py, TFF 0.87); only the worker process is ours.
+  """
+
+  def stack_fn(cardinalities):
+    if cardinalities.get(placements.CLIENTS) is None:
+      cardinalities[placements.CLIENTS] = 0
+    executor = remote_executor.RemoteExecutor(_LOCAL_WORKER.stub())
+    executor.set_cardinalities(cardinalities)
+    return executor
+
+  def compile_fn(comp):
+    comp = test_compiler.replace_secure_intrinsics_with_bodies(comp)
+    return native_compiler.desugar_and_transform_to_native(comp)
+
+  return sync_execution_context.SyncExecutionContext(
+      executor_fn=python_executor_stacks.ResourceManagingExecutorFactory(
+          executor_stack_fn=stack_fn),
+      compiler_fn=compile_fn,
+      transform_args=tensorflow_computation.transform_args,
+      transform_result=tensorflow_computation.transform_result)
+
+
+def use_secure_sum_simulation() -> None:
+  """Installs this project's default TFF context: secure sums simulated, worker ours.
+
+  TFF 0.87's default execution context rejects ``tff.federated_secure_sum*``
+  ("Cannot embed a federated value"). Its test C++ context runs the same local
+  C++ runtime after compiling each secure sum into a plain sum with the same
+  bound checks: the simulation of secure aggregation. This installs that
+  context (`_local_context`) with a worker that dies with this process. Call it
+  once before running a computation built with
+  ``OptimalSamplingFactory(secure=True)`` (the program loop and `binary_main`
+  do); it is harmless for computations without secure sums. Idempotent.
+  """
+  global _SECURE_CONTEXT_SET
+  if not _SECURE_CONTEXT_SET:
+    # Replacing TFF's default context stops the worker it started, if any ran
+    # a computation already (e.g. a pre-processing round): bound that wait.
+    with _KillWorkersAfter(_tff_started_workers(), _SHUTDOWN_TIMEOUT_S):
+      context_stack_impl.context_stack.set_default_context(_local_context())
+      gc.collect()
+    _SECURE_CONTEXT_SET = True
+
+
+_SECURE_CONTEXT_SET = False
+_SHUTDOWN_TIMEOUT_S = 5.0
+
+
+# --- Stopping workers --------------------------------------------------------------
 
 
 def _release_execution_context() -> None:
-  """Drops TFF's execution context so that TFF stops its own worker, now.
+  """Drops the default execution context, so that nothing uses a worker any more.
 
-  The context owns the gRPC stub and the ``ServiceManager`` of the local worker;
-  released while the interpreter is still whole, the manager's ``__del__``
-  stops the worker the way TFF intends (SIGINT, then wait) and the stub closes
-  before the worker goes away. Killing the worker under a live stub instead
-  crashed interpreter teardown about once in twelve exits (SIGSEGV).
+  Released while the interpreter is still whole, the context's stubs close
+  before their worker goes away (killing a worker under a live stub crashed
+  interpreter teardown about once in twelve exits, SIGSEGV), and a worker of
+  TFF's own default context is stopped by TFF's manager (SIGINT, then wait).
   """
-  from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
-  from tensorflow_federated.python.core.impl.context_stack import runtime_error_context
   context_stack_impl.context_stack.set_default_context(
       runtime_error_context.RuntimeErrorContext())
   gc.collect()
 
 
-def _local_workers() -> list[psutil.Process]:
-  """The TFF worker subprocesses this process started."""
+def _worker_children() -> list[psutil.Process]:
+  """The ``worker_binary`` processes this process started (by whatever means)."""
   try:
     children = psutil.Process(os.getpid()).children(recursive=False)
   except psutil.Error:
     return []
-  workers = []
+  found = []
   for child in children:
     try:
-      if child.name() == _WORKER_NAME or _WORKER_NAME in ' '.join(child.cmdline()[:1]):
-        workers.append(child)
+      if (child.status() != psutil.STATUS_ZOMBIE
+          and (child.name() == _WORKER_NAME or _WORKER_NAME in ' '.join(child.cmdline()[:1]))):
+        found.append(child)
     except psutil.Error:
       continue
-  return workers
+  return found
 
 
-def _kill(workers: list[psutil.Process]) -> None:
-  for child in workers:
+def _tff_started_workers() -> list[psutil.Process]:
+  """Worker children other than ours (`_LOCAL_WORKER`'s): started by TFF's own context."""
+  ours = _LOCAL_WORKER.pid
+  return [w for w in _worker_children() if w.pid != ours]
+
+
+def _kill(processes: list[psutil.Process]) -> None:
+  for process in processes:
     try:
-      child.kill()
+      process.kill()
     except psutil.Error:
       pass
 
@@ -92,24 +256,27 @@ class _KillWorkersAfter:
 
 
 def stop_local_workers(timeout_s: float = 5.0) -> int:
-  """Stops the TFF worker subprocesses started by this process (at exit).
+  """Stops every TFF worker subprocess of this process (registered with ``atexit``).
 
-  First lets TFF shut its worker down itself (`_release_execution_context`),
-  bounded by `timeout_s` (`_KillWorkersAfter`). Any worker still running
-  afterwards is interrupted, then killed.
+  First drops the execution context (`_release_execution_context`; a worker
+  of TFF's own context is stopped by TFF, bounded by `timeout_s` through
+  `_KillWorkersAfter`), then stops `use_secure_sum_simulation`'s worker; any
+  worker child still running afterwards is interrupted, then killed.
 
   Returns:
     The number of workers that had to be stopped here (by the watchdog or
-    after the release).
+    after the release), ours included.
   """
-  watched = _local_workers()
+  watched = _tff_started_workers()
   with _KillWorkersAfter(watched, timeout_s) as watchdog:
     try:
       _release_execution_context()
     except Exception:  # pylint: disable=broad-except
       pass  # Best effort: fall through to stopping the processes.
   killed_by_watchdog = len(watched) if watchdog.fired.is_set() else 0
-  workers = _local_workers()
+  ours = 1 if _LOCAL_WORKER.pid is not None else 0
+  _LOCAL_WORKER.stop(timeout_s)
+  workers = _worker_children()
   for child in workers:
     try:
       child.send_signal(signal.SIGINT)  # What TFF itself sends.
@@ -117,10 +284,28 @@ def stop_local_workers(timeout_s: float = 5.0) -> int:
       continue
   _, alive = psutil.wait_procs(workers, timeout=timeout_s)
   _kill(alive)
-  return len(workers) + killed_by_watchdog
+  return len(workers) + killed_by_watchdog + ours
 
 
 atexit.register(stop_local_workers)
+
+
+def stop_all_workers_now() -> None:
+  """Kills every worker this process started and fails TFF calls from now on.
+
+  For a program that must end quickly (SIGTERM, SIGINT): `workers_lib.shut_down`
+  (local pools' workers killed, pools disconnected, no worker may start),
+  `use_secure_sum_simulation`'s worker killed after its connection is closed,
+  and any other worker child (TFF's own) killed. Thread-safe, idempotent.
+  """
+  workers_lib.shut_down()
+  _LOCAL_WORKER.stop(timeout_s=0)
+  others = _worker_children()
+  _kill(others)
+  psutil.wait_procs(others, timeout=1.0)
+
+
+# --- Logs ----------------------------------------------------------------------------
 
 
 class _OwnInfoOnly(logging_lib.Filter):
@@ -146,26 +331,171 @@ def quiet_library_logs() -> None:
       logger.addFilter(_OwnInfoOnly())
 
 
-def use_secure_sum_simulation() -> None:
-  """Makes TFF run computations that contain secure sums.
+# --- SIGTERM and SIGINT in binaries ---------------------------------------------------
 
-  TFF 0.87's default execution context rejects ``tff.federated_secure_sum*``
-  ("Cannot embed a federated value"). Its test C++ context runs the same local
-  C++ runtime after compiling each secure sum into a plain sum with the same
-  bound checks: the simulation of secure aggregation. Call this once before
-  running a computation built with ``OptimalSamplingFactory(secure=True)`` (the
-  program loop and binaries do); it is harmless for computations without secure
-  sums. Idempotent.
+# How long the main thread has, after a signal, to reach `binary_main` by itself before
+# the process exits from the signal thread; and how much longer a file write in
+# progress then gets to finish. Their sum stays under 5 s.
+_EXIT_DEADLINE_S = 3.0
+_WRITE_GRACE_S = 1.5
+
+# Code that writes files: TF's file I/O (TFF's CSV and SavedModel writes and
+# checkpoint removal go through it), TF's SavedModel writer, TFF's program
+# package (release and program-state managers), and functions named write*/save*.
+_WRITING_FILES = ('/tensorflow/python/lib/io/', '/tensorflow/python/saved_model/',
+                  '/tensorflow_federated/python/program/')
+_WRITING_NAMES = ('write', '_write', 'save', '_save')
+
+# The main thread waiting for a TFF call to finish (TFF's sync contexts run the
+# call on an event-loop thread): an exception raised there interrupts no write.
+_WAITING_ON_TFF = ('/tensorflow_federated/python/common_libs/async_utils.py',
+                   'run_coro_and_return_result')
+
+
+class ProgramInterrupted(BaseException):
+  """Raised in the main thread by the SIGTERM/SIGINT handler while it waits for a TFF call.
+
+  A BaseException, like KeyboardInterrupt, so that ``except Exception`` lets
+  it through to `binary_main`.
   """
-  global _SECURE_CONTEXT_SET
-  if not _SECURE_CONTEXT_SET:
-    # Replacing the default context stops the worker it started, if any ran
-    # a computation already (e.g. a pre-processing round): bound that wait.
-    with _KillWorkersAfter(_local_workers(), _SHUTDOWN_TIMEOUT_S):
-      tff.backends.test.set_sync_test_cpp_execution_context()
-      gc.collect()
-    _SECURE_CONTEXT_SET = True
 
 
-_SECURE_CONTEXT_SET = False
-_SHUTDOWN_TIMEOUT_S = 5.0
+def _stack(frame) -> list[Any]:
+  frames = []
+  while frame is not None:
+    frames.append(frame)
+    frame = frame.f_back
+  return frames
+
+
+def _in_file_write(frame) -> bool:
+  return any(any(part in f.f_code.co_filename for part in _WRITING_FILES)
+             or f.f_code.co_name.startswith(_WRITING_NAMES) for f in _stack(frame))
+
+
+def _any_thread_writing() -> bool:
+  """Whether some thread is inside a file write (see `_WRITING_FILES`)."""
+  return any(_in_file_write(frame) for frame in sys._current_frames().values())  # pylint: disable=protected-access
+
+
+def interruption_message(signum: int) -> str:
+  name = signal.Signals(signum).name
+  return (f'Interrupted by {name}: stopped the run and its TFF workers; every file written '
+          f'is complete; rerun the same command to resume from the last checkpoint.')
+
+
+class _Interrupts:
+  """SIGTERM/SIGINT handling of a binary: workers stopped at once, a clean exit soon after.
+
+  * The signal's number reaches `_watch`, a thread of its own, through
+    ``signal.set_wakeup_fd``, written by Python's C-level handler the moment
+    the signal arrives, whatever the main thread is doing (Python-level
+    handlers only run when the main thread next executes Python code, which it
+    does not while inside a TF op or a TFF compilation).
+  * A thread started by `_watch` stops every worker (`stop_all_workers_now`),
+    so that a TFF call in progress fails at once and none can start, then
+    gives the main thread `_EXIT_DEADLINE_S` to reach `binary_main` by itself.
+  * The main thread's handler raises `ProgramInterrupted` if the main thread
+    is only waiting for a TFF call; elsewhere it returns, and the main thread
+    carries on (a write in progress completes) until the failing TFF call or
+    another exception reaches `binary_main`.
+  * `binary_main` (or that thread at the deadline, once no file write is in
+    progress, or at most `_WRITE_GRACE_S` later) prints one line and ends the
+    process with ``os._exit(128 + signum)``: no interpreter teardown that could
+    wait on a worker, a thread or a closed channel.
+
+  A second signal ends the process at once (workers stopped first).
+  """
+
+  def __init__(self):
+    self.signum: int | None = None  # The first SIGTERM/SIGINT, once known to either thread.
+    self._received = 0  # Signals read by `_watch`.
+    self._exit_lock = threading.Lock()
+
+  def install(self) -> None:
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)  # Required by set_wakeup_fd.
+    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+      signal.signal(signum, self._handle)
+    threading.Thread(target=self._watch, args=(read_fd,), daemon=True,
+                     name='tff-sampling-signals').start()
+
+  def _record(self, signum: int) -> None:
+    if self.signum is None:  # Either thread may learn of the signal first.
+      self.signum = signum
+
+  def _handle(self, signum: int, frame) -> None:
+    """The main thread's Python-level handler."""
+    self._record(signum)
+    if any(f.f_code.co_filename.endswith(_WAITING_ON_TFF[0])
+           and f.f_code.co_name == _WAITING_ON_TFF[1] for f in _stack(frame)):
+      raise ProgramInterrupted()
+
+  def _watch(self, read_fd: int) -> None:
+    while True:
+      signum = os.read(read_fd, 1)[0]
+      if signum not in (signal.SIGTERM, signal.SIGINT):
+        continue  # Another signal with a Python handler.
+      self._record(signum)
+      self._received += 1
+      if self._received > 1:
+        self.exit()  # A second signal: now.
+      threading.Thread(target=self._stop_and_exit_by_deadline, daemon=True,
+                       name='tff-sampling-exit-deadline').start()
+
+  def _stop_and_exit_by_deadline(self) -> None:
+    stop_all_workers_now()
+    deadline = time.monotonic() + _EXIT_DEADLINE_S
+    time.sleep(max(0.0, deadline - time.monotonic()))
+    while _any_thread_writing() and time.monotonic() < deadline + _WRITE_GRACE_S:
+      time.sleep(0.05)
+    self.exit()
+
+  def exit(self) -> None:
+    """Stops the workers, prints the one line and ends the process (128 + signum)."""
+    in_main = threading.current_thread() is threading.main_thread()
+    # Whoever comes second waits here until the process ends; from another
+    # thread only briefly, in case the first is stuck (e.g. flushing a full pipe).
+    if not self._exit_lock.acquire(timeout=-1 if in_main else 1.0):
+      os._exit(128 + self.signum)  # pylint: disable=protected-access
+    stop_all_workers_now()
+    if in_main:
+      for stream in (sys.stdout, sys.stderr):
+        try:
+          stream.flush()
+        except Exception:  # pylint: disable=broad-except
+          pass
+    os.write(2, (interruption_message(self.signum) + '\n').encode())
+    os._exit(128 + self.signum)  # pylint: disable=protected-access
+
+
+def binary_main(main: Callable[[Sequence[str]], Any]) -> Callable[[Sequence[str]], Any]:
+  """A binary's ``main`` for ``absl.app.run``, with clean SIGTERM/SIGINT handling.
+
+  Every binary ends with ``app.run(runtime.binary_main(main))``. This installs
+  the signal handling now (`_Interrupts`) and returns a ``main`` that first
+  installs this project's TFF context (`use_secure_sum_simulation`, so that
+  every worker dies with the process). After SIGTERM or SIGINT the process ends
+  within about `_EXIT_DEADLINE_S` + `_WRITE_GRACE_S` seconds with one line on
+  stderr (`interruption_message`) and status 128 + signal number (143, 130),
+  its workers stopped; files are complete (checkpoints and ``metrics.csv`` are
+  written to a temporary name and renamed by TFF), so rerunning the command
+  resumes from the last checkpoint.
+  """
+  interrupts = _Interrupts()
+  interrupts.install()
+
+  def guarded_main(argv: Sequence[str]) -> Any:
+    try:
+      use_secure_sum_simulation()
+      result = main(argv)
+    except BaseException:  # ProgramInterrupted included: the handler recorded its signal.
+      if interrupts.signum is not None:
+        interrupts.exit()
+      raise
+    if interrupts.signum is not None:
+      interrupts.exit()
+    return result
+
+  return guarded_main

@@ -39,19 +39,34 @@ round runs.
 
 The workers need no data: each round's client datasets are sent with the
 computation. Traffic is plain gRPC without authentication: use a private
-network or an SSH tunnel.
+network or an SSH tunnel. A `WorkerPool` given addresses checks at once that
+each accepts connections, and fails within seconds naming the first that does
+not.
+
+**Lifetime of local workers.** Every ``worker_binary`` this package starts
+(`LocalWorkers`, and the default context's worker of `tff_sampling.runtime`)
+is forked by `start_worker_process` with ``PR_SET_PDEATHSIG``: Linux kills it
+when this process dies, however it dies (SIGKILL included). `shut_down` stops
+them all at once and makes every TFF call still running on them, or started
+later, fail with `WorkersStopped` (the binaries' SIGTERM/SIGINT handling).
 """
 
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import ctypes
+import functools
 import os
+import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -92,78 +107,224 @@ def check_address(address: str) -> str:
   return address.strip()
 
 
-def _die_with_parent() -> None:
-  """In the child before exec: ask Linux to SIGTERM it when its parent dies.
+class WorkersStopped(RuntimeError):
+  """A TFF call needed a worker after `shut_down` stopped them (the program is ending)."""
+
+
+_SHUTTING_DOWN = threading.Event()
+
+
+def shutting_down() -> bool:
+  """Whether `shut_down` was called: no worker may be (re)started, no call may run."""
+  return _SHUTTING_DOWN.is_set()
+
+
+def check_not_shut_down() -> None:
+  """Raises `WorkersStopped` after `shut_down` (not retried by TFF: a RuntimeError)."""
+  if _SHUTTING_DOWN.is_set():
+    raise WorkersStopped('The TFF workers were stopped because the program is shutting down.')
+
+
+def _die_with_parent(parent_pid: int) -> None:
+  """In the child before exec: ask Linux to SIGKILL it when its parent dies.
 
   Covers a parent killed by a signal, when neither `LocalWorkers.stop` nor the
-  ``atexit`` hook runs. Elsewhere than Linux, a no-op. Linux sends the signal
-  when the *thread* that started the worker ends, so start workers from a
-  thread that lives as long as they are needed (e.g. the main thread).
+  ``atexit`` hook runs. SIGKILL, because a worker holds nothing worth saving
+  and was seen ignoring the SIGINT TFF stops it with. If the parent died
+  before the request took effect, the child exits at once.
   """
   try:
-    libc = ctypes.CDLL(None)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
   except (OSError, AttributeError):
-    pass
+    return
+  if os.getppid() != parent_pid:
+    os._exit(1)  # pylint: disable=protected-access
 
 
 _PR_SET_PDEATHSIG = 1
 
 
+class _Launcher:
+  """Forks worker processes from one thread that lives as long as this process.
+
+  Linux sends ``PR_SET_PDEATHSIG``'s signal when the *thread* that forked the
+  child ends, not the process. Workers are started from short-lived threads too
+  (TFF creates executors from the event-loop thread of an execution context,
+  which ends with the context), so every fork goes through this thread, which
+  only ends with the process (a daemon thread blocked on its queue).
+  """
+
+  def __init__(self):
+    self._lock = threading.Lock()
+    self._requests: queue.SimpleQueue = queue.SimpleQueue()
+    self._pid = None  # The process the thread runs in (a fork has none).
+
+  def popen(self, args: Sequence[str], **kwargs: Any) -> subprocess.Popen:
+    if not sys.platform.startswith('linux'):
+      return subprocess.Popen(args, **kwargs)
+    with self._lock:
+      if self._pid != os.getpid():
+        self._requests = queue.SimpleQueue()
+        threading.Thread(target=self._serve, args=(self._requests,), daemon=True,
+                         name='tff-sampling-worker-launcher').start()
+        self._pid = os.getpid()
+      requests = self._requests
+    result = concurrent.futures.Future()
+    requests.put((list(args), kwargs, result))
+    return result.result()
+
+  @staticmethod
+  def _serve(requests: queue.SimpleQueue) -> None:
+    while True:
+      args, kwargs, result = requests.get()
+      try:
+        result.set_result(subprocess.Popen(
+            args, preexec_fn=functools.partial(_die_with_parent, os.getpid()), **kwargs))
+      except BaseException as e:  # pylint: disable=broad-except  # Handed to the caller.
+        result.set_exception(e)
+
+
+_LAUNCHER = _Launcher()
+
+
+def start_worker_process(port: int, *args: str, stdout: Any = subprocess.DEVNULL,
+                         stderr: Any = subprocess.DEVNULL) -> subprocess.Popen:
+  """Starts ``worker_binary --port=PORT [args]``, killed by Linux when this process dies.
+
+  See `_Launcher` and `_die_with_parent`. Raises `WorkersStopped` after `shut_down`.
+  """
+  check_not_shut_down()
+  binary = worker_binary_path()
+  if not os.path.isfile(binary):
+    raise FileNotFoundError(f'No TFF worker binary at {binary}; reinstall tensorflow-federated.')
+  return _LAUNCHER.popen([binary, f'--port={port}', *args], stdout=stdout, stderr=stderr)
+
+
+def stop_process(process: subprocess.Popen, timeout_s: float) -> None:
+  """SIGTERM, then SIGKILL after `timeout_s` (0: at once); waits for (reaps) the process."""
+  if process.poll() is None:
+    if timeout_s > 0:
+      process.terminate()
+      try:
+        process.wait(timeout_s)
+        return
+      except subprocess.TimeoutExpired:
+        pass
+    process.kill()
+  process.wait()
+
+
 class LocalWorkers:
   """``worker_binary`` processes started on this machine, on free loopback ports.
 
-  Stopped by `stop` (idempotent), at interpreter exit, and (on Linux) by the
-  kernel when this process dies without either.
+  Stopped by `stop` (idempotent, thread-safe), by `shut_down`, at interpreter
+  exit, and (on Linux) by the kernel when this process dies without any of
+  these (`start_worker_process`).
   """
 
   def __init__(self, num_workers: int):
     if not isinstance(num_workers, int) or num_workers < 1:
       raise ValueError(f'num_workers must be a positive integer, got {num_workers!r}.')
-    binary = worker_binary_path()
-    if not os.path.isfile(binary):
-      raise FileNotFoundError(f'No TFF worker binary at {binary}; reinstall tensorflow-federated.')
+    self._lock = threading.Lock()
     self._processes: list[subprocess.Popen] = []
     self.addresses: list[str] = []
     atexit.register(self.stop)
+    _LIVE_LOCAL_WORKERS.add(self)
     for _ in range(num_workers):
       port = portpicker.pick_unused_port()
-      self._processes.append(subprocess.Popen(
-          [binary, f'--port={port}'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-          preexec_fn=_die_with_parent if sys.platform.startswith('linux') else None))
+      process = start_worker_process(port)
+      with self._lock:
+        self._processes.append(process)
       self.addresses.append(f'localhost:{port}')
 
   @property
   def pids(self) -> list[int]:
-    return [p.pid for p in self._processes]
+    with self._lock:
+      return [p.pid for p in self._processes]
+
+  def exited(self) -> list[str]:
+    """The addresses of workers that are no longer running."""
+    with self._lock:
+      return [a for a, p in zip(self.addresses, self._processes) if p.poll() is not None]
 
   def stop(self, timeout_s: float = 5.0) -> None:
-    """Stops the workers: SIGTERM, then SIGKILL after `timeout_s`."""
-    for process in self._processes:
-      if process.poll() is None:
+    """Stops the workers: SIGTERM, then SIGKILL after `timeout_s` (0: SIGKILL at once)."""
+    with self._lock:
+      processes, self._processes = self._processes, []
+    for process in processes:
+      if process.poll() is None and timeout_s > 0:
         process.terminate()
-    for process in self._processes:
-      try:
-        process.wait(timeout_s)
-      except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    self._processes = []
+    for process in processes:
+      stop_process(process, timeout_s)
 
 
-def _remote_context(address: str, connect_timeout_s: float):
-  """TFF's async execution context on the worker at `address` (cf. TFF's local one)."""
+_LIVE_LOCAL_WORKERS: weakref.WeakSet[LocalWorkers] = weakref.WeakSet()
+_LIVE_POOLS: weakref.WeakSet['WorkerPool'] = weakref.WeakSet()
+
+
+def shut_down() -> None:
+  """Stops every worker this process started here, now, and fails every TFF call on a pool.
+
+  For a program that must end quickly (SIGTERM, SIGINT): from now on starting
+  a worker or an executor raises `WorkersStopped`; the local workers are
+  killed and every pool's connections closed, so that a TFF call waiting on
+  them fails at once instead of being retried. Workers given by address are
+  not stopped (they are not ours), only disconnected. Thread-safe, idempotent.
+  """
+  _SHUTTING_DOWN.set()
+  for pool in list(_LIVE_POOLS):
+    pool._disconnect()  # pylint: disable=protected-access
+  for local in list(_LIVE_LOCAL_WORKERS):
+    local.stop(timeout_s=0)
+
+
+def check_reachable(address: str, timeout_s: float = 3.0) -> None:
+  """Raises a one-line ValueError unless something accepts TCP connections at `address`.
+
+  A refused connection fails at once, an unknown host or one that does not
+  answer within `timeout_s` seconds soon after, instead of TFF waiting for a
+  worker without limit.
+  """
+  match = _ADDRESS.match(check_address(address))
+  host, port = match['host'].strip('[]'), int(match['port'])
+  try:
+    socket.create_connection((host, port), timeout=timeout_s).close()
+  except OSError as e:
+    reason = e.strerror or str(e) or type(e).__name__
+    raise ValueError(
+        f'No TFF worker reachable at {address} ({reason}). Start one there with '
+        f'`{worker_binary_path()} --port={port}`, or give the host:port of a running '
+        f'one.') from None
+
+
+def _remote_context(address: str, connect_timeout_s: float, usable):
+  """TFF's async execution context on the worker at `address` (cf. TFF's local one).
+
+  Returns ``(context, channel)``. Waits up to `connect_timeout_s` for the
+  worker's gRPC service; ``usable()`` raises if the call should fail instead
+  (the pool closed, the program shutting down, a local worker that exited):
+  checked while waiting and at each executor TFF creates, so that TFF's retry
+  of a failed call ends with that error instead of retrying forever.
+  """
   channel = grpc.insecure_channel(address, _CHANNEL_OPTIONS)
   stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(channel)
   deadline = time.monotonic() + connect_timeout_s
-  while not stub.is_ready:
-    if time.monotonic() > deadline:
-      raise ConnectionError(
-          f'No TFF worker answered at {address} within {connect_timeout_s:g} s. Start one there '
-          f'with `{worker_binary_path()} --port=PORT`, or check the host and port.')
-    time.sleep(0.1)
+  try:
+    while not stub.is_ready:
+      usable()
+      if time.monotonic() > deadline:
+        raise ValueError(
+            f'No TFF worker answered at {address} within {connect_timeout_s:g} s (something '
+            f'accepts connections there, but not a TFF worker\'s gRPC service). Start one with '
+            f'`{worker_binary_path()} --port=PORT`, or check the host and port.')
+      time.sleep(0.05)
+  except BaseException:
+    channel.close()
+    raise
 
   def executor_stack(cardinalities):
+    usable()
     # Computations with no client-placed argument (e.g. the merge) carry no
     # client count; TFF's local factory defaults it the same way.
     cardinalities.setdefault(placements.CLIENTS, 0)
@@ -176,7 +337,7 @@ def _remote_context(address: str, connect_timeout_s: float):
           executor_stack_fn=executor_stack),
       compiler_fn=native_compiler.desugar_and_transform_to_native,
       transform_args=tensorflow_computation.transform_args,
-      transform_result=tensorflow_computation.transform_result)
+      transform_result=tensorflow_computation.transform_result), channel
 
 
 def _num_clients(computation: tff.Computation, args: Sequence[Any]) -> int:
@@ -216,13 +377,15 @@ class WorkerPool:
   context.
   """
 
-  def __init__(self, addresses: Sequence[str], *, connect_timeout_s: float = 60.0,
+  def __init__(self, addresses: Sequence[str], *, connect_timeout_s: float = 20.0,
                clients_per_call: int | None = None, _local: LocalWorkers | None = None):
     """Connects to running workers.
 
     Args:
-      addresses: ``host:port`` of each worker.
-      connect_timeout_s: How long to wait for each worker to answer.
+      addresses: ``host:port`` of each worker. Each must accept connections
+        now (`check_reachable`): an unreachable one is a ValueError naming it.
+      connect_timeout_s: How long to wait for each worker's gRPC service to
+        answer once connected (a local worker's start included).
       clients_per_call: If set, a round is cut into slices of at most this
         many clients (``ceil(cohort / clients_per_call)`` sub-rounds, run by
         the workers in turn), which bounds what a worker holds at once: the
@@ -240,20 +403,43 @@ class WorkerPool:
     self.addresses = addresses
     self.clients_per_call = clients_per_call
     self._local = _local
+    self._closed = False
+    self._channels = []
+    self._contexts = {}  # Mergeable contexts by number of sub-rounds.
     try:
-      self._async_contexts = [_remote_context(a, connect_timeout_s) for a in addresses]
+      if _local is None:  # Local workers may still be starting: waited for below.
+        for address in addresses:
+          check_reachable(address)
+      self._async_contexts = []
+      for address in addresses:
+        context, channel = _remote_context(address, connect_timeout_s, self._check_usable)
+        self._async_contexts.append(context)
+        self._channels.append(channel)
     except BaseException:
       self.close()
       raise
-    self._contexts = {}  # Mergeable contexts by number of sub-rounds.
+    _LIVE_POOLS.add(self)
+
+  def _check_usable(self) -> None:
+    """Raises if a TFF call on this pool must fail now rather than wait or be retried."""
+    check_not_shut_down()
+    if self._closed:
+      raise WorkersStopped(f'The worker pool {self.addresses} was closed.')
+    exited = self._local.exited() if self._local is not None else []
+    if exited:
+      raise WorkersStopped(f'The local TFF worker at {", ".join(exited)} exited.')
 
   @classmethod
   def start_local(cls, num_workers: int, *, connect_timeout_s: float = 60.0,
                   clients_per_call: int | None = None) -> 'WorkerPool':
     """Starts `num_workers` ``worker_binary`` processes here; `close` stops them."""
     local = LocalWorkers(num_workers)
-    return cls(local.addresses, connect_timeout_s=connect_timeout_s,
-               clients_per_call=clients_per_call, _local=local)
+    try:
+      return cls(local.addresses, connect_timeout_s=connect_timeout_s,
+                 clients_per_call=clients_per_call, _local=local)
+    except BaseException:
+      local.stop(timeout_s=0)
+      raise
 
   @property
   def size(self) -> int:
@@ -279,9 +465,16 @@ class WorkerPool:
       return computation(*args)
 
   def close(self) -> None:
-    """Stops the workers this pool started (none if it was given addresses)."""
+    """Stops the workers this pool started (none if it was given addresses). Idempotent."""
+    self._disconnect()
     if self._local is not None:
       self._local.stop()
+
+  def _disconnect(self) -> None:
+    """Closes the pool's connections: a TFF call running on it fails (gRPC CANCELLED)."""
+    self._closed = True
+    for channel in self._channels:
+      channel.close()
 
   def __enter__(self) -> 'WorkerPool':
     return self
