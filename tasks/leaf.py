@@ -159,8 +159,9 @@ def _load_json(path: str) -> dict:
                      '"users", "num_samples" and "user_data".')
   missing = [key for key in ('users', 'num_samples', 'user_data') if key not in data]
   if missing:
-    raise ValueError(f'{path}: no {", ".join(repr(k) for k in missing)} key; LEAF\'s files hold '
-                     '"users", "num_samples" and "user_data".')
+    keys = 'key' if len(missing) == 1 else 'keys'
+    raise ValueError(f'{path}: no {keys} {", ".join(repr(k) for k in missing)}; LEAF\'s files '
+                     'hold "users", "num_samples" and "user_data".')
   return data
 
 
@@ -249,7 +250,7 @@ def _check_range(path: str, user: str, values: np.ndarray, low: float, high: flo
   bad = ~np.isfinite(values) | (values < low) | (values > high)
   if bad.any():
     i, j = (int(k) for k in np.argwhere(bad)[0])
-    value = values[i, j]
+    value = float(values[i, j])
     problem = (f'outside [{low:g}, {high:g}]' if np.isfinite(value)
                else 'not a finite number (null, NaN or Infinity in the JSON)')
     raise ValueError(f'{path}: user {user!r}: example {i} has {what} {j} = {value!r}, '
@@ -335,6 +336,8 @@ def read_leaf(directory: str, dataset: str = 'femnist') -> collections.OrderedDi
   """
   directory = os.fspath(directory)
   reader = _feature_reader(dataset)
+  for split in LEAF_SPLITS:
+    _leaf_files(directory, split)  # Both folders, before reading any file.
   owners = {split: {} for split in LEAF_SPLITS}
   splits = collections.OrderedDict()
   for split in LEAF_SPLITS:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from tasks.leaf import write_tff_database  # pylint: disable=unused-import
+from tasks.leaf import write_tff_database  # noqa: F401 (re-exported for the tests)
 
 Clients = Mapping[str, Mapping[str, np.ndarray]]
 
