@@ -21,6 +21,7 @@ with one line naming the file and the problem (`tasks.leaf`).
 from __future__ import annotations
 
 import os
+import sqlite3
 import sys
 from collections.abc import Sequence
 
@@ -47,24 +48,6 @@ if 'cache_dir' not in flags.FLAGS:
 _OVERWRITE = flags.DEFINE_bool('overwrite', False, 'Replace databases that already exist.')
 
 
-def convert(femnist_leaf_dir: str | None, play_text: str | None, cache_dir: str,
-            overwrite: bool) -> list[leaf.DatabaseSummary]:
-  """Writes the requested databases; refuses before any work if one exists."""
-  outputs = []
-  if femnist_leaf_dir:
-    outputs.append(os.path.join(cache_dir, leaf.EMNIST_DATABASE_FILE))
-  if play_text:
-    outputs.append(os.path.join(cache_dir, leaf.SHAKESPEARE_DATABASE_FILE))
-  for path in outputs:
-    leaf.check_absent(path, overwrite)
-  summaries = []
-  if femnist_leaf_dir:
-    summaries.append(leaf.write_emnist_database(femnist_leaf_dir, cache_dir, overwrite=overwrite))
-  if play_text:
-    summaries.append(leaf.write_shakespeare_database(play_text, cache_dir, overwrite=overwrite))
-  return summaries
-
-
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     sys.exit(f'Error: unexpected arguments: {" ".join(argv[1:])}')
@@ -76,12 +59,21 @@ def main(argv: Sequence[str]) -> None:
   cache_dir = os.path.expanduser(flags.FLAGS.cache_dir)
   femnist_dir = _FEMNIST_LEAF_DIR.value and os.path.expanduser(_FEMNIST_LEAF_DIR.value)
   play_text = _PLAY_TEXT.value and os.path.expanduser(_PLAY_TEXT.value)
+  overwrite = _OVERWRITE.value
   try:
-    summaries = convert(femnist_dir, play_text, cache_dir, _OVERWRITE.value)
-  except (ValueError, OSError) as e:
+    # Refuse before any work if an output exists; each summary is printed when written.
+    if femnist_dir:
+      leaf.check_absent(os.path.join(cache_dir, leaf.EMNIST_DATABASE_FILE), overwrite)
+    if play_text:
+      leaf.check_absent(os.path.join(cache_dir, leaf.SHAKESPEARE_DATABASE_FILE), overwrite)
+    if femnist_dir:
+      print('\n'.join(leaf.write_emnist_database(femnist_dir, cache_dir,
+                                                 overwrite=overwrite).lines()), flush=True)
+    if play_text:
+      print('\n'.join(leaf.write_shakespeare_database(play_text, cache_dir,
+                                                      overwrite=overwrite).lines()), flush=True)
+  except (ValueError, OSError, sqlite3.Error) as e:
     sys.exit(f'Error: {e}')
-  for summary in summaries:
-    print('\n'.join(summary.lines()))
   if femnist_dir:
     print(f'Use: python -m bin.fedavg --task=emnist --only_digits=false --cache_dir={cache_dir}')
   if play_text:

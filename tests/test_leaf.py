@@ -619,6 +619,19 @@ def test_convert_leaf_binary_errors(tmp_path, flag_values, pattern):
   assert not (tmp_path / 'cache').exists() or os.listdir(tmp_path / 'cache') == []
 
 
+def test_convert_leaf_binary_reports_what_it_wrote_before_an_error(femnist_dir, tmp_path,
+                                                                   capsys):
+  text = tmp_path / 'play.txt'
+  text.write_text('A:\nx\n\nno role line\n')
+  cache_dir = tmp_path / 'cache'
+  outcome = fault_harness.run_main(convert_leaf.main, femnist_leaf_dir=femnist_dir,
+                                   play_text=str(text), cache_dir=str(cache_dir))
+  fault_harness.assert_one_line_error(
+      outcome, r'^Error: .*play\.txt: line 4: expected a role line such as "ROMEO:"')
+  assert f'Wrote {cache_dir}/emnist_all.sqlite:\n' in capsys.readouterr().out
+  assert os.listdir(cache_dir) == ['emnist_all.sqlite']
+
+
 # ---------------------------------------------------------------------------
 # The real data (beside the project in CI; skipped elsewhere).
 
