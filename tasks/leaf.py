@@ -273,12 +273,11 @@ class _SyntheticReader:
 
   def __init__(self):
     self.width: Optional[int] = None
-    self.first: Optional[tuple[str, str]] = None
 
   def __call__(self, path: str, user: str, x: list, y: list) -> collections.OrderedDict:
     features = _float_rows(path, user, x, self.width, 'features')
     if self.width is None:
-      self.width, self.first = features.shape[1], (path, user)
+      self.width = features.shape[1]
     _check_range(path, user, features, -math.inf, math.inf, 'feature',
                  'features must be finite numbers')
     labels = _labels(path, user, y, np.iinfo(np.int32).max)
