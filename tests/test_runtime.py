@@ -1,38 +1,120 @@
-"""Tests for tff_sampling/runtime.py."""
+"""Tests for tff_sampling/runtime.py.
+
+Each process-level case runs a small program as a subprocess that reports the
+pids of its own TFF workers; only those processes are checked afterwards
+(`psutil.Process` objects remember their start time, so a reused pid never
+passes for one of them), never other processes on the machine.
+"""
 
 import logging
 import os
+import signal
 import subprocess
 import sys
+import time
 
+import numpy as np
 import psutil
+import tensorflow_federated as tff
 
 from tff_sampling import runtime
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _worker_pids():
-  pids = set()
-  for proc in psutil.process_iter(['name', 'cmdline']):
+def _alive(process: psutil.Process) -> bool:
+  try:
+    return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+  except psutil.NoSuchProcess:
+    return False
+
+
+def _wait_gone(processes, bound_s: float = 30.0) -> list[psutil.Process]:
+  """The processes still alive after at most `bound_s` (a bound against hangs only)."""
+  deadline = time.monotonic() + bound_s
+  alive = [p for p in processes if _alive(p)]
+  while alive and time.monotonic() < deadline:
+    time.sleep(0.05)
+    alive = [p for p in alive if _alive(p)]
+  for process in alive:  # Only if the test fails: leave no orphan behind.
     try:
-      if proc.info['name'] == 'worker_binary' or any(
-          'worker_binary' in part for part in (proc.info['cmdline'] or [])[:1]):
-        pids.add(proc.pid)
+      process.kill()
     except psutil.Error:
-      continue
-  return pids
+      pass
+  return alive
+
+
+class _Program:
+  """``python -c code`` that prints ``workers <pid> …`` once, then waits for a line on stdin.
+
+  `workers` are the reported processes, captured while they run; `printed` is
+  what it printed before.
+  """
+
+  def __init__(self, code: str):
+    self.process = subprocess.Popen([sys.executable, '-c', code], cwd=_REPO, text=True,
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE)
+    self.workers = []
+    self.printed = ''
+    for line in self.process.stdout:
+      self.printed += line
+      if line.startswith('workers'):
+        self.workers = [psutil.Process(int(pid)) for pid in line.split()[1:]]
+        break
+    else:
+      self.process.wait()
+      raise AssertionError(f'no worker report; stderr:\n{self.process.stderr.read()[-3000:]}')
+
+  def finish(self) -> tuple[int, str, str]:
+    out, err = self.process.communicate('go\n', timeout=300)
+    return self.process.returncode, out, err
+
+
+_REPORT_CHILD_WORKERS = (
+    'import psutil, sys\n'
+    'print("workers", *[c.pid for c in psutil.Process().children()\n'
+    '                   if c.name() == "worker_binary"], flush=True)\n'
+    'sys.stdin.readline()\n')
 
 
 def test_no_worker_outlives_a_program():
-  # Without the atexit hook, TFF's local C++ worker survives its parent.
-  code = ('import numpy as np, tensorflow_federated as tff, tff_sampling\n'
-          'print(tff.tensorflow.computation(lambda: np.int32(7))())\n')
-  before = _worker_pids()
-  proc = subprocess.run([sys.executable, '-c', code], cwd=_REPO, capture_output=True,
-                        text=True, timeout=300)
-  assert proc.returncode == 0 and proc.stdout.strip() == '7', proc.stderr[-2000:]
-  assert _worker_pids() - before == set()
+  # Library use without `use_secure_sum_simulation`: TFF's own default context
+  # starts the worker; without the atexit hook it survives its parent.
+  program = _Program('import numpy as np, tensorflow_federated as tff, tff_sampling\n'
+                     'print(tff.tensorflow.computation(lambda: np.int32(7))(), flush=True)\n'
+                     + _REPORT_CHILD_WORKERS)
+  assert len(program.workers) == 1
+  code, _, err = program.finish()
+  assert code == 0 and program.printed.startswith('7\n'), err[-2000:]
+  assert _wait_gone(program.workers) == []
+
+
+def test_the_default_worker_dies_with_a_killed_program():
+  """`use_secure_sum_simulation`'s worker is started on first use from TFF's
+  event-loop thread; the program is SIGKILLed (no atexit, no handler)."""
+  program = _Program('import numpy as np, tensorflow_federated as tff\n'
+                     'from tff_sampling import runtime\n'
+                     'runtime.use_secure_sum_simulation()\n'
+                     'tff.tensorflow.computation(lambda: np.int32(7))()\n'
+                     + _REPORT_CHILD_WORKERS)
+  assert len(program.workers) == 1
+  program.process.kill()
+  program.process.communicate(timeout=300)
+  assert _wait_gone(program.workers) == []
+
+
+def test_secure_sums_run_in_the_project_context_on_its_own_worker():
+  runtime.use_secure_sum_simulation()
+  runtime.use_secure_sum_simulation()  # Idempotent.
+
+  @tff.federated_computation(tff.FederatedType(np.int32, tff.CLIENTS))
+  def secure_total(values):
+    return tff.federated_secure_sum_bitwidth(values, 8)
+
+  assert secure_total([1, 2, 3, 100]) == 106
+  worker = runtime._LOCAL_WORKER.pid
+  assert worker is not None and worker in {c.pid for c in psutil.Process().children()}
 
 
 def test_quiet_library_logs_keeps_own_info_and_library_warnings():
@@ -57,37 +139,127 @@ def test_a_worker_that_ignores_the_shutdown_does_not_hang_the_exit():
   code = ('import time, numpy as np, tensorflow_federated as tff\n'
           'from tff_sampling import runtime\n'
           'tff.tensorflow.computation(lambda: np.int32(7))()\n'
-          'workers = runtime._local_workers()\n'
+          'workers = runtime._tff_started_workers()\n'
           'runtime._release_execution_context = lambda: [w.wait() for w in workers]\n'
           'start = time.monotonic()\n'
           'stopped = runtime.stop_local_workers(timeout_s=2.0)\n'
           'print(len(workers), stopped, round(time.monotonic() - start),\n'
           '      any(w.is_running() for w in workers))\n')
   proc = subprocess.run([sys.executable, '-c', code], cwd=_REPO, capture_output=True,
-                        text=True, timeout=120)
+                        text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-2000:]
   workers, stopped, seconds, running = proc.stdout.split()[-4:]
-  assert int(workers) >= 1 and int(stopped) == int(workers)
+  assert int(workers) == 1 and int(stopped) == int(workers)
   assert 2 <= int(seconds) <= 10 and running == 'False'
 
 
-def test_switching_to_the_secure_sum_context_cannot_hang_on_the_old_worker():
-  """Replacing a context that already ran a computation stops its worker the
+def test_switching_to_the_project_context_cannot_hang_on_tff_s_worker():
+  """Replacing TFF's context after it ran a computation stops its worker the
   same blocking way (seen hanging a LEFL run after its pre-processing round);
-  simulated by a switch that blocks until the worker dies."""
+  simulated by a switch that blocks until that worker dies."""
   code = ('import time, numpy as np, tensorflow_federated as tff\n'
           'from tff_sampling import runtime\n'
           'tff.tensorflow.computation(lambda: np.int32(7))()\n'
-          'workers = runtime._local_workers()\n'
-          'tff.backends.test.set_sync_test_cpp_execution_context = (\n'
-          '    lambda: [w.wait() for w in workers])\n'
+          'workers = runtime._tff_started_workers()\n'
+          'runtime.context_stack_impl.context_stack.set_default_context = (\n'
+          '    lambda context: [w.wait() for w in workers])\n'
           'runtime._SHUTDOWN_TIMEOUT_S = 2.0\n'
           'start = time.monotonic()\n'
           'runtime.use_secure_sum_simulation()\n'
           'print(len(workers), round(time.monotonic() - start),\n'
           '      any(w.is_running() for w in workers))\n')
   proc = subprocess.run([sys.executable, '-c', code], cwd=_REPO, capture_output=True,
-                        text=True, timeout=120)
+                        text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-2000:]
   workers, seconds, running = proc.stdout.split()[-3:]
-  assert int(workers) >= 1 and 2 <= int(seconds) <= 10 and running == 'False'
+  assert int(workers) == 1 and 2 <= int(seconds) <= 10 and running == 'False'
+
+
+# A binary (`binary_main`) whose main thread is stuck in plain Python code that
+# neither runs TFF nor returns, after starting its TFF worker: only the deadline
+# exit can end it. `writing` makes it look like a file write to the deadline.
+_STUCK_BINARY = '''
+import sys, threading, numpy as np, psutil, tensorflow_federated as tff
+from absl import app
+from tff_sampling import runtime
+runtime._EXIT_DEADLINE_S = 0.5
+runtime._WRITE_GRACE_S = {grace}
+
+def {name}():
+  threading.Event().wait()  # A lock wait: the handler runs and returns; no end.
+
+def main(argv):
+  tff.tensorflow.computation(lambda: np.int32(7))()
+  print('workers', runtime._LOCAL_WORKER.pid, flush=True)
+  {name}()
+
+app.run(runtime.binary_main(main))
+'''
+
+
+def test_a_binary_stuck_outside_tff_exits_by_the_deadline():
+  # SIGINT here, SIGTERM below: the same path.
+  program = _Program(_STUCK_BINARY.format(name='wait_forever', grace=30.0))
+  program.process.send_signal(signal.SIGINT)
+  code, _, err = program.finish()
+  assert code == 130, err[-2000:]
+  assert err.strip().splitlines()[-1] == runtime.interruption_message(signal.SIGINT)
+  assert 'Traceback' not in err
+  assert _wait_gone(program.workers) == []
+
+
+def test_the_deadline_exit_lets_a_write_in_progress_finish_for_a_while():
+  # The stuck function is named like a writer: the exit waits the grace time
+  # (2 s here) on top of the deadline (0.5 s); without it, it would exit at once.
+  program = _Program(_STUCK_BINARY.format(name='write_metrics', grace=2.0))
+  start = time.monotonic()
+  program.process.send_signal(signal.SIGTERM)
+  code, _, err = program.finish()
+  seconds = time.monotonic() - start
+  assert code == 143 and err.strip().splitlines()[-1].startswith('Interrupted by SIGTERM')
+  assert seconds >= 2.5
+  assert _wait_gone(program.workers) == []
+
+
+# A binary whose first TFF call never ends (its executor never comes), and whose
+# signal-watching thread is disabled: only the main thread's handler can end it,
+# which it must do without waiting for that thread to record the signal.
+_WAITING_BINARY = '''
+import sys, threading, time, numpy as np, tensorflow_federated as tff
+from absl import app
+from tff_sampling import runtime
+runtime._Interrupts._watch = lambda self, read_fd: None
+
+def stub_never_ready():
+  main = sys._current_frames()[threading.main_thread().ident]
+  while not any(f.f_code.co_name == 'run_coro_and_return_result' for f in runtime._stack(main)):
+    time.sleep(0.01)
+    main = sys._current_frames()[threading.main_thread().ident]
+  print('workers', flush=True)  # The main thread now waits for this call.
+  threading.Event().wait()
+
+runtime._LOCAL_WORKER.stub = stub_never_ready
+
+def main(argv):
+  tff.tensorflow.computation(lambda: np.int32(7))()
+
+app.run(runtime.binary_main(main))
+'''
+
+
+def test_the_handler_alone_ends_a_binary_waiting_on_tff():
+  program = _Program(_WAITING_BINARY)
+  program.process.send_signal(signal.SIGTERM)
+  code, _, err = program.finish()
+  assert code == 143, err[-2000:]
+  assert err.strip().splitlines()[-1] == runtime.interruption_message(signal.SIGTERM)
+  assert 'Traceback' not in err
+
+
+def test_no_signal_handler_is_installed_on_import():
+  code = ('import signal, tff_sampling, tff_sampling.program, tff_sampling.runtime\n'
+          'print(signal.getsignal(signal.SIGINT) is signal.default_int_handler,\n'
+          '      signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)\n')
+  proc = subprocess.run([sys.executable, '-c', code], cwd=_REPO, capture_output=True,
+                        text=True, timeout=300)
+  assert proc.stdout.split() == ['True', 'True'], proc.stderr[-2000:]

@@ -441,12 +441,12 @@ class _Interrupts:
       self._received += 1
       if self._received > 1:
         self.exit()  # A second signal: now.
-      threading.Thread(target=self._stop_and_exit_by_deadline, daemon=True,
+      threading.Thread(target=self._stop_and_exit_by_deadline,
+                       args=(time.monotonic() + _EXIT_DEADLINE_S,), daemon=True,
                        name='tff-sampling-exit-deadline').start()
 
-  def _stop_and_exit_by_deadline(self) -> None:
+  def _stop_and_exit_by_deadline(self, deadline: float) -> None:
     stop_all_workers_now()
-    deadline = time.monotonic() + _EXIT_DEADLINE_S
     time.sleep(max(0.0, deadline - time.monotonic()))
     while _any_thread_writing() and time.monotonic() < deadline + _WRITE_GRACE_S:
       time.sleep(0.05)

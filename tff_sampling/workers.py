@@ -108,19 +108,17 @@ def check_address(address: str) -> str:
 
 
 class WorkersStopped(RuntimeError):
-  """A TFF call needed a worker after `shut_down` stopped them (the program is ending)."""
+  """A TFF call needed a worker that is gone: `shut_down`, a closed pool, an exited worker.
+
+  A RuntimeError, which TFF does not retry (it retries gRPC UNAVAILABLE without end).
+  """
 
 
 _SHUTTING_DOWN = threading.Event()
 
 
-def shutting_down() -> bool:
-  """Whether `shut_down` was called: no worker may be (re)started, no call may run."""
-  return _SHUTTING_DOWN.is_set()
-
-
 def check_not_shut_down() -> None:
-  """Raises `WorkersStopped` after `shut_down` (not retried by TFF: a RuntimeError)."""
+  """Raises `WorkersStopped` after `shut_down`."""
   if _SHUTTING_DOWN.is_set():
     raise WorkersStopped('The TFF workers were stopped because the program is shutting down.')
 
@@ -133,16 +131,24 @@ def _die_with_parent(parent_pid: int) -> None:
   and was seen ignoring the SIGINT TFF stops it with. If the parent died
   before the request took effect, the child exits at once.
   """
-  try:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-  except (OSError, AttributeError):
+  if _PRCTL is None or _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
     return
   if os.getppid() != parent_pid:
     os._exit(1)  # pylint: disable=protected-access
 
 
+def _find_prctl():
+  """libc's prctl, looked up here rather than in the forked child (no dlopen after fork)."""
+  if not sys.platform.startswith('linux'):
+    return None
+  try:
+    return ctypes.CDLL(None, use_errno=True).prctl
+  except (OSError, AttributeError):
+    return None
+
+
 _PR_SET_PDEATHSIG = 1
+_PRCTL = _find_prctl()
 
 
 class _Launcher:
