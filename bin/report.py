@@ -1,0 +1,121 @@
+"""Regenerates an experiment's results table and plots from its run directories.
+
+    python -m bin.report \\
+        --run_dirs='/work/exp/femnist_optimal/emnist_*' --label_key=sampling \\
+        --target_accuracy=0.5 --output_dir=docs/experiments/femnist_optimal \\
+        --extra_columns=selection/weight_variance,process/aggregator/improvement_factor
+
+writes into ``--output_dir``:
+
+* ``results.md``: a line marking it as generated, the command that regenerates
+  it, a Markdown table with one row per group of runs (mean ± sample std over
+  seeds of the final and best evaluation accuracy, final loss, rounds and
+  uploaded bits to ``--target_accuracy``, total uploaded bits, median seconds
+  per round, the ``--extra_columns`` averaged over rounds), the definitions of
+  the columns, the unfinished runs, links to the plots and the runs' settings;
+* ``accuracy_rounds.png`` and ``accuracy_bits.png``: evaluation accuracy
+  against the round and against the cumulative uploaded bits, mean over seeds
+  with a ± std band per group;
+
+and prints the table. An experiment's own page (``docs/experiments/<name>.md``)
+links to ``results.md``; the tool never writes anything else. It replaces a
+``results.md`` only if that file starts with the tool's marker line, and a PNG
+only if this project wrote it, so hand-written files are never lost.
+
+Runs are grouped by ``--label_key`` (one group per value of that
+hyper-parameter) or, without it, by every hyper-parameter except the seed. The
+computation is `tff_sampling.report`.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import Sequence
+
+from absl import app
+from absl import flags
+
+from bin import flag_checks
+from tff_sampling import plotting
+from tff_sampling import report
+
+_RUN_DIRS = flags.DEFINE_list(
+    'run_dirs', None,
+    'Comma-separated run directories (<root_output_dir>/<experiment_name>); an entry may be a '
+    'glob pattern such as results/emnist_* (quote it). Required.')
+_OUTPUT_DIR = flags.DEFINE_string(
+    'output_dir', None,
+    'Directory for results.md, accuracy_rounds.png and accuracy_bits.png (made if missing), '
+    'e.g. docs/experiments/<name>. Required.')
+_LABEL_KEY = flags.DEFINE_string(
+    'label_key', None,
+    "Hyper-parameter whose value labels the groups, e.g. 'sampling'; unset: runs differing "
+    'only in the seed form a group, labelled by the hyper-parameters that differ.')
+_TARGET_ACCURACY = flags.DEFINE_float(
+    'target_accuracy', None,
+    'Evaluation accuracy for the rounds/bits-to-target columns, a fraction in (0, 1]; unset: '
+    'no such columns.')
+_EXTRA_COLUMNS = flags.DEFINE_list(
+    'extra_columns', [],
+    'metrics.csv columns to add to the table, each averaged over rounds then seeds, e.g. '
+    'selection/weight_variance,selection/label_kl,process/aggregator/improvement_factor (the '
+    'improvement factor α of optimal sampling).')
+_TITLE = flags.DEFINE_string('title', None, 'Heading of results.md and title of the plots.')
+_MAX_ROUND = flags.DEFINE_integer(
+    'max_round', None,
+    'Count only rounds up to this one, e.g. to compare at a round that every run has reached.',
+    lower_bound=0)
+flag_checks.check_accuracy('target_accuracy')
+
+_FLAG_ORDER = ('run_dirs', 'label_key', 'target_accuracy', 'max_round', 'extra_columns',
+               'title', 'output_dir')
+
+
+def regenerate_command() -> str:
+  """The command line that reproduces this report, from the flags' values."""
+  parts = ['python -m bin.report']
+  for name in _FLAG_ORDER:
+    value = flags.FLAGS[name].value
+    if value is None or value == []:
+      continue
+    if isinstance(value, list):
+      value = ','.join(value)
+    elif isinstance(value, float):
+      value = f'{value:g}'
+    parts.append(f'--{name}={shlex.quote(str(value))}')
+  return ' '.join(parts)
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  if not _RUN_DIRS.value:
+    raise app.UsageError('--run_dirs is required.')
+  if not _OUTPUT_DIR.value:
+    raise app.UsageError('--output_dir is required.')
+  extra_columns = list(dict.fromkeys(c.strip() for c in _EXTRA_COLUMNS.value if c.strip()))
+  try:
+    runs = plotting.load_runs(_RUN_DIRS.value)
+    written = report.write_report(
+        runs, _OUTPUT_DIR.value, command=regenerate_command(), label_key=_LABEL_KEY.value,
+        target=_TARGET_ACCURACY.value, extra_columns=extra_columns, title=_TITLE.value,
+        max_round=_MAX_ROUND.value)
+  except (ValueError, FileNotFoundError) as e:
+    sys.exit(f'Error: {e}')
+  except KeyError as e:  # A run lacks a column: the message names its file.
+    sys.exit(f'Error: {e.args[0]}')
+  except OSError as e:
+    sys.exit(f'Error: Cannot write into --output_dir={_OUTPUT_DIR.value!r}: '
+             f'{e.strerror or e}; give a writable directory.')
+  print(written.table)
+  for run, last, planned in written.unfinished:
+    print(f'Note: {run.name} is unfinished (round {last} of {planned}).')
+  print(f'Wrote {written.results_path}')
+  for path in written.plot_paths:
+    print(f'Wrote {path}')
+
+
+if __name__ == '__main__':
+  from tff_sampling import runtime  # pylint: disable=g-import-not-at-top
+  app.run(runtime.binary_main(main))
