@@ -16,6 +16,10 @@ For each group, over its seeds:
   rounds of each run (where it has a value), then over seeds; e.g.
   ``selection/weight_variance``, ``selection/label_kl`` or `ALPHA_COLUMN`.
 
+Runs still in progress can be compared at a common round with `truncate`
+(``max_round`` of `write_report`); `incomplete_runs` lists the runs that end
+before their planned ``rounds``.
+
 `write_report` writes ``results.md`` (`MARKER` line, regenerate command,
 table, notes, settings, plots) and the plots ``accuracy_rounds.png`` and
 ``accuracy_bits.png`` (mean line and a ± std band per group) into one
@@ -341,26 +345,27 @@ def markdown_table(
 
   extra_specs = {column: _spec_for([s.extras[column].mean for s in summaries])
                  for column in extra_columns}
+  bits_spec = '.3f' if scale > 1 else '.0f'  # Whole bits, or three decimals of kbit and up.
   rows = []
   for s in summaries:
     low, high = min(s.last_rounds), max(s.last_rounds)
-    row = [(s.label,), (str(s.seeds),), (str(low) if low == high else f'{low}–{high}',),
+    row = [(_escape(s.label),), (str(s.seeds),), (str(low) if low == high else f'{low}–{high}',),
            _stat_parts(s.final_accuracy, '.4f'), _stat_parts(s.final_loss, '.4f'),
            _stat_parts(s.best_accuracy, '.4f')]
     if target is not None:
       reached = f'({s.rounds_to_target.n}/{s.seeds})'
       if s.rounds_to_target.n:
         row.append(_stat_parts(s.rounds_to_target, '.1f') + (reached,))
-        row.append(_stat_parts(s.bits_to_target, '.3f', scale) + (reached,))
+        row.append(_stat_parts(s.bits_to_target, bits_spec, scale) + (reached,))
       else:
         row += [('never', '', reached)] * 2
-    row += [_stat_parts(s.total_bits, '.3f', scale),
+    row += [_stat_parts(s.total_bits, bits_spec, scale),
             (_MISSING,) if math.isnan(s.seconds_per_round) else (f'{s.seconds_per_round:.2f}',)]
     row += [_stat_parts(s.extras[column], extra_specs[column]) for column in extra_columns]
     rows.append(row)
 
   columns = list(zip(*rows))
-  cells = [_align_parts(column) for column in columns]
+  cells = [[label for (label,) in columns[0]]] + [_align_parts(column) for column in columns[1:]]
   widths = [max(len(headers[i]), *(len(c) for c in cells[i])) for i in range(len(headers))]
   lines = ['| ' + ' | '.join(h.ljust(w) if i == 0 else h.rjust(w)
                              for i, (h, w) in enumerate(zip(headers, widths))) + ' |',
