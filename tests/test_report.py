@@ -15,7 +15,6 @@ import pytest
 from bin import report as report_bin
 from tff_sampling import plotting
 from tff_sampling import report
-from tff_sampling import results
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
