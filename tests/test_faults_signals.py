@@ -43,6 +43,25 @@ _ROUNDS = 1000  # Far more than run before the signal: the signal lands mid-trai
 _GENEROUS_S = 300  # Only bounds a hung run; a healthy one needs a small fraction.
 
 
+_STARTED: list['_Binary'] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers():
+  """After each test, even a failed one: kills what its binaries left running."""
+  yield
+  while _STARTED:
+    binary = _STARTED.pop()
+    if binary.process.poll() is None:
+      binary.process.kill()
+    for process in list(binary.descendants.values()):
+      if _alive(process):
+        try:
+          process.kill()
+        except psutil.Error:
+          pass
+
+
 class _Binary:
   """``python -m bin.fedavg`` on the digits task, as a subprocess.
 
@@ -62,6 +81,7 @@ class _Binary:
                                     stderr=subprocess.PIPE, text=True)
     self.descendants: dict[int, psutil.Process] = {}
     self._names: dict[int, str] = {}
+    _STARTED.append(self)
     self._lines: list[str] = []
     self._changed = threading.Condition()
     self._reader = threading.Thread(target=self._read, daemon=True)

@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 import psutil
+import pytest
 import tensorflow_federated as tff
 
 from tff_sampling import runtime
@@ -44,6 +45,20 @@ def _wait_gone(processes, bound_s: float = 30.0) -> list[psutil.Process]:
   return alive
 
 
+_STARTED: list['_Program'] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers():
+  """After each test, even a failed one: kills what its programs left running."""
+  yield
+  while _STARTED:
+    program = _STARTED.pop()
+    if program.process.poll() is None:
+      program.process.kill()
+    _wait_gone(program.workers, bound_s=0)
+
+
 class _Program:
   """``python -c code`` that prints ``workers <pid> …`` once, then waits for a line on stdin.
 
@@ -57,6 +72,7 @@ class _Program:
                                     stderr=subprocess.PIPE)
     self.workers = []
     self.printed = ''
+    _STARTED.append(self)
     for line in self.process.stdout:
       self.printed += line
       if line.startswith('workers'):
@@ -100,7 +116,7 @@ def test_the_default_worker_dies_with_a_killed_program():
                      + _REPORT_CHILD_WORKERS)
   assert len(program.workers) == 1
   program.process.kill()
-  program.process.communicate(timeout=300)
+  program.process.wait(timeout=300)  # Not its pipes: a worker left running holds them.
   assert _wait_gone(program.workers) == []
 
 

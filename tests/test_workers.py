@@ -18,6 +18,7 @@ apart with a wide margin on both sides.
 import csv
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -273,6 +274,9 @@ def test_local_workers_die_with_a_killed_parent():
        'time.sleep(600)\n'],
       stdout=subprocess.PIPE, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
   try:
+    # Bounded: a worker killed with its starting thread leaves TFF retrying forever.
+    ready, _, _ = select.select([parent.stdout], [], [], 300)
+    assert ready, 'the parent never ran its computation on the worker'
     result, pid = parent.stdout.readline().split()
     assert result == '7'
     worker = psutil.Process(int(pid))
