@@ -120,7 +120,7 @@ def test_binary_runs_every_sampling_and_prints_the_report_subprocess(tmp_path):
 
 
 @pytest.mark.parametrize('flags,message', [
-    (['--expected_clients=0'], '--expected_clients must be in (0, --clients=10], got 0.0'),
+    (['--expected_clients=0'], '--expected_clients must be a finite number > 0'),
     (['--expected_clients=11'], '--expected_clients must be in (0, --clients=10], got 11.0'),
     (['--sampling=optimal,best'], "--sampling has unknown method(s) ['best']"),
     (['--suite=leaf', '--num_models=5', '--expected_clients=3'], "Suite 'leaf' has 2-3 models"),

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
-import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
@@ -172,11 +171,7 @@ def _run(directory: run_dir.RunDirectory, tasks: Sequence[Task],
   program_state, resumed_from = directory.resume(config.hparams, collections.OrderedDict(
       round=np.int64(0), cumulative_bits=np.int64(0), process=process_state))
 
-  release_manager = tff.program.GroupingReleaseManager([
-      tff.program.CSVFileReleaseManager(os.path.join(config.output_dir, 'metrics.csv')),
-      tff.program.TensorBoardReleaseManager(os.path.join(config.output_dir, 'tensorboard')),
-      program.ProgressReleaseManager(config.rounds),
-  ])
+  release_manager = directory.release_manager(program.ProgressReleaseManager(config.rounds))
   # Built after the process: see `program.run_experiment` on Keras engines.
   evaluators = [program.CentralEvaluator(task) for task in tasks]
   parameters = [communication.count_parameters(w) for w in program_state['process']['models']]

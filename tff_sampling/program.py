@@ -449,15 +449,20 @@ def run_experiment(
   preprocessing = preprocessing_bits or communication.PreprocessingBits(0, 0)
   if not _takes_slot_client_data(process):  # Before anything is written.
     _check_plain_process_weighting(sampler, client_weighting, config)
+  pool = None
   if config.workers or config.local_workers:
     workers_lib.check_splittable(process.next, f'The learning process of {config.output_dir}')
-  with run_dir.RunDirectory(config.output_dir, config.keep_checkpoints) as directory:
+    pool = config.worker_pool()  # Reachable workers, or an error before anything is written.
+    logging.info('Each round\'s clients are split over %d TFF workers: %s.', pool.size,
+                 ', '.join(pool.addresses))
+  with pool or contextlib.nullcontext(), run_dir.RunDirectory(
+      config.output_dir, config.keep_checkpoints) as directory:
     return _run(directory, task, process, sampler, config, uplink_fn, availability,
-                preprocessing_bits, preprocessing, client_weighting)
+                preprocessing_bits, preprocessing, client_weighting, pool)
 
 
 def _run(directory, task, process, sampler, config, uplink_fn, availability,
-         preprocessing_bits, preprocessing, client_weighting) -> ExperimentResult:
+         preprocessing_bits, preprocessing, client_weighting, pool) -> ExperimentResult:
   """`run_experiment`'s loop, inside the claimed and locked run directory."""
   runtime.use_secure_sum_simulation()  # Secure-sum aggregators need it; harmless otherwise.
   population = samplers_base.Population(num_examples=np.asarray(task.client_num_examples))
@@ -471,11 +476,7 @@ def _run(directory, task, process, sampler, config, uplink_fn, availability,
       process=process_state,
       sampler=sampler.initialize(population)))
 
-  release_manager = tff.program.GroupingReleaseManager([
-      tff.program.CSVFileReleaseManager(os.path.join(config.output_dir, 'metrics.csv')),
-      tff.program.TensorBoardReleaseManager(os.path.join(config.output_dir, 'tensorboard')),
-      ProgressReleaseManager(config.rounds),
-  ])
+  release_manager = directory.release_manager(ProgressReleaseManager(config.rounds))
   loss_probe = None
   if getattr(sampler, 'uses_loss_probe', False):
     loss_probe = signals_lib.build_loss_probe(
@@ -546,70 +547,64 @@ def _run(directory, task, process, sampler, config, uplink_fn, availability,
                        f'{population.size} clients, got shape {mask.shape} with '
                        f'{int(mask.sum())} active.')
     return mask, int(redraws)
-  pool = None
-  if config.workers or config.local_workers:
-    pool = config.worker_pool()
-    logging.info('Each round\'s clients are split over %d TFF workers: %s.', pool.size,
-                 ', '.join(pool.addresses))
 
   def next_round(state, data):
     return process.next(state, data) if pool is None else pool.run(process.next, state, data)
 
   start = time.monotonic()
-  with pool or contextlib.nullcontext():
-    for round_num in range(first_round, config.rounds + 1):
-      round_start = time.monotonic()
-      available, redraws = active_clients(round_num)
-      if loss_probe is not None:
-        current = model_weights_of(process, process_state)
-        selection = sampler.select(
-            sampler_state, round_num, available,
-            loss_probe=lambda clients: probe_losses(round_num, current, clients))
-      else:
-        selection = sampler.select(sampler_state, round_num, available)
-      if not np.all(available[selection.clients]):
-        raise RuntimeError(f'{type(sampler).__name__} selected inactive clients in round '
-                           f'{round_num}: {selection.clients[~available[selection.clients]]}.')
-      output = next_round(process_state, client_data(round_num, selection))
-      process_state = output.state
-      np.add.at(selection_counts, np.asarray(selection.clients, np.int64), 1)
-      process_metrics, round_signals = _split_signals(output.metrics)
-      sampler_state = sampler.observe(sampler_state, selection, round_signals)
-      model_weights = model_weights_of(process, process_state)
+  for round_num in range(first_round, config.rounds + 1):
+    round_start = time.monotonic()
+    available, redraws = active_clients(round_num)
+    if loss_probe is not None:
+      current = model_weights_of(process, process_state)
+      selection = sampler.select(
+          sampler_state, round_num, available,
+          loss_probe=lambda clients: probe_losses(round_num, current, clients))
+    else:
+      selection = sampler.select(sampler_state, round_num, available)
+    if not np.all(available[selection.clients]):
+      raise RuntimeError(f'{type(sampler).__name__} selected inactive clients in round '
+                         f'{round_num}: {selection.clients[~available[selection.clients]]}.')
+    output = next_round(process_state, client_data(round_num, selection))
+    process_state = output.state
+    np.add.at(selection_counts, np.asarray(selection.clients, np.int64), 1)
+    process_metrics, round_signals = _split_signals(output.metrics)
+    sampler_state = sampler.observe(sampler_state, selection, round_signals)
+    model_weights = model_weights_of(process, process_state)
 
-      uplink = uplink_fn(process_metrics, len(selection.clients))
-      round_bits = communication.upload_bits(uplink, model_parameters)
-      cumulative_bits += round_bits
-      released = collections.OrderedDict(
-          round_seconds=time.monotonic() - round_start,
-          cohort_size=len(selection.clients),
-          availability=collections.OrderedDict(
-              active_clients=int(available.sum()), redraws=redraws),
-          selection=collections.OrderedDict(
-              **selection_metrics(selection, population.num_examples,
-                                  task.client_label_histograms),
-              **(selection.diagnostics or {})),
-          train=_train_metrics(process_metrics),
-          uplink=collections.OrderedDict(
-              model_uploads=uplink.model_uploads,
-              extra_scalars=uplink.extra_scalars,
-              round_bits=round_bits,
-              cumulative_bits=cumulative_bits),
-          process=process_metrics)
-      if round_num % config.eval_every == 0 or round_num == config.rounds:
-        eval_metrics = evaluate(model_weights)
-        released['eval'] = eval_metrics
-      asyncio.run(release_manager.release(released, round_num))
-      check_diverged(round_num, model_weights, released)
+    uplink = uplink_fn(process_metrics, len(selection.clients))
+    round_bits = communication.upload_bits(uplink, model_parameters)
+    cumulative_bits += round_bits
+    released = collections.OrderedDict(
+        round_seconds=time.monotonic() - round_start,
+        cohort_size=len(selection.clients),
+        availability=collections.OrderedDict(
+            active_clients=int(available.sum()), redraws=redraws),
+        selection=collections.OrderedDict(
+            **selection_metrics(selection, population.num_examples,
+                                task.client_label_histograms),
+            **(selection.diagnostics or {})),
+        train=_train_metrics(process_metrics),
+        uplink=collections.OrderedDict(
+            model_uploads=uplink.model_uploads,
+            extra_scalars=uplink.extra_scalars,
+            round_bits=round_bits,
+            cumulative_bits=cumulative_bits),
+        process=process_metrics)
+    if round_num % config.eval_every == 0 or round_num == config.rounds:
+      eval_metrics = evaluate(model_weights)
+      released['eval'] = eval_metrics
+    asyncio.run(release_manager.release(released, round_num))
+    check_diverged(round_num, model_weights, released)
 
-      if round_num % config.checkpoint_every == 0 or round_num == config.rounds:
-        directory.save(collections.OrderedDict(
-            round=np.int64(round_num),
-            cumulative_bits=np.int64(cumulative_bits),
-            selection_counts=selection_counts.copy(),
-            process=process_state,
-            sampler=sampler_state), round_num)
-        _write_selection_counts(config.output_dir, task, selection_counts)
+    if round_num % config.checkpoint_every == 0 or round_num == config.rounds:
+      directory.save(collections.OrderedDict(
+          round=np.int64(round_num),
+          cumulative_bits=np.int64(cumulative_bits),
+          selection_counts=selection_counts.copy(),
+          process=process_state,
+          sampler=sampler_state), round_num)
+      _write_selection_counts(config.output_dir, task, selection_counts)
 
   final_round = max(first_round - 1, config.rounds)
   if not eval_metrics:  # Resumed at the very end: report the saved model.

@@ -129,6 +129,7 @@ class RunDirectory:
     self._keep_checkpoints = keep_checkpoints
     self._lock_fd: int | None = None
     self.state_manager: tff.program.FileProgramStateManager | None = None
+    self._tensorboard: _FlushingTensorBoardReleaseManager | None = None
 
   # --- Claiming -----------------------------------------------------------------
 
@@ -238,8 +239,19 @@ class RunDirectory:
         f'Cannot resume {self.path!r}: no usable checkpoint ({"; ".join(skipped)}). Restore '
         'the missing files, or start over with --reset or another --experiment_name.')
 
+  def release_manager(self, *others: tff.program.ReleaseManager
+                      ) -> tff.program.GroupingReleaseManager:
+    """Releases each round's metrics to ``metrics.csv``, TensorBoard and `others`."""
+    self._tensorboard = _FlushingTensorBoardReleaseManager(os.path.join(self.path, 'tensorboard'))
+    return tff.program.GroupingReleaseManager([
+        tff.program.CSVFileReleaseManager(os.path.join(self.path, METRICS_FILENAME)),
+        self._tensorboard, *others])
+
   def save(self, state: Any, round_num: int) -> None:
+    """Saves the program state of `round_num`, and flushes the TensorBoard events up to it."""
     asyncio.run(self.state_manager.save(state, round_num))
+    if self._tensorboard is not None:
+      self._tensorboard.flush()
 
   def _last_round_in_metrics(self) -> int:
     """The largest k such that ``metrics.csv`` has a row for every round 0..k; -1 if none."""
@@ -264,6 +276,19 @@ class RunDirectory:
       doomed = os.path.join(checkpoints, f'program_state_{newer}')
       if os.path.dirname(os.path.abspath(doomed)) == checkpoints and is_run_directory(self.path):
         shutil.rmtree(doomed)
+
+
+class _FlushingTensorBoardReleaseManager(tff.program.TensorBoardReleaseManager):
+  """TFF's TensorBoard release manager, with the flush it lacks.
+
+  TFF's manager never flushes its summary writer, so a stopped or killed run
+  would lose the events of rounds already checkpointed (which a resume does
+  not release again). Its writer is private in TFF 0.87; flushing it is all
+  this adds.
+  """
+
+  def flush(self) -> None:
+    self._summary_writer.flush()  # pylint: disable=protected-access
 
 
 def _holder(marker: str) -> str:
