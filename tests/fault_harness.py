@@ -8,15 +8,26 @@ A case runs a binary's ``main`` in this process under `absl.testing.flagsaver`
 * that no file outside the run directory was created, changed or removed
   (`TreeSnapshot` of the whole sandbox, with the run directory excluded);
 * that no process was left behind (`child_pids` of this process).
+
+The binaries define clashing flags (``--sampling`` is an enum in one and a
+list in another; ``bin.mmfl`` and ``bin.report`` define their own), so a
+process can normally import only some of them. `flags_of` imports a binary
+with a flag registry of its own and swaps it in for a case.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
+import importlib
 import os
 import re
+import sys
+import types
 from collections.abc import Callable, Iterable
 
+from absl import flags
 from absl.testing import flagsaver
 import psutil
 
@@ -101,3 +112,60 @@ def child_pids() -> set[int]:
     except psutil.NoSuchProcess:
       continue
   return pids
+
+
+# --------------------------------------------------------------------------
+# One flag registry per binary.
+
+
+def _is_bin_module(name: str) -> bool:
+  return name == 'bin' or name.startswith('bin.')
+
+
+@functools.cache
+def _binary(name: str) -> tuple[types.ModuleType, dict[str, flags.Flag]]:
+  """``bin.<name>`` imported afresh, and the flag registry it defined its flags in.
+
+  The process's registry and ``bin`` modules are restored afterwards, so other
+  test modules keep the binaries they imported.
+  """
+  registry = flags.FLAGS._flags()  # The live name -> Flag dict.
+  saved_flags = dict(registry)
+  saved_modules = {k: sys.modules.pop(k) for k in list(sys.modules) if _is_bin_module(k)}
+  defined_by_bin = {flag.name for module, module_flags in flags.FLAGS.flags_by_module_dict().items()
+                    if _is_bin_module(module) for flag in module_flags}
+  try:
+    for flag_name in defined_by_bin:
+      registry.pop(flag_name, None)
+    module = importlib.import_module(f'bin.{name}')
+    own = dict(registry)
+  finally:
+    registry.clear()
+    registry.update(saved_flags)
+    for k in [k for k in sys.modules if _is_bin_module(k)]:
+      del sys.modules[k]
+    sys.modules.update(saved_modules)
+  return module, own
+
+
+@contextlib.contextmanager
+def flags_of(binary: str):
+  """Makes ``bin.<binary>``'s flags the process's flags; yields its module."""
+  module, own = _binary(binary)
+  registry = flags.FLAGS._flags()
+  saved = dict(registry)
+  registry.clear()
+  registry.update(own)
+  try:
+    yield module
+  finally:
+    added = {k: v for k, v in registry.items() if k not in own}
+    registry.clear()
+    registry.update(saved)
+    registry.update(added)
+
+
+def run_binary(binary: str, **flag_values: str) -> Outcome:
+  """`run_main` of ``bin.<binary>`` under its own flag registry (`flags_of`)."""
+  with flags_of(binary) as module:
+    return run_main(module.main, **flag_values)

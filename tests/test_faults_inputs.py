@@ -11,82 +11,24 @@ Three kinds of case:
   run directory is created, changed or removed, and no process is left;
 * bad task options given to the library raise a ValueError naming the option.
 
-The binaries define clashing flags (``--sampling`` is an enum in one and a
-list in another; ``bin.mmfl`` defines its own ``--rounds``), so a process can
-normally hold only one of them. `_binary` imports each with a flag registry of
-its own, and `_flags_of` swaps that registry in for a case: every binary runs
-in this process, none in a subprocess.
+Every binary runs in this process, none in a subprocess, each with a flag
+registry of its own (`fault_harness.flags_of`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import importlib
 import json
 import os
 import re
 import sqlite3
-import sys
-import types
 
 from absl import flags
 from absl.testing import flagsaver
 import pytest
 
 import tasks
-from fault_harness import assert_one_line_error, child_pids, run_main, TreeSnapshot
-
-# --------------------------------------------------------------------------
-# One flag registry per binary.
-
-
-def _is_bin_module(name: str) -> bool:
-  return name == 'bin' or name.startswith('bin.')
-
-
-@functools.cache
-def _binary(name: str) -> tuple[types.ModuleType, dict[str, flags.Flag]]:
-  """``bin.<name>`` imported afresh, and the flag registry it defined its flags in.
-
-  The process's registry and ``bin`` modules are restored afterwards, so other
-  test modules keep the binaries they imported.
-  """
-  registry = flags.FLAGS._flags()  # The live name -> Flag dict.
-  saved_flags = dict(registry)
-  saved_modules = {k: sys.modules.pop(k) for k in list(sys.modules) if _is_bin_module(k)}
-  defined_by_bin = {flag.name for module, module_flags in flags.FLAGS.flags_by_module_dict().items()
-                    if _is_bin_module(module) for flag in module_flags}
-  try:
-    for flag_name in defined_by_bin:
-      registry.pop(flag_name, None)
-    module = importlib.import_module(f'bin.{name}')
-    own = dict(registry)
-  finally:
-    registry.clear()
-    registry.update(saved_flags)
-    for k in [k for k in sys.modules if _is_bin_module(k)]:
-      del sys.modules[k]
-    sys.modules.update(saved_modules)
-  return module, own
-
-
-@contextlib.contextmanager
-def _flags_of(binary: str):
-  """Makes ``bin.<binary>``'s flags the process's flags; yields its module."""
-  module, own = _binary(binary)
-  registry = flags.FLAGS._flags()
-  saved = dict(registry)
-  registry.clear()
-  registry.update(own)
-  try:
-    yield module
-  finally:
-    added = {k: v for k, v in registry.items() if k not in own}
-    registry.clear()
-    registry.update(saved)
-    registry.update(added)
-
+from fault_harness import assert_one_line_error, child_pids, flags_of as _flags_of, run_main, TreeSnapshot
 
 # --------------------------------------------------------------------------
 # Flag values rejected while parsing.

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
-from bin import clustered_sampling
 from bin import fedavg
 import fault_harness as fh
 from tasks import multi_model as suites
@@ -235,17 +234,17 @@ def test_comparison_binaries_resume_instead_of_deleting(sandbox):
   tmp_path, root = sandbox
   common = dict(root_output_dir=root, experiment_name='cmp', rounds=1, seeds=1,
                 sampling='md', num_clients=20, clients_per_round=4)
-  assert fh.run_main(clustered_sampling.main, **common).exit_code == 0
+  assert fh.run_binary('clustered_sampling', **common).exit_code == 0
   run = root / 'cmp_md_seed0'
   (run / 'sentinel').write_text('kept across a resume')
   before = fh.TreeSnapshot(tmp_path)
-  assert fh.run_main(clustered_sampling.main, **{**common, 'rounds': 2}).exit_code == 0
+  assert fh.run_binary('clustered_sampling', **{**common, 'rounds': 2}).exit_code == 0
   assert (run / 'sentinel').exists()  # Resumed, not deleted.
   assert [r['key'] for r in _rows(run)] == ['0', '1', '2']
   assert os.path.isdir(run / 'checkpoints' / 'program_state_1')
   # Only the run directory and the comparison's plot changed.
   assert before.changes(allowed=[run, root / 'digits_accuracy.png']) == []
-  assert fh.run_main(clustered_sampling.main, **{**common, 'reset': 'true'}).exit_code == 0
+  assert fh.run_binary('clustered_sampling', **{**common, 'reset': 'true'}).exit_code == 0
   assert not (run / 'sentinel').exists()  # --reset started it over.
   assert [r['key'] for r in _rows(run)] == ['0', '1']
 
@@ -281,7 +280,7 @@ def test_a_users_file_where_a_plot_goes_is_refused_before_any_run(sandbox):
   tmp_path, root = sandbox
   (root / 'digits_accuracy.png').write_bytes(b'\x89PNG\r\n\x1a\n' + b'a user image')
   before, children = fh.TreeSnapshot(tmp_path), fh.child_pids()
-  outcome = fh.run_main(clustered_sampling.main, root_output_dir=root, experiment_name='cmp',
+  outcome = fh.run_binary('clustered_sampling', root_output_dir=root, experiment_name='cmp',
                         rounds=1, seeds=1, sampling='md', num_clients=20, clients_per_round=4)
   fh.assert_one_line_error(outcome, r"Refusing to overwrite '.*digits_accuracy\.png': it is not "
                                     'a plot written by tff_sampling')

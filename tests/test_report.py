@@ -12,7 +12,8 @@ import sys
 from absl.testing import flagsaver
 import pytest
 
-from bin import report as report_bin
+import fault_harness
+
 from tff_sampling import plotting
 from tff_sampling import report
 
@@ -205,6 +206,12 @@ def assert_png(path):
   assert plotting.is_own_plot(path)
 
 
+def _report_main(**flag_values):
+  """``bin.report``'s main with `flag_values`, under its own flags (they clash with ``bin.plot``'s)."""
+  with fault_harness.flags_of('report') as report_bin, flagsaver.as_parsed(**flag_values):
+    report_bin.main(['report'])
+
+
 def flag_values(root, output_dir):
   """The flags of a full report, as strings for `flagsaver.as_parsed`."""
   return dict(run_dirs=f'{root}/digits_*', label_key='sampling', target_accuracy='0.5',
@@ -214,8 +221,7 @@ def flag_values(root, output_dir):
 def test_main_writes_report_and_rewrites_its_own(root, tmp_path, capsys):
   output_dir = tmp_path / 'docs' / 'experiments' / 'digits'
   for _ in range(2):  # The second run replaces the files the first one wrote.
-    with flagsaver.as_parsed(**flag_values(root, output_dir)):
-      report_bin.main(['report'])
+    _report_main(**flag_values(root, output_dir))
   printed = capsys.readouterr().out
   header, _, rows = parse_table('\n'.join(printed.splitlines()[:5]))
   assert header == EXPECTED_HEADER
@@ -240,9 +246,8 @@ def test_refuses_to_overwrite_a_foreign_results_md(root, tmp_path):
   output_dir.mkdir()
   notes = output_dir / 'results.md'
   notes.write_text('# Hand-written notes\n')
-  with flagsaver.as_parsed(run_dirs=f'{root}/digits_*', output_dir=str(output_dir)):
-    with pytest.raises(SystemExit) as exit_info:
-      report_bin.main(['report'])
+  with pytest.raises(SystemExit) as exit_info:
+    _report_main(run_dirs=f'{root}/digits_*', output_dir=str(output_dir))
   message = str(exit_info.value.code)
   assert message.startswith('Error: Refusing to overwrite') and '\n' not in message
   assert notes.read_text() == '# Hand-written notes\n'
@@ -257,9 +262,8 @@ def test_refuses_to_overwrite_a_foreign_results_md(root, tmp_path):
 def test_bad_input_is_one_error_line(tmp_path, make_input, expected):
   root = tmp_path / 'results'
   root.mkdir()
-  with flagsaver.as_parsed(run_dirs=str(make_input(root)), output_dir=str(tmp_path / 'out')):
-    with pytest.raises(SystemExit, match=expected) as exit_info:
-      report_bin.main(['report'])
+  with pytest.raises(SystemExit, match=expected) as exit_info:
+    _report_main(run_dirs=str(make_input(root)), output_dir=str(tmp_path / 'out'))
   assert '\n' not in str(exit_info.value.code)
   assert not (tmp_path / 'out').exists()
 
