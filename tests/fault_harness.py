@@ -18,6 +18,7 @@ with a flag registry of its own and swaps it in for a case.
 from __future__ import annotations
 
 import contextlib
+import csv
 import dataclasses
 import functools
 import importlib
@@ -100,6 +101,15 @@ def _scan(root: str) -> dict[str, tuple[bool, int, int]]:
       is_dir = os.path.isdir(path)
       found[path] = (is_dir, 0 if is_dir else st.st_size, 0 if is_dir else st.st_mtime_ns)
   return found
+
+
+def metrics_rows(output_dir) -> list[dict[str, str]]:
+  """The rows of a run's ``metrics.csv``, without the wall-clock ``round_seconds``."""
+  with open(os.path.join(output_dir, 'metrics.csv'), newline='') as f:
+    rows = list(csv.DictReader(f))
+  for row in rows:
+    row.pop('round_seconds', None)  # Wall-clock time: the only non-reproducible value.
+  return rows
 
 
 def child_pids() -> set[int]:

@@ -5,7 +5,6 @@ outside the run directory changed and that no process was left behind
 (`tests/fault_harness.py`).
 """
 
-import csv
 import glob
 import os
 import subprocess
@@ -53,12 +52,7 @@ def _config(output_dir, rounds, **kwargs):
                                hparams={'seed': 0, 'task': 'digits'}, **kwargs)
 
 
-def _rows(output_dir):
-  with open(os.path.join(output_dir, 'metrics.csv')) as f:
-    rows = list(csv.DictReader(f))
-  for row in rows:
-    row.pop('round_seconds', None)  # Wall-clock time: the only non-reproducible value.
-  return rows
+_rows = fh.metrics_rows
 
 
 def _run(task, process, output_dir, rounds, **kwargs):

@@ -1,7 +1,6 @@
 """Tests for tff_sampling/program.py: the round loop, resumption, bad input."""
 
 import asyncio
-import csv
 import json
 import logging
 import os
@@ -10,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
+import fault_harness
 from tff_sampling import communication
 from tff_sampling import results
 from tff_sampling import program
@@ -36,11 +36,7 @@ def _config(output_dir, rounds, **kwargs):
 
 
 def _rows(output_dir):
-  with open(os.path.join(output_dir, 'metrics.csv')) as f:
-    rows = list(csv.DictReader(f))
-  for row in rows:
-    row.pop('round_seconds', None)  # Wall-clock time: the only non-reproducible value.
-  return rows
+  return fault_harness.metrics_rows(output_dir)
 
 
 class _CrashingSampler(samplers.UniformSampler):

@@ -32,7 +32,6 @@ No flags are defined here; ``bin/report.py`` is the command line.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -186,14 +185,14 @@ def group(
       raise ValueError(
           f'{os.path.join(run.path, results.HPARAMS_FILENAME)!r} has no hyper-parameter '
           f'{label_key!r} to label it by; choose another label key, or leave that run out.')
-    groups.setdefault(_format_value(run.hparams[label_key]), []).append(run)
+    groups.setdefault(results.format_hparam(run.hparams[label_key]), []).append(run)
   for label, members in groups.items():
     first = members[0]
     for other in members[1:]:
       for name in sorted(set(first.hparams) | set(other.hparams)):
         if name in ignored:
           continue
-        if _identity(first.hparams, name) != _identity(other.hparams, name):
+        if results.hparam_identity(first.hparams, name) != results.hparam_identity(other.hparams, name):
           raise ValueError(
               f'Runs with {label_key}={label} differ in {name!r} ({first.name}: '
               f'{_describe(first.hparams, name)}, {other.name}: {_describe(other.hparams, name)}); '
@@ -474,7 +473,7 @@ def settings_table(groups: Mapping[str, Sequence[results.Run]],
     names.extend(k for k in run.hparams if k not in ignored and k not in names)
   rows = []
   for name in sorted(names):
-    values = {_identity(run.hparams, name) for run in all_runs}
+    values = {results.hparam_identity(run.hparams, name) for run in all_runs}
     if len(values) == 1:
       value = _describe(all_runs[0].hparams, name)
     else:
@@ -497,25 +496,11 @@ def _escape(text: str) -> str:
   return text.replace('|', '\\|')
 
 
-def _identity(hparams: Mapping[str, Any], name: str) -> str | None:
-  if name not in hparams:
-    return None
-  return json.dumps(hparams[name], sort_keys=True, default=str)
-
-
-def _format_value(value: Any) -> str:
-  if isinstance(value, str):
-    return value
-  if isinstance(value, (list, dict)):
-    return json.dumps(value, sort_keys=True)
-  return str(value)
-
-
 def _describe(hparams: Mapping[str, Any], name: str) -> str:
   if name not in hparams:
     return '(unset)'
   value = hparams[name]
-  return 'null' if value is None else _format_value(value)
+  return 'null' if value is None else results.format_hparam(value)
 
 
 def _metrics_path(run: results.Run) -> str:

@@ -355,12 +355,12 @@ def group_runs(
     names.extend(k for k in setting if k not in names)
   differing = [
       name for name in names
-      if len({_identity(setting, name) for setting in settings.values()}) > 1]
+      if len({hparam_identity(setting, name) for setting in settings.values()}) > 1]
   # One name that alone tells every group apart, and that every group sets,
   # makes a short label (e.g. `sampling=lefl` against `sampling=uniform`).
   separating = [
       name for name in differing
-      if len({_identity(setting, name) for setting in settings.values()}) == len(settings)
+      if len({hparam_identity(setting, name) for setting in settings.values()}) == len(settings)
       and all(name in setting for setting in settings.values())]
   if separating:
     differing = separating[:1]
@@ -368,7 +368,7 @@ def group_runs(
   for group_key, group in groups.items():
     setting = settings[group_key]
     label = ', '.join(
-        f'{name}={_format_value(setting[name]) if name in setting else "(unset)"}'
+        f'{name}={format_hparam(setting[name]) if name in setting else "(unset)"}'
         for name in differing)
     unique_label, copy = label, 1
     while unique_label in labelled:  # Values that print alike, e.g. 1 and '1'.
@@ -378,14 +378,14 @@ def group_runs(
   return labelled
 
 
-def _identity(setting: Mapping[str, Any], name: str) -> str | None:
+def hparam_identity(setting: Mapping[str, Any], name: str) -> str | None:
   """A comparable form of one hyper-parameter; None where it is absent."""
   if name not in setting:
     return None
   return json.dumps(setting[name], sort_keys=True, default=str)
 
 
-def _format_value(value: Any) -> str:
+def format_hparam(value: Any) -> str:
   if isinstance(value, str):
     return value
   if isinstance(value, (list, dict)):
