@@ -67,9 +67,10 @@ def main(argv: Sequence[str]) -> None:
              'run out of --run_dirs.')
   try:
     path = plotting.save_figure(figure, _OUTPUT.value)
-  except OSError as e:
-    sys.exit(f'Error: Cannot write --output={_OUTPUT.value!r}: {e.strerror or e}; give the '
-             'path of a PNG file in a writable directory.')
+  except (OSError, ValueError) as e:  # ValueError: a directory, or a file not ours.
+    sys.exit(f'Error: Cannot write --output={_OUTPUT.value!r}: '
+             f'{getattr(e, "strerror", None) or e}; give the path of a PNG file in a writable '
+             'directory.')
   logging.info('Wrote %s', path)
 
 

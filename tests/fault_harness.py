@@ -142,8 +142,10 @@ def _binary(name: str) -> tuple[types.ModuleType, dict[str, flags.Flag]]:
   registry = flags.FLAGS._flags()  # The live name -> Flag dict.
   saved_flags = dict(registry)
   saved_modules = {k: sys.modules.pop(k) for k in list(sys.modules) if _is_bin_module(k)}
+  # Flags of the project's binaries and benchmarks (`bench.*` defines flags too).
   defined_by_bin = {flag.name for module, module_flags in flags.FLAGS.flags_by_module_dict().items()
-                    if _is_bin_module(module) for flag in module_flags}
+                    if _is_bin_module(module) or module.startswith('bench.')
+                    for flag in module_flags}
   try:
     for flag_name in defined_by_bin:
       registry.pop(flag_name, None)
