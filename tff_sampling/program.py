@@ -449,6 +449,8 @@ def run_experiment(
   preprocessing = preprocessing_bits or communication.PreprocessingBits(0, 0)
   if not _takes_slot_client_data(process):  # Before anything is written.
     _check_plain_process_weighting(sampler, client_weighting, config)
+  # Before any worker starts: switching TFF's context stops the workers it ran.
+  runtime.use_secure_sum_simulation()  # Secure-sum aggregators need it; harmless otherwise.
   pool = None
   if config.workers or config.local_workers:
     workers_lib.check_splittable(process.next, f'The learning process of {config.output_dir}')
@@ -464,7 +466,6 @@ def run_experiment(
 def _run(directory, task, process, sampler, config, uplink_fn, availability,
          preprocessing_bits, preprocessing, client_weighting, pool) -> ExperimentResult:
   """`run_experiment`'s loop, inside the claimed and locked run directory."""
-  runtime.use_secure_sum_simulation()  # Secure-sum aggregators need it; harmless otherwise.
   population = samplers_base.Population(num_examples=np.asarray(task.client_num_examples))
   process_state = process.initialize()
   process_state = process.set_model_weights(

@@ -131,6 +131,10 @@ def _die_with_parent(parent_pid: int) -> None:
   and was seen ignoring the SIGINT TFF stops it with. If the parent died
   before the request took effect, the child exits at once.
   """
+  # A program started as a shell's background job has SIGINT ignored, which its
+  # children would inherit; a worker must stop on SIGINT/SIGTERM when asked.
+  for signum in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(signum, signal.SIG_DFL)
   if _PRCTL is None or _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
     return
   if os.getppid() != parent_pid:
