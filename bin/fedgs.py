@@ -14,7 +14,10 @@ cohort each round is chosen among that round's active clients:
   ``--solver_time_limit`` seconds; weights ``n_k / Σ n_j``;
 * ``uniform``: without replacement, weights ``n_k / Σ n_j``;
 * ``md``: ``m`` i.i.d. draws ∝ ``n_k``, weight ``1/m`` per draw;
-* ``power_of_choice``: the highest-loss ``m`` of ``--num_candidates`` drawn ∝ ``n_k``;
+* ``power_of_choice``: the highest-loss ``m`` of ``--num_candidates`` drawn ∝ ``n_k``
+  (default ``d = 2m``, Cho et al.'s setting);
+* ``power_of_choice_all``: the highest-loss ``m`` of *every* active client
+  (``d = |A_t|``), power-of-choice as the FedGS paper's experiments run it;
 * ``fedprox``: uniform sampling with FedProx's local problem (``--fedprox_mu``).
 
 ``--report_only`` prints the table from runs already written (e.g. by several
@@ -51,7 +54,7 @@ from tff_sampling.learning import signals
 matplotlib.use('Agg')
 from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
 
-SAMPLINGS = ('fedgs', 'uniform', 'md', 'power_of_choice', 'fedprox')
+SAMPLINGS = ('fedgs', 'uniform', 'md', 'power_of_choice', 'power_of_choice_all', 'fedprox')
 GRAPHS = ('oracle', 'functional', 'update_cosine')
 
 # The paper's settings: Synthetic(0.5, 0.5) with 30 clients, 20% per round,
@@ -129,6 +132,8 @@ def make_sampler(task, method: str, seed: int, graphs: dict[int | None, np.ndarr
   if method == 'power_of_choice':
     return samplers.PowerOfChoiceSampler(m, num_candidates=_NUM_CANDIDATES.value or 2 * m,
                                          seed=seed)
+  if method == 'power_of_choice_all':  # d = |A_t|: the sampler caps d at the active clients.
+    return samplers.PowerOfChoiceSampler(m, num_candidates=task.num_clients, seed=seed)
   if method == 'fedgs':
     key = None if _GRAPH.value == 'oracle' else seed
     if key not in graphs:
@@ -149,6 +154,8 @@ def method_hparams(method: str) -> dict:
                    solver_time_limit=_SOLVER_TIME_LIMIT.value)
   elif method == 'power_of_choice':
     hparams.update(num_candidates=_NUM_CANDIDATES.value or 2 * ef.CLIENTS_PER_ROUND.value)
+  elif method == 'power_of_choice_all':
+    hparams.update(num_candidates='all active')
   elif method == 'fedprox':
     hparams.update(fedprox_mu=_FEDPROX_MU.value)
   return hparams

@@ -65,10 +65,13 @@ _PRETRAIN_EPOCHS = flags.DEFINE_integer(
 _PUBLIC_EXAMPLES = flags.DEFINE_integer(
     'public_examples', 200, 'lefl: size of the public unlabeled set.', lower_bound=1)
 _PUBLIC_DATA = flags.DEFINE_enum(
-    'public_data', 'noise', ['noise', 'fashion_mnist', 'cifar10'],
-    'lefl: the public set: Gaussian noise (offline) or a TFDS dataset (--public_data_dir).')
+    'public_data', 'noise', list(public.SOURCES),
+    'lefl: the public set: Gaussian noise (offline), real writers outside the population '
+    '(leaf_femnist: --public_data_dir is their LEAF FEMNIST folder) or a TFDS dataset '
+    '(--public_data_dir).')
 _PUBLIC_DATA_DIR = flags.DEFINE_string(
-    'public_data_dir', None, 'lefl: TFDS data directory holding the prepared public dataset.')
+    'public_data_dir', None, 'lefl: TFDS data directory holding the prepared public dataset, or the LEAF FEMNIST '
+    'folder of --public_data=leaf_femnist.')
 _NUM_CLUSTERS = flags.DEFINE_integer(
     'num_clusters', None, 'lefl: k-means clusters (default ⌈log2 N⌉).', lower_bound=1)
 _SAMPLE_RATE = flags.DEFINE_float(

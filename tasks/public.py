@@ -32,6 +32,16 @@ characterise them. `public_inputs` builds one from a *source*:
   - ``emnist`` and ``emnist_unbalanced_*`` (28×28×1 in [0, 1] with TFF's
     convention 1.0 = background): ``1 − pixels / 255``, as is;
 
+* ``'leaf_femnist'`` (real handwriting of writers outside the population),
+  for ``emnist`` and ``emnist_unbalanced_*``: the training images of every
+  writer of a LEAF FEMNIST folder (``data_dir``; ``train/*.json``,
+  ``test/*.json``, read by `tasks.leaf.read_leaf`), unlabeled, as is (LEAF
+  and TFF share the convention 1.0 = background). A writer of that folder who
+  is also a client of the task is a ``ValueError``: the public set must not
+  be any client's data. To hold writers out, convert the population from the
+  other LEAF files (`bin.convert_leaf`) and pass the held-out files' folder
+  here;
+
 * ``'cifar10'`` (TFDS, 50,000 training images 32×32×3; the paper uses
   Tiny-ImageNet, which TFDS does not prepare offline), for ``cifar100``:
   TFF's baseline image map with the task's ``crop_size`` (cast, centre crop,
@@ -39,7 +49,7 @@ characterise them. `public_inputs` builds one from a *source*:
   for ``cifar10`` itself (the public set would be the clients' own training
   images).
 
-TFDS sources are read with ``tfds.load(name, split='train',
+The TFDS sources are read with ``tfds.load(name, split='train',
 data_dir=data_dir, download=False)`` and never downloaded; missing data is a
 ``FileNotFoundError`` explaining how to prepare it. The public set is a
 seeded random subset of ``num_examples`` training images, in TFDS order.
@@ -57,11 +67,12 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from tensorflow_federated.python.simulation.baselines.cifar100 import image_classification_preprocessing
+from tasks import leaf
 from tasks import shakespeare
 from tasks.base import Task
 from tff_sampling.learning import graph_probe
 
-SOURCES = ('noise', 'fashion_mnist', 'cifar10')
+SOURCES = ('noise', 'fashion_mnist', 'leaf_femnist', 'cifar10')
 # Preprocessed evaluation inputs whose mean and covariance the 'noise' source takes.
 NOISE_MOMENT_EXAMPLES = 1024
 # Stream of `np.random.default_rng([seed, _PUBLIC_STREAM])` ('PUBL').
@@ -125,6 +136,25 @@ def _fashion_mnist(task: Task, num_examples: int, rng: np.random.Generator,
   return np.asarray(convert(images.astype(np.float32) / 255.0), np.float32)
 
 
+def _leaf_femnist(task: Task, num_examples: int, rng: np.random.Generator,
+                  data_dir: Optional[str]) -> np.ndarray:
+  source_shape = leaf.FEMNIST_IMAGE_SHAPE + (1,)
+  if not (task.name == 'emnist' or task.name.startswith('emnist_unbalanced')):
+    raise _unmappable('leaf_femnist', task, source_shape, 'it maps only to emnist*')
+  if data_dir is None:
+    raise ValueError("The public source 'leaf_femnist' needs data_dir: a LEAF FEMNIST folder "
+                     '(train/, test/) of writers who are not clients of the task.')
+  writers = leaf.read_leaf(data_dir, 'femnist')['train']
+  shared = sorted(set(writers) & set(task.client_ids))
+  if shared:
+    raise ValueError(
+        f'The public writers in {data_dir} include {len(shared)} client(s) of the task (e.g. '
+        f'{shared[0]!r}); the public set must not be any client\'s data: convert the population '
+        'without these writers (bin.convert_leaf on the other LEAF files).')
+  images = np.concatenate([features['pixels'] for features in writers.values()])
+  return _subset(images, num_examples, rng, 'leaf_femnist')[..., np.newaxis]
+
+
 def _cifar10(task: Task, num_examples: int, rng: np.random.Generator,
              data_dir: Optional[str]) -> np.ndarray:
   source_shape = (32, 32, 3)
@@ -171,12 +201,13 @@ def public_inputs(
 
   Args:
     task: The task whose model the inputs feed.
-    source: ``'noise'``, ``'fashion_mnist'`` or ``'cifar10'``.
+    source: One of `SOURCES`.
     num_examples: ``P``, the number of public examples (≥ 1; LEFL uses
       ~100–1,000; at most the source's training images).
     seed: Seed of the noise or of the subset.
     data_dir: TFDS data directory of the prepared source (``None``: TFDS's
-      default); unused for ``'noise'``.
+      default); for ``'leaf_femnist'`` the LEAF FEMNIST folder (required);
+      unused for ``'noise'``.
 
   Returns:
     ``[num_examples, *input_shape]`` inputs, ``input_shape`` being the task's
@@ -201,6 +232,8 @@ def public_inputs(
     inputs = _noise(task, num_examples, rng)
   elif source == 'fashion_mnist':
     inputs = _fashion_mnist(task, num_examples, rng, data_dir)
+  elif source == 'leaf_femnist':
+    inputs = _leaf_femnist(task, num_examples, rng, data_dir)
   else:
     inputs = _cifar10(task, num_examples, rng, data_dir)
   spec = _task_input_spec(task)

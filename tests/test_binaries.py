@@ -11,7 +11,10 @@ import pytest
 
 from bin import demo
 from bin import fedavg
+import fault_harness
 from tff_sampling import results
+from tff_sampling import samplers
+import tasks
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -180,10 +183,10 @@ def test_availability_flag_limits_every_round(tmp_path):
 
 def test_fedgs_binary_table_over_modes_and_methods_subprocess(tmp_path):
   proc = _run_module('bin.fedgs', '--rounds=2', '--eval_every=1', '--availability=IDL,MDF-0.5',
-                     '--sampling=fedgs,uniform,md,power_of_choice,fedprox',
+                     '--sampling=fedgs,uniform,md,power_of_choice,power_of_choice_all,fedprox',
                      f'--root_output_dir={tmp_path}')
   assert proc.returncode == 0, proc.stderr[-3000:]
-  methods = ('fedgs', 'uniform', 'md', 'power_of_choice', 'fedprox')
+  methods = ('fedgs', 'uniform', 'md', 'power_of_choice', 'power_of_choice_all', 'fedprox')
   runs = {(mode, m): results.load_run(tmp_path / f'synthetic_{mode}_{m}_seed0')
           for mode in ('IDL', 'MDF-0.5') for m in methods}
   # The paper's Synthetic setting filled the unset flags.
@@ -192,6 +195,8 @@ def test_fedgs_binary_table_over_modes_and_methods_subprocess(tmp_path):
   assert fedgs.hparams['client_steps'] == 10 and fedgs.hparams['availability'] == 'MDF'
   assert fedgs.hparams['availability_beta'] == 0.5 and fedgs.hparams['graph'] == 'oracle'
   assert runs['IDL', 'fedprox'].hparams['fedprox_mu'] == 0.01
+  assert runs['IDL', 'power_of_choice'].hparams['num_candidates'] == 12  # d = 2m.
+  assert runs['IDL', 'power_of_choice_all'].hparams['num_candidates'] == 'all active'
   # Every method saw the same active clients in each round (seed-only masks),
   # and picked min(m, |A_t|) of them; IDL has everyone active.
   active = fedgs.metrics['availability/active_clients'][1:]
@@ -210,8 +215,24 @@ def test_fedgs_binary_table_over_modes_and_methods_subprocess(tmp_path):
   lines = proc.stdout.splitlines()
   header = next(i for i, line in enumerate(lines) if line.startswith('method') and 'IDL' in line)
   assert 'MDF-0.5' in lines[header]
-  assert [line.split()[0] for line in lines[header + 2:header + 7]] == list(methods)
+  assert [line.split()[0] for line in lines[header + 2:header + 8]] == list(methods)
   assert (tmp_path / 'synthetic_sampling_counts.png').stat().st_size > 0
+
+
+def test_power_of_choice_all_takes_every_active_client_as_a_candidate():
+  task = tasks.get_task('synthetic', num_clients=20)
+  with fault_harness.flags_of('fedgs') as fedgs, flagsaver.as_parsed(clients_per_round='4'):
+    sampler = fedgs.make_sampler(task, 'power_of_choice_all', 0, {})
+    pairs = fedgs.make_sampler(task, 'power_of_choice', 0, {})
+  state = sampler.initialize(samplers.Population(num_examples=task.client_num_examples))
+  available = np.zeros(20, bool)
+  available[[1, 4, 5, 9, 13, 17, 18]] = True
+  candidates = sampler.candidates(state, 3, available)
+  assert sorted(candidates.tolist()) == [1, 4, 5, 9, 13, 17, 18]
+  assert len(pairs.candidates(state, 3, available)) == 7  # d = 2m = 8, capped at |A_t| = 7.
+  available[:] = True
+  assert len(pairs.candidates(state, 3, available)) == 8
+  assert len(sampler.candidates(state, 3, available)) == 20
 
 
 @pytest.mark.parametrize('availability,message', [

@@ -8,6 +8,7 @@ TFF's SQLite format (`tff_sqlite_fixtures`).
 """
 
 import collections
+import json
 import os
 
 import numpy as np
@@ -153,6 +154,73 @@ def test_cifar10_for_cifar100_matches_the_tasks_crop_and_standardisation(cache_d
 
 
 # ---------------------------------------------------------------------------
+# 'leaf_femnist' (real writers outside the population)
+
+
+def _leaf_image(example: int) -> list[float]:
+  """LEAF's convention (background 1.0); pixel `example` is ink."""
+  pixels = [1.0] * 784
+  pixels[example] = 0.0
+  return pixels
+
+
+def _write_leaf_writers(root, writers: dict) -> str:
+  """A LEAF FEMNIST folder: writer -> (train examples, test examples); example ids
+  count up over the writers' train images first, then their test images."""
+  example = 0
+  for split, column in (('train', 0), ('test', 1)):
+    data = {'users': [], 'num_samples': [], 'user_data': {}}
+    for writer, counts in writers.items():
+      count = counts[column]
+      data['users'].append(writer)
+      data['num_samples'].append(count)
+      data['user_data'][writer] = {'x': [_leaf_image(example + i) for i in range(count)],
+                                   'y': [1] * count}
+      example += count
+    os.makedirs(os.path.join(root, split), exist_ok=True)
+    with open(os.path.join(root, split, f'{split}.json'), 'w') as f:
+      json.dump(data, f)
+  return str(root)
+
+
+def test_leaf_femnist_draws_held_out_writers_training_images(cache_dir, tmp_path):
+  task = tasks.get_task('emnist', cache_dir=cache_dir)
+  folder = _write_leaf_writers(tmp_path / 'public', {'p0': (3, 1), 'p1': (2, 2)})
+  inputs = public.public_inputs(task, 'leaf_femnist', num_examples=4, seed=0, data_dir=folder)
+  assert inputs.shape == (4, 28, 28, 1) and inputs.dtype == np.float32
+  assert inputs.shape[1:] == tuple(task.element_spec['x'].shape[1:])
+  # Only the 5 training images (ids 0..4), distinct, in folder order; never a test image.
+  train_images = np.float32([_leaf_image(i) for i in range(5)]).reshape(5, 28, 28, 1)
+  rows = _rows_in(inputs, train_images)
+  assert rows == sorted(set(rows))
+  np.testing.assert_array_equal(inputs, public.public_inputs(
+      task, 'leaf_femnist', num_examples=4, seed=0, data_dir=folder))
+  every = public.public_inputs(task, 'leaf_femnist', num_examples=5, seed=3, data_dir=folder)
+  np.testing.assert_array_equal(every, train_images)
+
+
+def test_leaf_femnist_refuses_a_client_of_the_task(cache_dir, tmp_path):
+  task = tasks.get_task('emnist', cache_dir=cache_dir)
+  folder = _write_leaf_writers(tmp_path / 'public', {'p0': (3, 1), 'f1': (2, 1)})
+  with pytest.raises(ValueError, match=r"include 1 client\(s\) of the task \(e.g. 'f1'\).*"
+                     'must not be any client'):
+    public.public_inputs(task, 'leaf_femnist', num_examples=2, seed=0, data_dir=folder)
+
+
+def test_leaf_femnist_errors(cache_dir, small_digits_task, tmp_path):
+  task = tasks.get_task('emnist', cache_dir=cache_dir)
+  with pytest.raises(ValueError, match="'leaf_femnist' needs data_dir"):
+    public.public_inputs(task, 'leaf_femnist', num_examples=2, seed=0)
+  with pytest.raises(ValueError, match=r"'leaf_femnist' .*task 'digits'.*source='noise'"):
+    public.public_inputs(small_digits_task, 'leaf_femnist', num_examples=2, seed=0,
+                         data_dir=str(tmp_path))
+  folder = _write_leaf_writers(tmp_path / 'public', {'p0': (3, 1)})
+  with pytest.raises(ValueError, match="num_examples=4 exceeds the 3 training images of "
+                     "'leaf_femnist'"):
+    public.public_inputs(task, 'leaf_femnist', num_examples=4, seed=0, data_dir=folder)
+
+
+# ---------------------------------------------------------------------------
 # Errors
 
 
@@ -202,5 +270,5 @@ def test_bad_num_examples(num_examples, message, small_digits_task):
 
 def test_unknown_source(small_digits_task):
   with pytest.raises(ValueError, match=r"source must be one of \['noise', 'fashion_mnist', "
-                     r"'cifar10'\], got 'tiny_imagenet'"):
+                     r"'leaf_femnist', 'cifar10'\], got 'tiny_imagenet'"):
     public.public_inputs(small_digits_task, 'tiny_imagenet', num_examples=5, seed=0)
