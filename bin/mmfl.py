@@ -15,7 +15,8 @@ gets ``p`` with secure sums only (``--max_rescaling_steps`` rescaling steps);
 Suites (`tasks.multi_model`): ``digits_noniid`` (offline: ``S`` digits tasks
 with Dirichlet α from 0.05 to 10), ``digits_synthetic`` (offline: digits +
 Synthetic(0.5, 0.5)), ``leaf`` (FEMNIST, Shakespeare, CIFAR-100 from TFF's
-cache, ``--cache_dir``).
+cache, ``--cache_dir``), ``femnist_models`` (FEMNIST's CNN and 2NN on the same
+writers, ``--cache_dir``).
 
 Prints, per method, the average accuracy over the models at four points of the
 run (mean ± std over seeds), each model's final accuracy, uploads per round,
@@ -83,7 +84,8 @@ _CHECKPOINT_EVERY = flags.DEFINE_integer('checkpoint_every', 10, 'Checkpoint eve
 _ROOT_OUTPUT_DIR = flags.DEFINE_string('root_output_dir', 'results/mmfl', 'Results root.')
 _EXPERIMENT_NAME = flags.DEFINE_string('experiment_name', None,
                                        'Prefix of the run directories (default: the suite).')
-_CACHE_DIR = flags.DEFINE_string('cache_dir', None, 'leaf: TFF dataset cache directory.')
+_CACHE_DIR = flags.DEFINE_string('cache_dir', None,
+                                 'leaf, femnist_models: TFF dataset cache directory.')
 _REPORT_ONLY = flags.DEFINE_bool('report_only', False,
                                  'Print the report from existing runs; train nothing.')
 flag_checks.check_learning_rate('client_learning_rate')
@@ -222,7 +224,9 @@ def main(argv: Sequence[str]) -> None:
       run_dirs, plot_path,
       metric='eval/mean_accuracy',
       title=f'{prefix}: average accuracy over {len(tasks)} models')
-  print(f'\n{_SUITE.value}: {len(tasks)} models ({", ".join(t.name for t in tasks)}), '
+  labels = [f'{t.name} ({t.options["model"]})' if 'model' in t.options else t.name
+            for t in tasks]
+  print(f'\n{_SUITE.value}: {len(tasks)} models ({", ".join(labels)}), '
         f'N = {_CLIENTS.value}, m = {_EXPECTED_CLIENTS.value:g}, E = {_CLIENT_EPOCHS.value}, '
         f'{_ROUNDS.value} rounds, {_SEEDS.value} seed(s); accuracy averaged over the models, '
         'mean ± std over seeds; "secure/exact var": the secure version\'s sampling variance '

@@ -13,6 +13,9 @@ Client ``i`` of the population is client ``i`` of every task of the suite
   and ``synthetic`` (logistic regression on Synthetic(0.5, 0.5)).
 * ``leaf`` (TFF's cached LEAF data): FEMNIST, Shakespeare and CIFAR-100 (the
   first 2 or 3), each cut to its first ``N`` clients.
+* ``femnist_models`` (TFF's cached FEMNIST, all 62 classes): two models of
+  different size on the same writers' data, McMahan et al.'s CNN (1.69 M
+  parameters) and 2NN (0.2 M), cut to the first ``N`` writers.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from tasks import registry
 from tff_sampling import multi_model_program
 from tasks.base import Task
 
-SUITES = ('digits_noniid', 'digits_synthetic', 'leaf')
+SUITES = ('digits_noniid', 'digits_synthetic', 'leaf', 'femnist_models')
 NONIID_ALPHAS = (0.05, 0.1, 0.3, 1.0, 10.0)
 SIZE_SIGMA = 1.55
 _LEAF = ('emnist', 'shakespeare', 'cifar100')
@@ -53,12 +56,12 @@ def create_suite(
 
   Args:
     name: One of `SUITES`.
-    num_models: ``S``; ``None`` takes the suite's default (5, 2, 3).
+    num_models: ``S``; ``None`` takes the suite's default (5, 2, 3, 2).
     num_clients: ``N``, the population size.
     seed: Data seed (partitions and evaluation splits).
     client_epochs: Local epochs of every task.
     client_batch_size: Local batch size of every task.
-    cache_dir: TFF dataset cache (``leaf`` only).
+    cache_dir: TFF dataset cache (``leaf`` and ``femnist_models``).
 
   Raises:
     ValueError: For an unknown suite, a model count the suite cannot give, or
@@ -66,9 +69,10 @@ def create_suite(
   """
   if name not in SUITES:
     raise ValueError(f'Unknown suite {name!r}; choose from {", ".join(SUITES)}.')
-  default = {'digits_noniid': 5, 'digits_synthetic': 2, 'leaf': 3}[name]
+  default = {'digits_noniid': 5, 'digits_synthetic': 2, 'leaf': 3, 'femnist_models': 2}[name]
   num_models = default if num_models is None else num_models
-  limits = {'digits_noniid': (1, 20), 'digits_synthetic': (2, 2), 'leaf': (2, 3)}[name]
+  limits = {'digits_noniid': (1, 20), 'digits_synthetic': (2, 2), 'leaf': (2, 3),
+            'femnist_models': (2, 2)}[name]
   if isinstance(num_models, bool) or not isinstance(num_models, (int, np.integer)) \
       or not limits[0] <= num_models <= limits[1]:
     raise ValueError(f'Suite {name!r} has {limits[0]}-{limits[1]} models, got '
@@ -81,6 +85,10 @@ def create_suite(
   if name == 'digits_synthetic':
     return [registry.get_task('digits', num_clients=num_clients, seed=seed, **common),
             registry.get_task('synthetic', num_clients=num_clients, seed=seed, **common)]
+  if name == 'femnist_models':
+    return multi_model_program.align_clients(
+        [registry.get_task('emnist', seed=seed, cache_dir=cache_dir, only_digits=False,
+                           model=model, **common) for model in ('cnn', '2nn')], num_clients)
   return multi_model_program.align_clients(
       [registry.get_task(task, seed=seed, cache_dir=cache_dir, **common)
        for task in _LEAF[:num_models]], num_clients)

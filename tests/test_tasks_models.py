@@ -41,12 +41,13 @@ def test_logits_not_probabilities():
 
 @pytest.mark.parametrize('builder', [
     lambda seed: models.mcmahan_cnn(10, seed),
+    lambda seed: models.mcmahan_2nn(10, seed),
     lambda seed: models.char_gru(20, seed, embedding_dim=8, units=8),
     lambda seed: models.tff_char_lstm(20, 5, seed),
     lambda seed: models.small_vgg(100, seed, input_shape=(24, 24, 3)),
     lambda seed: models.dense_mlp(64, 10, seed),
     lambda seed: models.logistic_regression(60, 10, seed),
-], ids=['cnn', 'gru', 'tff_lstm', 'vgg', 'mlp', 'logistic'])
+], ids=['cnn', '2nn', 'gru', 'tff_lstm', 'vgg', 'mlp', 'logistic'])
 def test_seeded_initialisation(builder):
   first, again, other = builder(0), builder(0), builder(1)
   assert _weights_equal(first, again)

@@ -76,7 +76,7 @@ def test_option_of_another_task():
     ('synthetic', {'alpha': -0.5}, r'alpha must be in \[0.0, inf\], got -0.5'),
     ('synthetic', {'min_client_size': 1}, 'min_client_size must be an integer >= 2, got 1'),
     ('emnist', {'only_digits': 'yes'}, "only_digits must be True or False, got 'yes'"),
-    ('emnist', {'model': 'resnet18'}, r"model must be one of \['cnn'\]"),
+    ('emnist', {'model': 'resnet18'}, r"model must be one of \['cnn', '2nn'\]"),
     ('shakespeare', {'sequence_length': 0}, 'sequence_length must be an integer >= 1, got 0'),
     ('cifar100', {'crop_size': 33}, r'crop_size must be an integer in \[1, 32\], got 33'),
     ('cifar100', {'max_eval_examples': 0}, 'max_eval_examples must be an integer >= 1, got 0'),

@@ -188,6 +188,21 @@ def test_missing_cache_file_is_a_clear_error(tmp_path, name, file_name):
   assert os.listdir(str(tmp_path)) == []  # Nothing was downloaded or created.
 
 
+def test_femnist_models_suite_is_two_model_sizes_on_the_same_writers(cache_dir):
+  from tasks import multi_model as suites
+  cnn, two_nn = suites.create_suite('femnist_models', num_clients=2, cache_dir=cache_dir)
+  assert (cnn.name, two_nn.name) == ('emnist', 'emnist')
+  assert (cnn.options['model'], two_nn.options['model']) == ('cnn', '2nn')
+  assert cnn.num_classes == two_nn.num_classes == 62
+  assert cnn.client_ids == two_nn.client_ids and len(cnn.client_ids) == 2
+  np.testing.assert_array_equal(cnn.client_num_examples, two_nn.client_num_examples)
+  # 784·200 + 200 + 200·200 + 200 + 200·62 + 62 parameters (McMahan et al.'s 2NN).
+  sizes = [sum(int(np.prod(w.shape)) for w in t.keras_model_fn(0).weights) for t in (cnn, two_nn)]
+  assert sizes == [1_690_046, 209_662]
+  with pytest.raises(ValueError, match="Suite 'femnist_models' has 2-2 models"):
+    suites.create_suite('femnist_models', num_models=3, num_clients=2, cache_dir=cache_dir)
+
+
 def test_leaf_multi_model_suite_shares_one_population(cache_dir):
   from tasks import multi_model as suites
   from tff_sampling import runtime
