@@ -61,6 +61,11 @@ _EXTRA_COLUMNS = flags.DEFINE_list(
     'metrics.csv columns to add to the table, each averaged over rounds then seeds, e.g. '
     'selection/weight_variance,selection/label_kl,process/aggregator/improvement_factor (the '
     'improvement factor α of optimal sampling).')
+_PANEL_KEY = flags.DEFINE_string(
+    'panel_key', None,
+    "Hyper-parameter splitting the runs into panels, e.g. 'availability' (FedGS's modes): "
+    'results.md opens with pivot tables (groups × panels: final accuracy, lowest loss) and '
+    'each plot has a panel per value.')
 _TITLE = flags.DEFINE_string('title', None, 'Heading of results.md and title of the plots.')
 _MAX_ROUND = flags.DEFINE_integer(
     'max_round', None,
@@ -68,7 +73,7 @@ _MAX_ROUND = flags.DEFINE_integer(
     lower_bound=0)
 flag_checks.check_accuracy('target_accuracy')
 
-_FLAG_ORDER = ('run_dirs', 'label_key', 'target_accuracy', 'max_round', 'extra_columns',
+_FLAG_ORDER = ('run_dirs', 'label_key', 'panel_key', 'target_accuracy', 'max_round', 'extra_columns',
                'title', 'output_dir')
 
 
@@ -100,7 +105,7 @@ def main(argv: Sequence[str]) -> None:
     written = report.write_report(
         runs, _OUTPUT_DIR.value, command=regenerate_command(), label_key=_LABEL_KEY.value,
         target=_TARGET_ACCURACY.value, extra_columns=extra_columns, title=_TITLE.value,
-        max_round=_MAX_ROUND.value)
+        max_round=_MAX_ROUND.value, panel_key=_PANEL_KEY.value)
   except (ValueError, FileNotFoundError) as e:
     sys.exit(f'Error: {e}')
   except KeyError as e:  # A run lacks a column: the message names its file.

@@ -291,3 +291,42 @@ def test_binary_end_to_end(root, tmp_path):
                    '0.4600 ± 0.0529', '2.0 (1/3)', '200 (1/3)', '300 ± 100', '1.50']]
   assert 'Only rounds up to 2 are counted.' in (output_dir / 'results.md').read_text()
   assert_png(output_dir / 'accuracy_bits.png')
+
+
+def test_panels_pivot_tables_match_hand_computed_values(tmp_path):
+  # Two availability modes; each panel is grouped by sampling on its own.
+  for mode, sampling, seed, values in [('IDL', 'optimal', 0, RUNS['optimal', 0]),
+                                       ('IDL', 'optimal', 1, RUNS['optimal', 1]),
+                                       ('IDL', 'uniform', 0, RUNS['uniform', 0]),
+                                       ('IDL', 'uniform', 1, RUNS['uniform', 1]),
+                                       ('LN', 'optimal', 0, RUNS['optimal', 2]),
+                                       ('LN', 'full', 0, RUNS['full', 0])]:
+    write_run(tmp_path / 'runs' / mode, sampling, seed, values, availability=mode)
+  runs = plotting.load_runs(f'{tmp_path}/runs/*/digits_*')
+  written = report.write_report(runs, tmp_path / 'out', command='regenerate', label_key='sampling',
+                                panel_key='availability')
+  text = (tmp_path / 'out' / 'results.md').read_text().split('\n\n')
+  accuracy = text.index('Final accuracy (eval/accuracy), mean ± std over seeds:') + 1
+  loss = text.index('Lowest evaluation loss (eval/loss), mean ± std over seeds:') + 1
+  # By hand: optimal/IDL final 0.70, 0.60 -> 0.65 ± 0.0707, lowest loss 0.8, 1.0 -> 0.9 ± 0.1414;
+  # uniform/IDL 0.30, 0.35 -> 0.325 ± 0.0354, losses 1.8, 1.7 -> 1.75 ± 0.0707;
+  # optimal/LN (one seed) 0.45, 1.3; full/LN 0.80, 0.5; uniform never ran under LN, full
+  # never under IDL.
+  header, _, rows = parse_table(text[accuracy])
+  assert header == ['sampling', 'IDL', 'LN']
+  assert rows == [['optimal', '0.6500 ± 0.0707', '0.4500'],
+                  ['uniform', '0.3250 ± 0.0354', '—'],
+                  ['full', '—', '0.8000']]
+  _, _, rows = parse_table(text[loss])
+  assert rows == [['optimal', '0.9000 ± 0.1414', '1.3000'],
+                  ['uniform', '1.7500 ± 0.0707', '—'],
+                  ['full', '—', '0.5000']]
+  assert [s.label for s in written.summaries] == [
+      'IDL · optimal', 'IDL · uniform', 'LN · full', 'LN · optimal']
+  assert written.table.splitlines()[0].startswith('| availability · sampling ')
+  for path in written.plot_paths:
+    assert_png(path)
+  write_run(tmp_path / 'runs' / 'none', 'uniform', 0, RUNS['uniform', 0])
+  with pytest.raises(ValueError, match="has no hyper-parameter 'availability' to split"):
+    report.write_report(plotting.load_runs(f'{tmp_path}/runs/*/digits_*'), tmp_path / 'out',
+                        command='regenerate', label_key='sampling', panel_key='availability')

@@ -16,6 +16,12 @@ For each group, over its seeds:
   rounds of each run (where it has a value), then over seeds; e.g.
   ``selection/weight_variance``, ``selection/label_kl`` or `ALPHA_COLUMN`.
 
+With a *panel key* (e.g. ``availability``: FedGS's modes), runs are first
+split by that hyper-parameter's value and grouped within each panel; results.md
+then opens with two pivot tables (label rows × panel columns: final accuracy and
+lowest evaluation loss, FedGS's "optimal test loss") and each plot has one
+panel per value.
+
 Runs still in progress can be compared at a common round with `truncate`
 (``max_round`` of `write_report`); `incomplete_runs` lists the runs that end
 before their planned ``rounds``.
@@ -98,6 +104,7 @@ class GroupSummary:
     final_accuracy: Last evaluation accuracy, over seeds.
     final_loss: Last evaluation loss, over seeds (n = 0 without `LOSS_COLUMN`).
     best_accuracy: Highest evaluation accuracy, over seeds.
+    best_loss: Lowest evaluation loss, over seeds (n = 0 without `LOSS_COLUMN`).
     target: The target accuracy, or None.
     rounds_to_target: First round with accuracy >= `target`, over the seeds
       that reach it (``n`` of them); n = 0 if none does or `target` is None.
@@ -114,6 +121,7 @@ class GroupSummary:
   final_accuracy: Stat
   final_loss: Stat
   best_accuracy: Stat
+  best_loss: Stat
   target: float | None
   rounds_to_target: Stat
   bits_to_target: Stat
@@ -201,6 +209,55 @@ def group(
   return groups
 
 
+def group_panels(
+    runs: Sequence[results.Run],
+    panel_key: str,
+    label_key: str | None = None,
+) -> dict[str, dict[str, list[results.Run]]]:
+  """Splits runs by the value of `panel_key`, then `group`s each panel by `label_key`.
+
+  Returns:
+    Panel value -> label -> runs, both in order of first appearance.
+
+  Raises:
+    ValueError: As `group`, or if a run lacks `panel_key`.
+  """
+  if not runs:
+    raise ValueError('No runs to report.')
+  panels: dict[str, list[results.Run]] = {}
+  for run in runs:
+    if panel_key not in run.hparams:
+      raise ValueError(
+          f'{os.path.join(run.path, results.HPARAMS_FILENAME)!r} has no hyper-parameter '
+          f'{panel_key!r} to split the runs by; choose another panel key, or leave that run out.')
+    panels.setdefault(results.format_hparam(run.hparams[panel_key]), []).append(run)
+  return {panel: group(members, label_key, ignore=(*results.DEFAULT_GROUP_IGNORE, panel_key))
+          for panel, members in panels.items()}
+
+
+def flatten_panels(panels: Mapping[str, Mapping[str, Sequence[results.Run]]]
+                   ) -> dict[str, list[results.Run]]:
+  """One group per (panel, label), labelled ``'<panel> · <label>'``."""
+  return {f'{panel} · {label}': list(runs)
+          for panel, groups in panels.items() for label, runs in groups.items()}
+
+
+def pivot_table(panel_summaries: Mapping[str, Sequence[GroupSummary]], stat: str,
+                *, label_header: str = 'group') -> str:
+  """A pipe table of one `GroupSummary` field (e.g. ``'final_accuracy'``):
+  a row per label, a column per panel, mean ± std over seeds, ``—`` where a
+  panel lacks the label."""
+  labels = list(dict.fromkeys(s.label for summaries in panel_summaries.values()
+                              for s in summaries))
+  panels = list(panel_summaries)
+  cells = []
+  for panel in panels:
+    by_label = {s.label: getattr(s, stat) for s in panel_summaries[panel]}
+    cells.append(_align_parts([_stat_parts(by_label[label], '.4f') if label in by_label
+                               else (_MISSING, '') for label in labels]))
+  return _pipe_table([label_header, *panels], [[_escape(l) for l in labels], *cells])
+
+
 def summarize(
     groups: Mapping[str, Sequence[results.Run]],
     *,
@@ -267,6 +324,7 @@ def _summarize_group(label: str, runs: Sequence[results.Run], target: float | No
       final_accuracy=Stat.of(_last(run, ACCURACY_COLUMN) for run in runs),
       final_loss=Stat.of(_last(run, LOSS_COLUMN) for run in runs),
       best_accuracy=Stat.of(_max(run, ACCURACY_COLUMN) for run in runs),
+      best_loss=Stat.of(_min(run, LOSS_COLUMN) for run in runs),
       target=target,
       rounds_to_target=Stat.of(to_rounds),
       bits_to_target=Stat.of(to_bits),
@@ -290,6 +348,11 @@ def _last(run: results.Run, column: str) -> float | None:
 def _max(run: results.Run, column: str) -> float | None:
   values = _finite(run, column)
   return float(values.max()) if values.size else None
+
+
+def _min(run: results.Run, column: str) -> float | None:
+  values = _finite(run, column)
+  return float(values.min()) if values.size else None
 
 
 def _mean_over_rounds(values: np.ndarray) -> float | None:
@@ -364,16 +427,21 @@ def markdown_table(
     rows.append(row)
 
   columns = list(zip(*rows))
-  cells = [[label for (label,) in columns[0]]] + [_align_parts(column) for column in columns[1:]]
-  widths = [max(len(headers[i]), *(len(c) for c in cells[i])) for i in range(len(headers))]
+  return _pipe_table(headers, [[label for (label,) in columns[0]]] +
+                     [_align_parts(column) for column in columns[1:]])
+
+
+def _pipe_table(headers: Sequence[str], columns: Sequence[Sequence[str]]) -> str:
+  """A pipe table of cell columns: the first left-aligned, the others right-aligned,
+  padded so that the columns line up in the Markdown source."""
+  widths = [max(len(h), *(len(c) for c in column)) for h, column in zip(headers, columns)]
   lines = ['| ' + ' | '.join(h.ljust(w) if i == 0 else h.rjust(w)
                              for i, (h, w) in enumerate(zip(headers, widths))) + ' |',
            '| ' + ' | '.join('-' * w if i == 0 else '-' * (w - 1) + ':'
                              for i, w in enumerate(widths)) + ' |']
-  for r in range(len(rows)):
-    lines.append('| ' + ' | '.join(
-        cells[i][r].ljust(widths[i]) if i == 0 else cells[i][r].rjust(widths[i])
-        for i in range(len(headers))) + ' |')
+  for r in range(len(columns[0])):
+    lines.append('| ' + ' | '.join(column[r].ljust(w) if i == 0 else column[r].rjust(w)
+                                   for i, (column, w) in enumerate(zip(columns, widths))) + ' |')
   return '\n'.join(lines)
 
 
@@ -513,17 +581,44 @@ def make_curve_figure(
     *,
     y_column: str = ACCURACY_COLUMN,
     title: str | None = None,
+    panels: Mapping[str, Mapping[str, Sequence[results.Run]]] | None = None,
 ) -> mpl_figure.Figure:
-  """One panel: `y_column` against rounds (``'key'``) or uploaded bits (log axis).
+  """`y_column` against rounds (``'key'``) or uploaded bits (log axis).
 
   Per group, the mean over seeds (`results.aggregate`) with a band of ± one
   standard deviation (``ddof = DDOF``) when the group has several seeds; the
   legend gives the label and the number of seeds. Groups keep their colours
-  across figures drawn from the same `groups`.
+  across figures drawn from the same `groups`. With `panels` (as from
+  `group_panels`; `groups` is then unused), one panel per value, titled with
+  it, a label keeping its colour in every panel.
   """
-  fig = mpl_figure.Figure(figsize=(7, 4.5), layout='constrained')
+  if panels is None:
+    panels = {title or '': groups}
+    title = None
+  columns = min(len(panels), 4)
+  rows = math.ceil(len(panels) / columns)
+  fig = mpl_figure.Figure(figsize=(7 if columns == 1 else 3.6 * columns, 4.5 * rows),
+                          layout='constrained')
   backend_agg.FigureCanvasAgg(fig)
-  axes = fig.subplots()
+  all_axes = np.atleast_1d(fig.subplots(rows, columns, sharey=True, squeeze=False)).ravel()
+  labels = list(dict.fromkeys(label for groups_ in panels.values() for label in groups_))
+  colours = {label: f'C{i % 10}' for i, label in enumerate(labels)}
+  for axes, (panel, panel_groups) in zip(all_axes, panels.items()):
+    _draw_curves(axes, panel_groups, x_column, y_column, colours)
+    if panel:
+      axes.set_title(panel)
+  for axes in all_axes[len(panels):]:
+    axes.set_visible(False)
+  if len({tuple(groups_) for groups_ in panels.values()}) == 1:
+    for axes in all_axes[1:len(panels)]:  # The same groups everywhere: one legend says it.
+      axes.get_legend().remove()
+  if title:
+    fig.suptitle(title)
+  return fig
+
+
+def _draw_curves(axes, groups: Mapping[str, Sequence[results.Run]], x_column: str,
+                 y_column: str, colours: Mapping[str, str]) -> None:
   on_bits = x_column != results.ROUND_COLUMN
   shown = []
   for label, runs in groups.items():
@@ -533,10 +628,10 @@ def make_curve_figure(
       x, mean, std = x[keep], mean[keep], std[keep]
     seeds = len(runs)
     shown.append(x)
-    (line,) = axes.plot(x, mean, label=f'{label} (n={seeds} seed{"s" if seeds > 1 else ""})')
+    axes.plot(x, mean, color=colours[label],
+              label=f'{label} (n={seeds} seed{"s" if seeds > 1 else ""})')
     if seeds > 1:
-      axes.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2,
-                        linewidth=0)
+      axes.fill_between(x, mean - std, mean + std, color=colours[label], alpha=0.2, linewidth=0)
   if on_bits:
     axes.set_xscale('log')
     shown = np.concatenate(shown) if shown else np.zeros(0)
@@ -550,9 +645,6 @@ def make_curve_figure(
   axes.set_ylabel(y_column)
   axes.grid(alpha=0.3)
   axes.legend(fontsize='small')
-  if title:
-    axes.set_title(title)
-  return fig
 
 
 def plot_paths(output_dir: str | os.PathLike[str]) -> tuple[str, str]:
@@ -566,8 +658,10 @@ def write_plots(
     output_dir: str | os.PathLike[str],
     *,
     title: str | None = None,
+    panels: Mapping[str, Mapping[str, Sequence[results.Run]]] | None = None,
 ) -> tuple[str, str]:
-  """Writes accuracy vs rounds and accuracy vs uploaded bits into `output_dir`.
+  """Writes accuracy vs rounds and accuracy vs uploaded bits into `output_dir`
+  (one panel per value of `panels`, if given: see `make_curve_figure`).
 
   Both paths are checked (`plotting.check_plot_path`) before either is written.
 
@@ -582,7 +676,7 @@ def write_plots(
   for path in paths:
     plotting.check_plot_path(path)
   return tuple(
-      plotting.save_figure(make_curve_figure(groups, x_column, title=title), path)
+      plotting.save_figure(make_curve_figure(groups, x_column, title=title, panels=panels), path)
       for x_column, path in zip((results.ROUND_COLUMN, results.BITS_COLUMN), paths))
 
 
@@ -619,16 +713,26 @@ def results_markdown(
     extra_columns: Sequence[str] = (),
     title: str | None = None,
     max_round: int | None = None,
+    panel_summaries: Mapping[str, Sequence[GroupSummary]] | None = None,
+    panel_label_header: str = 'group',
 ) -> str:
   """The text of results.md: marker, command, table, notes, unfinished runs, plots, settings.
 
   `max_round` (if the runs were cut with `truncate`) is stated under the table.
+  `panel_summaries` (panel value -> its groups' summaries) adds the pivot
+  tables of final accuracy and lowest loss before the full table.
   """
   parts = [MARKER, '']
   if title:
     parts += [f'# {title}', '']
-  parts += ['Regenerate this file and its plots with:', '', '```sh', command, '```', '',
-            markdown_table(summaries, label_header=label_header, extra_columns=extra_columns),
+  parts += ['Regenerate this file and its plots with:', '', '```sh', command, '```', '']
+  if panel_summaries:
+    for stat, what in (('final_accuracy', f'Final accuracy ({ACCURACY_COLUMN})'),
+                       ('best_loss', f'Lowest evaluation loss ({LOSS_COLUMN})')):
+      parts += [f'{what}, mean ± std over seeds:', '',
+                pivot_table(panel_summaries, stat, label_header=panel_label_header), '']
+    parts += ['All columns, one row per panel and group:', '']
+  parts += [markdown_table(summaries, label_header=label_header, extra_columns=extra_columns),
             '', table_notes(summaries, extra_columns), '']
   if max_round is not None:
     parts += [f'Only rounds up to {max_round} are counted.', '']
@@ -671,6 +775,7 @@ def write_report(
     extra_columns: Sequence[str] = (),
     title: str | None = None,
     max_round: int | None = None,
+    panel_key: str | None = None,
 ) -> Report:
   """Writes results.md and the two plots of `runs` into `output_dir`.
 
@@ -687,6 +792,9 @@ def write_report(
     title: A heading for results.md and the plots' title, or None.
     max_round: If set, only rounds up to it count (`truncate`), e.g. to
       compare runs of which some are still running at a common round.
+    panel_key: If set, a hyper-parameter splitting the runs into panels
+      (`group_panels`): pivot tables in results.md, a panel per value in the
+      plots.
 
   Raises:
     ValueError: For bad runs (see `group`, `summarize`), or an output path that
@@ -697,16 +805,30 @@ def write_report(
     raise ValueError(f'The output directory {output_dir!r} is a file; give a directory.')
   if max_round is not None:
     runs = [truncate(run, max_round) for run in runs]
-  groups = group(runs, label_key)
+  panels = panel_summaries = None
+  if panel_key is None:
+    groups = group(runs, label_key)
+  else:
+    panels = group_panels(runs, panel_key, label_key)
+    groups = flatten_panels(panels)
   summaries = summarize(groups, target=target, extra_columns=extra_columns)
+  if panels is not None:
+    panel_summaries, rest = {}, iter(summaries)
+    for panel, panel_groups in panels.items():
+      panel_summaries[panel] = [dataclasses.replace(next(rest), label=label)
+                                for label in panel_groups]
   label_header = label_key or 'group'
+  if panel_key is not None:
+    label_header = f'{panel_key} · {label_header}'
   table = markdown_table(summaries, label_header=label_header, extra_columns=extra_columns)
   text = results_markdown(summaries, groups, command=command, label_header=label_header,
-                          extra_columns=extra_columns, title=title, max_round=max_round)
+                          extra_columns=extra_columns, title=title, max_round=max_round,
+                          panel_summaries=panel_summaries,
+                          panel_label_header=label_key or 'group')
   results_path = check_results_path(os.path.join(output_dir, RESULTS_FILENAME))
   for path in plot_paths(output_dir):
     plotting.check_plot_path(path)
-  written_plots = write_plots(groups, output_dir, title=title)
+  written_plots = write_plots(groups, output_dir, title=title, panels=panels)
   temporary = f'{results_path}.tmp{os.getpid()}'
   try:
     with open(temporary, 'w', encoding='utf-8') as f:
