@@ -37,13 +37,12 @@ import tensorflow_federated as tff
 
 from tff_sampling import communication
 from tff_sampling import program
+from tff_sampling import randomness
 from tff_sampling import run_dir
 from tff_sampling import runtime
 from tff_sampling.learning import multi_model
-from tff_sampling.samplers import base as samplers_base
 from tff_sampling.task import Task
 
-_SHUFFLE_STREAM = 7  # `round_rng` stream of the clients' per-model shuffles.
 
 
 def align_clients(tasks: Sequence[Task], num_clients: int | None = None) -> list[Task]:
@@ -192,7 +191,8 @@ def _run(directory: run_dir.RunDirectory, tasks: Sequence[Task],
     for client in range(num_clients):
       datasets = []
       for s, task in enumerate(tasks):
-        rng = samplers_base.round_rng(config.seed, round_num, _SHUFFLE_STREAM, client, s)
+        rng = randomness.round_rng(config.seed, round_num, randomness.MODEL_SHUFFLE_STREAM,
+                                   client, s)
         datasets.append(task.client_dataset(client, int(rng.integers(2**31 - 1)),
                                             steps=config.client_steps if examples[client, s]
                                             else None))

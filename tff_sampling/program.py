@@ -54,6 +54,7 @@ import tensorflow_federated as tff
 
 from tff_sampling.task import Task
 from tff_sampling import communication
+from tff_sampling import randomness
 from tff_sampling import results
 from tff_sampling import run_dir
 from tff_sampling import runtime
@@ -64,9 +65,6 @@ from tff_sampling.samplers import weighting
 from tff_sampling.samplers import lefl
 
 RESUMABLE_HPARAMS = run_dir.RESUMABLE_HPARAMS
-
-# Stream ids of `samplers_base.round_rng` used by the program itself.
-_SHUFFLE_STREAM = 1
 
 UplinkFn = Callable[[Mapping[str, Any], int], communication.Uplink]
 
@@ -247,10 +245,7 @@ def _format_duration(seconds: float) -> str:
   return f'{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}'
 
 
-def client_shuffle_seed(seed: int, round_num: int, client: int) -> int:
-  """The seed of client `client`'s data order in round `round_num`."""
-  rng = samplers_base.round_rng(seed, round_num, _SHUFFLE_STREAM, client)
-  return int(rng.integers(2**31 - 1))
+client_shuffle_seed = randomness.client_shuffle_seed
 
 
 def _takes_slot_client_data(process: tff.learning.templates.LearningProcess) -> bool:

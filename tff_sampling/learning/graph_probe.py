@@ -47,7 +47,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_sampling import program
+from tff_sampling import randomness
 from tff_sampling.learning import signals
 from tff_sampling.samplers import base as samplers_base
 from tff_sampling.task import Task
@@ -378,7 +378,7 @@ def client_graph_features(
 
   Runs `build_graph_probe` over clients ``0..N−1`` in chunks of `chunk_size`
   (slots ``0..chunk−1`` per TFF call). Client ``c`` trains on
-  ``task.client_dataset(c, program.client_shuffle_seed(seed, 0, c),
+  ``task.client_dataset(c, randomness.client_shuffle_seed(seed, 0, c),
   steps=client_steps)``: the stream the program loop would give it (pass the
   run's ``ProgramConfig.client_steps``), with the task's batching and epochs,
   shuffled as for round 0 (a round in which nobody trains). For
@@ -446,7 +446,7 @@ def client_graph_features(
   for start in range(0, task.num_clients, chunk_size):
     clients = range(start, min(start + chunk_size, task.num_clients))
     data = signals.selection_client_data(
-        [task.client_dataset(c, program.client_shuffle_seed(seed, 0, c), steps=client_steps)
+        [task.client_dataset(c, randomness.client_shuffle_seed(seed, 0, c), steps=client_steps)
          for c in clients],
         [1.0] * len(clients))
     output = probe(model_weights, noise, data) if functional else probe(model_weights, data)

@@ -44,7 +44,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_sampling import communication
-from tff_sampling import program
+from tff_sampling import randomness
 from tff_sampling.learning import graph_probe
 from tff_sampling.learning import signals
 from tff_sampling.task import Task
@@ -270,7 +270,7 @@ def client_soft_labels(
   Runs `build_soft_label_probe` over clients ``0..N−1`` in chunks of
   `chunk_size` (slots ``0..chunk−1`` per TFF call). Client ``c`` trains on
   the stream the program loop would give it in round 0 (a round in which
-  nobody trains): ``task.client_dataset(c, program.client_shuffle_seed(seed,
+  nobody trains): ``task.client_dataset(c, randomness.client_shuffle_seed(seed,
   0, c))``, the task's batching, ``client_epochs`` and seeded shuffle,
 
   * repeated `pretrain_epochs` times (``E_p`` passes over that stream; each
@@ -322,7 +322,7 @@ def client_soft_labels(
                                  model_outputs=model_outputs)
 
   def stream(client):
-    shuffle_seed = program.client_shuffle_seed(seed, 0, client)
+    shuffle_seed = randomness.client_shuffle_seed(seed, 0, client)
     if client_steps is not None:
       return task.client_dataset(client, shuffle_seed, steps=pretrain_epochs * client_steps)
     dataset = task.client_dataset(client, shuffle_seed)

@@ -17,6 +17,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from tff_sampling import randomness
+
 
 class Population(NamedTuple):
   """What the server knows about the clients.
@@ -88,10 +90,5 @@ class Sampler(abc.ABC):
     return state
 
 
-def round_rng(seed: int, round_num: int, *stream: int) -> np.random.Generator:
-  """The generator for (seed, round[, stream…]); the only source of randomness.
-
-  Streams separate independent uses within one round (e.g. the cohort draw and
-  per-client shuffles) so that adding one use never shifts another.
-  """
-  return np.random.default_rng([int(seed), int(round_num), *map(int, stream)])
+# The generator for (seed, round[, stream…]): `tff_sampling.randomness`.
+round_rng = randomness.round_rng
