@@ -17,3 +17,8 @@ from tff_sampling.samplers.lefl import label_distribution_kl
 from tff_sampling.samplers.lefl import LeflSampler
 from tff_sampling.samplers.lefl import LeflState
 from tff_sampling.samplers import weighting
+
+__all__ = ['ClusteredSampler', 'ClusteredSamplerState', 'FedGSSampler', 'LeflSampler', 'LeflState',
+           'MDSampler', 'Population', 'PowerOfChoiceSampler', 'Sampler', 'Selection',
+           'TargetSampler', 'UniformSampler', 'cluster_clients', 'kl_matrix',
+           'label_distribution_kl', 'round_rng', 'weighting']
