@@ -152,6 +152,8 @@ def method_hparams(method: str) -> dict:
     hparams.update(alpha=_ALPHA.value, graph=_GRAPH.value, graph_epsilon=_GRAPH_EPSILON.value,
                    graph_sigma2=_GRAPH_SIGMA2.value, solver=_SOLVER.value,
                    solver_time_limit=_SOLVER_TIME_LIMIT.value)
+    if _GRAPH.value == 'update_cosine':  # The sketches make that graph.
+      hparams.update(sketch_size=_SKETCH_SIZE.value)
   elif method == 'power_of_choice':
     hparams.update(num_candidates=_NUM_CANDIDATES.value or 2 * ef.CLIENTS_PER_ROUND.value)
   elif method == 'power_of_choice_all':

@@ -293,3 +293,12 @@ def test_lefl_binary_rejects_bad_input(tmp_path, flag, message):
                      '--public_examples=20', flag, f'--root_output_dir={tmp_path}')
   assert proc.returncode == 1, proc.stderr[-2000:]
   assert message in proc.stderr, proc.stderr[-2000:]
+
+
+def test_fedgs_records_the_sketch_size_of_the_update_cosine_graph():
+  # A resume with another --sketch_size must be refused: it changes that graph.
+  with fault_harness.flags_of('fedgs') as fedgs:
+    with flagsaver.as_parsed(graph='update_cosine', sketch_size='64'):
+      assert fedgs.method_hparams('fedgs')['sketch_size'] == 64
+    with flagsaver.as_parsed(graph='oracle', sketch_size='64'):
+      assert 'sketch_size' not in fedgs.method_hparams('fedgs')
