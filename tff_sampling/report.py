@@ -187,13 +187,7 @@ def group(
   if label_key is None:
     return results.group_runs(runs, ignore=ignore)
   ignored = frozenset(ignore) | {label_key}
-  groups: dict[str, list[results.Run]] = {}
-  for run in runs:
-    if label_key not in run.hparams:
-      raise ValueError(
-          f'{os.path.join(run.path, results.HPARAMS_FILENAME)!r} has no hyper-parameter '
-          f'{label_key!r} to label it by; choose another label key, or leave that run out.')
-    groups.setdefault(results.format_hparam(run.hparams[label_key]), []).append(run)
+  groups = _split_by(runs, label_key, 'to label it by; choose another label key')
   for label, members in groups.items():
     first = members[0]
     for other in members[1:]:
@@ -207,6 +201,19 @@ def group(
               'they are not seeds of one configuration: group by every hyper-parameter (no label '
               'key), or leave one of them out.')
   return groups
+
+
+def _split_by(runs: Sequence[results.Run], key: str, purpose: str
+              ) -> dict[str, list[results.Run]]:
+  """Runs by their formatted value of hyper-parameter `key`, in order of first appearance."""
+  split: dict[str, list[results.Run]] = {}
+  for run in runs:
+    if key not in run.hparams:
+      raise ValueError(
+          f'{os.path.join(run.path, results.HPARAMS_FILENAME)!r} has no hyper-parameter '
+          f'{key!r} {purpose}, or leave that run out.')
+    split.setdefault(results.format_hparam(run.hparams[key]), []).append(run)
+  return split
 
 
 def group_panels(
@@ -224,13 +231,7 @@ def group_panels(
   """
   if not runs:
     raise ValueError('No runs to report.')
-  panels: dict[str, list[results.Run]] = {}
-  for run in runs:
-    if panel_key not in run.hparams:
-      raise ValueError(
-          f'{os.path.join(run.path, results.HPARAMS_FILENAME)!r} has no hyper-parameter '
-          f'{panel_key!r} to split the runs by; choose another panel key, or leave that run out.')
-    panels.setdefault(results.format_hparam(run.hparams[panel_key]), []).append(run)
+  panels = _split_by(runs, panel_key, 'to split the runs by; choose another panel key')
   return {panel: group(members, label_key, ignore=(*results.DEFAULT_GROUP_IGNORE, panel_key))
           for panel, members in panels.items()}
 
