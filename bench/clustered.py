@@ -1,7 +1,7 @@
 r"""Benchmark: clustered sampling by model similarity (Algorithm 2 of Fraboni et al.).
 
 Two measurements (Fraboni, Vidal, Kameni, Lorenzi, ICML 2021; contract in
-``shared/ALGORITHMS.md`` §2b):
+``docs/algorithms.md`` §2b):
 
 1. **Server time per round.** Algorithm 2 runs on the server before every
    round: the similarity matrix of the ``N`` representative updates (sketches

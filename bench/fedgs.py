@@ -1,4 +1,4 @@
-r"""Benchmark: FedGS's server work (Wang et al., AAAI 2023; ``shared/ALGORITHMS.md`` §3).
+r"""Benchmark: FedGS's server work (Wang et al., AAAI 2023; ``docs/algorithms.md`` §3).
 
 Three measurements, all in one run (medians over ``--fg_repeats``):
 

@@ -1,4 +1,4 @@
-r"""Benchmark: LEFL's server work (Abebe et al.; ``shared/ALGORITHMS.md`` §4).
+r"""Benchmark: LEFL's server work (Abebe et al.; ``docs/algorithms.md`` §4).
 
 For each ``N`` in ``--lf_sizes`` (default 100 and 1,000), the medians over
 ``--lf_repeats`` (default 3) of:

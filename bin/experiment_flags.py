@@ -78,7 +78,7 @@ CLIENTS_PER_CALL = flags.DEFINE_integer(
     'clients, run in turn (bounds a worker\'s memory for large cohorts).', lower_bound=1)
 
 # --- Client availability (FedGS §3c) ------------------------------------------
-# The paper's β per mode (ALGORITHMS.md §3c).
+# The paper's β per mode (docs/algorithms.md §3c).
 PAPER_AVAILABILITY_BETA = {'IDL': 0.0, 'LN': 0.5, 'SLN': 0.5, 'LDF': 0.7, 'MDF': 0.7,
                            'YMF': 0.9, 'YC': 0.9, 'HOMO': 0.5}
 AVAILABILITY = flags.DEFINE_list(

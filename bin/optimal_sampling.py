@@ -28,7 +28,7 @@ from tff_sampling import learning
 SAMPLING_MODES = {'optimal': 'approximate', 'optimal_exact': 'exact',
                   'uniform': 'uniform', 'full': 'full'}
 
-# The paper's settings (../shared/ALGORITHMS.md §1e); `digits`/`synthetic` are
+# The paper's settings (docs/algorithms.md §1e); `digits`/`synthetic` are
 # the offline stand-ins. Keys: rounds, eval_every, clients_per_round,
 # expected_clients, client_batch_size, client_learning_rate.
 PAPER_DEFAULTS = {

@@ -2,7 +2,7 @@
 
 The CIFAR-10 setting of the clustered sampling experiments (Fraboni et al.,
 "Clustered Sampling: Low-Variance and Improved Representativity for Clients
-Selection in Federated Learning", ICML 2021; ALGORITHMS.md section 2).
+Selection in Federated Learning", ICML 2021; ``docs/algorithms.md`` §2c).
 
 Data: TensorFlow Datasets' ``cifar10`` (version 3.0.2), splits ``train``
 (50,000 images) and ``test`` (10,000), read with

@@ -32,7 +32,7 @@ With ``dirichlet_alpha=0.5`` the mean per-client label entropy is ~1.2 nats
 distribution.
 
 The ``'shards'`` preset is the MNIST-like shard split of the clustered
-sampling experiments (Fraboni et al., ICML 2021; ALGORITHMS.md section 2):
+sampling experiments (Fraboni et al., ICML 2021; ``docs/algorithms.md`` §2c):
 every client holds examples of exactly one digit (its label histogram is
 one-hot), ``num_clients // 10`` clients per digit (the ``num_clients % 10``
 extra clients go to the digits with the most training examples), and a
@@ -44,7 +44,7 @@ examples. `shard_labels` gives each client's digit, e.g. for a "target"
 sampler that takes one client per digit each round.
 
 The ``'two_labels'`` preset is the FashionMNIST-style split of the FedGS
-experiments (Wang et al., AAAI 2023; ALGORITHMS.md section 3): every client
+experiments (Wang et al., AAAI 2023; ``docs/algorithms.md`` §3e): every client
 holds examples of exactly **two different digits** in (nearly) equal amounts.
 Each digit's training examples are cut into ``2 · num_clients / 10`` seeded
 random shards (sizes differ by at most one; extra shards go to the digits with

@@ -1,6 +1,6 @@
 """Public, unlabeled inputs for a task's model (LEFL's public dataset ``D_p``).
 
-LEFL (``shared/ALGORITHMS.md`` §4) needs a small public, *unlabeled* dataset
+LEFL (``docs/algorithms.md`` §4) needs a small public, *unlabeled* dataset
 from a different distribution than the task, shaped like the task's model
 inputs; the clients' soft labels on it (`tff_sampling.learning.soft_labels`)
 characterise them. `public_inputs` builds one from a *source*:

@@ -1,4 +1,4 @@
-"""Tests of `tff_sampling.availability` (FedGS, ALGORITHMS.md §3c)."""
+"""Tests of `tff_sampling.availability` (FedGS, docs/algorithms.md §3c)."""
 
 import math
 

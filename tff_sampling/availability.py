@@ -4,7 +4,7 @@ Wang, Wang, Liu, Bian, Xie, "A Fast Federated Learning Framework under
 Arbitrary Client Availability" — FedGS (Wang et al., AAAI 2023). FedGS is
 evaluated under several *availability modes*: in round ``t`` client ``i`` is
 active independently with probability ``p_i(t)``, and a sampler may only
-select among the active clients. See ``shared/ALGORITHMS.md`` §3c for the
+select among the active clients. See ``docs/algorithms.md`` §3c for the
 contract; this module is that table, with ``n_i`` the client's number of
 examples and ``β`` the mode's heterogeneity parameter:
 
@@ -42,7 +42,7 @@ Conventions and choices (beyond the table):
   gets the bonus (the half-open interval of the table, taken literally).
 * **Period.** ``T`` (``period``) defaults to ``DEFAULT_PERIOD = 24`` rounds, the
   period of the FedGS reference implementation (a "day" of hourly rounds);
-  ALGORITHMS.md gives none. Only YC and SLN use it.
+  the paper gives none. Only YC and SLN use it.
 * **LN / SLN weights.** The table's second log-normal parameter is the
   **sigma** (standard deviation of ``ln c``), as in the reference
   implementation's ``np.random.lognormal(0, −ln(1 − β))``:

@@ -8,7 +8,7 @@ forms ``G = Σ_i ζ_i (w_i / p_i) U_i``, an unbiased estimate of ``Σ_i w_i U_i`
 whose sampling variance is ``Σ_i (1 - p_i) / p_i · a_i²`` with the *weighted
 norms* ``a_i = w_i ‖U_i‖``. The paper chooses ``p`` to minimise that variance
 subject to ``0 ≤ p_i ≤ 1`` and ``Σ_i p_i = m``, the expected number of uploads
-(``expected_clients`` here). See ``shared/ALGORITHMS.md`` §1 for the contract.
+(``expected_clients`` here). See ``docs/algorithms.md`` §1 for the contract.
 
 In words:
 
@@ -32,7 +32,7 @@ In words:
   probabilities divided by that of uniform ``p_i = m / n``:
   ``α = Σ (1 - p_i)/p_i · a_i² / Σ (1 - m/n)/(m/n) · a_i²``; ``α = 0`` is as
   good as full participation, ``α = 1`` no better than uniform.
-* **Several models (MMFL, ALGORITHMS.md §5; `multi_model_probabilities`,
+* **Several models (MMFL, ``docs/algorithms.md`` §5; `multi_model_probabilities`,
   `approximate_multi_model_probabilities`).** ``S`` models, each client trains
   at most one: the optimum is the single-model one on the row sums
   ``M_i = Σ_s Ũ_{i,s}``, split across models in proportion to ``Ũ_{i,s}``; the
@@ -244,7 +244,7 @@ def approximate_optimal_probabilities_with_info(
 ) -> RescaledProbabilities:
   """Algorithm 2's probabilities (secure-aggregation compatible) and steps used.
 
-  The arithmetic of the two-phase protocol of ALGORITHMS.md §1b, computed in
+  The arithmetic of the two-phase protocol of ``docs/algorithms.md`` §1b, computed in
   one place: ``p_i = min(1, m · a_i / A)`` with ``A = Σ a_j`` (zero if
   ``A = 0``), then up to ``max_rescaling_steps`` (``j_max``) steps of
   ``I = #{p_i < 1}``, ``P = Σ_{p_i<1} p_i``, ``C = (m - n + I) / P``; stop if
@@ -592,7 +592,7 @@ def improvement_factor_tf(
 
 
 # ---------------------------------------------------------------------------
-# Several models at once (ALGORITHMS.md §5, MMFL).
+# Several models at once (docs/algorithms.md §5, MMFL).
 #
 # ``S`` models train over the same ``N`` clients and each client trains at
 # most one model per round. Client ``i`` trains model ``s`` with probability
@@ -667,7 +667,7 @@ def multi_model_probabilities(weighted_norms, expected_clients: float) -> np.nda
   q_i · Σ_s Ũ_{i,s}²/p_{s|i}``, with equality iff ``p_{s|i} ∝ Ũ_{i,s}``. So the
   best split of any ``q`` is proportional and costs ``Σ_i M_i² / q_i``, and
   the best ``q`` under ``0 ≤ q_i ≤ 1``, ``Σ q_i = m`` is Algorithm 1 applied
-  to ``M``. This is ALGORITHMS.md §5's sorting formula.
+  to ``M``. This is the sorting formula of ``docs/algorithms.md`` §5.
 
   As in `optimal_probabilities`: ``expected_clients`` may be any positive
   real, ``m > N`` included; a client with an all-zero row (``M_i = 0``) gets

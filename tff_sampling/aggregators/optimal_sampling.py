@@ -10,7 +10,7 @@ unbiased estimate of the weighted mean
 The variance ``Σ (1 − p_i)/p_i · w_i² ‖U_i‖²`` (over ``(Σ w)²``) is minimised
 under ``Σ p_i = m`` (``expected_clients``) by ``p_i = min(1, a_i / λ)`` with
 ``a_i = w_i ‖U_i‖`` (Algorithm 1). Algorithm 2 reaches it with sums only, which
-is what `next` does in ONE federated computation (``../shared/ALGORITHMS.md`` §1b):
+is what `next` does in ONE federated computation (``docs/algorithms.md`` §1b):
 
     phase 1   client: a_i (clipped to `norm_bound`)        server: A = Σ a_i   (secure)
               client: p_i = min(1, m · a_i / A)

@@ -1,6 +1,6 @@
 """Federated building blocks of the optimal-sampling protocol, shared by its users.
 
-`OptimalSamplingFactory` (one model, §1 of ALGORITHMS.md) and the multi-model
+`OptimalSamplingFactory` (one model, ``docs/algorithms.md`` §1) and the multi-model
 process (`tff_sampling.learning.multi_model`, §5) both turn one non-negative
 scalar per client (the weighted norm ``a_i``, or ``M_i = Σ_s Ũ_{i,s}`` for
 several models) into an upload probability ``p_i`` inside a federated

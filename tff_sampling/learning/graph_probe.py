@@ -1,6 +1,6 @@
 """Model-based client features for FedGS's graph, computed once before training.
 
-FedGS (``shared/ALGORITHMS.md`` §3a, `tff_sampling.samplers.fedgs`) builds its
+FedGS (``docs/algorithms.md`` §3a, `tff_sampling.samplers.fedgs`) builds its
 graph over all clients from one feature vector per client. Besides the
 *oracle* features (normalised label histograms, `oracle_features`), two kinds
 come from the model, through one TFF computation over all clients

@@ -2,7 +2,7 @@ r"""Multi-model federated learning (MMFL) with variance-reduced model assignment
 
 ``S`` models, each with its own task (model, data, local optimizer), are
 trained over the same ``N`` clients; in each round a client trains **at most
-one** of them (ALGORITHMS.md §5). One round is one federated computation
+one** of them (``docs/algorithms.md`` §5). One round is one federated computation
 (`build_multi_model_process`)::
 
     broadcast w_1 … w_S to every client

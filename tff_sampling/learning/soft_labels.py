@@ -1,6 +1,6 @@
 """LEFL's pre-processing round: every client's soft labels on a public dataset.
 
-LEFL (``shared/ALGORITHMS.md`` §4) clusters the clients once, before
+LEFL (``docs/algorithms.md`` §4) clusters the clients once, before
 training, by how their locally trained models label a small public,
 *unlabeled* dataset ``D_p`` (``P`` examples, e.g. `tasks.public.public_inputs`):
 

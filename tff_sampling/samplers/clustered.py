@@ -4,7 +4,7 @@ Fraboni, Vidal, Kameni, Lorenzi, "Clustered Sampling: Low-Variance and Improved
 Representativity for Clients Selection in Federated Learning", ICML 2021
 (arXiv:2105.05883); the authors' code is
 ``github.com/Accenture/Labs-Federated-Learning`` (branch ``clustered_sampling``,
-``py_func/clustering.py``). ``shared/ALGORITHMS.md`` §2 is the contract.
+``py_func/clustering.py``). ``docs/algorithms.md`` §2 is the contract.
 
 ``N`` clients, client ``i`` holds ``n_i`` examples, ``M = Σ_i n_i``,
 ``p_i = n_i / M``; ``m`` (``num_draws``) clients per round. Clustered sampling
@@ -45,7 +45,7 @@ recomputed every round):
    distributions of probability 1; only its remainder ``m n_i mod M`` enters
    steps 3-5, which then fill ``m - Σ_i ⌊m n_i / M⌋`` distributions.
 
-Choices made here (**[choice]**), beyond those of ``ALGORITHMS.md``:
+Choices made here (**[choice]**), beyond those of ``docs/algorithms.md``:
 
 * **Ties in Algorithm 1.** Clients of equal size keep their index order (a
   stable sort), so the output is a function of the sizes alone.

@@ -3,7 +3,7 @@ r"""FedGS: graph-based client sampling under arbitrary client availability.
 Zheng Wang, Xiaoliang Fan, Jianzhong Qi, Haibing Jin, Peizhen Yang, Siqi Shen,
 Cheng Wang, "FedGS: Federated Graph-based Sampling with Arbitrary Client
 Availability", AAAI 2023 (arXiv:2211.13975); the authors' code is
-``github.com/WwZzz/FedGS``. ``shared/ALGORITHMS.md`` §3a-§3b is the contract.
+``github.com/WwZzz/FedGS``. ``docs/algorithms.md`` §3a-§3b is the contract.
 
 **The 3DG** (Data-Distribution-Dependency Graph, §3a, the paper's Eqs. 10-12).
 Client ``i`` has a feature vector ``u_i`` (oracle: its label distribution;
@@ -30,7 +30,7 @@ second is, up to a constant, the sample variance of the counts after the round:
 Eq. 7, expanded with ``s_k² = s_k``). Then ``v_k += 1`` for the picked clients and
 the server aggregates ``θ ← Σ_{k∈S} n_k / Σ_{j∈S} n_j · θ_k``.
 
-Interpretations made here (**[choice]**), beyond those of ``ALGORITHMS.md``:
+Interpretations made here (**[choice]**), beyond those of ``docs/algorithms.md``:
 
 * **Edge-weight direction.** ``exp(-V/σ²)`` *decreases* in ``V``: the more
   similar two clients, the lighter (shorter) their edge, so ``H`` is small

@@ -1,7 +1,7 @@
 r"""LEFL: clusters of clients by soft labels, then stratified sampling.
 
 Abebe, Munoz, Jannesari, "LEFL: Low Entropy Client Sampling in Federated
-Learning". ``shared/ALGORITHMS.md`` §4 is the contract. This module is the
+Learning". ``docs/algorithms.md`` §4 is the contract. This module is the
 server side; the clients' pre-processing (train the initial model for ``E_p``
 epochs, predict the public set) produces the soft labels it consumes.
 
@@ -33,7 +33,7 @@ only, with ``A_c`` the available members of cluster ``c``:
 Aggregation weights are ``n_k / Σ_{j∈S} n_j`` (float32; equal weights if every
 selected client has 0 examples), the clients in ascending order.
 
-Choices made here (**[choice]**), beyond those of ``ALGORITHMS.md``:
+Choices made here (**[choice]**), beyond those of ``docs/algorithms.md``:
 
 * **Zero probabilities.** Before the logarithm, probabilities are clipped from
   below at ``floor = 1e-12`` (`kl_matrix`'s ``floor``); the weights ``p_i``

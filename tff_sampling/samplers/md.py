@@ -7,7 +7,7 @@ Learning", ICML 2021 (arXiv:2105.05883), §2 ("MD sampling", after Li et al.,
 with probability ``p_i = n_i / M`` where ``n_i`` is its number of examples and
 ``M = Σ_j n_j``, and aggregates ``θ ← (1/m) Σ_k θ_{l_k}``: every draw carries
 the weight ``1/m`` and a client drawn twice counts twice. See
-``shared/ALGORITHMS.md`` §2 for the contract.
+``docs/algorithms.md`` §2 for the contract.
 
 **[choice] Availability.** Only available clients can be drawn: ``p`` is
 renormalised over the available clients (``p_i ∝ n_i``), which is unbiased for
