@@ -1,4 +1,4 @@
-"""Tests for tff_sampling/program.py: the round loop, resumption, bad input."""
+"""Tests for tff_sampling/program/: the round loop, resumption, bad input."""
 
 import asyncio
 import json

@@ -145,7 +145,7 @@ def test_quiet_library_logs_keeps_own_info_and_library_warnings():
   library = '/x/site-packages/tensorflow_federated/program/file.py'
   assert not logger.filter(record(logging.INFO, library))
   assert logger.filter(record(logging.WARNING, library))
-  assert logger.filter(record(logging.INFO, '/work/tff_sampling/program.py'))
+  assert logger.filter(record(logging.INFO, '/work/tff_sampling/program/loop.py'))
 
 
 def test_a_worker_that_ignores_the_shutdown_does_not_hang_the_exit():

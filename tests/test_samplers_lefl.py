@@ -18,6 +18,7 @@ from scipy import stats
 from sklearn import metrics
 
 from tff_sampling import samplers
+from tff_sampling import selection_stats
 from tff_sampling.samplers import lefl
 
 LN2, LN3 = math.log(2.0), math.log(3.0)
@@ -460,18 +461,18 @@ def test_sampler_rejects_population_and_mask_mismatch():
 
 def test_label_distribution_kl_by_hand():
   # q = [.5, .5, 0], g = [.25, .25, .5]: KL = ln 2; the empty class adds 0.
-  assert lefl.label_distribution_kl([2, 2, 0], [1, 1, 2]) == pytest.approx(LN2, rel=1e-12)
+  assert selection_stats.label_distribution_kl([2, 2, 0], [1, 1, 2]) == pytest.approx(LN2, rel=1e-12)
   # Per-client histograms are pooled.
-  assert lefl.label_distribution_kl([[2, 0, 0], [0, 2, 0]], [[1, 1, 2]]) == pytest.approx(LN2)
-  assert lefl.label_distribution_kl([3, 1], [6, 2]) == 0.0
+  assert selection_stats.label_distribution_kl([[2, 0, 0], [0, 2, 0]], [[1, 1, 2]]) == pytest.approx(LN2)
+  assert selection_stats.label_distribution_kl([3, 1], [6, 2]) == 0.0
   # Mass where the global distribution has none (not a subset): infinity.
-  assert lefl.label_distribution_kl([1, 1], [1, 0]) == math.inf
+  assert selection_stats.label_distribution_kl([1, 1], [1, 0]) == math.inf
 
 
 def test_label_distribution_kl_rejects_bad_histograms():
   with pytest.raises(ValueError, match='2 classes but global_histogram has 3'):
-    lefl.label_distribution_kl([1, 1], [1, 1, 1])
+    selection_stats.label_distribution_kl([1, 1], [1, 1, 1])
   with pytest.raises(ValueError, match='selected_histogram has no examples'):
-    lefl.label_distribution_kl([0, 0], [1, 1])
+    selection_stats.label_distribution_kl([0, 0], [1, 1])
   with pytest.raises(ValueError, match='global_histogram must hold finite non-negative'):
-    lefl.label_distribution_kl([1, 1], [1, -1])
+    selection_stats.label_distribution_kl([1, 1], [1, -1])

@@ -1,7 +1,7 @@
 r"""Client availability: which clients can be sampled in each round.
 
-Wang, Wang, Liu, Bian, Xie, "A Fast Federated Learning Framework under
-Arbitrary Client Availability" — FedGS (Wang et al., AAAI 2023). FedGS is
+Wang, Fan, Qi, Jin, Yang, Shen, Wang, "FedGS: Federated Graph-based Sampling
+with Arbitrary Client Availability" (AAAI 2023). FedGS is
 evaluated under several *availability modes*: in round ``t`` client ``i`` is
 active independently with probability ``p_i(t)``, and a sampler may only
 select among the active clients. See ``docs/algorithms.md`` §3c for the

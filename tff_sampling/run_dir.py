@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from absl import logging
+import numpy as np
 import tensorflow_federated as tff
 
 from tff_sampling import results
@@ -330,3 +331,17 @@ def check_resume_compatible(output_dir: str, hparams: Mapping[str, Any]) -> None
         f'Cannot resume the run in {output_dir!r}: its checkpoints were written by a '
         f'different configuration ({details}). Use a new --experiment_name, or '
         'start over with --reset.')
+
+
+def write_selection_counts(output_dir: str, client_ids, num_examples, counts: np.ndarray) -> None:
+  """Writes how often each client was selected so far (duplicates counted).
+
+  Rewritten at every checkpoint from the checkpointed counts, so after a
+  resume it continues from the same values.
+  """
+  path = os.path.join(output_dir, results.SELECTION_COUNTS_FILENAME)
+  with open(path + '.tmp', 'w') as f:
+    f.write('client_id,num_examples,selection_count\n')
+    for client_id, size, count in zip(client_ids, num_examples, counts):
+      f.write(f'{client_id},{int(size)},{int(count)}\n')
+  os.replace(path + '.tmp', path)

@@ -13,10 +13,10 @@ from tff_sampling.samplers.md import MDSampler
 from tff_sampling.samplers.fedgs import FedGSSampler
 from tff_sampling.samplers.lefl import cluster_clients
 from tff_sampling.samplers.lefl import kl_matrix
-from tff_sampling.samplers.lefl import label_distribution_kl
 from tff_sampling.samplers.lefl import LeflSampler
 from tff_sampling.samplers.lefl import LeflState
 from tff_sampling.samplers import weighting
+from tff_sampling.selection_stats import label_distribution_kl  # Analysis (LEFL's metric).
 
 __all__ = ['ClusteredSampler', 'ClusteredSamplerState', 'FedGSSampler', 'LeflSampler', 'LeflState',
            'MDSampler', 'Population', 'PowerOfChoiceSampler', 'Sampler', 'Selection',

@@ -76,9 +76,9 @@ Choices made here (**[choice]**), beyond those of ``docs/algorithms.md``:
   built from given labels) and the clients' example counts. `observe` leaves
   it unchanged: LEFL is static after pre-processing.
 
-`label_distribution_kl` is the paper's per-round analysis metric: the KL
-divergence of the sampled clients' pooled label distribution from the global
-one.
+The paper's per-round analysis metric, the KL divergence of the sampled
+clients' pooled label distribution from the global one, is
+`tff_sampling.selection_stats.label_distribution_kl` (every run records it).
 """
 
 from __future__ import annotations
@@ -356,54 +356,6 @@ def per_cluster_counts(cluster_sizes: np.ndarray, available_counts: np.ndarray,
   # round half up of rate·|c| = ⌊(2 num |c| + den) / (2 den)⌋.
   wanted = (2 * rate.numerator * sizes + rate.denominator) // (2 * rate.denominator)
   return np.where(active > 0, np.minimum(active, np.maximum(wanted, 1)), 0).astype(np.int64)
-
-
-# ------------------------------------------------------------------------------
-# Analysis.
-
-
-def label_distribution_kl(selected_histogram: np.ndarray,
-                          global_histogram: np.ndarray) -> float:
-  """``KL(q ‖ g)`` in nats: sampled clients' pooled labels vs all clients'.
-
-  Args:
-    selected_histogram: Label counts of the sampled clients, ``[C]`` pooled
-      or ``[K, C]`` per client (summed over clients).
-    global_histogram: Label counts of all clients, ``[C]`` or ``[N, C]``.
-
-  Returns:
-    ``Σ_c q_c log(q_c / g_c)`` with ``q``, ``g`` the normalised histograms and
-    ``0 · log(0 / g) = 0``. It is ``inf`` when ``g_c = 0 < q_c``, which cannot
-    happen when the sampled clients are among the clients counted in
-    `global_histogram` (their labels are part of the global counts).
-
-  Raises:
-    ValueError: If a histogram is not finite and non-negative, sums to 0, or
-      the numbers of classes differ.
-  """
-  q = _pooled_histogram(selected_histogram, 'selected_histogram')
-  g = _pooled_histogram(global_histogram, 'global_histogram')
-  if q.shape != g.shape:
-    raise ValueError(
-        f'selected_histogram has {q.shape[0]} classes but global_histogram has '
-        f'{g.shape[0]}; pass label counts over the same classes.')
-  q, g = q / q.sum(), g / g.sum()
-  support = q > 0
-  if np.any(g[support] == 0):
-    return math.inf
-  return float(max(0.0, np.sum(q[support] * np.log(q[support] / g[support]))))
-
-
-def _pooled_histogram(histogram: np.ndarray, name: str) -> np.ndarray:
-  counts = np.asarray(histogram, dtype=np.float64)
-  if counts.ndim not in (1, 2) or counts.shape[-1] == 0:
-    raise ValueError(f'{name} must be [C] or [clients, C] label counts, got shape {counts.shape}.')
-  if not np.all(np.isfinite(counts)) or np.any(counts < 0):
-    raise ValueError(f'{name} must hold finite non-negative label counts.')
-  counts = counts.reshape(-1, counts.shape[-1]).sum(axis=0)
-  if counts.sum() <= 0:
-    raise ValueError(f'{name} has no examples (all counts are 0).')
-  return counts
 
 
 # ------------------------------------------------------------------------------

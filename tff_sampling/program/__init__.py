@@ -1,0 +1,59 @@
+"""The experiment program: the round loop every binary shares.
+
+Per round ``r = 1, 2, …``::
+
+    selection  = sampler.select(sampler_state, r, available)     # server side
+    datasets   = [task.client_dataset(c, shuffle_seed(seed, r, c)) for c in selection]
+    output     = process.next(process_state, datasets)           # one TFF call
+    sampler_state = sampler.observe(sampler_state, selection, signals)
+
+(a power-of-choice sampler first asks a *loss probe* computation for its
+candidates' losses; processes built on `tff_sampling.learning.signals` get
+each dataset together with its slot and the sampler's weight, and return the
+per-client ``signals`` that `observe` receives.)
+    release metrics (CSV keyed by round, TensorBoard, a progress line)
+    every `checkpoint_every` rounds: save the program state
+
+Round 0 is the evaluation of the initial model (nothing uploaded). Metrics go
+through `tff.program` release managers and the program state (process state,
+sampler state, round, cumulative uploaded bits, how often each client was
+selected) through
+`tff.program.FileProgramStateManager`, which writes each version to a temporary
+directory first, so a run killed at any point resumes from its last complete
+checkpoint. Every random choice derives from (seed, round[, client]), so the
+resumed run reproduces the rounds an uninterrupted run would have made. When a
+run resumes, the CSV manager drops rows written after the checkpoint (they are
+recomputed identically), so no round appears twice and none is lost.
+
+Output directory layout::
+
+    <output_dir>/hparams.json     hyper-parameters (compared on resume)
+    <output_dir>/metrics.csv      one row per round, '/'-joined column names
+    <output_dir>/tensorboard/     the same metrics for TensorBoard
+    <output_dir>/checkpoints/     program_state_<round>/ (SavedModel format)
+    <output_dir>/selection_counts.csv  client_id, num_examples, selection_count
+                                  (as of the last checkpoint)
+
+Modules: `config` (`ProgramConfig`, `ExperimentResult`), `loop`
+(`run_experiment`), `evaluation` (`CentralEvaluator`), `progress` (the
+progress line), `checks` (divergence, a sampler's weights against a plain
+process); the selection analysis is `tff_sampling.selection_stats`, the
+run directory (resume, managers, files) `tff_sampling.run_dir`.
+"""
+
+from tff_sampling.program.checks import check_diverged
+from tff_sampling.program.checks import model_weights_of
+from tff_sampling.program.config import Availability
+from tff_sampling.program.config import ExperimentResult
+from tff_sampling.program.config import ProgramConfig
+from tff_sampling.program.config import RESUMABLE_HPARAMS
+from tff_sampling.program.config import UplinkFn
+from tff_sampling.program.evaluation import CentralEvaluator
+from tff_sampling.program.loop import run_experiment
+from tff_sampling.program.progress import ProgressReleaseManager
+from tff_sampling.randomness import client_shuffle_seed
+from tff_sampling.selection_stats import selection_metrics
+
+__all__ = ['Availability', 'CentralEvaluator', 'ExperimentResult', 'ProgramConfig',
+           'ProgressReleaseManager', 'RESUMABLE_HPARAMS', 'UplinkFn', 'check_diverged',
+           'client_shuffle_seed', 'model_weights_of', 'run_experiment', 'selection_metrics']
