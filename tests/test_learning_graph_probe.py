@@ -7,52 +7,18 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+import linear_client
 import tasks
 from tff_sampling import program
 from tff_sampling.learning import graph_probe
 from tff_sampling.learning import signals
 
-_INPUTS, _CLASSES = 4, 3
-_BATCH_SPEC = collections.OrderedDict(
-    x=tf.TensorSpec([None, _INPUTS], tf.float32), y=tf.TensorSpec([None], tf.int32))
-
-
-def _linear_model_fn():
-  keras_model = tf.keras.Sequential([
-      tf.keras.Input(shape=(_INPUTS,)), tf.keras.layers.Dense(_CLASSES)])
-  return tff.learning.models.from_keras_model(
-      keras_model, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-      input_spec=_BATCH_SPEC)
-
-
-def _linear_weights(rng):
-  return tff.learning.models.ModelWeights(
-      trainable=[rng.normal(size=(_INPUTS, _CLASSES)).astype(np.float32),
-                 rng.normal(size=_CLASSES).astype(np.float32)],
-      non_trainable=[])
-
-
-def _client_arrays(rng, count):
-  return (rng.normal(size=(count, _INPUTS)).astype(np.float32),
-          rng.integers(_CLASSES, size=count).astype(np.int32))
-
-
-def _dataset(x, y, batch_size=3):
-  return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(x=x, y=y)).batch(batch_size)
-
-
-def _local_sgd(weights, x, y, learning_rate, batch_size=3):
-  """A plain-TF replica of the probe's local training: SGD on the mean CE of each batch."""
-  kernel = tf.Variable(weights.trainable[0])
-  bias = tf.Variable(weights.trainable[1])
-  for start in range(0, len(y), batch_size):
-    xb, yb = x[start:start + batch_size], y[start:start + batch_size]
-    with tf.GradientTape() as tape:
-      loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-          labels=yb, logits=tf.matmul(xb, kernel) + bias))
-    for variable, gradient in zip((kernel, bias), tape.gradient(loss, (kernel, bias))):
-      variable.assign_sub(learning_rate * gradient)
-  return kernel.numpy(), bias.numpy()
+_INPUTS, _CLASSES = linear_client.INPUTS, linear_client.CLASSES
+_linear_model_fn = linear_client.model_fn_with()
+_linear_weights = linear_client.linear_weights
+_client_arrays = linear_client.client_arrays
+_dataset = linear_client.dataset
+_local_sgd = linear_client.local_sgd
 
 
 def _cosine(features):
