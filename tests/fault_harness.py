@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
+import json
 import functools
 import importlib
 import os
@@ -110,6 +111,17 @@ def metrics_rows(output_dir) -> list[dict[str, str]]:
   for row in rows:
     row.pop('round_seconds', None)  # Wall-clock time: the only non-reproducible value.
   return rows
+
+
+def write_run(root, name, hparams, csv_text) -> str:
+  """Writes a hand-made run, <root>/<name>/{hparams.json,metrics.csv}; returns its directory."""
+  run_dir = os.path.join(root, name)
+  os.makedirs(run_dir)
+  with open(os.path.join(run_dir, 'hparams.json'), 'w') as f:
+    json.dump(dict(hparams, experiment_name=name, root_output_dir=str(root)), f)
+  with open(os.path.join(run_dir, 'metrics.csv'), 'w') as f:
+    f.write(csv_text)
+  return run_dir
 
 
 def child_pids() -> set[int]:

@@ -6,11 +6,12 @@ Shakespeare) run on tiny caches in TFF's own SQLite format
 """
 
 import collections
-import csv
 import os
 
 import numpy as np
 import pytest
+
+import fault_harness
 
 import tasks
 from tasks import public
@@ -48,12 +49,7 @@ def _run(task, sampler, path, rounds, bits=None, **config):
   return results.load_run(path)
 
 
-def _rows(path):
-  with open(os.path.join(path, 'metrics.csv')) as f:
-    rows = list(csv.DictReader(f))
-  for row in rows:
-    row.pop('round_seconds')
-  return rows
+_rows = fault_harness.metrics_rows
 
 
 def test_lefl_on_digits_restarts_identically(small_digits_task, tmp_path):

@@ -1,6 +1,5 @@
 """Tests for tff_sampling/plotting.py and bin/plot.py (the figure, `plot_runs`, the absl main)."""
 
-import json
 import logging
 import os
 import subprocess
@@ -10,6 +9,8 @@ from absl import app
 from absl.testing import flagsaver
 import numpy as np
 import pytest
+
+import fault_harness
 
 from bin import plot
 from tff_sampling import plotting
@@ -54,14 +55,7 @@ def metrics_csv(seed, bits_per_round, accuracy_gain):
   return '\n'.join(','.join(f'"{cell}"' for cell in row) for row in [header] + rows) + '\n'
 
 
-def write_run(root, name, hparams, csv_text):
-  run_dir = os.path.join(root, name)
-  os.makedirs(run_dir)
-  with open(os.path.join(run_dir, 'hparams.json'), 'w') as f:
-    json.dump(dict(hparams, experiment_name=name, root_output_dir=str(root)), f)
-  with open(os.path.join(run_dir, 'metrics.csv'), 'w') as f:
-    f.write(csv_text)
-  return run_dir
+write_run = fault_harness.write_run
 
 
 @pytest.fixture

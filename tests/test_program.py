@@ -35,8 +35,7 @@ def _config(output_dir, rounds, **kwargs):
   return program.ProgramConfig(output_dir=str(output_dir), rounds=rounds, seed=0, **kwargs)
 
 
-def _rows(output_dir):
-  return fault_harness.metrics_rows(output_dir)
+_rows = fault_harness.metrics_rows
 
 
 class _CrashingSampler(samplers.UniformSampler):

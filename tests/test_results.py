@@ -10,6 +10,8 @@ import re
 import numpy as np
 import pytest
 
+import fault_harness
+
 from tff_sampling import results
 
 # The format of tff.program.CSVFileReleaseManager, with every cell quoted;
@@ -28,15 +30,7 @@ METRICS_CSV = '''\
 NAN = math.nan
 
 
-def write_run(root, name, hparams, csv_text):
-  """Writes <root>/<name>/{hparams.json,metrics.csv}; returns the directory."""
-  run_dir = os.path.join(root, name)
-  os.makedirs(run_dir)
-  with open(os.path.join(run_dir, 'hparams.json'), 'w') as f:
-    json.dump(dict(hparams, experiment_name=name, root_output_dir=str(root)), f)
-  with open(os.path.join(run_dir, 'metrics.csv'), 'w') as f:
-    f.write(csv_text)
-  return run_dir
+write_run = fault_harness.write_run
 
 
 def curve_csv(bits, accuracy):
