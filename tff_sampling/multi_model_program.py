@@ -40,6 +40,7 @@ from tff_sampling import program
 from tff_sampling import randomness
 from tff_sampling import run_dir
 from tff_sampling import runtime
+from tff_sampling import validation
 from tff_sampling.learning import multi_model
 from tff_sampling.task import Task
 
@@ -61,9 +62,7 @@ def align_clients(tasks: Sequence[Task], num_clients: int | None = None) -> list
   smallest = min(task.num_clients for task in tasks)
   if num_clients is None:
     num_clients = smallest
-  if isinstance(num_clients, bool) or not isinstance(num_clients, (int, np.integer)) \
-      or num_clients <= 0:
-    raise ValueError(f'num_clients must be a positive integer, got {num_clients!r}.')
+  validation.positive_int('num_clients', num_clients)
   short = [f'{task.name} ({task.num_clients})' for task in tasks if task.num_clients < num_clients]
   if short:
     raise ValueError(

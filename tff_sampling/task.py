@@ -19,6 +19,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_sampling import validation
+
 
 @dataclasses.dataclass(frozen=True)
 class Task:
@@ -86,9 +88,7 @@ class Task:
     client_id = self.client_ids[client] if isinstance(client, (int, np.integer)) else client
     dataset = self.preprocess_client(
         self.train_data.create_tf_dataset_for_client(client_id), seed)
-    if steps is not None:
-      if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps <= 0:
-        raise ValueError(f'steps must be a positive integer or None, got {steps!r}.')
+    if validation.positive_int('steps', steps, optional=True) is not None:
       dataset = dataset.repeat().take(int(steps))
     return dataset
 

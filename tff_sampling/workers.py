@@ -83,6 +83,8 @@ from tensorflow_federated.python.core.impl.executors import remote_executor
 from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
 from tensorflow_federated.python.core.impl.types import placements
 
+from tff_sampling import validation
+
 # TFF's own channel limits for its local worker (executor_factory.py): 2 GB messages.
 _MAX_MESSAGE_BYTES = 2 * 1000 * 1000 * 1000
 _CHANNEL_OPTIONS = [
@@ -234,8 +236,7 @@ class LocalWorkers:
   """
 
   def __init__(self, num_workers: int):
-    if not isinstance(num_workers, int) or num_workers < 1:
-      raise ValueError(f'num_workers must be a positive integer, got {num_workers!r}.')
+    num_workers = validation.positive_int('num_workers', num_workers)
     self._lock = threading.Lock()
     self._processes: list[subprocess.Popen] = []
     self.addresses: list[str] = []
@@ -406,10 +407,8 @@ class WorkerPool:
       raise ValueError('A WorkerPool needs at least one worker address.')
     if len(set(addresses)) != len(addresses):
       raise ValueError(f'Worker addresses must differ, got {addresses}.')
-    if clients_per_call is not None and (not isinstance(clients_per_call, int)
-                                         or clients_per_call < 1):
-      raise ValueError(f'clients_per_call must be a positive integer or None, got '
-                       f'{clients_per_call!r}.')
+    clients_per_call = validation.positive_int('clients_per_call', clients_per_call,
+                                               optional=True)
     self.addresses = addresses
     self.clients_per_call = clients_per_call
     self._local = _local

@@ -48,6 +48,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_sampling import randomness
+from tff_sampling import validation
 from tff_sampling.learning import signals
 from tff_sampling.samplers import base as samplers_base
 from tff_sampling.task import Task
@@ -59,11 +60,7 @@ FEATURE_KINDS = ('functional', 'update_cosine')
 _NOISE_STREAM = 1001
 
 
-def check_positive_int(name: str, value) -> int:
-  """`value` as an int; a ValueError naming `name` unless a positive integer."""
-  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value <= 0:
-    raise ValueError(f'{name} must be a positive integer, got {value!r}.')
-  return int(value)
+check_positive_int = validation.positive_int
 
 
 def noise_batch(validation_inputs: np.ndarray, batch_size: int, *, seed) -> np.ndarray:

@@ -44,6 +44,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_sampling import validation
 from tff_sampling.learning import fedavg
 from tff_sampling.learning import proximal
 
@@ -225,9 +226,7 @@ def build_signals_client_work(
   Raises:
     ValueError: For a non-positive `sketch_size`.
   """
-  if sketch_size is not None and (not isinstance(sketch_size, (int, np.integer))
-                                  or isinstance(sketch_size, bool) or sketch_size <= 0):
-    raise ValueError(f'sketch_size must be a positive integer or None, got {sketch_size!r}.')
+  validation.positive_int('sketch_size', sketch_size, optional=True)
   inner = tff.learning.templates.build_model_delta_client_work(
       model_fn, client_optimizer_fn, tff.learning.ClientWeighting.NUM_EXAMPLES,
       loop_implementation=fedavg.CLIENT_LOOP)

@@ -10,6 +10,7 @@ import numpy as np
 
 from tff_sampling import communication
 from tff_sampling import run_dir
+from tff_sampling import validation
 from tff_sampling import workers as workers_lib
 
 RESUMABLE_HPARAMS = run_dir.RESUMABLE_HPARAMS
@@ -68,9 +69,7 @@ class ProgramConfig:
   def __post_init__(self):
     names = ('rounds', 'eval_every', 'checkpoint_every', 'keep_checkpoints')
     for name in names + (('client_steps',) if self.client_steps is not None else ()):
-      value = getattr(self, name)
-      if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f'{name} must be a positive integer, got {value!r}.')
+      validation.positive_int(name, getattr(self, name))
     if not self.output_dir:
       raise ValueError('output_dir must be a non-empty path.')
     if (not isinstance(self.local_workers, (int, np.integer))
@@ -86,10 +85,7 @@ class ProgramConfig:
       if not self.workers and not self.local_workers:
         raise ValueError(f'clients_per_call={self.clients_per_call} needs workers to run the '
                          f'slices: give worker addresses or local_workers (e.g. 1).')
-      if (not isinstance(self.clients_per_call, (int, np.integer))
-          or isinstance(self.clients_per_call, bool) or self.clients_per_call < 1):
-        raise ValueError(f'clients_per_call must be a positive integer, got '
-                         f'{self.clients_per_call!r}.')
+      validation.positive_int('clients_per_call', self.clients_per_call)
 
   def worker_pool(self) -> workers_lib.WorkerPool | None:
     """The pool of TFF workers this config asks for (``None``: one process)."""

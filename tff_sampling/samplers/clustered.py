@@ -122,6 +122,7 @@ from scipy import sparse
 from scipy.cluster import hierarchy
 from scipy.spatial import distance
 
+from tff_sampling import validation
 from tff_sampling.samplers import base
 from tff_sampling.samplers import md
 
@@ -656,9 +657,8 @@ def count_sketch_hashes(dim: int, sketch_size: int, seed: int) -> tuple[np.ndarr
   Raises:
     ValueError: If `dim` or `sketch_size` is not a positive integer.
   """
-  for name, value in (('dim', dim), ('sketch_size', sketch_size)):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-      raise ValueError(f'{name} must be a positive integer, got {value!r}.')
+  validation.positive_int('dim', dim)
+  validation.positive_int('sketch_size', sketch_size)
   rng = np.random.default_rng([int(seed), _SKETCH_STREAM])
   buckets = rng.integers(0, sketch_size, size=dim, dtype=np.int64)
   signs = (2 * rng.integers(0, 2, size=dim) - 1).astype(np.float32)

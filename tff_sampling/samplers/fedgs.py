@@ -141,6 +141,7 @@ import warnings
 import numpy as np
 from scipy.sparse import csgraph
 
+from tff_sampling import validation
 from tff_sampling.samplers import base
 
 _MAX_BRUTE_FORCE_CLIENTS = 14
@@ -254,9 +255,7 @@ def _validate_problem(distances, counts, available, budget):
   mask = np.asarray(available)
   if mask.shape != (n,):
     raise ValueError(f'available must have shape ({n},) to match distances, got {mask.shape}.')
-  if (isinstance(budget, (bool, np.bool_)) or not isinstance(budget, (int, np.integer))
-      or budget <= 0):
-    raise ValueError(f'budget must be a positive integer, got {budget!r}.')
+  validation.positive_int('budget', budget)
   mask = mask.astype(bool)
   if not np.any(mask):
     raise ValueError('No client is available.')
@@ -675,9 +674,7 @@ def select_clients_with_report(
   deadline = time.monotonic() + float(time_limit_s)
   problem = _build_problem(distances, counts, available, budget, alpha, None)
   order = np.random.default_rng(seed).permutation(problem.candidates.size)
-  if (isinstance(num_starts, (bool, np.bool_)) or not isinstance(num_starts, (int, np.integer))
-      or num_starts <= 0):
-    raise ValueError(f'num_starts must be a positive integer, got {num_starts!r}.')
+  validation.positive_int('num_starts', num_starts)
   local, complete = _heuristic(problem, order, int(num_starts), deadline)
   value = _local_value(problem, local)
   exact = complete and _heuristic_is_exact(problem)
@@ -809,10 +806,7 @@ class FedGSSampler(base.Sampler):
         `max_solver_clients` or graph input.
       TypeError: If `alpha` is not a real number.
     """
-    if (isinstance(clients_per_round, (bool, np.bool_))
-        or not isinstance(clients_per_round, (int, np.integer)) or clients_per_round <= 0):
-      raise ValueError(
-          f'clients_per_round must be a positive integer, got {clients_per_round!r}.')
+    validation.positive_int('clients_per_round', clients_per_round)
     if (features is None) == (distances is None):
       raise ValueError('Give exactly one of features and distances.')
     if not time_limit_s > 0:

@@ -92,6 +92,7 @@ import warnings
 
 import numpy as np
 
+from tff_sampling import validation
 from tff_sampling.samplers import base
 from tff_sampling.samplers import md
 
@@ -377,13 +378,6 @@ class LeflState(NamedTuple):
   num_examples: np.ndarray
 
 
-def _validate_positive_int(value, name: str) -> int:
-  if (isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer))
-      or value <= 0):
-    raise ValueError(f'{name} must be a positive integer, got {value!r}.')
-  return int(value)
-
-
 class LeflSampler(base.Sampler):
   """LEFL's stratified sampling over KL clusters; see the module docstring.
 
@@ -427,7 +421,7 @@ class LeflSampler(base.Sampler):
       ValueError: If not exactly one of `soft_labels`, `kl`, `clusters` is
         given, or an argument is invalid or inapplicable (see the messages).
     """
-    self.clients_per_round = _validate_positive_int(clients_per_round, 'clients_per_round')
+    self.clients_per_round = validation.positive_int('clients_per_round', clients_per_round)
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
       raise ValueError(f'seed must be an integer, got {seed!r}.')
     self.seed = int(seed)

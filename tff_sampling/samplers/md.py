@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tff_sampling import validation
 from tff_sampling.samplers import base
 
 # Stream id of the cohort draw inside a round's generator.
@@ -34,10 +35,7 @@ def validate_num_draws(num_draws: int) -> int:
   Raises:
     ValueError: If `num_draws` is not a positive integer.
   """
-  if (isinstance(num_draws, (bool, np.bool_)) or
-      not isinstance(num_draws, (int, np.integer)) or num_draws <= 0):
-    raise ValueError(f'num_draws must be a positive integer, got {num_draws!r}.')
-  return int(num_draws)
+  return validation.positive_int('num_draws', num_draws)
 
 
 def validate_client_sizes(client_sizes: np.ndarray, num_draws: int = 1) -> np.ndarray:

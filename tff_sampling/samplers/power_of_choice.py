@@ -18,6 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tff_sampling.samplers import base
+from tff_sampling import validation
 
 _CANDIDATE_STREAM = 0
 
@@ -36,10 +37,8 @@ class PowerOfChoiceSampler(base.Sampler):
   uses_loss_probe = True
 
   def __init__(self, clients_per_round: int, *, num_candidates: int, seed: int):
-    for name, value in (('clients_per_round', clients_per_round),
-                        ('num_candidates', num_candidates)):
-      if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f'{name} must be a positive integer, got {value!r}.')
+    validation.positive_int('clients_per_round', clients_per_round)
+    validation.positive_int('num_candidates', num_candidates)
     if num_candidates < clients_per_round:
       raise ValueError(
           f'num_candidates={num_candidates} must be at least clients_per_round='

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tff_sampling import validation
 from tff_sampling.samplers import base
 
 # Stream id of the cohort draw inside a round's generator.
@@ -18,10 +19,7 @@ class UniformSampler(base.Sampler):
   """
 
   def __init__(self, clients_per_round: int, *, seed: int):
-    if not isinstance(clients_per_round, (int, np.integer)) or clients_per_round <= 0:
-      raise ValueError(
-          f'clients_per_round must be a positive integer, got {clients_per_round!r}.')
-    self.clients_per_round = int(clients_per_round)
+    self.clients_per_round = validation.positive_int('clients_per_round', clients_per_round)
     self.seed = int(seed)
 
   def initialize(self, population: base.Population) -> tuple[()]:
