@@ -336,11 +336,8 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
       cohort_size = tff.federated_map(
           tff.tensorflow.computation(lambda c: tf.cast(c['cohort_size'], tf.float32),
                                      counts.type_signature.member), counts)
-      weight_sum = protocol.sum_nonnegative(
-          tff.federated_map(tff.tensorflow.computation(lambda i: i['weight'], norm_info_type),
-                            info), weight_bound, secure)
-      norms = tff.federated_map(tff.tensorflow.computation(lambda i: i['norm'], norm_info_type),
-                                info)
+      weight_sum = protocol.sum_nonnegative(info.weight, weight_bound, secure)
+      norms = info.norm
       phases = protocol.federated_probabilities(
           norms, cohort_size, expected_clients=m, mode=mode, max_rescaling_steps=steps,
           secure=secure, norm_bound=norm_bound)
@@ -349,10 +346,7 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
       round_seed = tff.federated_map(server_round_seed, state['round'])
       uploads = tff.federated_map(client_upload, (
           value, info, probability, tff.federated_broadcast(round_seed)))
-      weighted_values = tff.federated_map(
-          tff.tensorflow.computation(lambda u: u[0], uploads.type_signature.member), uploads)
-      upload_bits = tff.federated_map(
-          tff.tensorflow.computation(lambda u: u[1], uploads.type_signature.member), uploads)
+      weighted_values, upload_bits = uploads[0], uploads[1]
       inner_output = inner_process.next(state['inner'], weighted_values)
       result = tff.federated_map(server_divide, (inner_output.result, weight_sum))
       upload_count = protocol.sum_counts(upload_bits, secure)
@@ -365,36 +359,22 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
             info, probability, tff.federated_broadcast(norm_sum),
             tff.federated_broadcast(cohort_size)))
         term_sums = protocol.sum_floats(terms, 1.0, secure)
-        expected_uploads = tff.federated_map(
-            tff.tensorflow.computation(lambda t: t['probability'], terms.type_signature.member),
-            term_sums)
+        expected_uploads = term_sums.probability
         improvement = tff.federated_map(server_improvement_factor, (
-            tff.federated_map(tff.tensorflow.computation(
-                lambda t: t['scaled_variance'], terms.type_signature.member), term_sums),
-            tff.federated_map(tff.tensorflow.computation(
-                lambda t: t['share_squared'], terms.type_signature.member), term_sums),
-            cohort_size))
+            term_sums.scaled_variance, term_sums.share_squared, cohort_size))
 
       measurements = tff.federated_zip(collections.OrderedDict(
           uploads=upload_count,
           expected_uploads=expected_uploads,
-          cohort_size=tff.federated_map(
-              tff.tensorflow.computation(lambda c: c['cohort_size'],
-                                         counts.type_signature.member), counts),
+          cohort_size=counts.cohort_size,
           rescaling_steps=phases.rescaling_steps,
           improvement_factor=improvement,
           full_participation=tff.federated_map(
               tff.tensorflow.computation(lambda f: tf.cast(f, _COUNT), _FLOAT_TYPE),
               phases.full_participation),
-          clipped_norms=tff.federated_map(
-              tff.tensorflow.computation(lambda c: c['clipped_norms'],
-                                         counts.type_signature.member), counts),
-          clipped_weights=tff.federated_map(
-              tff.tensorflow.computation(lambda c: c['clipped_weights'],
-                                         counts.type_signature.member), counts),
-          non_finite_updates=tff.federated_map(
-              tff.tensorflow.computation(lambda c: c['non_finite_updates'],
-                                         counts.type_signature.member), counts),
+          clipped_norms=counts.clipped_norms,
+          clipped_weights=counts.clipped_weights,
+          non_finite_updates=counts.non_finite_updates,
           extra_scalars_per_client=tff.federated_value(np.int32(extra_scalars), tff.SERVER),
           inner=inner_output.measurements,
       ))

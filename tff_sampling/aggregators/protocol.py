@@ -86,9 +86,8 @@ def sum_nonnegative(values, upper_bound: float, secure: bool):
   split = tff.federated_map(tff.tensorflow.computation(
       lambda v: (tf.cast(tf.floor(v), tf.int64), v - tf.floor(v)), FLOAT_TYPE), values)
   whole = tff.federated_secure_sum_bitwidth(
-      tff.federated_map(tff.tensorflow.computation(lambda s: s[0]), split), bitwidth=bitwidth)
-  fraction = sum_floats(
-      tff.federated_map(tff.tensorflow.computation(lambda s: s[1]), split), 1.0, secure)
+      split[0], bitwidth=bitwidth)
+  fraction = sum_floats(split[1], 1.0, secure)
   return tff.federated_map(tff.tensorflow.computation(
       lambda w, f: tf.cast(tf.cast(w, tf.float64) + tf.cast(f, tf.float64), tf.float32)),
       (whole, fraction))
@@ -233,10 +232,8 @@ def federated_probabilities(
   steps_used = tff.federated_value(COUNT(0), tff.SERVER)
   for _ in range(max_rescaling_steps if mode == 'approximate' else 0):
     sums = tff.federated_map(client_rescaling_sums, probability)
-    probability_sum = sum_floats(
-        tff.federated_map(tff.tensorflow.computation(lambda s: s[0]), sums), 1.0, secure)
-    unsaturated = sum_counts(
-        tff.federated_map(tff.tensorflow.computation(lambda s: s[1]), sums), secure)
+    probability_sum = sum_floats(sums[0], 1.0, secure)
+    unsaturated = sum_counts(sums[1], secure)
     scale = tff.federated_map(server_scale, (probability_sum, unsaturated, cohort_size))
     steps_used = tff.federated_map(
         tff.tensorflow.computation(lambda a, b: a + b),

@@ -409,16 +409,14 @@ def build_multi_model_process(
     if config.signal == 'update_norm':
       trained = [tff.federated_map(train_fns[s], (models_at_clients[s], data.data[s]))
                  for s in range(num_models)]
-      values = [tff.federated_map(tff.tensorflow.computation(lambda r: r['norm']), t)
-                for t in trained]
+      values = [t.norm for t in trained]
     elif config.signal == 'loss':
       values = [tff.federated_map(tff.tensorflow.computation(lambda l: l[0]), tff.federated_map(
           loss_fns[s], (models_at_clients[s], data.data[s]))) for s in range(num_models)]
     else:
       values = [tff.federated_value(_FLOAT(0.0), tff.CLIENTS)] * num_models
     info = tff.federated_map(client_signal, (meta, tff.federated_zip(tuple(values))))
-    totals = tff.federated_map(tff.tensorflow.computation(lambda i: i['total'], signal_info_type),
-                               info)
+    totals = info.total
 
     if uses_signal:
       phases = protocol.federated_probabilities(
@@ -434,8 +432,7 @@ def build_multi_model_process(
       full_participation = tff.federated_map(tff.tensorflow.computation(
           lambda n: tf.cast(m >= n, _FLOAT)), size)
     choice = tff.federated_map(client_choice, (
-        meta, tff.federated_map(tff.tensorflow.computation(lambda i: i['signal'],
-                                                           signal_info_type), info),
+        meta, info.signal,
         probability, tff.federated_broadcast(round_num)))
 
     sums, non_finite_updates = [], []
@@ -463,13 +460,12 @@ def build_multi_model_process(
 
     counts = protocol.sum_counts(tff.federated_map(client_counts, (
         info, choice, tff.federated_zip(tuple(non_finite_updates)))), secure)
-    expected_uploads = protocol.sum_floats(tff.federated_map(tff.tensorflow.computation(
-        lambda c: c['probability'], choice_type), choice), 1.0, secure)
+    expected_uploads = protocol.sum_floats(choice.probability, 1.0, secure)
 
     extra_scalars = 4 + num_models + 1  # Cohort count, 3 flags, upload bits, Σp.
     measurements = collections.OrderedDict(
         cohort_size=cohort_size,
-        uploads=tff.federated_map(tff.tensorflow.computation(lambda c: c['uploads']), counts),
+        uploads=counts.uploads,
         expected_uploads=expected_uploads,
         rescaling_steps=rescaling_steps,
         full_participation=full_participation)
@@ -477,8 +473,7 @@ def build_multi_model_process(
       terms = protocol.sum_floats(tff.federated_map(client_variance_terms, (
           info, choice, tff.federated_broadcast(phases.norm_sum))),
           max(1.0, 1.0 / m), secure)
-      variance = tff.federated_map(tff.tensorflow.computation(lambda t: t['variance']), terms)
-      squares = tff.federated_map(tff.tensorflow.computation(lambda t: t['squares']), terms)
+      variance, squares = terms.variance, terms.squares
       measurements['improvement_factor'] = tff.federated_map(
           server_improvement, (variance, squares, size))
       extra_scalars += 1 + 2  # M_i for Σ M_i; the two variance terms.
@@ -489,8 +484,7 @@ def build_multi_model_process(
       else:
         extra_scalars += 2 * steps
     for name in ('clipped_signals', 'non_finite_signals', 'non_finite_updates'):
-      measurements[name] = tff.federated_map(
-          _field_computation(counts.type_signature.member, name), counts)
+      measurements[name] = counts[name]
     measurements['extra_scalars_per_client'] = tff.federated_value(
         _COUNT(extra_scalars), tff.SERVER)
 
@@ -598,8 +592,3 @@ def _weigh_computation(result_type, choice_type, client_meta_type, model: int):
     return _weighted_and_non_finite(result, choice, meta, model, tf.constant(True))
 
   return weigh
-
-
-def _field_computation(struct_type, name: str):
-  """``struct -> struct[name]``."""
-  return tff.tensorflow.computation(lambda value: value[name], struct_type)
