@@ -7,13 +7,19 @@ from __future__ import annotations
 
 import collections
 import math
+from typing import Optional, Protocol
 
 import numpy as np
 
-from tff_sampling.samplers import base as samplers_base
+
+class Selection(Protocol):
+  """What the analysis reads of a round's selection (`tff_sampling.samplers.Selection`)."""
+
+  clients: np.ndarray
+  weights: Optional[np.ndarray]
 
 
-def selection_metrics(selection: samplers_base.Selection, num_examples: np.ndarray,
+def selection_metrics(selection: Selection, num_examples: np.ndarray,
                       label_histograms: np.ndarray) -> dict[str, float]:
   """Analysis metrics of one round's selection.
 
