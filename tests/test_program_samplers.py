@@ -22,6 +22,8 @@ class _State(NamedTuple):
 class _SignalDrivenSampler(samplers.Sampler):
   """Chooses the clients with the largest remembered sketch norms (state-driven)."""
 
+  needs_signals = frozenset({'update_sketch'})
+
   def __init__(self, k):
     self.k = k
     self.observed = []
@@ -75,6 +77,17 @@ def test_signals_reach_the_sampler_not_the_csv(small_digits_task, signals_proces
   assert all(r['cohort_size'] == '4' for r in _rows(tmp_path)[1:])
 
 
+def test_a_sampler_needing_a_signal_the_process_lacks_is_refused_before_writing(
+    small_digits_task, tmp_path):
+  plain = signals.build_fedavg_with_signals(small_digits_task.model_fn,
+                                            client_learning_rate=0.1, sketch_size=None)
+  with pytest.raises(ValueError, match=r"_SignalDrivenSampler reads .*\['update_sketch'\].*"
+                     'sketch_size'):
+    program.run_experiment(small_digits_task, plain, _SignalDrivenSampler(4),
+                           _config(tmp_path / 'run', 1))
+  assert not os.path.exists(tmp_path / 'run')
+
+
 def test_stateful_sampler_resumes_identically(small_digits_task, signals_process, tmp_path):
   full = program.run_experiment(small_digits_task, signals_process, _SignalDrivenSampler(4),
                                 _config(tmp_path / 'full', 6, checkpoint_every=2))
@@ -98,7 +111,7 @@ def test_power_of_choice_through_the_program(small_digits_task, tmp_path):
   original = sampler.select
 
   def recording_select(*args, **kwargs):
-    probe = kwargs['loss_probe']
+    probe = kwargs['probe']
     candidates = sampler.candidates(args[0], args[1], args[2])
     losses = probe(candidates)
     selection = original(*args, **kwargs)

@@ -15,7 +15,7 @@ def test_keeps_the_highest_losses_among_the_candidates():
   candidates = sampler.candidates(state, 3, np.ones(8, bool))
   losses = {int(c): float(i) for i, c in enumerate(candidates)}  # Later draws lose more.
   selection = sampler.select(state, 3, np.ones(8, bool),
-                             loss_probe=lambda cs: np.array([losses[int(c)] for c in cs]))
+                             probe=lambda cs: np.array([losses[int(c)] for c in cs]))
   assert set(selection.clients.tolist()) == set(candidates[-2:].tolist())
   assert selection.weights is None
 
@@ -42,10 +42,10 @@ def test_non_finite_losses_rank_last_and_probe_shape_is_checked():
   sampler = samplers.PowerOfChoiceSampler(1, num_candidates=3, seed=0)
   state = sampler.initialize(_POPULATION)
   selection = sampler.select(state, 0, np.ones(8, bool),
-                             loss_probe=lambda cs: np.array([np.nan, 1.0, np.inf]))
+                             probe=lambda cs: np.array([np.nan, 1.0, np.inf]))
   assert selection.clients.tolist() == [sampler.candidates(state, 0, np.ones(8, bool))[1]]
   with pytest.raises(ValueError, match='returned shape'):
-    sampler.select(state, 0, np.ones(8, bool), loss_probe=lambda cs: np.zeros(2))
+    sampler.select(state, 0, np.ones(8, bool), probe=lambda cs: np.zeros(2))
   with pytest.raises(ValueError, match='needs the loss probe'):
     sampler.select(state, 0, np.ones(8, bool))
 

@@ -49,9 +49,9 @@ def test_each_sampler_declares_the_weights_it_returns(make, kind):
   assert weighting.sampler_sets_weights(sampler) == (kind != 'process')
   state = sampler.initialize(_POPULATION)
   for round_num in range(1, 6):
-    if sampler.uses_loss_probe:
+    if sampler.probe_signal is not None:
       selection = sampler.select(state, round_num, _ALL,
-                                 loss_probe=lambda c: np.arange(len(c), dtype=float))
+                                 probe=lambda c: np.arange(len(c), dtype=float))
     else:
       selection = sampler.select(state, round_num, _ALL)
     clients = np.asarray(selection.clients)

@@ -1,4 +1,4 @@
-"""The round loop of multi-model experiments (`tff_sampling.learning.multi_model`).
+"""Multi-model experiments (`tff_sampling.learning.multi_model`) in the program's round loop.
 
 ``S`` tasks share one population of ``N`` clients: client ``i`` of the
 population is client ``i`` (in ``client_ids`` order) of every task, so all tasks
@@ -23,10 +23,8 @@ reproduces the rounds an uninterrupted one would have made.
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import dataclasses
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -38,12 +36,9 @@ import tensorflow_federated as tff
 from tff_sampling import communication
 from tff_sampling import program
 from tff_sampling import randomness
-from tff_sampling import run_dir
-from tff_sampling import runtime
 from tff_sampling import validation
 from tff_sampling.learning import multi_model
 from tff_sampling.task import Task
-
 
 
 def align_clients(tasks: Sequence[Task], num_clients: int | None = None) -> list[Task]:
@@ -134,7 +129,12 @@ def run_multi_model_experiment(
     process: tff.templates.MeasuredProcess,
     config: program.ProgramConfig,
 ) -> MultiModelResult:
-  """Runs (or resumes) a multi-model experiment.
+  """Runs (or resumes) a multi-model experiment through the program's round loop.
+
+  Every client takes part in every round (the process assigns models to
+  clients itself), so the run has no sampler: `tff_sampling.program.run_rounds`
+  with a `MultiModel` trainer. Workers, resume, checkpoints and metric release
+  are the loop's.
 
   Args:
     tasks: One task per model, sharing one population (`align_clients`).
@@ -148,99 +148,94 @@ def run_multi_model_experiment(
 
   Raises:
     ValueError: For tasks that do not share a population, an unwritable output
-      directory, or checkpoints from a different configuration.
+      directory, checkpoints from a different configuration, or workers asked
+      for a process that cannot be split over them.
     FloatingPointError: If a global model becomes non-finite.
   """
-  examples = check_population(tasks)
-  with run_dir.RunDirectory(config.output_dir, config.keep_checkpoints) as directory:
-    return _run(directory, tasks, process, config, examples)
+  result = program.run_rounds(MultiModel(tasks, process, config), None, config)
+  return MultiModelResult(
+      final_round=result.final_round,
+      resumed_from=result.resumed_from,
+      eval_metrics=result.eval_metrics,
+      cumulative_bits=result.cumulative_bits,
+      seconds=result.seconds,
+      models=tuple(result.model_weights))
 
 
-def _run(directory: run_dir.RunDirectory, tasks: Sequence[Task],
-         process: tff.templates.MeasuredProcess, config: program.ProgramConfig,
-         examples: np.ndarray) -> MultiModelResult:
-  """`run_multi_model_experiment`'s loop, inside the claimed and locked run directory."""
-  shares = multi_model.data_shares(examples)
-  num_clients, num_models = examples.shape
-  runtime.use_secure_sum_simulation()
-  process_state = process.initialize()
-  process_state['models'] = tuple(
-      task.initial_model_weights(config.seed + s) for s, task in enumerate(tasks))
-  program_state, resumed_from = directory.resume(config.hparams, collections.OrderedDict(
-      round=np.int64(0), cumulative_bits=np.int64(0), process=process_state))
+class MultiModel:
+  """The `tff_sampling.program.trainer.Trainer` of a multi-model process."""
 
-  release_manager = directory.release_manager(program.ProgressReleaseManager(config.rounds))
-  # Built after the process: see `program.run_experiment` on Keras engines.
-  evaluators = [program.CentralEvaluator(task) for task in tasks]
-  parameters = [communication.count_parameters(w) for w in program_state['process']['models']]
-  logging.info('Multi-model run: %d clients, %d models of %s parameters; devices %s.',
-               num_clients, num_models, parameters,
-               [d.name for d in tf.config.list_logical_devices()])
+  def __init__(self, tasks: Sequence[Task], process: tff.templates.MeasuredProcess,
+               config: program.ProgramConfig):
+    self.tasks, self.process, self.config = list(tasks), process, config
+    self.examples = check_population(tasks)
+    self.shares = multi_model.data_shares(self.examples)
+    self._parameters: list[int] = []
+    self._evaluators: list[program.CentralEvaluator] = []
 
-  def evaluate(models) -> collections.OrderedDict:
+  @property
+  def clients(self) -> program.Clients:
+    task = self.tasks[0]
+    return program.Clients(task.client_ids, self.examples.sum(axis=1),
+                           task.client_label_histograms)
+
+  def check(self, sampler) -> None:
+    del sampler  # None: run_rounds gives every client every round.
+
+  def initial_state(self) -> Any:
+    state = self.process.initialize()
+    state['models'] = tuple(task.initial_model_weights(self.config.seed + s)
+                            for s, task in enumerate(self.tasks))
+    return state
+
+  def model_weights(self, state: Any) -> list[tff.learning.models.ModelWeights]:
+    return list(state['models'])
+
+  def start(self, state: Any, probe_signal: str | None) -> None:
+    if probe_signal is not None:
+      raise ValueError(f'A multi-model process offers no {probe_signal!r} probe.')
+    # Built after the process: see `SingleModel.start` on Keras engines.
+    self._evaluators = [program.CentralEvaluator(task) for task in self.tasks]
+    self._parameters = [communication.count_parameters(w) for w in state['models']]
+    logging.info('Multi-model run: %d clients, %d models of %s parameters; devices %s.',
+                 *self.examples.shape, self._parameters,
+                 [d.name for d in tf.config.list_logical_devices()])
+
+  def probe(self, round_num: int, state: Any):
+    raise NotImplementedError('A multi-model process offers no probe (refused in start).')
+
+  def evaluate(self, models) -> collections.OrderedDict:
     metrics = collections.OrderedDict(
-        (f'model_{s}', evaluators[s](weights)) for s, weights in enumerate(models))
+        (f'model_{s}', self._evaluators[s](weights)) for s, weights in enumerate(models))
     metrics['mean_accuracy'] = float(np.mean([m['accuracy'] for m in metrics.values()]))
-    metrics['loss'] = float(np.mean([metrics[f'model_{s}']['loss'] for s in range(num_models)]))
+    metrics['loss'] = float(np.mean([metrics[f'model_{s}']['loss']
+                                     for s in range(len(self.tasks))]))
     metrics['accuracy'] = metrics['mean_accuracy']  # The progress line shows these two.
     return metrics
 
-  def client_data(round_num: int) -> list[collections.OrderedDict]:
+  def client_data(self, round_num: int, selection) -> list[collections.OrderedDict]:
+    """Every client's datasets of every task (the selection is every client)."""
     data = []
-    for client in range(num_clients):
+    for client in map(int, selection.clients):
       datasets = []
-      for s, task in enumerate(tasks):
-        rng = randomness.round_rng(config.seed, round_num, randomness.MODEL_SHUFFLE_STREAM,
-                                   client, s)
-        datasets.append(task.client_dataset(client, int(rng.integers(2**31 - 1)),
-                                            steps=config.client_steps if examples[client, s]
-                                            else None))
-      data.append(multi_model.client_data(datasets, client, shares[client]))
+      for s, task in enumerate(self.tasks):
+        rng = randomness.round_rng(self.config.seed, round_num,
+                                   randomness.MODEL_SHUFFLE_STREAM, client, s)
+        datasets.append(task.client_dataset(
+            client, int(rng.integers(2**31 - 1)),
+            steps=self.config.client_steps if self.examples[client, s] else None))
+      data.append(multi_model.client_data(datasets, client, self.shares[client]))
     return data
 
-  first_round = int(program_state['round']) + 1
-  process_state = program_state['process']
-  cumulative_bits = int(program_state['cumulative_bits'])
-  eval_metrics: Mapping[str, Any] = {}
-  if first_round == 1:
-    eval_metrics = evaluate(process_state['models'])
-    asyncio.run(release_manager.release(collections.OrderedDict(
-        eval=eval_metrics,
-        uplink=collections.OrderedDict(round_bits=0, cumulative_bits=0)), 0))
-
-  start = time.monotonic()
-  for round_num in range(first_round, config.rounds + 1):
-    round_start = time.monotonic()
-    output = process.next(process_state, client_data(round_num))
-    process_state = output.state
+  def round_output(self, output: tff.templates.MeasuredProcessOutput,
+                   cohort_size: int) -> program.RoundOutput:
+    del cohort_size  # Every client; the process reports its own cohort.
     measurements = output.measurements
     uploads = np.asarray(measurements['uploads'], np.int64)
     extra = int(measurements['extra_scalars_per_client']) * int(measurements['cohort_size'])
-    round_bits = communication.BITS_PER_FLOAT32 * (
-        int(np.dot(uploads, parameters)) + extra)
-    cumulative_bits += round_bits
-    released = collections.OrderedDict(
-        round_seconds=time.monotonic() - round_start,
-        uplink=collections.OrderedDict(
-            model_uploads=int(uploads.sum()), extra_scalars=extra, round_bits=round_bits,
-            cumulative_bits=cumulative_bits),
-        process=_flatten_vectors(measurements))
-    if round_num % config.eval_every == 0 or round_num == config.rounds:
-      eval_metrics = evaluate(process_state['models'])
-      released['eval'] = eval_metrics
-    asyncio.run(release_manager.release(released, round_num))
-    program.check_diverged(round_num, list(process_state['models']), released)
-    if round_num % config.checkpoint_every == 0 or round_num == config.rounds:
-      directory.save(collections.OrderedDict(
-          round=np.int64(round_num), cumulative_bits=np.int64(cumulative_bits),
-          process=process_state), round_num)
-
-  if not eval_metrics:  # Resumed at the very end: report the saved models.
-    eval_metrics = evaluate(process_state['models'])
-  return MultiModelResult(
-      final_round=max(first_round - 1, config.rounds),
-      resumed_from=resumed_from,
-      eval_metrics=eval_metrics,
-      cumulative_bits=cumulative_bits,
-      seconds=time.monotonic() - start,
-      models=tuple(process_state['models']))
+    return program.RoundOutput(
+        uplink=communication.Uplink(model_uploads=int(uploads.sum()), extra_scalars=extra),
+        round_bits=communication.BITS_PER_FLOAT32 * (
+            int(np.dot(uploads, self._parameters)) + extra),
+        released=collections.OrderedDict(process=_flatten_vectors(measurements)),
+        signals={})

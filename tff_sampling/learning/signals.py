@@ -44,6 +44,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_sampling import contract
 from tff_sampling import validation
 from tff_sampling.learning import fedavg
 from tff_sampling.learning import proximal
@@ -256,16 +257,16 @@ def build_signals_client_work(
     signals = collections.OrderedDict()
     if sketch_size is not None:
       sketches = tff.federated_map(sketch, update)
-      signals['update_sketch'] = gather_by_slot(meta.slot, sketches, sketch_size)
+      signals[contract.UPDATE_SKETCH] = gather_by_slot(meta.slot, sketches, sketch_size)
     if client_loss is not None:
       losses = tff.federated_map(client_loss, (weights, data.data))
-      signals['loss'] = tff.federated_map(
+      signals[contract.LOSS] = tff.federated_map(
           tff.tensorflow.computation(lambda g: g[:, 0]), gather_by_slot(meta.slot, losses, 1))
     result = tff.federated_zip(tff.learning.templates.ClientResult(
         update=update, update_weight=meta.weight))
     measurements = collections.OrderedDict(train=inner_output.measurements)
     if signals:
-      measurements['signals'] = tff.federated_zip(signals)
+      measurements[contract.SIGNALS] = tff.federated_zip(signals)
     measurements = tff.federated_zip(measurements)
     return tff.templates.MeasuredProcessOutput(inner_output.state, result, measurements)
 

@@ -10,7 +10,9 @@ Per round ``r = 1, 2, …``::
 (a power-of-choice sampler first asks a *loss probe* computation for its
 candidates' losses; processes built on `tff_sampling.learning.signals` get
 each dataset together with its slot and the sampler's weight, and return the
-per-client ``signals`` that `observe` receives.)
+per-client ``signals`` that `observe` receives: `tff_sampling.contract`.
+Multi-model processes run through the same loop without a sampler:
+`tff_sampling.multi_model_program`.)
     release metrics (CSV keyed by round, TensorBoard, a progress line)
     every `checkpoint_every` rounds: save the program state
 
@@ -35,7 +37,9 @@ Output directory layout::
                                   (as of the last checkpoint)
 
 Modules: `config` (`ProgramConfig`, `ExperimentResult`), `loop`
-(`run_experiment`), `evaluation` (`CentralEvaluator`), `progress` (the
+(`run_experiment` for one `tff.learning` process, `run_rounds` for any
+`Trainer`), `trainer` (`Trainer`: what the loop leaves to the process's side;
+`SingleModel`), `evaluation` (`CentralEvaluator`), `progress` (the
 progress line), `checks` (divergence, a sampler's weights against a plain
 process); the selection analysis is `tff_sampling.selection_stats`, the
 run directory (resume, managers, files) `tff_sampling.run_dir`.
@@ -50,10 +54,16 @@ from tff_sampling.program.config import RESUMABLE_HPARAMS
 from tff_sampling.program.config import UplinkFn
 from tff_sampling.program.evaluation import CentralEvaluator
 from tff_sampling.program.loop import run_experiment
+from tff_sampling.program.loop import run_rounds
 from tff_sampling.program.progress import ProgressReleaseManager
+from tff_sampling.program.trainer import Clients
+from tff_sampling.program.trainer import RoundOutput
+from tff_sampling.program.trainer import SingleModel
+from tff_sampling.program.trainer import Trainer
 from tff_sampling.randomness import client_shuffle_seed
 from tff_sampling.selection_stats import selection_metrics
 
-__all__ = ['Availability', 'CentralEvaluator', 'ExperimentResult', 'ProgramConfig',
-           'ProgressReleaseManager', 'RESUMABLE_HPARAMS', 'UplinkFn', 'check_diverged',
-           'client_shuffle_seed', 'model_weights_of', 'run_experiment', 'selection_metrics']
+__all__ = ['Availability', 'CentralEvaluator', 'Clients', 'ExperimentResult', 'ProgramConfig',
+           'ProgressReleaseManager', 'RESUMABLE_HPARAMS', 'RoundOutput', 'SingleModel', 'Trainer',
+           'UplinkFn', 'check_diverged', 'client_shuffle_seed', 'model_weights_of',
+           'run_experiment', 'run_rounds', 'selection_metrics']

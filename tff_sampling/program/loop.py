@@ -1,4 +1,8 @@
-"""The round loop: `run_experiment` (see the package docstring for a round's steps)."""
+"""The round loop: `run_rounds`, and `run_experiment` for one `tff.learning` process.
+
+See the package docstring for a round's steps; `tff_sampling.program.trainer`
+for what the loop leaves to the process's side.
+"""
 
 from __future__ import annotations
 
@@ -11,48 +15,23 @@ from typing import Any
 
 from absl import logging
 import numpy as np
-import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_sampling import communication
-from tff_sampling import randomness
 from tff_sampling import run_dir
 from tff_sampling import runtime
 from tff_sampling import selection_stats
 from tff_sampling import workers as workers_lib
-from tff_sampling.learning import signals as signals_lib
 from tff_sampling.program import checks
-from tff_sampling.program import evaluation
 from tff_sampling.program import progress
 from tff_sampling.program.config import Availability
 from tff_sampling.program.config import ExperimentResult
 from tff_sampling.program.config import ProgramConfig
 from tff_sampling.program.config import UplinkFn
+from tff_sampling.program.trainer import SingleModel
+from tff_sampling.program.trainer import Trainer
 from tff_sampling.samplers import base as samplers_base
 from tff_sampling.task import Task
-
-
-def _takes_slot_client_data(process: tff.learning.templates.LearningProcess) -> bool:
-  """Whether clients get ``signals.client_data`` structs (slot, weight) or plain datasets."""
-  member = process.next.type_signature.parameter[1].member
-  return isinstance(member, tff.StructType) and 'meta' in dir(member)
-
-
-def _split_signals(process_metrics: Mapping[str, Any]):
-  """Separates the per-client signals (for the sampler) from the released metrics."""
-  client_work = process_metrics.get('client_work', {})
-  if 'signals' not in client_work:
-    return process_metrics, {}
-  released = collections.OrderedDict(process_metrics)
-  released['client_work'] = collections.OrderedDict(
-      (k, v) for k, v in client_work.items() if k != 'signals')
-  return released, {k: np.asarray(v) for k, v in client_work['signals'].items()}
-
-
-def _train_metrics(process_metrics: Mapping[str, Any]) -> dict[str, float]:
-  train = process_metrics.get('client_work', {}).get('train', {})
-  return collections.OrderedDict(
-      (k, float(train[k])) for k in ('loss', 'accuracy') if k in train)
 
 
 def run_experiment(
@@ -72,10 +51,11 @@ def run_experiment(
     task: The task (data, model, evaluation data).
     process: A learning process whose ``next`` takes one entry per cohort slot:
       the client's dataset, or, for processes built on
-      `tff_sampling.learning.signals` (detected from the type signature), the
-      dataset with the slot and the sampler's weight (``n_k`` when the sampler
-      leaves weighting to the process). Such processes' per-client signals
-      are handed to ``sampler.observe`` and not released as metrics.
+      `tff_sampling.learning.signals`, the client-input struct of
+      `tff_sampling.contract` (dataset, slot, the sampler's weight: ``n_k``
+      when the sampler leaves weighting to the process). Such processes'
+      per-client signals are handed to ``sampler.observe`` and not released
+      as metrics.
     sampler: Chooses each round's clients.
     config: The run's configuration.
     uplink_fn: ``(process_metrics, cohort_size) -> Uplink`` counting what the
@@ -100,179 +80,185 @@ def run_experiment(
   Raises:
     ValueError: For an unwritable output directory, checkpoints written by a
       different configuration, a sampler that cannot serve the population, a
-      sampler whose weights the process would drop, or workers asked for a
-      process that cannot be split over them.
+      sampler whose weights the process would drop or whose signals it does
+      not emit, or workers asked for a process that cannot be split over them.
     FloatingPointError: If the global model becomes non-finite.
   """
-  preprocessing = preprocessing_bits or communication.PreprocessingBits(0, 0)
-  if not _takes_slot_client_data(process):  # Before anything is written.
-    checks.check_plain_process_weighting(sampler, client_weighting, config)
+  trainer = SingleModel(task, process, config, uplink_fn, client_weighting)
+  return run_rounds(trainer, sampler, config, availability=availability,
+                    preprocessing_bits=preprocessing_bits)
+
+
+def run_rounds(
+    trainer: Trainer,
+    sampler: samplers_base.Sampler | None,
+    config: ProgramConfig,
+    *,
+    availability: Availability | None = None,
+    preprocessing_bits: communication.PreprocessingBits | None = None,
+) -> ExperimentResult:
+  """Runs (or resumes) the rounds of `trainer`'s process; see `run_experiment`.
+
+  Args:
+    trainer: The process and its task(s) (`tff_sampling.program.trainer`).
+    sampler: Chooses each round's clients; ``None`` gives every client every
+      round to a process that samples among them itself (e.g. MMFL), and
+      releases no ``selection/``, ``availability/`` or ``cohort_size``.
+    config: The run's configuration.
+    availability: Which clients are active each round (needs a sampler).
+    preprocessing_bits: What a one-time pre-processing round cost.
+
+  Returns:
+    An `ExperimentResult`.
+  """
+  if sampler is None and availability is not None:
+    raise ValueError('availability needs a sampler to select among the active clients.')
+  trainer.check(sampler)  # Before anything is written.
   # Before any worker starts: switching TFF's context stops the workers it ran.
   runtime.use_secure_sum_simulation()  # Secure-sum aggregators need it; harmless otherwise.
   pool = None
   if config.workers or config.local_workers:
-    workers_lib.check_splittable(process.next, f'The learning process of {config.output_dir}')
+    workers_lib.check_splittable(trainer.process.next,
+                                 f'The learning process of {config.output_dir}')
     pool = config.worker_pool()  # Reachable workers, or an error before anything is written.
     logging.info('Each round\'s clients are split over %d TFF workers: %s.', pool.size,
                  ', '.join(pool.addresses))
   with pool or contextlib.nullcontext(), run_dir.RunDirectory(
       config.output_dir, config.keep_checkpoints) as directory:
-    return _run(directory, task, process, sampler, config, uplink_fn, availability,
-                preprocessing_bits, preprocessing, client_weighting, pool)
+    return _Rounds(directory, trainer, sampler, config, availability, preprocessing_bits,
+                   pool).run()
 
 
-def _run(directory, task, process, sampler, config, uplink_fn, availability,
-         preprocessing_bits, preprocessing, client_weighting, pool) -> ExperimentResult:
-  """`run_experiment`'s loop, inside the claimed and locked run directory."""
-  population = samplers_base.Population(num_examples=np.asarray(task.client_num_examples))
-  process_state = process.initialize()
-  process_state = process.set_model_weights(
-      process_state, task.initial_model_weights(config.seed))
-  program_state, resumed_from = directory.resume(config.hparams, collections.OrderedDict(
-      round=np.int64(0),
-      cumulative_bits=np.int64(preprocessing.upload_bits),
-      selection_counts=np.zeros(population.size, np.int64),
-      process=process_state,
-      sampler=sampler.initialize(population)))
+class _Rounds:
+  """`run_rounds`'s loop, inside the claimed and locked run directory."""
 
-  release_manager = directory.release_manager(progress.ProgressReleaseManager(config.rounds))
-  loss_probe = None
-  if getattr(sampler, 'uses_loss_probe', False):
-    loss_probe = signals_lib.build_loss_probe(
-        task.model_fn, process.get_model_weights.type_signature.result, task.element_spec)
-  # Built last: Keras flips the class of every functional model to its graph-mode
-  # (v1) engine whenever a model is built inside a TFF computation, and back when
-  # one is built eagerly, so the evaluator's model must come after the process's
-  # and the probe's.
-  evaluate = evaluation.CentralEvaluator(task)
-  model_parameters = communication.count_parameters(
-      checks.model_weights_of(process, program_state['process']))
-  logging.info('Devices: %s; model parameters: %d; clients: %d.',
-               [d.name for d in tf.config.list_logical_devices()],
-               model_parameters, population.size)
+  def __init__(self, directory: run_dir.RunDirectory, trainer: Trainer,
+               sampler: samplers_base.Sampler | None, config: ProgramConfig,
+               availability: Availability | None,
+               preprocessing_bits: communication.PreprocessingBits | None, pool):
+    self.directory, self.trainer, self.sampler, self.config = directory, trainer, sampler, config
+    self.availability, self.preprocessing_bits, self.pool = availability, preprocessing_bits, pool
+    self.preprocessing = preprocessing_bits or communication.PreprocessingBits(0, 0)
+    self.clients = trainer.clients
+    self.population = samplers_base.Population(num_examples=np.asarray(self.clients.num_examples))
+    self.release_manager = None
 
-  slot_data = _takes_slot_client_data(process)
+  def _initial_state(self) -> collections.OrderedDict:
+    state = collections.OrderedDict(
+        round=np.int64(0), cumulative_bits=np.int64(self.preprocessing.upload_bits))
+    if self.sampler is not None:
+      state['selection_counts'] = np.zeros(self.population.size, np.int64)
+    state['process'] = self.trainer.initial_state()
+    if self.sampler is not None:
+      state['sampler'] = self.sampler.initialize(self.population)
+    return state
 
-  def datasets(round_num: int, clients: np.ndarray) -> list[tf.data.Dataset]:
-    return [task.client_dataset(
-        int(c), randomness.client_shuffle_seed(config.seed, round_num, int(c)),
-        steps=config.client_steps) for c in clients]
+  def run(self) -> ExperimentResult:
+    """Resumes or starts, then trains the remaining rounds."""
+    state, resumed_from = self.directory.resume(self.config.hparams, self._initial_state())
+    self.release_manager = self.directory.release_manager(
+        progress.ProgressReleaseManager(self.config.rounds))
+    self.trainer.start(state['process'], getattr(self.sampler, 'probe_signal', None))
+    first_round = int(state['round']) + 1
+    eval_metrics: Mapping[str, Any] = {}
+    if first_round == 1:
+      eval_metrics = self._round_zero(state)
+    start = time.monotonic()
+    for round_num in range(first_round, self.config.rounds + 1):
+      state, released = self._round(round_num, state)
+      eval_metrics = released.get('eval', eval_metrics)
+    model_weights = self.trainer.model_weights(state['process'])
+    if not eval_metrics:  # Resumed at the very end: report the saved model.
+      eval_metrics = self.trainer.evaluate(model_weights)
+    return ExperimentResult(
+        final_round=max(first_round - 1, self.config.rounds),
+        resumed_from=resumed_from,
+        eval_metrics=eval_metrics,
+        cumulative_bits=int(state['cumulative_bits']),
+        seconds=time.monotonic() - start,
+        model_weights=model_weights)
 
-  def client_data(round_num: int, selection: samplers_base.Selection) -> list[Any]:
-    if not slot_data:
-      if selection.weights is not None and client_weighting is None:
-        raise ValueError(f'{type(sampler).__name__} returned aggregation weights in round '
-                         f'{round_num} that the plain TFF process would drop; declare its '
-                         'weighting (samplers.weighting) or use a process built on '
-                         'tff_sampling.learning.signals.')
-      return datasets(round_num, selection.clients)
-    weights = selection.weights
-    if weights is None:  # The sampler leaves weighting to FedAvg: example counts.
-      weights = population.num_examples[selection.clients]
-    return signals_lib.selection_client_data(datasets(round_num, selection.clients),
-                                             [float(w) for w in weights])
-
-  def probe_losses(round_num: int, model_weights, clients: np.ndarray) -> np.ndarray:
-    probe_data = signals_lib.selection_client_data(datasets(round_num, clients),
-                                                   [1.0] * len(clients))
-    return np.asarray(loss_probe(model_weights, probe_data))
-
-  first_round = int(program_state['round']) + 1
-  eval_metrics: Mapping[str, float] = {}
-  if first_round == 1:
-    eval_metrics = evaluate(checks.model_weights_of(process, program_state['process']))
-    round_zero = collections.OrderedDict(
+  def _round_zero(self, state) -> Mapping[str, Any]:
+    """Releases the initial model's evaluation (and the pre-processing's bits)."""
+    eval_metrics = self.trainer.evaluate(self.trainer.model_weights(state['process']))
+    bits = self.preprocessing.upload_bits
+    released = collections.OrderedDict(
         eval=eval_metrics,
-        uplink=collections.OrderedDict(round_bits=preprocessing.upload_bits,
-                                       cumulative_bits=preprocessing.upload_bits))
-    if preprocessing_bits is not None:
-      round_zero['downlink'] = collections.OrderedDict(
-          preprocessing_bits=preprocessing.download_bits)
-    asyncio.run(release_manager.release(round_zero, 0))
+        uplink=collections.OrderedDict(round_bits=bits, cumulative_bits=bits))
+    if self.preprocessing_bits is not None:
+      released['downlink'] = collections.OrderedDict(
+          preprocessing_bits=self.preprocessing.download_bits)
+    asyncio.run(self.release_manager.release(released, 0))
+    return eval_metrics
 
-  process_state = program_state['process']
-  sampler_state = program_state['sampler']
-  cumulative_bits = int(program_state['cumulative_bits'])
-  selection_counts = np.array(program_state['selection_counts'], np.int64)
-  all_available = np.ones(population.size, dtype=bool)
-
-  def active_clients(round_num: int) -> tuple[np.ndarray, int]:
-    if availability is None:
-      return all_available, 0
-    mask, redraws = availability.active(round_num)
+  def _active_clients(self, round_num: int) -> tuple[np.ndarray, int]:
+    everyone = np.ones(self.population.size, dtype=bool)
+    if self.availability is None:
+      return everyone, 0
+    mask, redraws = self.availability.active(round_num)
     mask = np.asarray(mask, dtype=bool)
-    if mask.shape != all_available.shape or not mask.any():
+    if mask.shape != everyone.shape or not mask.any():
       raise ValueError(f'Availability for round {round_num} must be a non-empty mask over '
-                       f'{population.size} clients, got shape {mask.shape} with '
+                       f'{self.population.size} clients, got shape {mask.shape} with '
                        f'{int(mask.sum())} active.')
     return mask, int(redraws)
 
-  def next_round(state, data):
-    return process.next(state, data) if pool is None else pool.run(process.next, state, data)
-
-  start = time.monotonic()
-  for round_num in range(first_round, config.rounds + 1):
-    round_start = time.monotonic()
-    available, redraws = active_clients(round_num)
-    if loss_probe is not None:
-      current = checks.model_weights_of(process, process_state)
-      selection = sampler.select(
-          sampler_state, round_num, available,
-          loss_probe=lambda clients: probe_losses(round_num, current, clients))
+  def _select(self, round_num: int, state, available: np.ndarray) -> samplers_base.Selection:
+    """The sampler's selection among the active clients (every client without a sampler)."""
+    if self.sampler is None:
+      return samplers_base.Selection(clients=np.arange(self.population.size))
+    if self.sampler.probe_signal is not None:
+      probe = self.trainer.probe(round_num, state['process'])
+      selection = self.sampler.select(state['sampler'], round_num, available, probe=probe)
     else:
-      selection = sampler.select(sampler_state, round_num, available)
+      selection = self.sampler.select(state['sampler'], round_num, available)
     if not np.all(available[selection.clients]):
-      raise RuntimeError(f'{type(sampler).__name__} selected inactive clients in round '
+      raise RuntimeError(f'{type(self.sampler).__name__} selected inactive clients in round '
                          f'{round_num}: {selection.clients[~available[selection.clients]]}.')
-    output = next_round(process_state, client_data(round_num, selection))
-    process_state = output.state
-    np.add.at(selection_counts, np.asarray(selection.clients, np.int64), 1)
-    process_metrics, round_signals = _split_signals(output.metrics)
-    sampler_state = sampler.observe(sampler_state, selection, round_signals)
-    model_weights = checks.model_weights_of(process, process_state)
+    return selection
 
-    uplink = uplink_fn(process_metrics, len(selection.clients))
-    round_bits = communication.upload_bits(uplink, model_parameters)
-    cumulative_bits += round_bits
-    released = collections.OrderedDict(
-        round_seconds=time.monotonic() - round_start,
+  def _round(self, round_num: int, state) -> tuple[collections.OrderedDict, Mapping[str, Any]]:
+    """Trains, releases and (when due) checkpoints round `round_num`."""
+    round_start = time.monotonic()
+    available, redraws = self._active_clients(round_num)
+    selection = self._select(round_num, state, available)
+    data = self.trainer.client_data(round_num, selection)
+    next_fn = self.trainer.process.next
+    output = (next_fn(state['process'], data) if self.pool is None
+              else self.pool.run(next_fn, state['process'], data))
+    result = self.trainer.round_output(output, len(selection.clients))
+    state = collections.OrderedDict(state, round=np.int64(round_num), process=output.state)
+    state['cumulative_bits'] = np.int64(int(state['cumulative_bits']) + result.round_bits)
+    released = collections.OrderedDict(round_seconds=time.monotonic() - round_start)
+    if self.sampler is not None:
+      state['selection_counts'] = state['selection_counts'] + np.bincount(
+          np.asarray(selection.clients, np.int64), minlength=self.population.size)
+      state['sampler'] = self.sampler.observe(state['sampler'], selection, result.signals)
+      released.update(self._selection_metrics(selection, available, redraws))
+    released['uplink'] = collections.OrderedDict(
+        model_uploads=result.uplink.model_uploads, extra_scalars=result.uplink.extra_scalars,
+        round_bits=result.round_bits, cumulative_bits=int(state['cumulative_bits']))
+    released.update(result.released)
+    model_weights = self.trainer.model_weights(state['process'])
+    if round_num % self.config.eval_every == 0 or round_num == self.config.rounds:
+      released['eval'] = self.trainer.evaluate(model_weights)
+    asyncio.run(self.release_manager.release(released, round_num))
+    checks.check_diverged(round_num, model_weights, released)
+    if round_num % self.config.checkpoint_every == 0 or round_num == self.config.rounds:
+      self.directory.save(state, round_num)
+      if self.sampler is not None:
+        run_dir.write_selection_counts(self.config.output_dir, self.clients.ids,
+                                       self.clients.num_examples, state['selection_counts'])
+    return state, released
+
+  def _selection_metrics(self, selection: samplers_base.Selection, available: np.ndarray,
+                         redraws: int) -> collections.OrderedDict:
+    """The released ``cohort_size``, ``availability/…`` and ``selection/…`` of a round."""
+    return collections.OrderedDict(
         cohort_size=len(selection.clients),
         availability=collections.OrderedDict(
             active_clients=int(available.sum()), redraws=redraws),
         selection=collections.OrderedDict(
-            **selection_stats.selection_metrics(selection, population.num_examples,
-                                task.client_label_histograms),
-            **(selection.diagnostics or {})),
-        train=_train_metrics(process_metrics),
-        uplink=collections.OrderedDict(
-            model_uploads=uplink.model_uploads,
-            extra_scalars=uplink.extra_scalars,
-            round_bits=round_bits,
-            cumulative_bits=cumulative_bits),
-        process=process_metrics)
-    if round_num % config.eval_every == 0 or round_num == config.rounds:
-      eval_metrics = evaluate(model_weights)
-      released['eval'] = eval_metrics
-    asyncio.run(release_manager.release(released, round_num))
-    checks.check_diverged(round_num, model_weights, released)
-
-    if round_num % config.checkpoint_every == 0 or round_num == config.rounds:
-      directory.save(collections.OrderedDict(
-          round=np.int64(round_num),
-          cumulative_bits=np.int64(cumulative_bits),
-          selection_counts=selection_counts.copy(),
-          process=process_state,
-          sampler=sampler_state), round_num)
-      run_dir.write_selection_counts(config.output_dir, task.client_ids,
-                                     task.client_num_examples, selection_counts)
-
-  final_round = max(first_round - 1, config.rounds)
-  if not eval_metrics:  # Resumed at the very end: report the saved model.
-    eval_metrics = evaluate(checks.model_weights_of(process, process_state))
-  return ExperimentResult(
-      final_round=final_round,
-      resumed_from=resumed_from,
-      eval_metrics=eval_metrics,
-      cumulative_bits=cumulative_bits,
-      seconds=time.monotonic() - start,
-      model_weights=checks.model_weights_of(process, process_state))
+            **selection_stats.selection_metrics(selection, self.population.num_examples,
+                                                self.clients.label_histograms),
+            **(selection.diagnostics or {})))

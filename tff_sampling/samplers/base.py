@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from tff_sampling import contract
 from tff_sampling import randomness
 
 
@@ -59,9 +60,12 @@ class Selection(NamedTuple):
 class Sampler(abc.ABC):
   """Chooses each round's clients; see the module docstring.
 
-  A sampler that needs the current model's loss on some clients (e.g.
-  power-of-choice) sets ``uses_loss_probe = True``; the program loop then
-  passes ``loss_probe=`` (client indices → losses) to `select`.
+  What a sampler needs from the learning process is declared, and the program
+  loop checks it once before a run (`tff_sampling.contract`):
+  ``needs_signals`` names the per-client signals `observe` reads (e.g.
+  ``{'update_sketch'}``), and ``probe_signal`` a measurement taken before
+  selection (e.g. ``'loss'`` for power of choice), which the loop then passes
+  to `select` as ``probe`` (client indices → one value per client).
 
   ``weighting`` declares the `Selection.weights` the sampler returns (see
   `tff_sampling.samplers.weighting`): ``'process'`` (``None``: the process
@@ -72,7 +76,8 @@ class Sampler(abc.ABC):
   weights can be refused before the run.
   """
 
-  uses_loss_probe: bool = False
+  needs_signals: frozenset[str] = frozenset()
+  probe_signal: str | None = None
   weighting: str = 'process'
 
   @abc.abstractmethod
@@ -80,8 +85,12 @@ class Sampler(abc.ABC):
     """Returns the initial state (a nest of NumPy arrays; ``()`` if none)."""
 
   @abc.abstractmethod
-  def select(self, state: Any, round_num: int, available: np.ndarray) -> Selection:
-    """Returns round `round_num`'s selection among clients with `available` True."""
+  def select(self, state: Any, round_num: int, available: np.ndarray, *,
+             probe: contract.Probe | None = None) -> Selection:
+    """Returns round `round_num`'s selection among clients with `available` True.
+
+    ``probe`` is given exactly when the sampler declares a ``probe_signal``.
+    """
 
   def observe(self, state: Any, selection: Selection,
               signals: Mapping[str, np.ndarray]) -> Any:

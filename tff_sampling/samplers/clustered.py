@@ -122,6 +122,7 @@ from scipy import sparse
 from scipy.cluster import hierarchy
 from scipy.spatial import distance
 
+from tff_sampling import contract
 from tff_sampling import validation
 from tff_sampling.samplers import base
 from tff_sampling.samplers import md
@@ -767,6 +768,7 @@ class ClusteredSampler(base.Sampler):
             "method='similarity' needs sketch_size, the positive length of the "
             f'representative update rows; got {sketch_size!r}.')
       self.sketch_size = int(sketch_size)
+      self.needs_signals = frozenset({contract.UPDATE_SKETCH})
     else:
       if sketch_size is not None:
         raise ValueError(
@@ -824,13 +826,15 @@ class ClusteredSampler(base.Sampler):
     return units / units[0].sum()
 
   def select(self, state: ClusteredSamplerState, round_num: int,
-             available: np.ndarray) -> base.Selection:
+             available: np.ndarray, *,
+             probe: contract.Probe | None = None) -> base.Selection:
     """Draws one client from each distribution among the available clients.
 
     Raises:
       ValueError: If `available` has the wrong shape or is all False, or the
         state does not match the sampler.
     """
+    del probe  # Selects without one.
     units = self.distribution_units(state)
     sizes = np.asarray(state.num_examples, np.int64)
     mask = md.validate_available(available, sizes.shape[0], round_num)
@@ -865,7 +869,7 @@ class ClusteredSampler(base.Sampler):
     state = self._check_state(state)
     if self.method == 'size':
       return state
-    if 'update_sketch' not in signals:
+    if contract.UPDATE_SKETCH not in signals:
       raise ValueError(
           "method='similarity' needs signals['update_sketch'] ([num_slots, "
           f'{self.sketch_size}]), got keys {sorted(signals)}.')
@@ -875,7 +879,7 @@ class ClusteredSampler(base.Sampler):
       raise ValueError(
           f'selection.clients must be a 1-D array of client ids in [0, {num_clients}), '
           f'got {clients!r}.')
-    sketches = np.asarray(signals['update_sketch'])
+    sketches = np.asarray(signals[contract.UPDATE_SKETCH])
     expected = (clients.shape[0], self.sketch_size)
     if sketches.shape != expected:
       raise ValueError(

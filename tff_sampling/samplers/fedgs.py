@@ -141,6 +141,7 @@ import warnings
 import numpy as np
 from scipy.sparse import csgraph
 
+from tff_sampling import contract
 from tff_sampling import validation
 from tff_sampling.samplers import base
 
@@ -842,7 +843,8 @@ class FedGSSampler(base.Sampler):
     return FedGSState(self._distances.copy(), np.zeros(n, np.int64), sizes.copy())
 
   def select(self, state: FedGSState, round_num: int,
-             available: np.ndarray) -> base.Selection:
+             available: np.ndarray, *,
+             probe: contract.Probe | None = None) -> base.Selection:
     """Returns the maximiser found, weighted ``n_k / Σ_{j∈S} n_j``; pure.
 
     Its diagnostics (released as ``selection/fedgs_*``): ``objective``,
@@ -850,6 +852,7 @@ class FedGSSampler(base.Sampler):
     ``timed_out`` (the round hit ``time_limit_s``: it may not be
     reproducible), each 0 or 1 but the objective.
     """
+    del probe  # Selects without one.
     report = select_clients_with_report(
         state.distances, state.counts, available, self.clients_per_round,
         alpha=self.alpha, time_limit_s=self.time_limit_s, seed=(self._seed, int(round_num)),

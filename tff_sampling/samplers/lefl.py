@@ -92,6 +92,7 @@ import warnings
 
 import numpy as np
 
+from tff_sampling import contract
 from tff_sampling import validation
 from tff_sampling.samplers import base
 from tff_sampling.samplers import md
@@ -518,7 +519,8 @@ class LeflSampler(base.Sampler):
     return largest_remainder_allocation(active, budget)
 
   def select(self, state: LeflState, round_num: int,
-             available: np.ndarray) -> base.Selection:
+             available: np.ndarray, *,
+             probe: contract.Probe | None = None) -> base.Selection:
     """Draws each cluster's count uniformly among its available members; pure.
 
     Returns:
@@ -528,6 +530,7 @@ class LeflSampler(base.Sampler):
       ValueError: If `available` has the wrong shape or is all False, or the
         state is malformed.
     """
+    del probe  # Selects without one.
     state = self._check_state(state)
     counts = self.cluster_counts(state, available, round_num)
     mask = np.asarray(available).astype(bool)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tff_sampling import contract
 from tff_sampling import validation
 from tff_sampling.samplers import base
 
@@ -147,14 +148,15 @@ class MDSampler(base.Sampler):
     self._num_examples = validate_client_sizes(population.num_examples, self.num_draws)
     return ()
 
-  def select(self, state, round_num: int, available: np.ndarray) -> base.Selection:
+  def select(self, state, round_num: int, available: np.ndarray, *,
+             probe: contract.Probe | None = None) -> base.Selection:
     """Draws round `round_num`'s ``num_draws`` clients among `available` ones.
 
     Raises:
       RuntimeError: If called before `initialize`.
       ValueError: If `available` has the wrong shape or is all False.
     """
-    del state  # Stateless.
+    del state, probe  # Stateless; selects without a probe.
     if self._num_examples is None:
       raise RuntimeError('MDSampler.select called before initialize(population).')
     mask = validate_available(available, self._num_examples.shape[0], round_num)

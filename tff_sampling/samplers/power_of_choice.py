@@ -12,17 +12,15 @@ process (``Selection.weights is None``: FedAvg's example weighting).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
 
-from tff_sampling.samplers import base
+from tff_sampling import contract
 from tff_sampling import validation
+from tff_sampling.samplers import base
 
 _CANDIDATE_STREAM = 0
-
-LossProbe = Callable[[np.ndarray], np.ndarray]
 
 
 class PowerOfChoiceState(NamedTuple):
@@ -34,7 +32,7 @@ class PowerOfChoiceState(NamedTuple):
 class PowerOfChoiceSampler(base.Sampler):
   """Keeps the highest-loss clients among ``num_candidates`` drawn ∝ ``n_k``."""
 
-  uses_loss_probe = True
+  probe_signal = contract.LOSS
 
   def __init__(self, clients_per_round: int, *, num_candidates: int, seed: int):
     validation.positive_int('clients_per_round', clients_per_round)
@@ -69,11 +67,13 @@ class PowerOfChoiceSampler(base.Sampler):
                       p=weights / weights.sum())
 
   def select(self, state: PowerOfChoiceState, round_num: int, available: np.ndarray, *,
-             loss_probe: LossProbe | None = None) -> base.Selection:
-    if loss_probe is None:
-      raise ValueError('PowerOfChoiceSampler needs the loss probe of the program loop.')
+             probe: contract.Probe | None = None) -> base.Selection:
+    """Keeps the ``clients_per_round`` candidates with the highest `probe` losses."""
+    if probe is None:
+      raise ValueError('PowerOfChoiceSampler needs the loss probe of the program loop '
+                       '(select(..., probe=client indices -> losses)).')
     candidates = self.candidates(state, round_num, available)
-    losses = np.asarray(loss_probe(candidates), dtype=np.float64)
+    losses = np.asarray(probe(candidates), dtype=np.float64)
     if losses.shape != candidates.shape:
       raise ValueError(f'The loss probe returned shape {losses.shape} for '
                        f'{candidates.shape[0]} candidates.')

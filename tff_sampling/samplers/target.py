@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tff_sampling import contract
 from tff_sampling.samplers import base
 
 _STREAM = 0
@@ -33,8 +34,9 @@ class TargetSampler(base.Sampler):
       raise ValueError(f'{self.groups.size} group labels for {population.size} clients.')
     return ()
 
-  def select(self, state, round_num: int, available: np.ndarray) -> base.Selection:
-    del state
+  def select(self, state, round_num: int, available: np.ndarray, *,
+             probe: contract.Probe | None = None) -> base.Selection:
+    del state, probe  # Stateless; selects without a probe.
     available = np.asarray(available, dtype=bool)
     rng = base.round_rng(self.seed, round_num, _STREAM)
     chosen = []

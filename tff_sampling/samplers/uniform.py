@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tff_sampling import contract
 from tff_sampling import validation
 from tff_sampling.samplers import base
 
@@ -29,8 +30,9 @@ class UniformSampler(base.Sampler):
           f'{population.size} clients; choose clients_per_round <= {population.size}.')
     return ()
 
-  def select(self, state, round_num: int, available: np.ndarray) -> base.Selection:
-    del state  # Stateless.
+  def select(self, state, round_num: int, available: np.ndarray, *,
+             probe: contract.Probe | None = None) -> base.Selection:
+    del state, probe  # Stateless; selects without a probe.
     candidates = np.flatnonzero(np.asarray(available, dtype=bool))
     if candidates.size == 0:
       raise ValueError(f'No client is available in round {round_num}.')

@@ -1,0 +1,196 @@
+"""What the round loop trains: a TFF process with its task(s), behind one interface.
+
+The loop (`tff_sampling.program.loop.run_rounds`) owns everything a round has
+in common: availability, the sampler, resume and checkpoints, metric release,
+evaluation cadence, uploaded-bit totals, divergence checks and TFF workers. A
+`Trainer` owns what depends on the process: its initial state, where the model
+weights are, what each client receives, what a round uploaded and which of its
+metrics are released. `SingleModel` trains one `tff.learning` process on one
+task; `tff_sampling.multi_model_program.MultiModel` trains several models on
+one population (MMFL).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple, Protocol
+
+from absl import logging
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_sampling import communication
+from tff_sampling import contract
+from tff_sampling import randomness
+from tff_sampling.learning import signals as signals_lib
+from tff_sampling.program import checks
+from tff_sampling.program import evaluation
+from tff_sampling.program.config import ProgramConfig
+from tff_sampling.program.config import UplinkFn
+from tff_sampling.samplers import base as samplers_base
+from tff_sampling.task import Task
+
+
+class RoundOutput(NamedTuple):
+  """What the loop needs of one round's process output.
+
+  Attributes:
+    uplink: What the clients uploaded.
+    round_bits: The same in bits.
+    released: The process's metrics to release, by section (e.g. ``train``,
+      ``process``).
+    signals: Per-client signals for ``sampler.observe`` (`tff_sampling.contract`).
+  """
+
+  uplink: communication.Uplink
+  round_bits: int
+  released: Mapping[str, Any]
+  signals: Mapping[str, np.ndarray]
+
+
+class Clients(NamedTuple):
+  """The population a trainer's process trains on.
+
+  Attributes:
+    ids: Client ids, in index order.
+    num_examples: ``int64[N]`` examples per client (the sampler's `Population`).
+    label_histograms: ``[N, C]`` label counts per client, for the selection
+      metrics.
+  """
+
+  ids: Sequence[str]
+  num_examples: np.ndarray
+  label_histograms: np.ndarray
+
+
+class Trainer(Protocol):
+  """What `run_rounds` trains (see the module docstring)."""
+
+  process: tff.templates.MeasuredProcess  # Its ``next`` runs once per round.
+
+  clients: Clients  # The population.
+
+  def check(self, sampler: samplers_base.Sampler | None) -> None:
+    """Raises ValueError if `sampler` cannot drive this process (before anything is written)."""
+
+  def initial_state(self) -> Any:
+    """The process state holding the initial model(s)."""
+
+  def model_weights(self, state: Any) -> Any:
+    """The global model(s) in `state`: `check_diverged`'s and `evaluate`'s argument."""
+
+  def start(self, state: Any, probe_signal: str | None) -> None:
+    """Builds the probe (if asked) and the evaluators; logs what is trained."""
+
+  def probe(self, round_num: int, state: Any) -> contract.Probe:
+    """The round's pre-selection probe of the current model (after `start` built it)."""
+
+  def evaluate(self, model_weights: Any) -> Mapping[str, Any]:
+    """Central evaluation metrics (``loss`` and ``accuracy`` among them)."""
+
+  def client_data(self, round_num: int, selection: samplers_base.Selection) -> list[Any]:
+    """What each selected client receives in round `round_num`."""
+
+  def round_output(self, output: Any, cohort_size: int) -> RoundOutput:
+    """Uploads, released metrics and signals of one round's process output."""
+
+
+def _train_metrics(process_metrics: Mapping[str, Any]) -> dict[str, float]:
+  train = process_metrics.get('client_work', {}).get('train', {})
+  return collections.OrderedDict(
+      (k, float(train[k])) for k in ('loss', 'accuracy') if k in train)
+
+
+@dataclasses.dataclass
+class SingleModel:
+  """One `tff.learning` process on one task (see `tff_sampling.program.run_experiment`)."""
+
+  task: Task
+  process: tff.learning.templates.LearningProcess
+  config: ProgramConfig
+  uplink_fn: UplinkFn = communication.full_cohort_uplink
+  client_weighting: tff.learning.ClientWeighting | None = None
+
+  def __post_init__(self):
+    self._client_input = contract.takes_client_input(self.process)
+    self._parameters = 0
+    self._loss_probe = None
+    self._evaluate = None
+
+  @property
+  def clients(self) -> Clients:
+    return Clients(self.task.client_ids, np.asarray(self.task.client_num_examples),
+                   self.task.client_label_histograms)
+
+  def check(self, sampler: samplers_base.Sampler | None) -> None:
+    contract.check_sampler_process(sampler, self.process)
+    if not self._client_input:
+      checks.check_plain_process_weighting(sampler, self.client_weighting, self.config)
+
+  def initial_state(self) -> Any:
+    state = self.process.initialize()
+    return self.process.set_model_weights(
+        state, self.task.initial_model_weights(self.config.seed))
+
+  def model_weights(self, state: Any) -> tff.learning.models.ModelWeights:
+    return checks.model_weights_of(self.process, state)
+
+  def start(self, state: Any, probe_signal: str | None) -> None:
+    if probe_signal is not None:  # contract.LOSS, the only probe (checked).
+      self._loss_probe = signals_lib.build_loss_probe(
+          self.task.model_fn, self.process.get_model_weights.type_signature.result,
+          self.task.element_spec)
+    # Built last: Keras flips the class of every functional model to its
+    # graph-mode (v1) engine whenever a model is built inside a TFF computation,
+    # and back when one is built eagerly, so the evaluator's model must come
+    # after the process's and the probe's.
+    self._evaluate = evaluation.CentralEvaluator(self.task)
+    self._parameters = communication.count_parameters(self.model_weights(state))
+    logging.info('Devices: %s; model parameters: %d; clients: %d.',
+                 [d.name for d in tf.config.list_logical_devices()], self._parameters,
+                 self.task.num_clients)
+
+  def probe(self, round_num: int, state: Any) -> contract.Probe:
+    weights = self.model_weights(state)
+
+    def losses(clients: np.ndarray) -> np.ndarray:
+      data = signals_lib.selection_client_data(self._datasets(round_num, clients),
+                                               [1.0] * len(clients))
+      return np.asarray(self._loss_probe(weights, data))
+    return losses
+
+  def evaluate(self, model_weights: Any) -> Mapping[str, Any]:
+    return self._evaluate(model_weights)
+
+  def _datasets(self, round_num: int, clients: np.ndarray) -> list[tf.data.Dataset]:
+    return [self.task.client_dataset(
+        int(c), randomness.client_shuffle_seed(self.config.seed, round_num, int(c)),
+        steps=self.config.client_steps) for c in clients]
+
+  def client_data(self, round_num: int, selection: samplers_base.Selection) -> list[Any]:
+    if not self._client_input:
+      if selection.weights is not None and self.client_weighting is None:
+        raise ValueError(f'The sampler returned aggregation weights in round {round_num} that '
+                         'the plain TFF process would drop; declare its weighting '
+                         '(samplers.weighting) or use a process built on '
+                         'tff_sampling.learning.signals.')
+      return self._datasets(round_num, selection.clients)
+    weights = selection.weights
+    if weights is None:  # The sampler leaves weighting to FedAvg: example counts.
+      weights = np.asarray(self.task.client_num_examples)[selection.clients]
+    return signals_lib.selection_client_data(self._datasets(round_num, selection.clients),
+                                             [float(w) for w in weights])
+
+  def round_output(self, output: tff.learning.templates.LearningProcessOutput,
+                   cohort_size: int) -> RoundOutput:
+    process_metrics, signals = contract.split_signals(output.metrics)
+    uplink = self.uplink_fn(process_metrics, cohort_size)
+    return RoundOutput(
+        uplink=uplink,
+        round_bits=communication.upload_bits(uplink, self._parameters),
+        released=collections.OrderedDict(train=_train_metrics(process_metrics),
+                                         process=process_metrics),
+        signals=signals)
