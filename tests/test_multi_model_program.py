@@ -129,3 +129,12 @@ def test_binary_bad_flags_subprocess(tmp_path, flags, message):
   proc = _run_module('--clients=10', '--rounds=1', f'--root_output_dir={tmp_path}', *flags)
   assert proc.returncode != 0
   assert message in proc.stderr, proc.stderr[-2000:]
+
+
+def test_workers_are_refused_clearly_not_ignored(suite, tmp_path):
+  # MMFL's rounds have dependent aggregations (shares, then assignment), which TFF
+  # cannot split over workers: the loop says so before anything is written.
+  config = program.ProgramConfig(output_dir=str(tmp_path / 'run'), rounds=1, local_workers=2)
+  with pytest.raises(ValueError, match='cannot run over several TFF workers'):
+    multi_model_program.run_multi_model_experiment(suite, _process(suite, 'random'), config)
+  assert not os.path.exists(tmp_path / 'run')
