@@ -90,10 +90,15 @@ def test_extending_a_finished_run_continues_it(small_digits_task, process, tmp_p
 
 
 def test_metrics_bits_and_eval_cadence(small_digits_task, process, tmp_path):
+  memory = tff.program.MemoryReleaseManager()
   result = program.run_experiment(
       small_digits_task, process, samplers.UniformSampler(_COHORT, seed=0),
-      _config(tmp_path / 'run', 5, eval_every=2))
+      _config(tmp_path / 'run', 5, eval_every=2), release_managers=[memory])
   rows = _rows(tmp_path / 'run')
+  # A release manager given to the loop gets every round, as metrics.csv does.
+  released = memory.values()
+  assert sorted(released) == [0, 1, 2, 3, 4, 5]
+  assert int(released[5]['uplink']['cumulative_bits']) == result.cumulative_bits
   # Evaluated initially, every 2 rounds, and at the last round.
   assert [r['key'] for r in rows if r['eval/accuracy']] == ['0', '2', '4', '5']
   # digits MLP: 64·64 + 64 + 64·10 + 10 = 4,810 parameters; 5 uploads of 32 bits each.

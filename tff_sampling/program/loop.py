@@ -10,7 +10,7 @@ import asyncio
 import collections
 import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from absl import logging
@@ -44,6 +44,7 @@ def run_experiment(
     availability: Availability | None = None,
     preprocessing_bits: communication.PreprocessingBits | None = None,
     client_weighting: tff.learning.ClientWeighting | None = None,
+    release_managers: Sequence[tff.program.ReleaseManager] = (),
 ) -> ExperimentResult:
   """Runs (or resumes) the experiment described by `config`.
 
@@ -73,6 +74,9 @@ def run_experiment(
       sampler sets aggregation weights (`samplers.weighting`): a plain process
       cannot receive them, so they hold only if its own weighting reproduces
       them (e.g. ``UNIFORM`` for MD sampling's ``1/m``).
+    release_managers: Where each round's metrics also go (keyed by round),
+      beside the run directory's ``metrics.csv``, TensorBoard and the
+      progress line (e.g. a `tff.program.MemoryReleaseManager`).
 
   Returns:
     An `ExperimentResult`.
@@ -86,7 +90,7 @@ def run_experiment(
   """
   trainer = SingleModel(task, process, config, uplink_fn, client_weighting)
   return run_rounds(trainer, sampler, config, availability=availability,
-                    preprocessing_bits=preprocessing_bits)
+                    preprocessing_bits=preprocessing_bits, release_managers=release_managers)
 
 
 def run_rounds(
@@ -96,6 +100,7 @@ def run_rounds(
     *,
     availability: Availability | None = None,
     preprocessing_bits: communication.PreprocessingBits | None = None,
+    release_managers: Sequence[tff.program.ReleaseManager] = (),
 ) -> ExperimentResult:
   """Runs (or resumes) the rounds of `trainer`'s process; see `run_experiment`.
 
@@ -107,6 +112,7 @@ def run_rounds(
     config: The run's configuration.
     availability: Which clients are active each round (needs a sampler).
     preprocessing_bits: What a one-time pre-processing round cost.
+    release_managers: Where each round's metrics also go.
 
   Returns:
     An `ExperimentResult`.
@@ -125,23 +131,24 @@ def run_rounds(
                  ', '.join(pool.addresses))
   with pool or contextlib.nullcontext(), run_dir.RunDirectory(
       config.output_dir, config.keep_checkpoints) as directory:
-    return _Rounds(directory, trainer, sampler, config, availability, preprocessing_bits,
-                   pool).run()
+    return _Rounds(directory, release_managers, trainer, sampler, config, availability,
+                   preprocessing_bits, pool).run()
 
 
 class _Rounds:
   """`run_rounds`'s loop, inside the claimed and locked run directory."""
 
-  def __init__(self, directory: run_dir.RunDirectory, trainer: Trainer,
+  def __init__(self, directory: run_dir.RunDirectory,
+               release_managers: Sequence[tff.program.ReleaseManager], trainer: Trainer,
                sampler: samplers_base.Sampler | None, config: ProgramConfig,
                availability: Availability | None,
                preprocessing_bits: communication.PreprocessingBits | None, pool):
-    self.directory, self.trainer, self.sampler, self.config = directory, trainer, sampler, config
+    self.directory, self.release_managers = directory, release_managers
+    self.trainer, self.sampler, self.config = trainer, sampler, config
     self.availability, self.preprocessing_bits, self.pool = availability, preprocessing_bits, pool
     self.preprocessing = preprocessing_bits or communication.PreprocessingBits(0, 0)
     self.clients = trainer.clients
     self.population = samplers_base.Population(num_examples=np.asarray(self.clients.num_examples))
-    self.release_manager = None
 
   def _initial_state(self) -> collections.OrderedDict:
     state = collections.OrderedDict(
@@ -157,7 +164,7 @@ class _Rounds:
     """Resumes or starts, then trains the remaining rounds."""
     state, resumed_from = self.directory.resume(self.config.hparams, self._initial_state())
     self.release_manager = self.directory.release_manager(
-        progress.ProgressReleaseManager(self.config.rounds))
+        progress.ProgressReleaseManager(self.config.rounds), *self.release_managers)
     self.trainer.start(state['process'], getattr(self.sampler, 'probe_signal', None))
     first_round = int(state['round']) + 1
     eval_metrics: Mapping[str, Any] = {}
