@@ -12,6 +12,8 @@ from tensorflow_federated.python.core.impl.compiler import tree_analysis
 from tff_sampling import probabilities
 from tff_sampling import runtime
 from tff_sampling.aggregators import OptimalSamplingFactory
+from tff_sampling.aggregators import ScalarSums
+from tff_sampling.aggregators import SecureScalarSums
 
 runtime.use_secure_sum_simulation()
 
@@ -235,6 +237,10 @@ def test_unbiased_with_the_stated_variance():
     (dict(expected_clients=2, mode='optimal'), "mode must be one of .* got 'optimal'"),
     (dict(expected_clients=2, mode='exact'), "mode='exact' collects every client's norm"),
     (dict(expected_clients=2, norm_bound=0.0), 'norm_bound must be a positive number'),
+    (dict(expected_clients=2, mode='exact', scalar_sums=SecureScalarSums()),
+     "mode='exact' collects every client's norm"),
+    (dict(expected_clients=2, secure=True, scalar_sums=ScalarSums()),
+     'secure=True contradicts scalar_sums'),
 ])
 def test_bad_arguments(kwargs, match):
   with pytest.raises(ValueError, match=match):
@@ -449,3 +455,45 @@ def test_registered_sum_factory_is_accepted():
   np.testing.assert_allclose(result, _oracle(_VECTORS), rtol=_RTOL, atol=_ATOL)
   with pytest.raises(TypeError, match='register_sum_factory takes a subclass'):
     register_sum_factory(tff.aggregators.MeanFactory)
+
+
+# --- Injected scalar sums. ------------------------------------------------------
+
+
+class _CountingSums(ScalarSums):
+  """Delegates to `inner` and counts the sums of each kind."""
+
+  def __init__(self, inner):
+    self.inner = inner
+    self.secure = inner.secure
+    self.calls = collections.Counter()
+
+  def counts(self, values):
+    self.calls['counts'] += 1
+    return self.inner.counts(values)
+
+  def floats(self, values, upper_bound):
+    self.calls['floats'] += 1
+    return self.inner.floats(values, upper_bound)
+
+  def nonnegative(self, values, upper_bound):
+    self.calls['nonnegative'] += 1
+    return self.inner.nonnegative(values, upper_bound)
+
+
+@pytest.mark.parametrize('secure', [False, True])
+def test_injected_scalar_sums_do_every_scalar_sum(secure):
+  # Two rescaling steps: counts = the client counts, 2 × I, the uploads;
+  # floats = 2 × P, the measurement terms; nonnegative = W, A.
+  sums = _CountingSums(SecureScalarSums() if secure else ScalarSums())
+  process = _process(2.0, max_rescaling_steps=2, scalar_sums=sums)
+  assert sums.calls == {'counts': 4, 'floats': 3, 'nonnegative': 2}
+  uris = set(_intrinsic_uris(process.next))
+  assert ('federated_secure_sum_bitwidth' in uris) == secure
+  # The same round as with the default sums that `secure` picks.
+  reference = _process(2.0, max_rescaling_steps=2, secure=secure)
+  args = (_values(_VECTORS), [float(w) for w in _WEIGHTS])
+  output = process.next(process.initialize(), *args)
+  expected = reference.next(reference.initialize(), *args)
+  np.testing.assert_array_equal(_flat(output.result), _flat(expected.result))
+  assert output.measurements == expected.measurements

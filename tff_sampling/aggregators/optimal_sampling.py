@@ -43,8 +43,15 @@ Modes:
   * ``'uniform'``: ``p_i = min(1, m/n)`` (the Bernoulli baseline of §1c).
   * ``'full'``: ``p_i = 1`` (equals TFF's weighted mean).
 
-Secure sums. With ``secure=True`` every aggregation of client values (norm sum,
-the (P, I) pairs, the weight sum, the counts, the measurement sums) uses
+Inner sums. As `tff.aggregators.MeanFactory` composes its injected
+``value_sum_factory`` and ``weight_sum_factory``, this factory composes two
+injected inner sums: `scalar_sums` (a `tff_sampling.aggregators.ScalarSums`)
+sums every client scalar (the norm sum, the (P, I) pairs, the weight sum, the
+counts, the measurement sums), and `inner_factory` the weighted uploads (see
+below). ``secure`` picks the default scalar sums: `SecureScalarSums`
+(``True``, the default) or the plain `ScalarSums` (``False``).
+
+Secure sums. With `SecureScalarSums` every aggregation of client values uses
 ``tff.federated_secure_sum_bitwidth``, directly for integer counts and through
 `tff.aggregators.SecureSumFactory` for floats, which clips to a range and
 quantises to 32 bits. Values in ``[0, 1]`` by construction (``P``, Σp, the
@@ -96,7 +103,7 @@ Model-sized uploads are ``uploads``.
 from __future__ import annotations
 
 import collections
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -125,6 +132,23 @@ def _fingerprint(value) -> tf.Tensor:
   flat = tf.concat([tf.reshape(tf.cast(t, tf.float32), [-1]) for t in tf.nest.flatten(value)], 0)
   digest = tf.fingerprint(tf.expand_dims(flat, 0))  # [1, 8] uint8
   return tf.reshape(tf.bitcast(digest, tf.int64), [])
+
+
+class _ClientPhase(NamedTuple):
+  """What `OptimalSamplingFactory._client_phase` returns."""
+
+  info: Any  # <norm, weight, clipped_norm, clipped_weight, non_finite, one>@CLIENTS.
+  counts: Any  # <cohort_size, clipped_norms, clipped_weights, non_finite_updates>@SERVER.
+  cohort_size: Any  # float32@SERVER, n.
+  weight_sum: Any  # float32@SERVER, W.
+
+
+class _UploadPhase(NamedTuple):
+  """What `OptimalSamplingFactory._upload_phase` returns."""
+
+  result: Any  # V@SERVER, G.
+  upload_count: Any  # int32@SERVER.
+  inner: Any  # The inner process's MeasuredProcessOutput.
 
 
 class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
@@ -165,11 +189,12 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
       *,
       max_rescaling_steps: int = 4,
       mode: str = 'approximate',
-      secure: bool = True,
+      secure: bool | None = None,
       seed: int = 0,
       norm_bound: float = 1e6,
       weight_bound: float = 1e6,
       inner_factory: tff.aggregators.UnweightedAggregationFactory | None = None,
+      scalar_sums: protocol.ScalarSums | None = None,
   ):
     """Configures the protocol.
 
@@ -179,20 +204,24 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
       max_rescaling_steps: ``j_max``, the rescaling steps unrolled in the
         computation (≥ 0; ``approximate`` only).
       mode: One of `MODES` (see the module docstring).
-      secure: Aggregate every client value with secure sums. Not allowed with
+      secure: Picks the default `scalar_sums`: secure (``True``, the default)
+        or plain (``False``). Secure sums are not allowed with
         ``mode='exact'``, which reveals individual norms.
       seed: Root of the Bernoulli draws (mixed with the round counter).
       norm_bound: Upper end of the secure-sum range of ``a_i = w_i ‖U_i‖``.
       weight_bound: Upper end of the secure-sum range of the weights ``w_i``.
       inner_factory: Sums the weighted updates (default `tff.aggregators.SumFactory`);
         must return a sum (`tff_sampling.aggregators.inner_factories`).
+      scalar_sums: Sums the protocol's and the measurements' client scalars
+        (default: picked by `secure`, which must agree if also given).
 
     Raises:
       ValueError: For a non-positive `expected_clients`, a negative
-        `max_rescaling_steps`, an unknown `mode`, ``secure`` with ``exact``, or
-        non-positive bounds.
+        `max_rescaling_steps`, an unknown `mode`, secure sums with ``exact``,
+        `secure` contradicting `scalar_sums`, or non-positive bounds.
       TypeError: For an `inner_factory` that does not return the sum of its
-        client values (e.g. a mean), naming what is accepted.
+        client values (e.g. a mean), naming what is accepted, or a
+        `scalar_sums` that is not a `ScalarSums`.
     """
     if not np.isfinite(expected_clients) or expected_clients <= 0:
       raise ValueError(
@@ -203,7 +232,8 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
           f'max_rescaling_steps must be a non-negative integer, got {max_rescaling_steps!r}.')
     if mode not in MODES:
       raise ValueError(f'mode must be one of {MODES}, got {mode!r}.')
-    if mode == 'exact' and secure:
+    scalar_sums = protocol.resolve_scalar_sums(secure, scalar_sums)
+    if mode == 'exact' and scalar_sums.secure:
       raise ValueError(
           "mode='exact' collects every client's norm, which secure aggregation "
           "forbids; pass secure=False, or use mode='approximate'.")
@@ -213,7 +243,7 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
     self._expected_clients = float(expected_clients)
     self._steps = int(max_rescaling_steps) if mode == 'approximate' else 0
     self._mode = mode
-    self._secure = secure
+    self._scalar_sums = scalar_sums
     self._seed = int(seed)
     self._norm_bound = float(norm_bound)
     self._weight_bound = float(weight_bound)
@@ -233,18 +263,11 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
     return scalars + 2 * self._steps
 
   def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
+    """The process whose ``next`` runs one round of ``docs/algorithms.md`` §1b."""
     if not (isinstance(weight_type, tff.TensorType)
             and np.issubdtype(weight_type.dtype, np.floating) and weight_type.shape == ()):
       raise TypeError(f'Expected a scalar float weight type, got {weight_type}.')
     inner_process = self._inner_factory.create(value_type)
-    m = self._expected_clients
-    steps = self._steps
-    mode = self._mode
-    norm_bound = self._norm_bound
-    weight_bound = self._weight_bound
-    base_seed = self._seed
-    extra_scalars = self.extra_scalars_per_client
-    secure = self._secure
 
     @tff.federated_computation()
     def init_fn():
@@ -252,9 +275,41 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
           round=tff.federated_value(np.int64(0), tff.SERVER),
           inner=inner_process.initialize()))
 
-    state_type = init_fn.type_signature.result
+    @tff.tensorflow.computation(tff.TensorType(np.int64))
+    def server_next_round(round_num):
+      return round_num + 1
 
-    # --- TensorFlow pieces (clients and server). ---------------------------------
+    @tff.federated_computation(
+        init_fn.type_signature.result,
+        tff.FederatedType(value_type, tff.CLIENTS),
+        tff.FederatedType(weight_type, tff.CLIENTS))
+    def next_fn(state, value, weight):
+      client = self._client_phase(value, weight, value_type, weight_type)
+      phases = protocol.federated_probabilities(
+          client.info.norm, client.cohort_size, expected_clients=self._expected_clients,
+          mode=self._mode, max_rescaling_steps=self._steps, norm_bound=self._norm_bound,
+          scalar_sums=self._scalar_sums)
+      upload = self._upload_phase(state, value, client, phases.probability, value_type,
+                                  inner_process)
+      measurements = self._measurements(client, phases, upload)
+      new_state = tff.federated_zip(collections.OrderedDict(
+          round=tff.federated_map(server_next_round, state['round']),
+          inner=upload.inner.state))
+      return tff.templates.MeasuredProcessOutput(new_state, upload.result, measurements)
+
+    # Secure sums fail outside TFF's test context: say what to call instead.
+    return secure_context.with_secure_sum_hint(
+        tff.templates.AggregationProcess(init_fn, next_fn),
+        check=not self._scalar_sums.secure)
+
+  def _client_phase(self, value, weight, value_type, weight_type) -> _ClientPhase:
+    """Each client's ``a_i = w_i ‖U_i‖`` and ``w_i``; the counts, ``n`` and ``W = Σ w_i``.
+
+    The inputs of ``docs/algorithms.md`` §1b: ``a_i`` is clipped to
+    `norm_bound` and ``w_i`` to `weight_bound` (the secure-sum ranges; clipping
+    is counted); a non-finite update or weight gives ``a_i = w_i = 0`` (counted).
+    """
+    norm_bound, weight_bound = self._norm_bound, self._weight_bound
 
     @tff.tensorflow.computation(value_type, weight_type)
     def client_norm(value, weight):
@@ -270,13 +325,34 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
           non_finite=tf.cast(tf.logical_not(finite), _COUNT),
           one=tf.constant(1, _COUNT))
 
-    norm_info_type = client_norm.type_signature.result
+    @tff.tensorflow.computation(client_norm.type_signature.result)
+    def client_counts(info):
+      return collections.OrderedDict(
+          cohort_size=info['one'], clipped_norms=info['clipped_norm'],
+          clipped_weights=info['clipped_weight'], non_finite_updates=info['non_finite'])
+
+    info = tff.federated_map(client_norm, (value, weight))
+    counts = self._scalar_sums.counts(tff.federated_map(client_counts, info))
+    cohort_size = tff.federated_map(
+        tff.tensorflow.computation(lambda c: tf.cast(c['cohort_size'], tf.float32),
+                                   counts.type_signature.member), counts)
+    weight_sum = self._scalar_sums.nonnegative(info.weight, weight_bound)
+    return _ClientPhase(info, counts, cohort_size, weight_sum)
+
+  def _upload_phase(self, state, value, client: _ClientPhase, probability, value_type,
+                    inner_process) -> _UploadPhase:
+    """Phase 3 of ``docs/algorithms.md`` §1b: ``G = Σ ζ_i (w_i/p_i) U_i / W``.
+
+    ``ζ_i ~ Bernoulli(p_i)`` is drawn with the seed ``(s_t, f_i)`` of the
+    module docstring (Randomness); `inner_process` sums the uploads.
+    """
+    base_seed = self._seed
 
     @tff.tensorflow.computation(tff.TensorType(np.int64))
     def server_round_seed(round_num):
       return tf.stack([tf.constant(base_seed, tf.int64), round_num])
 
-    @tff.tensorflow.computation(value_type, norm_info_type, _FLOAT_TYPE,
+    @tff.tensorflow.computation(value_type, client.info.type_signature.member, _FLOAT_TYPE,
                                 tff.TensorType(np.int64, [2]))
     def client_upload(value, info, probability, round_seed):
       seed = tf.stack([round_seed[0] * 1_000_003 + round_seed[1], _fingerprint(value)])
@@ -287,7 +363,31 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
           lambda t: tf.where(upload, tf.cast(factor, t.dtype) * t, tf.zeros_like(t)), value)
       return weighted, tf.cast(upload, _COUNT)
 
-    @tff.tensorflow.computation(norm_info_type, _FLOAT_TYPE, _FLOAT_TYPE, _FLOAT_TYPE)
+    @tff.tensorflow.computation(value_type, _FLOAT_TYPE)
+    def server_divide(total, weight_sum):
+      return tf.nest.map_structure(
+          lambda t: tf.where(weight_sum > 0.0, t / tf.cast(tf.maximum(weight_sum, 1e-30), t.dtype),
+                             tf.zeros_like(t)), total)
+
+    round_seed = tff.federated_map(server_round_seed, state['round'])
+    uploads = tff.federated_map(client_upload, (
+        value, client.info, probability, tff.federated_broadcast(round_seed)))
+    inner_output = inner_process.next(state['inner'], uploads[0])
+    result = tff.federated_map(server_divide, (inner_output.result, client.weight_sum))
+    return _UploadPhase(result, self._scalar_sums.counts(uploads[1]), inner_output)
+
+  def _measurements(self, client: _ClientPhase, phases: protocol.FederatedProbabilities,
+                    upload: _UploadPhase):
+    """The measurements of the class docstring, from sums only.
+
+    ``expected_uploads = Σ p_i`` and the improvement factor of
+    ``docs/algorithms.md`` §1c, ``α = Σ (1−p_i)/p_i·ã_i² / ((1 − m/n)/(m/n)·Σ ã_i²)``
+    with ``ã_i = a_i / A`` (the numerator summed ``× m/n`` to lie in [0, 1]).
+    """
+    m = self._expected_clients
+
+    @tff.tensorflow.computation(client.info.type_signature.member, _FLOAT_TYPE, _FLOAT_TYPE,
+                                _FLOAT_TYPE)
     def client_measurement_terms(info, probability, norm_sum, cohort_size):
       # The variance term (1 − p)/p · ã² with ã = a_i / A, scaled by m/n so that
       # it lies in [0, 1] in every mode: optimal p ≥ min(1, m·ã) gives at most
@@ -302,12 +402,6 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
           scaled_variance=tf.clip_by_value(rate * variance_term, 0.0, 1.0),
           share_squared=share**2)
 
-    @tff.tensorflow.computation(value_type, _FLOAT_TYPE)
-    def server_divide(total, weight_sum):
-      return tf.nest.map_structure(
-          lambda t: tf.where(weight_sum > 0.0, t / tf.cast(tf.maximum(weight_sum, 1e-30), t.dtype),
-                             tf.zeros_like(t)), total)
-
     @tff.tensorflow.computation(_FLOAT_TYPE, _FLOAT_TYPE, _FLOAT_TYPE)
     def server_improvement_factor(scaled_variance_sum, share_squared_sum, cohort_size):
       # α = Σ (1−p)/p·ã² / ((1 − m/n)/(m/n) · Σ ã²); the numerator arrives × m/n.
@@ -316,76 +410,34 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
       return tf.where((rate < 1.0) & (denominator > 0.0),
                       scaled_variance_sum / tf.where(denominator > 0.0, denominator, 1.0), 0.0)
 
-    @tff.tensorflow.computation(tff.TensorType(np.int64))
-    def server_next_round(round_num):
-      return round_num + 1
+    if self._mode == 'full':
+      expected_uploads = client.cohort_size
+      improvement = tff.federated_value(np.float32(0.0), tff.SERVER)
+    else:
+      terms = tff.federated_map(client_measurement_terms, (
+          client.info, phases.probability, tff.federated_broadcast(phases.norm_sum),
+          tff.federated_broadcast(client.cohort_size)))
+      term_sums = self._scalar_sums.floats(terms, 1.0)
+      expected_uploads = term_sums.probability
+      improvement = tff.federated_map(server_improvement_factor, (
+          term_sums.scaled_variance, term_sums.share_squared, client.cohort_size))
 
-    # --- The federated computation. ----------------------------------------------
-
-    @tff.federated_computation(
-        state_type,
-        tff.FederatedType(value_type, tff.CLIENTS),
-        tff.FederatedType(weight_type, tff.CLIENTS))
-    def next_fn(state, value, weight):
-      info = tff.federated_map(client_norm, (value, weight))
-      counts = protocol.sum_counts(tff.federated_map(
-          tff.tensorflow.computation(lambda i: collections.OrderedDict(
-              cohort_size=i['one'], clipped_norms=i['clipped_norm'],
-              clipped_weights=i['clipped_weight'], non_finite_updates=i['non_finite']),
-              norm_info_type), info), secure)
-      cohort_size = tff.federated_map(
-          tff.tensorflow.computation(lambda c: tf.cast(c['cohort_size'], tf.float32),
-                                     counts.type_signature.member), counts)
-      weight_sum = protocol.sum_nonnegative(info.weight, weight_bound, secure)
-      norms = info.norm
-      phases = protocol.federated_probabilities(
-          norms, cohort_size, expected_clients=m, mode=mode, max_rescaling_steps=steps,
-          secure=secure, norm_bound=norm_bound)
-      probability, norm_sum = phases.probability, phases.norm_sum
-
-      round_seed = tff.federated_map(server_round_seed, state['round'])
-      uploads = tff.federated_map(client_upload, (
-          value, info, probability, tff.federated_broadcast(round_seed)))
-      weighted_values, upload_bits = uploads[0], uploads[1]
-      inner_output = inner_process.next(state['inner'], weighted_values)
-      result = tff.federated_map(server_divide, (inner_output.result, weight_sum))
-      upload_count = protocol.sum_counts(upload_bits, secure)
-
-      if mode == 'full':
-        expected_uploads = cohort_size
-        improvement = tff.federated_value(np.float32(0.0), tff.SERVER)
-      else:
-        terms = tff.federated_map(client_measurement_terms, (
-            info, probability, tff.federated_broadcast(norm_sum),
-            tff.federated_broadcast(cohort_size)))
-        term_sums = protocol.sum_floats(terms, 1.0, secure)
-        expected_uploads = term_sums.probability
-        improvement = tff.federated_map(server_improvement_factor, (
-            term_sums.scaled_variance, term_sums.share_squared, cohort_size))
-
-      measurements = tff.federated_zip(collections.OrderedDict(
-          uploads=upload_count,
-          expected_uploads=expected_uploads,
-          cohort_size=counts.cohort_size,
-          rescaling_steps=phases.rescaling_steps,
-          improvement_factor=improvement,
-          full_participation=tff.federated_map(
-              tff.tensorflow.computation(lambda f: tf.cast(f, _COUNT), _FLOAT_TYPE),
-              phases.full_participation),
-          clipped_norms=counts.clipped_norms,
-          clipped_weights=counts.clipped_weights,
-          non_finite_updates=counts.non_finite_updates,
-          extra_scalars_per_client=tff.federated_value(np.int32(extra_scalars), tff.SERVER),
-          inner=inner_output.measurements,
-      ))
-      new_state = tff.federated_zip(collections.OrderedDict(
-          round=tff.federated_map(server_next_round, state['round']),
-          inner=inner_output.state))
-      return tff.templates.MeasuredProcessOutput(new_state, result, measurements)
-
-    # Secure sums fail outside TFF's test context: say what to call instead.
-    return secure_context.with_secure_sum_hint(
-        tff.templates.AggregationProcess(init_fn, next_fn), check=not secure)
+    return tff.federated_zip(collections.OrderedDict(
+        uploads=upload.upload_count,
+        expected_uploads=expected_uploads,
+        cohort_size=client.counts.cohort_size,
+        rescaling_steps=phases.rescaling_steps,
+        improvement_factor=improvement,
+        full_participation=tff.federated_map(
+            tff.tensorflow.computation(lambda f: tf.cast(f, _COUNT), _FLOAT_TYPE),
+            phases.full_participation),
+        clipped_norms=client.counts.clipped_norms,
+        clipped_weights=client.counts.clipped_weights,
+        non_finite_updates=client.counts.non_finite_updates,
+        extra_scalars_per_client=tff.federated_value(
+            np.int32(self.extra_scalars_per_client), tff.SERVER),
+        inner=upload.inner.measurements,
+    ))
 
 
 def uplink_from_measurements(process_metrics: Any, cohort_size: int):

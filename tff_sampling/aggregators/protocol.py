@@ -24,14 +24,16 @@ contribution is zero whether it uploads or not, so the estimate stays
 unbiased. ``uniform`` and ``full`` are norm-blind baselines: every client gets
 ``min(1, m/n)``, resp. 1.
 
-The sums go through `sum_counts`, `sum_floats` and `sum_nonnegative`, which use
+Every sum of client scalars goes through a `ScalarSums`, the protocol's
+injected inner sum factory: `ScalarSums` itself sums with
+``tff.federated_sum``, `SecureScalarSums` with
 ``tff.federated_secure_sum_bitwidth`` (directly for counts, through
-`tff.aggregators.SecureSumFactory` for floats) when ``secure`` is set and
-``tff.federated_sum`` otherwise. Values known to lie in ``[0, 1]`` are
-quantised over that range (≤ 1.2e-10 per client); values in
-``[0, upper_bound]`` are split into an integer part, summed exactly with a
-bitwidth secure sum, and a fraction in [0, 1), so their sums are accurate to
-~1e-10 per client at any scale.
+`tff.aggregators.SecureSumFactory` for floats). With secure sums, values known
+to lie in ``[0, 1]`` are quantised over that range (≤ 1.2e-10 per client);
+values in ``[0, upper_bound]`` are split into an integer part, summed exactly
+with a bitwidth secure sum, and a fraction in [0, 1), so their sums are
+accurate to ~1e-10 per client at any scale. `sum_counts` and `sum_floats` take
+``secure`` instead (`resolve_scalar_sums` picks the default).
 """
 
 from __future__ import annotations
@@ -52,45 +54,104 @@ FLOAT_TYPE = tff.TensorType(FLOAT)
 COUNT_TYPE = tff.TensorType(COUNT)
 
 
-def sum_counts(values, secure: bool):
-  """Sums int32 (structures of) client counts, with a 1-bit secure sum if `secure`."""
-  if secure:
+class ScalarSums:
+  """How the protocol sums its client scalars: in the clear, with ``tff.federated_sum``.
+
+  The protocol's inner sum factory, injected as `tff.aggregators.MeanFactory`
+  takes its ``weight_sum_factory``: `OptimalSamplingFactory` and
+  `federated_probabilities` pass every client scalar (the counts, the norms,
+  the weights, the (P, I) pairs, the measurement terms) through one instance.
+  Unlike a TFF factory it is told each sum's range, which secure sums need.
+  `SecureScalarSums` is the secure one; subclass or wrap either to inject
+  another (e.g. to count the sums).
+
+  Attributes:
+    secure: Whether the server learns only the sums. Mode ``exact``, which
+      gathers every norm, refuses secure scalar sums.
+  """
+
+  secure = False
+
+  def counts(self, values):
+    """Sums int32 (structures of) client counts in {0, 1}."""
+    return tff.federated_sum(values)
+
+  def floats(self, values, upper_bound: float):
+    """Sums float32 (structures of) client values known to lie in ``[0, upper_bound]``."""
+    del upper_bound  # A plain sum needs no range.
+    return tff.federated_sum(values)
+
+  def nonnegative(self, values, upper_bound: float):
+    """Sums float32 client scalars in ``[0, upper_bound]`` for any scale of the bound."""
+    del upper_bound  # A plain sum needs no range.
+    return tff.federated_sum(values)
+
+
+class SecureScalarSums(ScalarSums):
+  """`ScalarSums` with ``tff.federated_secure_sum_bitwidth`` (module docstring)."""
+
+  secure = True
+
+  def counts(self, values):
+    """A 1-bit secure sum."""
     return tff.federated_secure_sum_bitwidth(values, bitwidth=1)
-  return tff.federated_sum(values)
+
+  def floats(self, values, upper_bound: float):
+    """`tff.aggregators.SecureSumFactory` over ``[0, upper_bound]``.
+
+    Used for values in [0, 1], where 32-bit quantisation over the range costs
+    at most 1.2e-10 per client.
+    """
+    process = tff.aggregators.SecureSumFactory(float(upper_bound), 0.0).create(
+        values.type_signature.member)
+    return process.next(process.initialize(), values).result
+
+  def nonnegative(self, values, upper_bound: float):
+    """Exact integer parts plus quantised fractions: ~1e-10 absolute error per client.
+
+    Quantising over the whole range would cost up to ``upper_bound / 2³³`` per
+    client (2e-4 for a bound of 1e6). Instead each value is split into its
+    integer part, summed exactly by a bitwidth secure sum, and its fractional
+    part in [0, 1), summed with 32-bit quantisation.
+    """
+    bitwidth = int(np.ceil(np.log2(upper_bound + 1.0)))
+    split = tff.federated_map(tff.tensorflow.computation(
+        lambda v: (tf.cast(tf.floor(v), tf.int64), v - tf.floor(v)), FLOAT_TYPE), values)
+    whole = tff.federated_secure_sum_bitwidth(
+        split[0], bitwidth=bitwidth)
+    fraction = self.floats(split[1], 1.0)
+    return tff.federated_map(tff.tensorflow.computation(
+        lambda w, f: tf.cast(tf.cast(w, tf.float64) + tf.cast(f, tf.float64), tf.float32)),
+        (whole, fraction))
+
+
+def resolve_scalar_sums(secure: bool | None = None,
+                        scalar_sums: ScalarSums | None = None) -> ScalarSums:
+  """`scalar_sums`, or the default that `secure` picks (secure unless ``secure=False``).
+
+  Raises:
+    TypeError: If `scalar_sums` is not a `ScalarSums`.
+    ValueError: If `secure` is given and disagrees with ``scalar_sums.secure``.
+  """
+  if scalar_sums is None:
+    return SecureScalarSums() if secure is None or secure else ScalarSums()
+  if not isinstance(scalar_sums, ScalarSums):
+    raise TypeError(f'scalar_sums must be a ScalarSums, got {scalar_sums!r}.')
+  if secure is not None and bool(secure) != scalar_sums.secure:
+    raise ValueError(
+        f'secure={secure!r} contradicts scalar_sums={scalar_sums!r} (secure='
+        f'{scalar_sums.secure}); pass one of them.')
+  return scalar_sums
+
+
+def sum_counts(values, secure: bool):
+  """``ScalarSums.counts`` of the default scalar sums for `secure`."""
+  return resolve_scalar_sums(secure).counts(values)
 
 
 def sum_floats(values, upper_bound: float, secure: bool):
-  """Sums float32 (structures of) client values known to lie in ``[0, upper_bound]``.
-
-  Used for values in [0, 1], where 32-bit quantisation over the range costs at
-  most 1.2e-10 per client.
-  """
-  if not secure:
-    return tff.federated_sum(values)
-  process = tff.aggregators.SecureSumFactory(float(upper_bound), 0.0).create(
-      values.type_signature.member)
-  return process.next(process.initialize(), values).result
-
-
-def sum_nonnegative(values, upper_bound: float, secure: bool):
-  """Sums float32 client scalars in ``[0, upper_bound]`` to ~1e-10 absolute error.
-
-  Quantising over the whole range would cost up to ``upper_bound / 2³³`` per
-  client (2e-4 for a bound of 1e6). Instead each value is split into its integer
-  part, summed exactly by a bitwidth secure sum, and its fractional part in
-  [0, 1), summed with 32-bit quantisation.
-  """
-  if not secure:
-    return tff.federated_sum(values)
-  bitwidth = int(np.ceil(np.log2(upper_bound + 1.0)))
-  split = tff.federated_map(tff.tensorflow.computation(
-      lambda v: (tf.cast(tf.floor(v), tf.int64), v - tf.floor(v)), FLOAT_TYPE), values)
-  whole = tff.federated_secure_sum_bitwidth(
-      split[0], bitwidth=bitwidth)
-  fraction = sum_floats(split[1], 1.0, secure)
-  return tff.federated_map(tff.tensorflow.computation(
-      lambda w, f: tf.cast(tf.cast(w, tf.float64) + tf.cast(f, tf.float64), tf.float32)),
-      (whole, fraction))
+  """``ScalarSums.floats`` of the default scalar sums for `secure`."""
+  return resolve_scalar_sums(secure).floats(values, upper_bound)
 
 
 def gather_values(values):
@@ -136,10 +197,15 @@ def federated_probabilities(
     expected_clients: float,
     mode: str,
     max_rescaling_steps: int,
-    secure: bool,
     norm_bound: float,
+    secure: bool | None = None,
+    scalar_sums: ScalarSums | None = None,
 ) -> FederatedProbabilities:
   """The probability phases of the protocol, for use inside a federated computation.
+
+  Phase 1 and the rescaling phase 2 of ``docs/algorithms.md`` §1b (mode
+  ``approximate``), Algorithm 1's water level of §1a (``exact``), or the
+  baselines of §1c.
 
   Args:
     norms: ``float32@CLIENTS`` in ``[0, norm_bound]`` (clip before calling).
@@ -147,15 +213,56 @@ def federated_probabilities(
     expected_clients: ``m > 0``.
     mode: One of `MODES` (see the module docstring).
     max_rescaling_steps: Unrolled rescaling steps (mode ``approximate``).
-    secure: Sum with secure sums. The caller must refuse ``exact`` with it.
     norm_bound: Upper end of the norms' secure-sum range.
+    secure: Picks the default `scalar_sums` (`resolve_scalar_sums`). The
+      caller must refuse ``exact`` with secure sums.
+    scalar_sums: Sums the client scalars.
 
   Returns:
     `FederatedProbabilities`.
   """
   if mode not in MODES:
     raise ValueError(f'mode must be one of {MODES}, got {mode!r}.')
+  sums = resolve_scalar_sums(secure, scalar_sums)
   m = float(expected_clients)
+  if mode == 'full':
+    norm_sum = tff.federated_value(FLOAT(1.0), tff.SERVER)
+  else:  # Algorithm 2's A, and the scale of the callers' measurements.
+    norm_sum = sums.nonnegative(norms, norm_bound)
+  all_norms = gather_values(norms) if mode == 'exact' else None
+  water_level = _water_level(all_norms, m)
+  probability, full_participation = _initial_probabilities(
+      norms, norm_sum, cohort_size, water_level, m, mode)
+  probability, steps_used = _rescale(
+      probability, cohort_size, m, max_rescaling_steps if mode == 'approximate' else 0, sums)
+  return FederatedProbabilities(probability, norm_sum, steps_used, full_participation,
+                                water_level, all_norms)
+
+
+def _water_level(all_norms, m: float):
+  """``λ@SERVER`` of Algorithm 1 (``docs/algorithms.md`` §1a) from the gathered norms.
+
+  ``p_i = min(1, a_i/λ)``; 0.0 when the norms were not gathered (`all_norms` is None).
+  """
+  if all_norms is None:
+    return tff.federated_value(FLOAT(0.0), tff.SERVER)
+
+  @tff.tensorflow.computation(tff.TensorType(FLOAT, [None]))
+  def server_water_level(all_norms):
+    p = probabilities.optimal_probabilities_tf(all_norms, m, validate=False)  # Clipped, finite.
+    unsaturated = (p > 0.0) & (p < 1.0)
+    return tf.reduce_max(tf.where(unsaturated, all_norms / tf.where(unsaturated, p, 1.0), 0.0))
+
+  return tff.federated_map(server_water_level, all_norms)
+
+
+def _initial_probabilities(norms, norm_sum, cohort_size, water_level, m: float, mode: str):
+  """``(p_i@CLIENTS, full_participation@SERVER)`` before rescaling (``docs/algorithms.md`` §1).
+
+  ``p_i = min(1, m·a_i/A)`` (``approximate``, §1b phase 1), ``min(1, a_i/λ)``
+  (``exact``, §1a), ``min(1, m/n)`` (``uniform``, §1c) or 1 (``full``); then
+  ``m ≥ n`` sets ``p_i = 1`` (for ``a_i > 0`` unless norm-blind).
+  """
 
   @tff.tensorflow.computation(FLOAT_TYPE, FLOAT_TYPE, FLOAT_TYPE, FLOAT_TYPE)
   def client_initial_probability(norm, norm_sum, size, water_level):
@@ -171,6 +278,10 @@ def federated_probabilities(
                       0.0)
     return tf.where(norm_sum > 0.0, tf.minimum(1.0, m * norm / tf.maximum(norm_sum, 1e-30)), 0.0)
 
+  @tff.tensorflow.computation(FLOAT_TYPE)
+  def server_full_participation(size):
+    return tf.cast(m >= size, tf.float32)
+
   @tff.tensorflow.computation(FLOAT_TYPE, FLOAT_TYPE, FLOAT_TYPE)
   def force_full(probability, norm, full_participation):
     # Zero norms keep p = 0 (their update contributes nothing); modes 'full'
@@ -178,6 +289,23 @@ def federated_probabilities(
     if mode in ('full', 'uniform'):
       return tf.where(full_participation > 0.0, 1.0, probability)
     return tf.where((full_participation > 0.0) & (norm > 0.0), 1.0, probability)
+
+  probability = tff.federated_map(client_initial_probability, (
+      norms, tff.federated_broadcast(norm_sum), tff.federated_broadcast(cohort_size),
+      tff.federated_broadcast(water_level)))
+  full_participation = tff.federated_map(server_full_participation, cohort_size)
+  probability = tff.federated_map(
+      force_full, (probability, norms, tff.federated_broadcast(full_participation)))
+  return probability, full_participation
+
+
+def _rescale(probability, cohort_size, m: float, steps: int, sums: ScalarSums):
+  """``(p_i@CLIENTS, steps used@SERVER)`` after `steps` rescaling steps.
+
+  Phase 2 of ``docs/algorithms.md`` §1b. Each step sums
+  ``(P, I) = Σ (p_i·[p_i<1], [p_i<1])``, sets ``C = max(1, (m − n + I)/P)``
+  (1 if ``I = 0`` or ``P = 0``) and ``p_i = min(1, C·p_i)`` where ``p_i < 1``.
+  """
 
   @tff.tensorflow.computation(FLOAT_TYPE)
   def client_rescaling_sums(probability):
@@ -195,50 +323,20 @@ def federated_probabilities(
   def client_rescale(probability, scale):
     return tf.where(probability < 1.0, tf.minimum(1.0, scale * probability), probability)
 
-  @tff.tensorflow.computation(tff.TensorType(FLOAT, [None]))
-  def server_water_level(all_norms):
-    p = probabilities.optimal_probabilities_tf(all_norms, m, validate=False)  # Clipped, finite.
-    unsaturated = (p > 0.0) & (p < 1.0)
-    return tf.reduce_max(tf.where(unsaturated, all_norms / tf.where(unsaturated, p, 1.0), 0.0))
-
-  @tff.tensorflow.computation(FLOAT_TYPE)
-  def server_full_participation(size):
-    return tf.cast(m >= size, tf.float32)
-
   @tff.tensorflow.computation(FLOAT_TYPE)
   def changed(scale):
     # float32 sums put C within ~1e-7 of 1 at the fixed point; such a step
     # changes nothing that matters and is not counted as used.
     return tf.cast(scale > 1.0 + 1e-5, COUNT)
 
-  if mode == 'full':
-    norm_sum = tff.federated_value(FLOAT(1.0), tff.SERVER)
-  else:  # Algorithm 2's A, and the scale of the callers' measurements.
-    norm_sum = sum_nonnegative(norms, norm_bound, secure)
-  all_norms = None
-  if mode == 'exact':
-    all_norms = gather_values(norms)
-    water_level = tff.federated_map(server_water_level, all_norms)
-  else:
-    water_level = tff.federated_value(FLOAT(0.0), tff.SERVER)
-
-  probability = tff.federated_map(client_initial_probability, (
-      norms, tff.federated_broadcast(norm_sum), tff.federated_broadcast(cohort_size),
-      tff.federated_broadcast(water_level)))
-  full_participation = tff.federated_map(server_full_participation, cohort_size)
-  probability = tff.federated_map(
-      force_full, (probability, norms, tff.federated_broadcast(full_participation)))
-
   steps_used = tff.federated_value(COUNT(0), tff.SERVER)
-  for _ in range(max_rescaling_steps if mode == 'approximate' else 0):
-    sums = tff.federated_map(client_rescaling_sums, probability)
-    probability_sum = sum_floats(sums[0], 1.0, secure)
-    unsaturated = sum_counts(sums[1], secure)
+  for _ in range(steps):
+    pairs = tff.federated_map(client_rescaling_sums, probability)
+    probability_sum = sums.floats(pairs[0], 1.0)
+    unsaturated = sums.counts(pairs[1])
     scale = tff.federated_map(server_scale, (probability_sum, unsaturated, cohort_size))
     steps_used = tff.federated_map(
         tff.tensorflow.computation(lambda a, b: a + b),
         (steps_used, tff.federated_map(changed, scale)))
     probability = tff.federated_map(client_rescale, (probability, tff.federated_broadcast(scale)))
-
-  return FederatedProbabilities(probability, norm_sum, steps_used, full_participation,
-                                water_level, all_norms)
+  return probability, steps_used
