@@ -8,6 +8,8 @@ their confidence.
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_federated as tff
+from tensorflow_federated.python.common_libs import structure
 from tensorflow_federated.python.core.impl.compiler import building_blocks
 from tensorflow_federated.python.core.impl.compiler import tree_analysis
 
@@ -230,6 +232,27 @@ def test_secure_samplings_sum_client_values_only_securely(suite):
   exact = _intrinsic_uris(multi_model.build_multi_model_process(
       fns, sampling='optimal', expected_clients=3, client_learning_rates=LR).next)
   assert 'federated_aggregate' in exact
+
+
+def test_state_and_measurements_keep_their_structure(suite):
+  # What the program loop reads: a state <round, models> whose models are
+  # assignable ModelWeights, and the measurements by name and shape.
+  head = ['cohort_size', 'uploads', 'expected_uploads', 'rescaling_steps', 'full_participation']
+  tail = ['clipped_signals', 'non_finite_signals', 'non_finite_updates',
+          'extra_scalars_per_client']
+  for sampling, signal_names in (('optimal', ['improvement_factor', 'secure_variance_ratio']),
+                                 ('random', [])):
+    process = multi_model.build_multi_model_process(
+        [t.model_fn for t in suite], sampling=sampling, expected_clients=3,
+        client_learning_rates=LR, max_rescaling_steps=2)
+    measurements = process.next.type_signature.result.measurements.member
+    assert structure.name_list(measurements) == head + signal_names + tail, sampling
+    assert str(measurements.uploads) == 'int32[2]'
+    if signal_names:
+      assert str(measurements.secure_variance_ratio) == 'float32[3]'
+    state = process.initialize()
+    assert list(state) == ['round', 'models'] and state['round'] == 0
+    assert all(isinstance(w, tff.learning.models.ModelWeights) for w in state['models'])
 
 
 def test_bad_arguments_name_the_value():

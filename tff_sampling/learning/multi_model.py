@@ -1,9 +1,11 @@
 r"""Multi-model federated learning (MMFL) with variance-reduced model assignment.
 
-``S`` models, each with its own task (model, data, local optimizer), are
-trained over the same ``N`` clients; in each round a client trains **at most
-one** of them (``docs/algorithms.md`` §5). One round is one federated computation
-(`build_multi_model_process`)::
+Zhang et al., "Poster: Optimal Variance-Reduced Client Sampling for Multiple
+Models Federated Learning", IEEE ICDCS 2024 (``docs/algorithms.md`` §5; the
+probabilities are §1a's and §1b's). ``S`` models, each with its own task
+(model, data, local optimizer), are trained over the same ``N`` clients; in
+each round a client trains **at most one** of them. One round is one
+federated computation (`build_multi_model_process`)::
 
     broadcast w_1 … w_S to every client
     signal    client i computes Ũ_{i,s} for every model s:
@@ -75,6 +77,13 @@ Bad values: a non-finite signal counts as zero (``non_finite_signals``) and a
 non-finite local update is zeroed by TFF's client update and not uploaded
 (``non_finite_updates``); ``M_i`` above `norm_bound` is clipped
 (``clipped_signals``). The model never receives a NaN from a client.
+
+Structure: the process is composed (`_compose`, the multi-model counterpart
+of ``tff.learning.templates.compose_learning_process``) from a client work
+(`_build_client_work`: the signals, then each client trains the model it was
+assigned), an assignment aggregator (`_build_assignment_aggregator`: the
+probabilities of `tff_sampling.aggregators.protocol`, the clients' draws, the
+per-model sums and the measurements) and TFF's SGD finalizer, one per model.
 """
 
 from __future__ import annotations
@@ -82,6 +91,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -92,6 +102,7 @@ from tensorflow_federated.python.learning.templates import model_delta_client_wo
 
 from tff_sampling import probabilities
 from tff_sampling.aggregators import protocol
+from tff_sampling.aggregators import secure_context
 from tff_sampling.learning import fedavg
 from tff_sampling.learning import signals as signals_lib
 
@@ -227,7 +238,6 @@ def build_multi_model_process(
   """
   if sampling not in SAMPLINGS:
     raise ValueError(f'sampling must be one of {", ".join(SAMPLINGS)}, got {sampling!r}.')
-  config = SAMPLINGS[sampling]
   model_fns = tuple(model_fns)
   num_models = len(model_fns)
   if num_models == 0:
@@ -239,262 +249,158 @@ def build_multi_model_process(
   if len(client_learning_rates) != num_models:
     raise ValueError(f'{len(client_learning_rates)} client learning rates for {num_models} '
                      'models: give one rate, or one per model.')
-  _check_positive('server_learning_rate', server_learning_rate)
+  server_learning_rate = _check_positive('server_learning_rate', server_learning_rate)
   m = _check_positive('expected_clients', expected_clients)
   norm_bound = _check_positive('norm_bound', norm_bound)
   if (isinstance(max_rescaling_steps, bool) or not isinstance(max_rescaling_steps, (int, np.integer))
       or max_rescaling_steps < 0):
     raise ValueError(
         f'max_rescaling_steps must be a non-negative integer, got {max_rescaling_steps!r}.')
-  steps = int(max_rescaling_steps)
-  secure = config.secure
-  uses_signal = config.signal != 'none'
-  base_seed = int(seed)
 
-  # --- Per-model TensorFlow pieces. ------------------------------------------------
-  weights_types, data_types, train_fns, loss_fns = [], [], [], []
-  for model_fn, learning_rate in zip(model_fns, client_learning_rates):
-    with tf.Graph().as_default():
-      model = model_fn()
-      weights_type = tff.types.tensorflow_to_type(tf.nest.map_structure(
-          lambda v: tf.TensorSpec(v.shape, v.dtype),
-          tff.learning.models.ModelWeights.from_model(model)))
-      data_type = tff.SequenceType(tff.types.tensorflow_to_type(model.input_spec))
-    weights_types.append(weights_type)
-    data_types.append(data_type)
-    train_fns.append(_train_computation(model_fn, learning_rate, weights_type, data_type))
-    if config.signal == 'loss':
-      loss_fns.append(signals_lib.client_loss_computation(model_fn, weights_type, data_type))
+  config = SAMPLINGS[sampling]
+  client_work = _build_client_work(model_fns, client_learning_rates, config.signal)
+  aggregator = _build_assignment_aggregator(
+      num_models, config, expected_clients=m, max_rescaling_steps=int(max_rescaling_steps),
+      seed=int(seed), norm_bound=norm_bound)
+  # TFF's finalizer skips a non-finite aggregate by default; this process applies
+  # every one, as it always has (the clients already zero non-finite updates).
+  finalizers = [tff.learning.templates.build_apply_optimizer_finalizer(
+      tff.learning.optimizers.build_sgdm(server_learning_rate), weights_type,
+      should_reject_update=lambda *_: (False, collections.OrderedDict()))
+                for weights_type in client_work.weights_types]
 
-  models_type = tff.StructWithPythonType(weights_types, tuple)
-  state_type = tff.StructWithPythonType(
-      [('round', tff.TensorType(np.int64)), ('models', models_type)], collections.OrderedDict)
-  client_meta_type = meta_type(num_models)
+  @tff.tensorflow.computation
+  def initial_models_fn():
+    return tuple(tff.learning.models.ModelWeights.from_model(fn()) for fn in model_fns)
 
-  @tff.tensorflow.computation(tff.SequenceType(client_meta_type))
+  return _compose(initial_models_fn, client_work, aggregator, finalizers)
+
+
+def _compose(initial_models_fn: tff.Computation, client_work: _ClientWork,
+             aggregator: _AssignmentAggregator,
+             finalizers: Sequence[tff.learning.templates.FinalizerProcess],
+             ) -> tff.templates.MeasuredProcess:
+  """The MMFL process from its pieces: a multi-model ``compose_learning_process``.
+
+  TFF's `tff.learning.templates.compose_learning_process` cannot express MMFL:
+  its state holds one model, its client work returns one ``ClientResult`` per
+  client, and its aggregator sees updates already trained, whereas here the
+  assignment needs every client's signals and comes *before* the training of
+  the model assigned. The order is otherwise TFF's: broadcast, client work,
+  aggregation, one finalizer per model. The state stays ``<round, models>``:
+  SGD's finalizer state is only its learning rate, so the finalizers start
+  from it each round. A ``next`` with secure sums says how to run them
+  (`secure_context.hinting_computation`).
+  """
+  num_models = len(finalizers)
+
+  @tff.federated_computation()
+  def init_fn():
+    return tff.federated_zip(collections.OrderedDict(
+        round=tff.federated_value(np.int64(0), tff.SERVER),
+        models=tff.federated_eval(initial_models_fn, tff.SERVER)))
+
+  meta_sequence_type = tff.SequenceType(meta_type(num_models))
+
+  @tff.tensorflow.computation(meta_sequence_type)
   def read_meta(meta):
     initial = collections.OrderedDict(client=tf.constant(-1, tf.int32),
                                       shares=tf.zeros([num_models], tf.float32))
     return meta.reduce(initial, lambda _, element: element)
 
   client_data_type = tff.StructWithPythonType(
-      [('data', tff.StructWithPythonType(data_types, tuple)),
-       ('meta', tff.SequenceType(client_meta_type))], collections.OrderedDict)
-  signal_type = tff.TensorType(_FLOAT, [num_models])
+      [('data', client_work.data_type), ('meta', meta_sequence_type)], collections.OrderedDict)
 
-  @tff.tensorflow.computation
-  def initialize_models():
-    return tuple(tff.learning.models.ModelWeights.from_model(fn()) for fn in model_fns)
-
-  @tff.federated_computation()
-  def init_fn():
-    return tff.federated_zip(collections.OrderedDict(
-        round=tff.federated_value(np.int64(0), tff.SERVER),
-        models=tff.federated_eval(initialize_models, tff.SERVER)))
-
-  # --- Client and server TensorFlow pieces. ---------------------------------------
-
-  @tff.tensorflow.computation(client_meta_type, tff.StructWithPythonType(
-      [tff.TensorType(_FLOAT)] * num_models, tuple))
-  def client_signal(meta, values):
-    raw = meta['shares'] * tf.stack(values)
-    finite = tf.math.is_finite(raw)
-    signal = tf.where(finite, raw, 0.0)
-    total = tf.reduce_sum(signal)
-    return collections.OrderedDict(
-        signal=signal,
-        total=tf.minimum(total, norm_bound),
-        clipped=tf.cast(total > norm_bound, _COUNT),
-        non_finite=tf.cast(tf.reduce_any(tf.logical_not(finite)), _COUNT))
-
-  signal_info_type = client_signal.type_signature.result
-
-  @tff.tensorflow.computation(client_meta_type, signal_type, tff.TensorType(_FLOAT),
-                              tff.TensorType(np.int64))
-  def client_choice(meta, signal, probability, round_num):
-    shares = meta['shares']
-    has_data = shares > 0.0
-    index = tf.range(num_models)
-    if config.assignment in ('exact', 'approximate'):
-      draw = probability * tf.math.divide_no_nan(signal, tf.reduce_sum(signal))
-      marginal = draw
-    elif config.assignment == 'random':
-      choices = tf.reduce_sum(tf.cast(has_data, _FLOAT))
-      draw = tf.where(has_data, probability / tf.maximum(choices, 1.0), 0.0)
-      marginal = draw
-    else:  # round_robin
-      offset = tf.cast(base_seed % num_models, tf.int64)
-      turn = tf.cast((tf.cast(meta['client'], tf.int64) + round_num + offset) % num_models,
-                     tf.int32)
-      draw = tf.where(tf.equal(index, turn) & has_data, probability, 0.0)
-      marginal = draw / num_models
-    seed = tf.random.experimental.stateless_fold_in(
-        tf.random.experimental.stateless_fold_in(
-            tf.constant([base_seed, 0], tf.int64), round_num),
-        tf.cast(meta['client'], tf.int64))
-    uniform = tf.random.stateless_uniform([], seed=seed, dtype=tf.float32)
-    cumulative = tf.cumsum(draw)
-    chosen = tf.reduce_sum(tf.cast(cumulative <= uniform, tf.int32))  # num_models: none.
-    selected = tf.equal(index, chosen) & (draw > 0.0)
-    factor = tf.where(selected, shares / tf.where(selected, marginal, 1.0), 0.0)
-    return collections.OrderedDict(
-        selected=tf.cast(selected, _COUNT), factor=factor, probability=tf.reduce_sum(draw),
-        marginal=marginal)
-
-  choice_type = client_choice.type_signature.result
-  datas_type = tff.StructWithPythonType(data_types, tuple)
-  train_chosen = tff.tensorflow.computation(
-      _train_chosen_model(model_fns, client_learning_rates),
-      models_type, datas_type, choice_type, client_meta_type)
-
-  @tff.tensorflow.computation(signal_info_type, choice_type, tff.TensorType(_FLOAT))
-  def client_variance_terms(info, choice, norm_sum):
-    # Σ_s (1 − p)/p · (Ũ_s/A)² and Σ_s (Ũ_s/A)², each in [0, max(1, 1/m)]
-    # (p_{s|i} ≥ m Ũ_s / A below saturation, p_{s|i} = Ũ_s / M_i at it).
-    shares = info['signal'] / tf.maximum(norm_sum, 1e-30)
-    p = choice['marginal']
-    terms = tf.where(p > 0.0, (1.0 - p) / tf.where(p > 0.0, p, 1.0) * shares**2, 0.0)
-    return collections.OrderedDict(
-        variance=tf.clip_by_value(tf.reduce_sum(terms), 0.0, max(1.0, 1.0 / m)),
-        squares=tf.reduce_sum(shares**2))
-
-  @tff.tensorflow.computation(tff.TensorType(_FLOAT), tff.TensorType(_FLOAT), tff.TensorType(_FLOAT))
-  def server_improvement(variance, squares, size):
-    uniform = tf.minimum(m, size) / tf.maximum(size * num_models, 1.0)
-    denominator = (1.0 - uniform) / uniform * squares
-    return tf.where(denominator > 0.0, variance / tf.where(denominator > 0.0, denominator, 1.0),
-                    0.0)
-
-  @tff.tensorflow.computation(tff.TensorType(_FLOAT, [None]), tff.TensorType(_FLOAT))
-  def server_secure_variance_ratio(totals, squares_sum):
-    # Variance with the proportional split: Σ_i M_i²/p_i − Σ_{i,s} Ũ², all
-    # scaled by 1/A² (squares_sum arrives scaled).
-    totals = tf.cast(totals, tf.float64)
-    scaled = totals / tf.maximum(tf.reduce_sum(totals), 1e-300)
-
-    def variance(p):
-      return tf.reduce_sum(tf.math.divide_no_nan(scaled**2, p)) - tf.cast(squares_sum, tf.float64)
-
-    exact = variance(probabilities.optimal_probabilities_tf(scaled, m, validate=False))
-    ratios = [variance(probabilities.approximate_optimal_probabilities_tf(
-        scaled, m, j, validate=False)) for j in range(steps + 1)]
-    return tf.cast(tf.math.divide_no_nan(tf.stack(ratios), exact), _FLOAT)
-
-  @tff.tensorflow.computation(models_type, tff.StructWithPythonType(
-      [w.trainable for w in weights_types], tuple))
-  def server_update(models, sums):
-    return tuple(
-        tff.learning.models.ModelWeights(
-            trainable=tf.nest.map_structure(
-                lambda w, u: w - tf.cast(server_learning_rate, w.dtype) * u,
-                weights.trainable, total),
-            non_trainable=weights.non_trainable)
-        for weights, total in zip(models, sums))
-
-  # --- The federated computation. ---------------------------------------------------
-
-  @tff.federated_computation(
-      tff.FederatedType(state_type, tff.SERVER),
-      tff.FederatedType(client_data_type, tff.CLIENTS))
+  @tff.federated_computation(init_fn.type_signature.result,
+                             tff.FederatedType(client_data_type, tff.CLIENTS))
   def next_fn(state, data):
+    models = tff.federated_broadcast(state.models)
     meta = tff.federated_map(read_meta, data.meta)
-    round_num = state['round']
-    models_at_clients = [tff.federated_broadcast(state['models'][s]) for s in range(num_models)]
-    cohort_size = protocol.sum_counts(
-        tff.federated_value(_COUNT(1), tff.CLIENTS), secure)
-    size = tff.federated_map(tff.tensorflow.computation(lambda n: tf.cast(n, _FLOAT)),
-                             cohort_size)
-
-    trained = None
-    if config.signal == 'update_norm':
-      trained = [tff.federated_map(train_fns[s], (models_at_clients[s], data.data[s]))
-                 for s in range(num_models)]
-      values = [t.norm for t in trained]
-    elif config.signal == 'loss':
-      values = [tff.federated_map(tff.tensorflow.computation(lambda l: l[0]), tff.federated_map(
-          loss_fns[s], (models_at_clients[s], data.data[s]))) for s in range(num_models)]
-    else:
-      values = [tff.federated_value(_FLOAT(0.0), tff.CLIENTS)] * num_models
-    info = tff.federated_map(client_signal, (meta, tff.federated_zip(tuple(values))))
-    totals = info.total
-
-    if uses_signal:
-      phases = protocol.federated_probabilities(
-          totals, size, expected_clients=m, mode=config.assignment,
-          max_rescaling_steps=steps, secure=secure, norm_bound=norm_bound)
-      probability = phases.probability
-      rescaling_steps, full_participation = phases.rescaling_steps, phases.full_participation
-    else:  # Every client takes part with probability min(1, m/N); no client value needed.
-      phases = None
-      probability = tff.federated_broadcast(tff.federated_map(tff.tensorflow.computation(
-          lambda n: tf.minimum(1.0, m / tf.maximum(n, 1.0))), size))
-      rescaling_steps = tff.federated_value(_COUNT(0), tff.SERVER)
-      full_participation = tff.federated_map(tff.tensorflow.computation(
-          lambda n: tf.cast(m >= n, _FLOAT)), size)
-    choice = tff.federated_map(client_choice, (
-        meta, info.signal,
-        probability, tff.federated_broadcast(round_num)))
-
-    sums, non_finite_updates = [], []
-    if trained is None:  # One TensorFlow call per client trains its chosen model only.
-      chosen_results = tff.federated_map(train_chosen, (
-          tff.federated_zip(tuple(models_at_clients)), data.data, choice, meta))
-    for s in range(num_models):
-      if trained is None:
-        step = chosen_results[s]
-      else:  # Every model trained (for its norm): weigh and count in one call.
-        step = tff.federated_map(_weigh_computation(
-            trained[s].type_signature.member, choice_type, client_meta_type, s),
-            (trained[s], choice, meta))
-      sums.append(tff.federated_sum(step.update))
-      non_finite_updates.append(step.non_finite)
-
-    new_models = tff.federated_map(server_update, (state['models'], tff.federated_zip(tuple(sums))))
-    bad_updates_type = tff.StructWithPythonType([tff.TensorType(_COUNT)] * num_models, tuple)
-
-    @tff.tensorflow.computation(signal_info_type, choice_type, bad_updates_type)
-    def client_counts(info, chosen, bad_updates):
-      return collections.OrderedDict(
-          uploads=chosen['selected'], clipped_signals=info['clipped'],
-          non_finite_signals=info['non_finite'], non_finite_updates=tf.add_n(list(bad_updates)))
-
-    counts = protocol.sum_counts(tff.federated_map(client_counts, (
-        info, choice, tff.federated_zip(tuple(non_finite_updates)))), secure)
-    expected_uploads = protocol.sum_floats(choice.probability, 1.0, secure)
-
-    extra_scalars = 4 + num_models + 1  # Cohort count, 3 flags, upload bits, Σp.
-    measurements = collections.OrderedDict(
-        cohort_size=cohort_size,
-        uploads=counts.uploads,
-        expected_uploads=expected_uploads,
-        rescaling_steps=rescaling_steps,
-        full_participation=full_participation)
-    if uses_signal:
-      terms = protocol.sum_floats(tff.federated_map(client_variance_terms, (
-          info, choice, tff.federated_broadcast(phases.norm_sum))),
-          max(1.0, 1.0 / m), secure)
-      variance, squares = terms.variance, terms.squares
-      measurements['improvement_factor'] = tff.federated_map(
-          server_improvement, (variance, squares, size))
-      extra_scalars += 1 + 2  # M_i for Σ M_i; the two variance terms.
-      if config.assignment == 'exact':
-        measurements['secure_variance_ratio'] = tff.federated_map(
-            server_secure_variance_ratio, (phases.all_norms, squares))
-        extra_scalars += 1  # M_i, gathered individually.
-      else:
-        extra_scalars += 2 * steps
-    for name in ('clipped_signals', 'non_finite_signals', 'non_finite_updates'):
-      measurements[name] = counts[name]
-    measurements['extra_scalars_per_client'] = tff.federated_value(
-        _COUNT(extra_scalars), tff.SERVER)
-
+    values, trained = client_work.signal(models, data.data)
+    assignment = aggregator.assign(state.round, values, meta)
+    updates = client_work.train(models, data.data, assignment.choice, meta, trained)
+    sums, measurements = aggregator.aggregate(assignment, updates)
+    new_models = tff.federated_zip(tuple(
+        finalizer.next(finalizer.initialize(), state.models[s], sums[s]).result
+        for s, finalizer in enumerate(finalizers)))
     new_state = tff.federated_zip(collections.OrderedDict(
-        round=tff.federated_map(tff.tensorflow.computation(lambda r: r + 1), round_num),
+        round=tff.federated_map(tff.tensorflow.computation(lambda r: r + 1), state.round),
         models=new_models))
-    return tff.templates.MeasuredProcessOutput(
-        new_state, new_models, tff.federated_zip(measurements))
+    return tff.templates.MeasuredProcessOutput(new_state, new_models, measurements)
 
+  if secure_context.has_secure_sums(next_fn):
+    next_fn = secure_context.hinting_computation(next_fn)
   return tff.templates.MeasuredProcess(init_fn, next_fn)
+
+
+class _ClientWork(NamedTuple):
+  """The clients' side of a round (`_build_client_work`); functions of federated values."""
+
+  weights_types: tuple[tff.Type, ...]  # Each model's `ModelWeights` type.
+  data_type: tff.StructWithPythonType  # <B_1*, …, B_S*>.
+  # (models, datasets) -> (S raw signals: norms or [1]-shaped losses, trained results or None).
+  signal: Callable[..., Any]
+  # (models, datasets, choice, meta, trained) -> S × <update (weighted), non_finite>.
+  train: Callable[..., list[Any]]
+
+
+def _build_client_work(model_fns, learning_rates: Sequence[float], signal: str) -> _ClientWork:
+  """The client work: each client's signals, then its assigned model's weighted update.
+
+  With the update-norm signal, every client trains every model before the
+  assignment (the norms are the signal) and uploads the chosen one's update.
+  Otherwise it computes the losses (a forward pass per model) or nothing, and
+  after the assignment trains only the model it was assigned, in one
+  TensorFlow call (`_train_chosen_model`).
+  """
+  num_models = len(model_fns)
+  weights_types, data_types = zip(*(_model_types(fn) for fn in model_fns))
+
+  if signal == 'update_norm':
+    train_fns = [_train_computation(*args)
+                 for args in zip(model_fns, learning_rates, weights_types, data_types)]
+
+    weigh = tff.tensorflow.computation(lambda trained, choice, meta: tuple(
+        _weighted_and_non_finite(result, choice, meta, s) for s, result in enumerate(trained)))
+
+    def signal_fn(models, datasets):
+      trained = [tff.federated_map(train_fns[s], (models[s], datasets[s]))
+                 for s in range(num_models)]
+      return [t.norm for t in trained], tff.federated_zip(tuple(trained))
+
+    def train_fn(models, datasets, choice, meta, trained):
+      del models, datasets  # Trained in `signal_fn`.
+      results = tff.federated_map(weigh, (trained, choice, meta))
+      return [results[s] for s in range(num_models)]
+
+  else:
+    loss_fns = [signals_lib.client_loss_computation(*args)
+                for args in zip(model_fns, weights_types, data_types)] if signal == 'loss' else []
+    train_chosen = tff.tensorflow.computation(_train_chosen_model(model_fns, learning_rates))
+
+    def signal_fn(models, datasets):
+      if loss_fns:
+        return [tff.federated_map(loss_fns[s], (models[s], datasets[s]))
+                for s in range(num_models)], None
+      return [tff.federated_value(_FLOAT(0.0), tff.CLIENTS)] * num_models, None
+
+    def train_fn(models, datasets, choice, meta, trained):
+      del trained  # None.
+      results = tff.federated_map(train_chosen, (models, datasets, choice, meta))
+      return [results[s] for s in range(num_models)]
+
+  return _ClientWork(weights_types, tff.StructWithPythonType(data_types, tuple),
+                     signal_fn, train_fn)
+
+
+def _model_types(model_fn) -> tuple[tff.Type, tff.SequenceType]:
+  """A model's `ModelWeights` type and the type of a client's dataset for it."""
+  with tf.Graph().as_default():
+    model = model_fn()
+    weights_type = tff.types.tensorflow_to_type(tf.nest.map_structure(
+        lambda v: tf.TensorSpec(v.shape, v.dtype),
+        tff.learning.models.ModelWeights.from_model(model)))
+    return weights_type, tff.SequenceType(tff.types.tensorflow_to_type(model.input_spec))
 
 
 def _client_update(model_fn):
@@ -533,15 +439,15 @@ def _train_computation(model_fn, learning_rate: float, weights_type, data_type):
   return train
 
 
-def _weighted_and_non_finite(result, choice, meta, model: int, trained) -> collections.OrderedDict:
+def _weighted_and_non_finite(result, choice, meta, model: int) -> collections.OrderedDict:
   """``factor_s · update`` (zero unless model `model` was chosen), and 1 if the
   client trained the model on data (share > 0) and TFF zeroed its non-finite
   update (weight 0)."""
   factor = choice['factor'][model]
   return collections.OrderedDict(
       update=tf.nest.map_structure(lambda t: tf.cast(factor, t.dtype) * t, result['update']),
-      non_finite=tf.cast(trained & (meta['shares'][model] > 0.0)
-                         & tf.equal(result['weight'], 0.0), _COUNT))
+      non_finite=tf.cast((meta['shares'][model] > 0.0) & tf.equal(result['weight'], 0.0),
+                         _COUNT))
 
 
 def _train_chosen_model(model_fns, learning_rates):
@@ -571,7 +477,7 @@ def _train_chosen_model(model_fns, learning_rates):
             outputs.append(zero(s))
             continue
           result = _train_result(client_updates[s], optimizers[s], models[s], datasets[s])
-          outputs.append(_weighted_and_non_finite(result, choice, meta, s, tf.constant(True)))
+          outputs.append(_weighted_and_non_finite(result, choice, meta, s))
         return tuple(outputs)
       return run
 
@@ -583,12 +489,215 @@ def _train_chosen_model(model_fns, learning_rates):
   return train_chosen
 
 
-def _weigh_computation(result_type, choice_type, client_meta_type, model: int):
-  """``(train result, choice, meta) -> <update, non_finite>`` for a model every
-  client trained (for its norm): `_weighted_and_non_finite`."""
+class _Assignment(NamedTuple):
+  """One round's assignment, as federated values."""
 
-  @tff.tensorflow.computation(result_type, choice_type, client_meta_type)
-  def weigh(result, choice, meta):
-    return _weighted_and_non_finite(result, choice, meta, model, tf.constant(True))
+  cohort_size: Any  # int32@SERVER, N.
+  size: Any  # float32@SERVER, N.
+  info: Any  # <signal, total, clipped, non_finite>@CLIENTS (`_client_signal_computation`).
+  phases: protocol.FederatedProbabilities  # Of M_i (or of no signal: `_uniform_phases`).
+  choice: Any  # <selected, factor, probability, marginal>@CLIENTS (`_client_choice_computation`).
 
-  return weigh
+
+class _AssignmentAggregator(NamedTuple):
+  """The server's side of a round (`_build_assignment_aggregator`)."""
+
+  assign: Callable[..., _Assignment]  # (round, values, meta) -> _Assignment.
+  # (_Assignment, updates) -> (S sums of weighted updates, measurements), all @SERVER.
+  aggregate: Callable[..., tuple[list[Any], Any]]
+
+
+def _build_assignment_aggregator(num_models: int, config: Sampling, *, expected_clients: float,
+                                 max_rescaling_steps: int, seed: int,
+                                 norm_bound: float) -> _AssignmentAggregator:
+  """The assignment aggregator: probabilities, draws, per-model sums and measurements.
+
+  ``assign`` counts the cohort, clips each client's ``M_i``, runs
+  `protocol.federated_probabilities` on it (or gives every client ``min(1,
+  m/N)`` without a signal) and lets each client draw its model; ``aggregate``
+  sums each model's weighted updates and the measurements, through secure sums
+  for the secure samplings (`protocol.sum_counts`, `protocol.sum_floats`).
+  """
+  m, steps, secure = expected_clients, max_rescaling_steps, config.secure
+  uses_signal = config.signal != 'none'
+  client_signal = _client_signal_computation(norm_bound)
+  client_choice = _client_choice_computation(num_models, config.assignment, seed)
+  extra_scalars = 4 + num_models + 1  # Cohort count, 3 flags, upload bits, Σp.
+  if uses_signal:  # M_i for Σ M_i; the two variance terms; M_i gathered, or (P, I) per step.
+    extra_scalars += 1 + 2 + (1 if config.assignment == 'exact' else 2 * steps)
+
+  def assign(round_num, values, meta) -> _Assignment:
+    cohort_size = protocol.sum_counts(tff.federated_value(_COUNT(1), tff.CLIENTS), secure)
+    size = tff.federated_map(tff.tensorflow.computation(lambda n: tf.cast(n, _FLOAT)),
+                             cohort_size)
+    info = tff.federated_map(client_signal, (meta, tff.federated_zip(tuple(values))))
+    if uses_signal:
+      phases = protocol.federated_probabilities(
+          info.total, size, expected_clients=m, mode=config.assignment,
+          max_rescaling_steps=steps, secure=secure, norm_bound=norm_bound)
+    else:
+      phases = _uniform_phases(size, m)
+    choice = tff.federated_map(client_choice, (
+        meta, info.signal, phases.probability, tff.federated_broadcast(round_num)))
+    return _Assignment(cohort_size, size, info, phases, choice)
+
+  def aggregate(assignment: _Assignment, updates):
+    sums = [tff.federated_sum(update.update) for update in updates]
+    counts = protocol.sum_counts(tff.federated_map(_client_counts, (
+        assignment.info, assignment.choice,
+        tff.federated_zip(tuple(update.non_finite for update in updates)))), secure)
+    measurements = collections.OrderedDict(
+        cohort_size=assignment.cohort_size,
+        uploads=counts.uploads,
+        expected_uploads=protocol.sum_floats(assignment.choice.probability, 1.0, secure),
+        rescaling_steps=assignment.phases.rescaling_steps,
+        full_participation=assignment.phases.full_participation)
+    if uses_signal:
+      measurements.update(_variance_measurements(
+          assignment, expected_clients=m, num_models=num_models, max_rescaling_steps=steps,
+          exact=config.assignment == 'exact', secure=secure))
+    for name in ('clipped_signals', 'non_finite_signals', 'non_finite_updates'):
+      measurements[name] = counts[name]
+    measurements['extra_scalars_per_client'] = tff.federated_value(
+        _COUNT(extra_scalars), tff.SERVER)
+    return sums, tff.federated_zip(measurements)
+
+  return _AssignmentAggregator(assign, aggregate)
+
+
+def _uniform_phases(size, m: float) -> protocol.FederatedProbabilities:
+  """Every client takes part with probability ``min(1, m/N)``; no client value needed."""
+  probability = tff.federated_broadcast(tff.federated_map(tff.tensorflow.computation(
+      lambda n: tf.minimum(1.0, m / tf.maximum(n, 1.0))), size))
+  full_participation = tff.federated_map(tff.tensorflow.computation(
+      lambda n: tf.cast(m >= n, _FLOAT)), size)
+  return protocol.FederatedProbabilities(
+      probability=probability, norm_sum=None,
+      rescaling_steps=tff.federated_value(_COUNT(0), tff.SERVER),
+      full_participation=full_participation, water_level=None, all_norms=None)
+
+
+def _client_signal_computation(norm_bound: float) -> tff.Computation:
+  """``(meta, values) -> <signal, total, clipped, non_finite>``: ``Ũ_{i,·}`` and ``M_i``.
+
+  ``values`` are the raw per-model values (norms, or ``[1]``-shaped losses); a
+  non-finite one counts as zero, and ``M_i`` is clipped to `norm_bound`.
+  """
+
+  @tff.tensorflow.computation
+  def client_signal(meta, values):
+    raw = meta['shares'] * tf.reshape(tf.stack(values), [-1])
+    finite = tf.math.is_finite(raw)
+    signal = tf.where(finite, raw, 0.0)
+    total = tf.reduce_sum(signal)
+    return collections.OrderedDict(
+        signal=signal,
+        total=tf.minimum(total, norm_bound),
+        clipped=tf.cast(total > norm_bound, _COUNT),
+        non_finite=tf.cast(tf.reduce_any(tf.logical_not(finite)), _COUNT))
+
+  return client_signal
+
+
+def _client_choice_computation(num_models: int, assignment: str, seed: int) -> tff.Computation:
+  """``(meta, Ũ_{i,·}, p_i, round) -> <selected, factor, probability, marginal>``.
+
+  The client's ``p_{s|i}`` (by `assignment`), its draw (``stateless_uniform``
+  seeded by (seed, round, client)), the upload weight ``factor = d_{i,s} /
+  p_{s|i}`` of the model it chose, ``Σ_s p_{s|i}`` and the marginals.
+  """
+
+  @tff.tensorflow.computation(meta_type(num_models), tff.TensorType(_FLOAT, [num_models]),
+                              tff.TensorType(_FLOAT), tff.TensorType(np.int64))
+  def client_choice(meta, signal, probability, round_num):
+    shares = meta['shares']
+    has_data = shares > 0.0
+    index = tf.range(num_models)
+    if assignment in ('exact', 'approximate'):
+      draw = probability * tf.math.divide_no_nan(signal, tf.reduce_sum(signal))
+      marginal = draw
+    elif assignment == 'random':
+      choices = tf.reduce_sum(tf.cast(has_data, _FLOAT))
+      draw = tf.where(has_data, probability / tf.maximum(choices, 1.0), 0.0)
+      marginal = draw
+    else:  # round_robin
+      offset = tf.cast(seed % num_models, tf.int64)
+      turn = tf.cast((tf.cast(meta['client'], tf.int64) + round_num + offset) % num_models,
+                     tf.int32)
+      draw = tf.where(tf.equal(index, turn) & has_data, probability, 0.0)
+      marginal = draw / num_models
+    client_seed = tf.random.experimental.stateless_fold_in(
+        tf.random.experimental.stateless_fold_in(
+            tf.constant([seed, 0], tf.int64), round_num),
+        tf.cast(meta['client'], tf.int64))
+    uniform = tf.random.stateless_uniform([], seed=client_seed, dtype=tf.float32)
+    cumulative = tf.cumsum(draw)
+    chosen = tf.reduce_sum(tf.cast(cumulative <= uniform, tf.int32))  # num_models: none.
+    selected = tf.equal(index, chosen) & (draw > 0.0)
+    factor = tf.where(selected, shares / tf.where(selected, marginal, 1.0), 0.0)
+    return collections.OrderedDict(
+        selected=tf.cast(selected, _COUNT), factor=factor, probability=tf.reduce_sum(draw),
+        marginal=marginal)
+
+  return client_choice
+
+
+@tff.tensorflow.computation
+def _client_counts(info, choice, non_finite_updates):
+  """A client's contribution to the count measurements (summed by `aggregate`)."""
+  return collections.OrderedDict(
+      uploads=choice['selected'], clipped_signals=info['clipped'],
+      non_finite_signals=info['non_finite'],
+      non_finite_updates=tf.add_n(list(non_finite_updates)))
+
+
+def _variance_measurements(assignment: _Assignment, *, expected_clients: float,
+                           num_models: int, max_rescaling_steps: int, exact: bool,
+                           secure: bool) -> collections.OrderedDict:
+  """``improvement_factor`` and, if `exact`, ``secure_variance_ratio`` (see
+  `build_multi_model_process`), from two sums of per-client terms."""
+  m = expected_clients
+  bound = max(1.0, 1.0 / m)
+
+  @tff.tensorflow.computation
+  def client_variance_terms(info, choice, norm_sum):
+    # Σ_s (1 − p)/p · (Ũ_s/A)² and Σ_s (Ũ_s/A)², each in [0, max(1, 1/m)]
+    # (p_{s|i} ≥ m Ũ_s / A below saturation, p_{s|i} = Ũ_s / M_i at it).
+    shares = info['signal'] / tf.maximum(norm_sum, 1e-30)
+    p = choice['marginal']
+    terms = tf.where(p > 0.0, (1.0 - p) / tf.where(p > 0.0, p, 1.0) * shares**2, 0.0)
+    return collections.OrderedDict(
+        variance=tf.clip_by_value(tf.reduce_sum(terms), 0.0, bound),
+        squares=tf.reduce_sum(shares**2))
+
+  @tff.tensorflow.computation(protocol.FLOAT_TYPE, protocol.FLOAT_TYPE, protocol.FLOAT_TYPE)
+  def server_improvement(variance, squares, size):
+    uniform = tf.minimum(m, size) / tf.maximum(size * num_models, 1.0)
+    denominator = (1.0 - uniform) / uniform * squares
+    return tf.where(denominator > 0.0, variance / tf.where(denominator > 0.0, denominator, 1.0),
+                    0.0)
+
+  @tff.tensorflow.computation(tff.TensorType(_FLOAT, [None]), tff.TensorType(_FLOAT))
+  def server_secure_variance_ratio(totals, squares_sum):
+    # Variance with the proportional split: Σ_i M_i²/p_i − Σ_{i,s} Ũ², all
+    # scaled by 1/A² (squares_sum arrives scaled).
+    totals = tf.cast(totals, tf.float64)
+    scaled = totals / tf.maximum(tf.reduce_sum(totals), 1e-300)
+
+    def variance(p):
+      return tf.reduce_sum(tf.math.divide_no_nan(scaled**2, p)) - tf.cast(squares_sum, tf.float64)
+
+    optimum = variance(probabilities.optimal_probabilities_tf(scaled, m, validate=False))
+    ratios = [variance(probabilities.approximate_optimal_probabilities_tf(
+        scaled, m, j, validate=False)) for j in range(max_rescaling_steps + 1)]
+    return tf.cast(tf.math.divide_no_nan(tf.stack(ratios), optimum), _FLOAT)
+
+  terms = protocol.sum_floats(tff.federated_map(client_variance_terms, (
+      assignment.info, assignment.choice,
+      tff.federated_broadcast(assignment.phases.norm_sum))), bound, secure)
+  measurements = collections.OrderedDict(improvement_factor=tff.federated_map(
+      server_improvement, (terms.variance, terms.squares, assignment.size)))
+  if exact:
+    measurements['secure_variance_ratio'] = tff.federated_map(
+        server_secure_variance_ratio, (assignment.phases.all_norms, terms.squares))
+  return measurements
