@@ -13,6 +13,15 @@ def is_positive_int(value: Any) -> bool:
           and value > 0)
 
 
+def positive_number(name: str, value: Any) -> float:
+  """`value` as a float; a ValueError naming `name` unless it is a finite real number > 0."""
+  if (isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
+                                                                  np.floating))
+      or not np.isfinite(value) or value <= 0):
+    raise ValueError(f'{name} must be a positive finite number, got {value!r}.')
+  return float(value)
+
+
 def positive_int(name: str, value: Any, *, optional: bool = False) -> int | None:
   """`value` as an int; a ValueError naming `name` unless it is a positive integer
   (or, with `optional`, None, which is returned as is)."""

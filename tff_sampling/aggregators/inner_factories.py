@@ -47,6 +47,8 @@ from __future__ import annotations
 import tensorflow_federated as tff
 import tensorflow_privacy as tfp
 
+from tff_sampling import validation
+
 # TFF 0.87's leaf factories that return the sum of their client values.
 _SUM_FACTORIES = (
     tff.aggregators.SumFactory,
@@ -108,8 +110,7 @@ def dp_gaussian_sum_factory(noise_multiplier: float, clip: float
   """
   if not noise_multiplier >= 0:
     raise ValueError(f'noise_multiplier must be non-negative, got {noise_multiplier!r}.')
-  if not clip > 0:
-    raise ValueError(f'clip must be positive, got {clip!r}.')
+  validation.positive_number('clip', clip)
   return tff.aggregators.DifferentiallyPrivateFactory(
       tfp.GaussianSumQuery(l2_norm_clip=float(clip), stddev=float(clip) * float(noise_multiplier)))
 

@@ -14,16 +14,15 @@ from collections.abc import Callable
 
 import tensorflow_federated as tff
 
+from tff_sampling import validation
 from tff_sampling.learning import proximal
 
 CLIENT_LOOP = tff.learning.LoopImplementation.DATASET_ITERATOR
 
 
 def _check_learning_rates(client_learning_rate: float, server_learning_rate: float) -> None:
-  for name, value in (('client_learning_rate', client_learning_rate),
-                      ('server_learning_rate', server_learning_rate)):
-    if not value > 0:
-      raise ValueError(f'{name} must be positive, got {value!r}.')
+  validation.positive_number('client_learning_rate', client_learning_rate)
+  validation.positive_number('server_learning_rate', server_learning_rate)
 
 
 def build_fedavg(

@@ -101,6 +101,7 @@ import tensorflow_federated as tff
 from tensorflow_federated.python.learning.templates import model_delta_client_work
 
 from tff_sampling import probabilities
+from tff_sampling import validation
 from tff_sampling.aggregators import protocol
 from tff_sampling.aggregators import secure_context
 from tff_sampling.learning import fedavg
@@ -174,13 +175,6 @@ def data_shares(num_examples: np.ndarray) -> np.ndarray:
   return counts / totals
 
 
-def _check_positive(name: str, value) -> float:
-  if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-      or not np.isfinite(value) or value <= 0:
-    raise ValueError(f'{name} must be a positive finite number, got {value!r}.')
-  return float(value)
-
-
 def build_multi_model_process(
     model_fns: Sequence[Callable[[], tff.learning.models.VariableModel]],
     *,
@@ -244,14 +238,14 @@ def build_multi_model_process(
     raise ValueError('model_fns is empty: give at least one model builder.')
   if isinstance(client_learning_rates, (int, float, np.integer, np.floating)):
     client_learning_rates = [client_learning_rates] * num_models
-  client_learning_rates = [_check_positive('client_learning_rates', r)
+  client_learning_rates = [validation.positive_number('client_learning_rates', r)
                            for r in client_learning_rates]
   if len(client_learning_rates) != num_models:
     raise ValueError(f'{len(client_learning_rates)} client learning rates for {num_models} '
                      'models: give one rate, or one per model.')
-  server_learning_rate = _check_positive('server_learning_rate', server_learning_rate)
-  m = _check_positive('expected_clients', expected_clients)
-  norm_bound = _check_positive('norm_bound', norm_bound)
+  server_learning_rate = validation.positive_number('server_learning_rate', server_learning_rate)
+  m = validation.positive_number('expected_clients', expected_clients)
+  norm_bound = validation.positive_number('norm_bound', norm_bound)
   if (isinstance(max_rescaling_steps, bool) or not isinstance(max_rescaling_steps, (int, np.integer))
       or max_rescaling_steps < 0):
     raise ValueError(

@@ -30,6 +30,8 @@ from typing import Any
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_sampling import validation
+
 _ANCHOR = 'anchor'
 _STARTED = 'started'
 
@@ -72,8 +74,7 @@ def build_proximal_sgd(learning_rate: float, proximal_strength: float
   Raises:
     ValueError: For a non-positive `learning_rate` or negative `proximal_strength`.
   """
-  if not learning_rate > 0:
-    raise ValueError(f'learning_rate must be positive, got {learning_rate!r}.')
+  validation.positive_number('learning_rate', learning_rate)
   if not proximal_strength >= 0:
     raise ValueError(f'proximal_strength must be non-negative, got {proximal_strength!r}.')
   return _ProximalSGD(learning_rate, proximal_strength)

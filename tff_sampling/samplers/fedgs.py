@@ -218,8 +218,7 @@ def graph_distances(similarity: np.ndarray, *, epsilon: float = 0.1,
     raise ValueError('similarity must be finite.')
   if not np.allclose(v, v.T, rtol=0, atol=1e-12):
     raise ValueError('similarity must be symmetric.')
-  if not sigma2 > 0:
-    raise ValueError(f'sigma2 must be positive, got {sigma2!r}.')
+  validation.positive_number('sigma2', sigma2)
   n = v.shape[0]
   off = ~np.eye(n, dtype=bool)
   if n <= 1:
@@ -670,8 +669,7 @@ def select_clients_with_report(
     TypeError: If `alpha` is not a real number.
   """
   _validate_method(method, max_solver_clients)
-  if not time_limit_s > 0:
-    raise ValueError(f'time_limit_s must be positive, got {time_limit_s!r}.')
+  validation.positive_number('time_limit_s', time_limit_s)
   deadline = time.monotonic() + float(time_limit_s)
   problem = _build_problem(distances, counts, available, budget, alpha, None)
   order = np.random.default_rng(seed).permutation(problem.candidates.size)
@@ -810,8 +808,7 @@ class FedGSSampler(base.Sampler):
     validation.positive_int('clients_per_round', clients_per_round)
     if (features is None) == (distances is None):
       raise ValueError('Give exactly one of features and distances.')
-    if not time_limit_s > 0:
-      raise ValueError(f'time_limit_s must be positive, got {time_limit_s!r}.')
+    validation.positive_number('time_limit_s', time_limit_s)
     _validate_method(method, max_solver_clients)
     self.method = method
     self.max_solver_clients = int(max_solver_clients)
