@@ -1,25 +1,32 @@
 """Helpers shared by the task constructors (not part of the public API).
 
 Option validation (every error names the option and the offending value),
-in-memory `ClientData`, the seeded training-stream pipeline of the in-memory
-tasks, the cache-file check of TFF's downloaders, and a one-pass scan of a
-TFF SQLite database for per-client statistics.
+the `Task` assembly and seeded training-stream pipeline of every task,
+in-memory `ClientData` and tasks, the cache-file check of TFF's downloaders, a
+one-pass scan of a TFF SQLite database for per-client statistics, and TFDS
+loading without download.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import numbers
 import os
 import sqlite3
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Optional
 
 import numpy as np
 import tensorflow as tf
+import tensorflow_datasets as tfds
 import tensorflow_federated as tff
+
+from tasks.base import Task
+
+Preprocess = Callable[[tf.data.Dataset], tf.data.Dataset]
 
 # --------------------------------------------------------------------------
 # Option validation. Options arrive from command-line flags, so a wrong type
@@ -124,6 +131,89 @@ def as_xy(x: tf.Tensor, y: tf.Tensor) -> collections.OrderedDict:
 
 
 # --------------------------------------------------------------------------
+# Task assembly and the clients' training streams.
+
+
+def make_task(
+    name: str,
+    options: Mapping[str, Any],
+    train_data: tff.simulation.datasets.ClientData,
+    eval_data: tf.data.Dataset,
+    *,
+    preprocess_client: Callable[[tf.data.Dataset, Any], tf.data.Dataset],
+    preprocess_eval: Preprocess,
+    keras_model_fn: Callable[[int], tf.keras.Model],
+    statistics: tuple[np.ndarray, np.ndarray],
+    num_classes: int,
+    metrics_fn: Callable[[], list[tf.keras.metrics.Metric]] = accuracy_metrics,
+) -> Task:
+  """A `Task` with the sparse categorical loss, clients in `train_data`'s order.
+
+  `statistics` is ``(client_num_examples, client_label_histograms)``.
+  """
+  num_examples, histograms = statistics
+  return Task(
+      name=name,
+      train_data=train_data,
+      eval_data=eval_data,
+      preprocess_client=preprocess_client,
+      preprocess_eval=preprocess_eval,
+      keras_model_fn=keras_model_fn,
+      loss_fn=sparse_categorical_loss,
+      metrics_fn=metrics_fn,
+      client_ids=tuple(train_data.client_ids),
+      client_num_examples=num_examples,
+      client_label_histograms=histograms,
+      num_classes=num_classes,
+      options=options,
+  )
+
+
+def cap_and_repeat(dataset: tf.data.Dataset, options: Mapping[str, Any]) -> tf.data.Dataset:
+  """The per-epoch cap ``max_client_examples``, then ``client_epochs`` repetitions."""
+  if options['max_client_examples'] is not None:
+    dataset = dataset.take(options['max_client_examples'])
+  if options['client_epochs'] > 1:
+    dataset = dataset.repeat(options['client_epochs'])
+  return dataset
+
+
+def training_stream(
+    dataset: tf.data.Dataset, seed, options: Mapping[str, Any], *, shuffle_buffer_size: int
+) -> tf.data.Dataset:
+  """Seeded shuffle, then `cap_and_repeat` (batching is left to the caller).
+
+  The shuffle sits upstream of ``repeat`` with ``reshuffle_each_iteration``,
+  so every epoch sees a new order (and, with a cap, a new subset of at most
+  ``max_client_examples`` examples); all orders are a deterministic function
+  of `seed`.
+  """
+  if shuffle_buffer_size > 1:
+    dataset = dataset.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True)
+  return cap_and_repeat(dataset, options)
+
+
+def client_preprocess(
+    options: Mapping[str, Any], *, shuffle_buffer_size: int, batches: Preprocess
+) -> Callable[[tf.data.Dataset, Any], tf.data.Dataset]:
+  """``preprocess_client``: `training_stream`, then `batches`."""
+
+  def preprocess_client(dataset: tf.data.Dataset, seed) -> tf.data.Dataset:
+    return batches(training_stream(dataset, seed, options,
+                                   shuffle_buffer_size=shuffle_buffer_size))
+
+  return preprocess_client
+
+
+def batch(
+    dataset: tf.data.Dataset, *, batch_size: int, batch_map: Optional[Callable[[Any], Any]] = None
+) -> tf.data.Dataset:
+  """Batches of `batch_size`, each mapped by `batch_map` if given."""
+  dataset = dataset.batch(batch_size)
+  return dataset if batch_map is None else dataset.map(batch_map)
+
+
+# --------------------------------------------------------------------------
 # In-memory federated data.
 
 
@@ -174,53 +264,46 @@ def in_memory_client_data(
   return tff.simulation.datasets.ClientData.from_clients_and_tf_fn(client_ids, dataset_fn)
 
 
-def training_stream(
-    dataset: tf.data.Dataset,
-    seed,
-    *,
-    shuffle_buffer_size: int,
-    max_examples: Optional[int],
-    epochs: int,
-) -> tf.data.Dataset:
-  """Seeded shuffle, per-epoch cap, repeat (batching is left to the caller).
-
-  The shuffle sits upstream of ``repeat`` with ``reshuffle_each_iteration``,
-  so every epoch sees a new order (and, with a cap, a new subset of at most
-  `max_examples` examples); all orders are a deterministic function of
-  `seed`.
-  """
-  if shuffle_buffer_size > 1:
-    dataset = dataset.shuffle(shuffle_buffer_size, seed=seed, reshuffle_each_iteration=True)
-  if max_examples is not None:
-    dataset = dataset.take(max_examples)
-  if epochs > 1:
-    dataset = dataset.repeat(epochs)
-  return dataset
-
-
-def batched_xy_preprocess(
-    *, batch_size: int, epochs: int, max_examples: Optional[int], shuffle_buffer_size: int
-) -> Callable[[tf.data.Dataset, Any], tf.data.Dataset]:
-  """``preprocess_client`` for in-memory tasks whose elements are ``{x, y}``."""
-
-  def preprocess_client(dataset: tf.data.Dataset, seed) -> tf.data.Dataset:
-    dataset = training_stream(
-        dataset, seed, shuffle_buffer_size=shuffle_buffer_size,
-        max_examples=max_examples, epochs=epochs)
-    return dataset.batch(batch_size)
-
-  return preprocess_client
-
-
 def tf_dataset_from_arrays(arrays: Mapping[str, np.ndarray]) -> tf.data.Dataset:
   """Unbatched dataset of ``OrderedDict`` elements from equal-length arrays."""
   return tf.data.Dataset.from_tensor_slices(
       collections.OrderedDict((k, np.asarray(v)) for k, v in arrays.items()))
 
 
-def batch(dataset: tf.data.Dataset, *, batch_size: int) -> tf.data.Dataset:
-  """``preprocess_eval`` of the in-memory tasks."""
-  return dataset.batch(batch_size)
+def in_memory_task(
+    name: str,
+    options: Mapping[str, Any],
+    *,
+    train: Mapping[str, np.ndarray],
+    sizes: np.ndarray,
+    evaluation: Mapping[str, np.ndarray],
+    keras_model_fn: Callable[[int], tf.keras.Model],
+    num_classes: int,
+    batch_map: Optional[Callable[[Any], Any]] = None,
+) -> Task:
+  """A task over in-memory ``{x, y}`` arrays, clients ``client_0``, ... in row order.
+
+  `train` holds the clients' rows in order, `sizes` rows each; label
+  histograms count ``train['y']``. Training streams: `training_stream` with a
+  shuffle buffer of the largest client, then batches; every training and
+  evaluation batch is mapped by `batch_map` if given.
+  """
+  offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+  width = len(str(len(sizes) - 1))
+  client_ids = tuple(f'client_{i:0{width}d}' for i in range(len(sizes)))
+  return make_task(
+      name, options, in_memory_client_data(client_ids, train, offsets),
+      tf_dataset_from_arrays(evaluation),
+      preprocess_client=client_preprocess(
+          options, shuffle_buffer_size=int(sizes.max()), batches=functools.partial(
+              batch, batch_size=options['client_batch_size'], batch_map=batch_map)),
+      preprocess_eval=functools.partial(
+          batch, batch_size=options['eval_batch_size'], batch_map=batch_map),
+      keras_model_fn=keras_model_fn,
+      statistics=(np.asarray(sizes, np.int64),
+                  label_histograms(train['y'], offsets, num_classes)),
+      num_classes=num_classes,
+  )
 
 
 def label_histograms(labels: np.ndarray, offsets: np.ndarray, num_classes: int) -> np.ndarray:
@@ -287,6 +370,19 @@ def require_cached_database(dataset: str, file_name: str, cache_dir: Optional[st
   if os.path.exists(path):  # A local file (gfile also reaches remote ones, not checked).
     check_tff_database(path, dataset, file_name)
   return path
+
+
+def load_tff_data(
+    dataset: str, file_name: str, cache_dir: Optional[str], **load_options: Any
+) -> tuple[str, tff.simulation.datasets.ClientData, tff.simulation.datasets.ClientData]:
+  """``(database path, train data, test data)`` from ``tff.simulation.datasets.<dataset>``.
+
+  Checks the cache first (`require_cached_database`), so TFF never downloads.
+  """
+  database = require_cached_database(dataset, file_name, cache_dir)
+  train_data, test_data = getattr(tff.simulation.datasets, dataset).load_data(
+      cache_dir=cache_dir, **load_options)
+  return database, train_data, test_data
 
 
 def check_tff_database(path: str, dataset: str, file_name: str) -> None:
@@ -375,20 +471,35 @@ def scan_sql_split(
   Returns:
     ``(client_num_examples int64[N], client_label_histograms int64[N, C])``.
   """
-  index = {client_id: i for i, client_id in enumerate(client_ids)}
   num_examples = np.zeros(len(client_ids), np.int64)
   histograms = np.zeros((len(client_ids), num_classes), np.int64)
+  for owners, protos in sql_split_chunks(database_path, split_name, client_ids,
+                                         chunk_size=chunk_size):
+    counts, examples = row_statistics(protos)
+    np.add.at(histograms, owners, counts)
+    np.add.at(num_examples, owners, examples)
+  return num_examples, histograms
+
+
+def sql_split_chunks(
+    database_path: str, split_name: str, client_ids: Sequence[str], *,
+    chunk_size: int = 20_000, rowid_order: bool = False,
+) -> Iterator[tuple[np.ndarray, list[bytes]]]:
+  """The rows of one split, in chunks ``(int64 owners, serialised examples)``.
+
+  ``owners`` are indices into `client_ids`. With `rowid_order` the rows come
+  in storage order, the order TFF's ``SqlClientData`` yields a client's rows.
+  """
+  index = {client_id: i for i, client_id in enumerate(client_ids)}
   uri = f'file:{os.path.abspath(database_path)}?mode=ro'
+  order = ' ORDER BY rowid' if rowid_order else ''
   with contextlib.closing(sqlite3.connect(uri, uri=True)) as connection:
     cursor = connection.execute(
-        'SELECT client_id, serialized_example_proto FROM examples WHERE split_name = ?;',
-        (split_name,))
+        'SELECT client_id, serialized_example_proto FROM examples WHERE split_name = ?'
+        f'{order};', (split_name,))
     while rows := cursor.fetchmany(chunk_size):
-      owners = np.fromiter((index[row[0]] for row in rows), np.int64, len(rows))
-      counts, examples = row_statistics([row[1] for row in rows])
-      np.add.at(histograms, owners, counts)
-      np.add.at(num_examples, owners, examples)
-  return num_examples, histograms
+      yield (np.fromiter((index[row[0]] for row in rows), np.int64, len(rows)),
+             [row[1] for row in rows])
 
 
 def parse_int_feature(protos: list[bytes], key: str) -> np.ndarray:
@@ -398,15 +509,20 @@ def parse_int_feature(protos: list[bytes], key: str) -> np.ndarray:
   return parsed[key].numpy()
 
 
+def check_label_range(labels: np.ndarray, key: str, num_classes: int) -> None:
+  """Raises a ValueError unless every label `key` read from a database is a class."""
+  if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
+    raise ValueError(
+        f'Label {key!r} outside [0, {num_classes}) in the database: '
+        f'found values in [{labels.min()}, {labels.max()}].')
+
+
 def one_hot_label_statistics(key: str, num_classes: int):
   """`row_statistics` for one scalar label per example."""
 
   def statistics(protos: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
     labels = parse_int_feature(protos, key)
-    if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
-      raise ValueError(
-          f'Label {key!r} outside [0, {num_classes}) in the database: '
-          f'found values in [{labels.min()}, {labels.max()}].')
+    check_label_range(labels, key, num_classes)
     counts = np.zeros((len(protos), num_classes), np.int64)
     counts[np.arange(len(protos)), labels] = 1
     return counts, np.ones(len(protos), np.int64)
@@ -415,15 +531,40 @@ def one_hot_label_statistics(key: str, num_classes: int):
 
 
 def centralized_eval_data(
-    test_data: tff.simulation.datasets.ClientData, seed: int, max_examples: Optional[int]
+    test_data: tff.simulation.datasets.ClientData, options: Mapping[str, Any]
 ) -> tf.data.Dataset:
-  """The test split as one dataset, at most `max_examples` raw elements.
+  """The test split as one dataset, at most ``max_eval_examples`` raw elements.
 
-  Clients are concatenated in a seeded random order (TFF's
+  Clients are concatenated in a random order seeded by ``seed`` (TFF's
   ``create_tf_dataset_from_all_clients``), so a cap keeps whole clients drawn
   at random rather than, say, the first writers in id order.
   """
-  dataset = test_data.create_tf_dataset_from_all_clients(seed=seed)
-  if max_examples is not None:
-    dataset = dataset.take(max_examples)
+  dataset = test_data.create_tf_dataset_from_all_clients(seed=options['seed'])
+  if options['max_eval_examples'] is not None:
+    dataset = dataset.take(options['max_eval_examples'])
   return dataset
+
+
+# --------------------------------------------------------------------------
+# TensorFlow Datasets, never downloaded.
+
+
+def load_tfds(
+    name: str, data_dir: Optional[str], *, user: str, alternative: str = '', **load_options: Any
+) -> tf.data.Dataset:
+  """``tfds.load(name, data_dir=data_dir, download=False, **load_options)``.
+
+  Missing data is a FileNotFoundError saying how to provide it; its subject
+  is `user` (e.g. ``'The cifar10 task'``), `alternative` ends its fix.
+  """
+  try:
+    return tfds.load(name, data_dir=data_dir, download=False, **load_options)
+  except AssertionError as error:  # TFDS's "could not find data in ..." check.
+    default = ' (TFDS\'s default: $TFDS_DATA_DIR or ~/tensorflow_datasets)'
+    raise FileNotFoundError(
+        f'{user} needs TensorFlow Datasets\' prepared {name!r} dataset in '
+        f'data_dir={data_dir!r}{default if data_dir is None else ""}, which TFDS could not '
+        f'find ({error}); it is not downloaded here. To provide it: on a machine with '
+        f'internet access run `tfds build {name} --data_dir=DIR` (or `tfds.load({name!r}, '
+        f'data_dir=DIR)` in Python), copy DIR/{name} into a directory here and pass that '
+        f'directory as data_dir{alternative}.') from error

@@ -47,7 +47,6 @@ from typing import Optional
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_datasets as tfds
 
 from tasks import _common
 from tasks import digits
@@ -110,19 +109,8 @@ def load_split(split: str, data_dir: Optional[str]) -> tuple[np.ndarray, np.ndar
   Raises:
     FileNotFoundError: If the prepared dataset is not in `data_dir`.
   """
-  try:
-    dataset = tfds.load(
-        DATASET, split=split, data_dir=data_dir, download=False, as_supervised=True)
-  except AssertionError as error:  # TFDS's "could not find data in ..." check.
-    default = ' (TFDS\'s default: $TFDS_DATA_DIR or ~/tensorflow_datasets)'
-    raise FileNotFoundError(
-        f'The cifar10 task needs TensorFlow Datasets\' prepared {DATASET!r} '
-        f'dataset in data_dir={data_dir!r}{default if data_dir is None else ""}, '
-        f'which TFDS could not find ({error}); it is not downloaded here. To '
-        f'provide it: on a machine with internet access run `tfds build {DATASET} '
-        f'--data_dir=DIR` (or `tfds.load({DATASET!r}, data_dir=DIR)` in Python), '
-        f'copy DIR/{DATASET} into a directory here and pass that directory as '
-        'data_dir.') from error
+  dataset = _common.load_tfds(
+      DATASET, data_dir, user='The cifar10 task', split=split, as_supervised=True)
   images, labels = [], []
   for image_batch, label_batch in dataset.batch(_READ_BATCH).as_numpy_iterator():
     images.append(image_batch)
@@ -238,11 +226,7 @@ def create_cifar10_task(
   members = digits.dirichlet_partition(
       labels[selected], sizes, options['dirichlet_alpha'], rng, NUM_CLASSES)
   order = selected[np.concatenate(members)]
-  offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-  width = len(str(len(sizes) - 1))
-  client_ids = tuple(f'client_{i:0{width}d}' for i in range(len(sizes)))
-  train_data = _common.in_memory_client_data(
-      client_ids, collections.OrderedDict(x=images[order], y=labels[order]), offsets)
+  train = collections.OrderedDict(x=images[order], y=labels[order])
   del images
 
   eval_images, eval_labels = load_split('test', data_dir)
@@ -250,36 +234,18 @@ def create_cifar10_task(
     kept = np.sort(np.random.default_rng([options['seed'], 1]).permutation(
         len(eval_labels))[:options['max_eval_examples']])
     eval_images, eval_labels = eval_images[kept], eval_labels[kept]
-  eval_data = _common.tf_dataset_from_arrays(
-      collections.OrderedDict(x=eval_images, y=eval_labels))
-
-  batched = _common.batched_xy_preprocess(
-      batch_size=options['client_batch_size'], epochs=options['client_epochs'],
-      max_examples=options['max_client_examples'], shuffle_buffer_size=int(sizes.max()))
-
-  def preprocess_client(dataset: tf.data.Dataset, shuffle_seed) -> tf.data.Dataset:
-    return batched(dataset, shuffle_seed).map(_scale_images)
-
-  def preprocess_eval(dataset: tf.data.Dataset) -> tf.data.Dataset:
-    return dataset.batch(options['eval_batch_size']).map(_scale_images)
 
   if options['model'] == 'lenet':
     keras_model_fn = functools.partial(lenet_cnn, NUM_CLASSES)
   else:
     keras_model_fn = functools.partial(models.small_vgg, NUM_CLASSES, input_shape=IMAGE_SHAPE)
 
-  return Task(
-      name='cifar10',
-      train_data=train_data,
-      eval_data=eval_data,
-      preprocess_client=preprocess_client,
-      preprocess_eval=preprocess_eval,
+  return _common.in_memory_task(
+      'cifar10', options,
+      train=train,
+      sizes=sizes,
+      evaluation=collections.OrderedDict(x=eval_images, y=eval_labels),
       keras_model_fn=keras_model_fn,
-      loss_fn=_common.sparse_categorical_loss,
-      metrics_fn=_common.accuracy_metrics,
-      client_ids=client_ids,
-      client_num_examples=sizes,
-      client_label_histograms=_common.label_histograms(labels[order], offsets, NUM_CLASSES),
       num_classes=NUM_CLASSES,
-      options=options,
+      batch_map=_scale_images,
   )

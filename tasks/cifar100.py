@@ -34,7 +34,6 @@ import functools
 from typing import Optional
 
 import tensorflow as tf
-import tensorflow_federated as tff
 
 from tensorflow_federated.python.simulation.baselines import client_spec
 from tensorflow_federated.python.simulation.baselines.cifar100 import image_classification_preprocessing
@@ -121,12 +120,10 @@ def create_cifar100_task(
       max_eval_examples=_common.check_optional_int('max_eval_examples', max_eval_examples),
       model=_common.check_choice('model', model, MODELS),
   )
-  database = _common.require_cached_database('cifar100', DATABASE_FILE, options['cache_dir'])
-  train_data, test_data = tff.simulation.datasets.cifar100.load_data(
-      cache_dir=options['cache_dir'])
-  client_ids = tuple(train_data.client_ids)
-  num_examples, histograms = _common.scan_sql_split(
-      database, 'train', client_ids,
+  database, train_data, test_data = _common.load_tff_data(
+      'cifar100', DATABASE_FILE, options['cache_dir'])
+  statistics = _common.scan_sql_split(
+      database, 'train', tuple(train_data.client_ids),
       _common.one_hot_label_statistics('label', NUM_CLASSES), NUM_CLASSES)
 
   crop_shape = (options['crop_size'], options['crop_size'], 3)
@@ -134,8 +131,7 @@ def create_cifar100_task(
 
   def preprocess_client(dataset: tf.data.Dataset, shuffle_seed) -> tf.data.Dataset:
     dataset = _common.training_stream(
-        dataset, shuffle_seed, shuffle_buffer_size=_SHUFFLE_BUFFER_SIZE,
-        max_examples=options['max_client_examples'], epochs=options['client_epochs'])
+        dataset, shuffle_seed, options, shuffle_buffer_size=_SHUFFLE_BUFFER_SIZE)
     if options['distort_images']:
       # TFF's centre crop is then a no-op: the image already has crop_shape.
       dataset = _seeded_distortion(dataset, shuffle_seed, crop_shape)
@@ -146,19 +142,11 @@ def create_cifar100_task(
   else:
     keras_model_fn = functools.partial(models.small_vgg, NUM_CLASSES, input_shape=crop_shape)
 
-  return Task(
-      name='cifar100',
-      train_data=train_data,
-      eval_data=_common.centralized_eval_data(
-          test_data, options['seed'], options['max_eval_examples']),
+  return _common.make_task(
+      'cifar100', options, train_data, _common.centralized_eval_data(test_data, options),
       preprocess_client=preprocess_client,
       preprocess_eval=_tff_crop_and_batch(options['eval_batch_size'], crop_shape),
       keras_model_fn=keras_model_fn,
-      loss_fn=_common.sparse_categorical_loss,
-      metrics_fn=_common.accuracy_metrics,
-      client_ids=client_ids,
-      client_num_examples=num_examples,
-      client_label_histograms=histograms,
+      statistics=statistics,
       num_classes=NUM_CLASSES,
-      options=options,
   )

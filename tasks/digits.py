@@ -422,14 +422,6 @@ def create_digits_task(
     members = dirichlet_partition(
         labels[train_index], sizes, options['dirichlet_alpha'], rng, NUM_CLASSES)
   order = train_index[np.concatenate(members)]
-  offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-
-  width = len(str(options['num_clients'] - 1))
-  client_ids = tuple(f'client_{i:0{width}d}' for i in range(options['num_clients']))
-  train_data = _common.in_memory_client_data(
-      client_ids, collections.OrderedDict(x=features[order], y=labels[order]), offsets)
-  eval_data = _common.tf_dataset_from_arrays(
-      collections.OrderedDict(x=features[eval_index], y=labels[eval_index]))
 
   if options['model'] == 'mlp':
     keras_model_fn = functools.partial(
@@ -437,21 +429,11 @@ def create_digits_task(
   else:
     keras_model_fn = functools.partial(models.logistic_regression, NUM_FEATURES, NUM_CLASSES)
 
-  return Task(
-      name='digits',
-      train_data=train_data,
-      eval_data=eval_data,
-      preprocess_client=_common.batched_xy_preprocess(
-          batch_size=options['client_batch_size'], epochs=options['client_epochs'],
-          max_examples=options['max_client_examples'],
-          shuffle_buffer_size=int(sizes.max())),
-      preprocess_eval=functools.partial(_common.batch, batch_size=options['eval_batch_size']),
+  return _common.in_memory_task(
+      'digits', options,
+      train=collections.OrderedDict(x=features[order], y=labels[order]),
+      sizes=sizes,
+      evaluation=collections.OrderedDict(x=features[eval_index], y=labels[eval_index]),
       keras_model_fn=keras_model_fn,
-      loss_fn=_common.sparse_categorical_loss,
-      metrics_fn=_common.accuracy_metrics,
-      client_ids=client_ids,
-      client_num_examples=sizes.astype(np.int64),
-      client_label_histograms=_common.label_histograms(labels[order], offsets, NUM_CLASSES),
       num_classes=NUM_CLASSES,
-      options=options,
   )

@@ -86,17 +86,13 @@ in storage (rowid) order, the order TFF's ``SqlDataset`` yields them.
 from __future__ import annotations
 
 import collections
-import contextlib
 import functools
-import os
-import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
 import numpy as np
 import scipy.optimize
 import scipy.stats
-import tensorflow as tf
 import tensorflow_federated as tff
 
 from tensorflow_federated.python.simulation.baselines import client_spec
@@ -173,9 +169,8 @@ def _check_options(
 
 def _load(options: dict[str, Any]):
   """``(database_path, train_data, test_data, num_classes, train_split)``."""
-  database = _common.require_cached_database('emnist', DATABASE_FILE, options['cache_dir'])
-  train_data, test_data = tff.simulation.datasets.emnist.load_data(
-      only_digits=options['only_digits'], cache_dir=options['cache_dir'])
+  database, train_data, test_data = _common.load_tff_data(
+      'emnist', DATABASE_FILE, options['cache_dir'], only_digits=options['only_digits'])
   num_classes = 10 if options['only_digits'] else 62
   split = 'digits_only_train' if options['only_digits'] else 'all_train'
   return database, train_data, test_data, num_classes, split
@@ -187,31 +182,17 @@ def _build_task(
     train_data: tff.simulation.datasets.ClientData,
     test_data: tff.simulation.datasets.ClientData,
     num_classes: int,
-    num_examples: np.ndarray,
-    histograms: np.ndarray,
+    statistics: tuple[np.ndarray, np.ndarray],
 ) -> Task:
-  train_batches = _tff_batch_and_reshape(options['client_batch_size'])
-
-  def preprocess_client(dataset: tf.data.Dataset, shuffle_seed) -> tf.data.Dataset:
-    return train_batches(_common.training_stream(
-        dataset, shuffle_seed, shuffle_buffer_size=_SHUFFLE_BUFFER_SIZE,
-        max_examples=options['max_client_examples'], epochs=options['client_epochs']))
-
-  return Task(
-      name=name,
-      train_data=train_data,
-      eval_data=_common.centralized_eval_data(
-          test_data, options['seed'], options['max_eval_examples']),
-      preprocess_client=preprocess_client,
+  return _common.make_task(
+      name, options, train_data, _common.centralized_eval_data(test_data, options),
+      preprocess_client=_common.client_preprocess(
+          options, shuffle_buffer_size=_SHUFFLE_BUFFER_SIZE,
+          batches=_tff_batch_and_reshape(options['client_batch_size'])),
       preprocess_eval=_tff_batch_and_reshape(options['eval_batch_size']),
       keras_model_fn=functools.partial(_MODEL_FNS[options['model']], num_classes),
-      loss_fn=_common.sparse_categorical_loss,
-      metrics_fn=_common.accuracy_metrics,
-      client_ids=tuple(train_data.client_ids),
-      client_num_examples=num_examples,
-      client_label_histograms=histograms,
+      statistics=statistics,
       num_classes=num_classes,
-      options=options,
   )
 
 
@@ -257,11 +238,10 @@ def create_emnist_task(
       cache_dir=cache_dir, only_digits=only_digits, max_eval_examples=max_eval_examples,
       model=model)
   database, train_data, test_data, num_classes, split = _load(options)
-  num_examples, histograms = _common.scan_sql_split(
+  statistics = _common.scan_sql_split(
       database, split, tuple(train_data.client_ids),
       _common.one_hot_label_statistics('label', num_classes), num_classes)
-  return _build_task('emnist', options, train_data, test_data, num_classes, num_examples,
-                     histograms)
+  return _build_task('emnist', options, train_data, test_data, num_classes, statistics)
 
 
 # --------------------------------------------------------------------------
@@ -319,22 +299,14 @@ def _scan_client_labels(
   split_name = ...``, no ``ORDER BY``) returns a client's rows in the same
   rowid order (a table scan, or an index whose ties are broken by rowid).
   """
-  index = {client_id: i for i, client_id in enumerate(client_ids)}
   owners, labels = [], []
-  uri = f'file:{os.path.abspath(database_path)}?mode=ro'
-  with contextlib.closing(sqlite3.connect(uri, uri=True)) as connection:
-    cursor = connection.execute(
-        'SELECT client_id, serialized_example_proto FROM examples WHERE split_name = ? '
-        'ORDER BY rowid;', (split_name,))
-    while rows := cursor.fetchmany(chunk_size):
-      owners.append(np.fromiter((index[row[0]] for row in rows), np.int64, len(rows)))
-      labels.append(_common.parse_int_feature([row[1] for row in rows], 'label'))
+  for chunk_owners, protos in _common.sql_split_chunks(
+      database_path, split_name, client_ids, chunk_size=chunk_size, rowid_order=True):
+    owners.append(chunk_owners)
+    labels.append(_common.parse_int_feature(protos, 'label'))
   owners = np.concatenate(owners) if owners else np.zeros(0, np.int64)
   labels = np.concatenate(labels) if labels else np.zeros(0, np.int64)
-  if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
-    raise ValueError(
-        f"Label 'label' outside [0, {num_classes}) in the database: "
-        f'found values in [{labels.min()}, {labels.max()}].')
+  _common.check_label_range(labels, 'label', num_classes)
   order = np.argsort(owners, kind='stable')
   bounds = np.concatenate([[0], np.cumsum(np.bincount(owners, minlength=len(client_ids)))])
   grouped = labels[order]
@@ -474,7 +446,7 @@ def create_emnist_unbalanced_task(
   num_examples = np.array([len(labels) for labels in kept_labels], np.int64)
   histograms = np.stack([np.bincount(labels, minlength=num_classes) for labels in kept_labels])
   return _build_task(f'emnist_unbalanced_{unbalanced_set}', options, unbalanced_data, test_data,
-                     num_classes, num_examples, histograms.astype(np.int64))
+                     num_classes, (num_examples, histograms.astype(np.int64)))
 
 
 def unbalanced_task_constructor(unbalanced_set: int) -> Callable[..., Task]:

@@ -64,9 +64,9 @@ from typing import Optional
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_datasets as tfds
 
 from tensorflow_federated.python.simulation.baselines.cifar100 import image_classification_preprocessing
+from tasks import _common
 from tasks import leaf
 from tasks import shakespeare
 from tasks.base import Task
@@ -95,17 +95,8 @@ def _unmappable(source: str, task: Task, source_shape, reason: str) -> ValueErro
 
 def _load_train_images(name: str, data_dir: Optional[str]) -> np.ndarray:
   """All ``uint8`` training images of TFDS dataset `name`, in TFDS order."""
-  try:
-    dataset = tfds.load(name, split='train', data_dir=data_dir, download=False)
-  except AssertionError as error:  # TFDS's "could not find data in ..." check.
-    default = ' (TFDS\'s default: $TFDS_DATA_DIR or ~/tensorflow_datasets)'
-    raise FileNotFoundError(
-        f'The public source {name!r} needs TensorFlow Datasets\' prepared {name!r} dataset '
-        f'in data_dir={data_dir!r}{default if data_dir is None else ""}, which TFDS could '
-        f'not find ({error}); it is not downloaded here. To provide it: on a machine with '
-        f'internet access run `tfds build {name} --data_dir=DIR` (or `tfds.load({name!r}, '
-        f'data_dir=DIR)` in Python), copy DIR/{name} into a directory here and pass that '
-        "directory as data_dir; or use source='noise'.") from error
+  dataset = _common.load_tfds(name, data_dir, user=f'The public source {name!r}',
+                              alternative="; or use source='noise'", split='train')
   batches = [batch['image'] for batch in
              dataset.map(lambda e: {'image': e['image']}).batch(_READ_BATCH).as_numpy_iterator()]
   return np.concatenate(batches).astype(np.uint8, copy=False)

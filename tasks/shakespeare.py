@@ -47,7 +47,6 @@ from typing import Optional
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_federated as tff
 
 from tensorflow_federated.python.simulation.baselines import client_spec
 from tensorflow_federated.python.simulation.baselines import keras_metrics
@@ -168,13 +167,11 @@ def create_shakespeare_task(
       max_eval_examples=_common.check_optional_int('max_eval_examples', max_eval_examples),
       model=_common.check_choice('model', model, MODELS),
   )
-  database = _common.require_cached_database('shakespeare', DATABASE_FILE, options['cache_dir'])
-  train_data, test_data = tff.simulation.datasets.shakespeare.load_data(
-      cache_dir=options['cache_dir'])
-  client_ids = tuple(train_data.client_ids)
+  database, train_data, test_data = _common.load_tff_data(
+      'shakespeare', DATABASE_FILE, options['cache_dir'])
   sequence_length = options['sequence_length']
-  num_examples, histograms = _common.scan_sql_split(
-      database, 'train', client_ids,
+  statistics = _common.scan_sql_split(
+      database, 'train', tuple(train_data.client_ids),
       lambda protos: snippet_statistics(_parse_snippets(protos), sequence_length),
       NUM_CLASSES)
 
@@ -184,11 +181,7 @@ def create_shakespeare_task(
     # The shuffle is upstream of repeat, so each epoch reshuffles (seeded).
     dataset = dataset.shuffle(_SHUFFLE_BUFFER_SIZE, seed=shuffle_seed,
                               reshuffle_each_iteration=True)
-    dataset = to_sequences(dataset).unbatch()
-    if options['max_client_examples'] is not None:
-      dataset = dataset.take(options['max_client_examples'])
-    if options['client_epochs'] > 1:
-      dataset = dataset.repeat(options['client_epochs'])
+    dataset = _common.cap_and_repeat(to_sequences(dataset).unbatch(), options)
     return dataset.batch(options['client_batch_size'])
 
   if options['model'] == 'gru':
@@ -196,19 +189,12 @@ def create_shakespeare_task(
   else:
     keras_model_fn = functools.partial(models.tff_char_lstm, NUM_CLASSES, sequence_length)
 
-  return Task(
-      name='shakespeare',
-      train_data=train_data,
-      eval_data=_common.centralized_eval_data(
-          test_data, options['seed'], options['max_eval_examples']),
+  return _common.make_task(
+      'shakespeare', options, train_data, _common.centralized_eval_data(test_data, options),
       preprocess_client=preprocess_client,
       preprocess_eval=_tff_sequences(options['eval_batch_size'], sequence_length),
       keras_model_fn=keras_model_fn,
-      loss_fn=_common.sparse_categorical_loss,
-      metrics_fn=shakespeare_metrics,
-      client_ids=client_ids,
-      client_num_examples=num_examples,
-      client_label_histograms=histograms,
+      statistics=statistics,
       num_classes=NUM_CLASSES,
-      options=options,
+      metrics_fn=shakespeare_metrics,
   )

@@ -177,32 +177,11 @@ def create_synthetic_task(
     train_y.append(y[:-held_out])
     eval_x.append(x[-held_out:])
     eval_y.append(y[-held_out:])
-  sizes = np.array([len(y) for y in train_y], np.int64)
-  offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-  labels = np.concatenate(train_y)
-
-  width = len(str(options['num_clients'] - 1))
-  client_ids = tuple(f'client_{i:0{width}d}' for i in range(options['num_clients']))
-  train_data = _common.in_memory_client_data(
-      client_ids, collections.OrderedDict(x=np.concatenate(train_x), y=labels), offsets)
-  eval_data = _common.tf_dataset_from_arrays(
-      collections.OrderedDict(x=np.concatenate(eval_x), y=np.concatenate(eval_y)))
-
-  return Task(
-      name='synthetic',
-      train_data=train_data,
-      eval_data=eval_data,
-      preprocess_client=_common.batched_xy_preprocess(
-          batch_size=options['client_batch_size'], epochs=options['client_epochs'],
-          max_examples=options['max_client_examples'],
-          shuffle_buffer_size=int(sizes.max())),
-      preprocess_eval=functools.partial(_common.batch, batch_size=options['eval_batch_size']),
+  return _common.in_memory_task(
+      'synthetic', options,
+      train=collections.OrderedDict(x=np.concatenate(train_x), y=np.concatenate(train_y)),
+      sizes=np.array([len(y) for y in train_y], np.int64),
+      evaluation=collections.OrderedDict(x=np.concatenate(eval_x), y=np.concatenate(eval_y)),
       keras_model_fn=functools.partial(models.logistic_regression, NUM_FEATURES, NUM_CLASSES),
-      loss_fn=_common.sparse_categorical_loss,
-      metrics_fn=_common.accuracy_metrics,
-      client_ids=client_ids,
-      client_num_examples=sizes,
-      client_label_histograms=_common.label_histograms(labels, offsets, NUM_CLASSES),
       num_classes=NUM_CLASSES,
-      options=options,
   )
