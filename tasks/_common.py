@@ -410,6 +410,11 @@ def check_tff_database(path: str, dataset: str, file_name: str) -> None:
       'with `tff.simulation.datasets.save_to_sql_client_data`.')
 
 
+def read_only_uri(path: str) -> str:
+  """SQLite's read-only URI of `path` (quoted: a path may hold ``?``, ``#`` or ``%``)."""
+  return f'file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro'
+
+
 def _tff_database_problem(path: str) -> Optional[str]:
   """What is wrong with `path` as a TFF database, or ``None`` if nothing is."""
   if os.path.isdir(path):
@@ -420,7 +425,7 @@ def _tff_database_problem(path: str) -> Optional[str]:
     return f'cannot be read ({e.strerror})'
   if size == 0:
     return 'is empty (0 bytes)'
-  uri = f'file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro'
+  uri = read_only_uri(path)
   try:
     with contextlib.closing(sqlite3.connect(uri, uri=True)) as connection:
       tables = {row[0] for row in connection.execute(
@@ -491,7 +496,7 @@ def sql_split_chunks(
   in storage order, the order TFF's ``SqlClientData`` yields a client's rows.
   """
   index = {client_id: i for i, client_id in enumerate(client_ids)}
-  uri = f'file:{os.path.abspath(database_path)}?mode=ro'
+  uri = read_only_uri(database_path)
   order = ' ORDER BY rowid' if rowid_order else ''
   with contextlib.closing(sqlite3.connect(uri, uri=True)) as connection:
     cursor = connection.execute(

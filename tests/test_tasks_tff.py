@@ -8,6 +8,7 @@ any download, preprocess them to the right element spec, and feed a model.
 
 import collections
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -227,3 +228,14 @@ def test_leaf_multi_model_suite_shares_one_population(cache_dir):
   assert output.measurements['cohort_size'] == 2
   assert output.measurements['uploads'].sum() == 2  # m = N: every client trains one model.
   assert output.measurements['full_participation'] == 1.0
+
+
+def test_a_cache_path_with_uri_characters_loads(cache_dir, tmp_path):
+  # SQLite reads the cache through a URI, where '?', '#' and '%' have meanings.
+  odd = tmp_path / 'cache #1?%20'
+  odd.mkdir()
+  shutil.copy(os.path.join(cache_dir, 'emnist_all.sqlite'), odd / 'emnist_all.sqlite')
+  task = get_task('emnist', cache_dir=str(odd), only_digits=True)
+  reference = get_task('emnist', cache_dir=cache_dir, only_digits=True)
+  assert list(task.client_ids) == list(reference.client_ids)
+  np.testing.assert_array_equal(task.client_label_histograms, reference.client_label_histograms)
