@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-import time
 from collections.abc import Callable, Sequence
 
 from absl import app
@@ -50,6 +49,7 @@ import numpy as np
 from scipy.cluster import hierarchy
 from sklearn import metrics
 
+from bench import stats
 from tff_sampling.samplers import clustered
 
 # Flag names carry the `cl_` prefix: other binaries define flags in the same
@@ -133,12 +133,9 @@ def mixture_updates(num_clients: int, dim: int, directions: int, noise: float,
 
 
 def _time(function: Callable[[], object], repetitions: int) -> tuple[tuple[float, ...], object]:
-  result, seconds = None, []
-  for _ in range(repetitions):
-    start = time.perf_counter()
-    result = function()
-    seconds.append(time.perf_counter() - start)
-  return tuple(seconds), result
+  """Seconds of `repetitions` calls and the last call's result."""
+  seconds, results = stats.repeat(function, repetitions)
+  return seconds, results[-1]
 
 
 def time_algorithm2(num_clients: int, *, sketch_size: int, num_draws: int, similarity: str,

@@ -29,9 +29,12 @@ rounding differences grow to percent level. The full warm-up round's difference
 is printed too, next to its noise floor: plain TF against itself started from
 weights perturbed by one part in 10^6.
 
-Timing: after the warm-up round, `--timed_rounds` rounds are timed, alternating the
-implementations (the order rotates every round so that none always runs first
-on a noisy machine), and the medians and ratios are printed.
+Timing: after the warm-up round, `--timed_rounds` blocks are timed, each running
+every implementation once (``bench.stats.interleave``: the order rotates every
+block so that none always runs first on a noisy machine). The table shows each
+implementation's median and the median of the per-block ratios TFF / plain TF
+with its bootstrap 95% interval, and whether the target is met, missed or
+unresolved (the interval straddles it).
 
 Usage (from the repository root):
 
@@ -52,7 +55,6 @@ import os
 import pathlib
 import statistics
 import subprocess
-import time
 from collections.abc import Callable, Mapping, Sequence
 
 from absl import app
@@ -62,6 +64,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from bench import stats
 from tasks import models
 
 BENCHMARK_NAME = 'fedavg_round'
@@ -88,7 +91,8 @@ class TffLoop(enum.Enum):
 
 
 _ROUNDS = flags.DEFINE_integer(
-    'timed_rounds', 5, 'Timed rounds per implementation (after one warm-up round).', lower_bound=1)
+    'timed_rounds', 5, 'Timed blocks (one round of each implementation) after the warm-up.',
+    lower_bound=1)
 _CLIENTS = flags.DEFINE_integer('clients', 32, 'Clients per round.', lower_bound=1)
 _EXAMPLES = flags.DEFINE_integer(
     'examples', 4800, 'Examples over all clients (one local epoch each).', lower_bound=1)
@@ -109,7 +113,7 @@ flags.register_validator(
     lambda values: bool(values) and all(v in {l.value for l in TffLoop} for v in values),
     message=f'--tff_loops takes a non-empty list of {[l.value for l in TffLoop]}.')
 _TARGET_RATIO = flags.DEFINE_float(
-    'target_ratio', 1.3, 'Target for median(TFF) / median(plain TF).')
+    'target_ratio', 1.3, 'Target for the median per-round ratio TFF / plain TF.')
 _TOLERANCE = flags.DEFINE_float(
     'agreement_tolerance', 1e-3,
     'Largest allowed max|w_tff - w_plain| after the short check round from the same '
@@ -205,8 +209,9 @@ class BenchmarkResult:
   def median(self, label: str) -> float:
     return statistics.median(self.seconds[label])
 
-  def ratio(self, label: str) -> float:
-    return self.median(label) / self.median(PLAIN_TF)
+  def ratio(self, label: str) -> stats.Estimate:
+    """Median and bootstrap interval of the per-block ratios `label` / plain TF."""
+    return stats.ratio_estimate(self.seconds[label], self.seconds[PLAIN_TF])
 
   def agreement_ok(self, label: str) -> bool:
     return self.agreement[label].relative_difference <= self.config.agreement_tolerance
@@ -458,18 +463,10 @@ def run_benchmark(config: BenchmarkConfig) -> BenchmarkResult:
       states[label] = processes[label].next(states[label], datasets).state
     return run
 
-  runners: dict[str, Callable[[], None]] = {label: tff_runner(label) for label in processes}
-  runners[PLAIN_TF] = run_plain
-  labels = list(runners)
-  seconds = {label: [] for label in labels}
-  for round_index in range(config.rounds):
-    shift = round_index % len(labels)
-    for label in labels[shift:] + labels[:shift]:
-      begin = time.perf_counter()
-      runners[label]()
-      seconds[label].append(time.perf_counter() - begin)
-    logging.info('Round %d: %s', round_index + 1,
-                 ', '.join(f'{label} {seconds[label][-1]:.3f}s' for label in labels))
+  runners = {label: stats.timed(tff_runner(label)) for label in processes}
+  runners[PLAIN_TF] = stats.timed(run_plain)
+  # The check and warm-up rounds above ran every side already.
+  seconds = stats.interleave(runners, config.rounds, warmup=0)
   return BenchmarkResult(
       config=config,
       seconds={label: tuple(values) for label, values in seconds.items()},
@@ -495,17 +492,18 @@ def format_table(result: BenchmarkResult) -> str:
   lines = [
       f'FedAvg round: {len(sizes)} clients, {sizes.sum()} examples '
       f'(sizes {sizes.min()}..{sizes.max()}), McMahan CNN, batch {config.batch_size}, '
-      f'{config.rounds} timed rounds',
+      f'{config.rounds} timed blocks; TFF/plain: median per-block ratio and bootstrap 95% CI',
       f'{"implementation":<24}{"median s":>10}{"min s":>10}{"max s":>10}{"TFF/plain":>11}'
-      f'{"target":>8}  met',
+      f'{"95% CI":>22}{"target":>8}  verdict',
   ]
   for label, values in result.seconds.items():
     if label == PLAIN_TF:
       verdict = ''
     else:
       ratio = result.ratio(label)
-      verdict = (f'{ratio:>11.3f}{"<=" + format(config.target_ratio, "g"):>8}  '
-                 f'{"yes" if ratio <= config.target_ratio else "NO"}')
+      verdict = (f'{ratio.median:>11.3f}{ratio.interval:>22}'
+                 f'{"<=" + format(config.target_ratio, "g"):>8}  '
+                 f'{stats.verdict(ratio, config.target_ratio)}')
     lines.append(f'{label:<24}{result.median(label):>10.3f}{min(values):>10.3f}'
                  f'{max(values):>10.3f}{verdict}')
   lines.append('')
@@ -527,7 +525,10 @@ def csv_rows(result: BenchmarkResult) -> list[dict[str, str]]:
   timestamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')
   metrics = {f'median_seconds/{label}': result.median(label) for label in result.seconds}
   for label, agreement in result.agreement.items():
-    metrics[f'ratio/{label}_over_{PLAIN_TF}'] = result.ratio(label)
+    ratio = result.ratio(label)
+    metrics[f'ratio/{label}_over_{PLAIN_TF}'] = ratio.median
+    metrics[f'ratio_low/{label}_over_{PLAIN_TF}'] = ratio.low
+    metrics[f'ratio_high/{label}_over_{PLAIN_TF}'] = ratio.high
     metrics[f'agreement_relative/{label}'] = agreement.relative_difference
     metrics[f'full_round_agreement_relative/{label}'] = (
         result.full_round_agreement[label].relative_difference)
@@ -537,11 +538,25 @@ def csv_rows(result: BenchmarkResult) -> list[dict[str, str]]:
                commit=commit, timestamp=timestamp) for metric, value in metrics.items()]
 
 
+CSV_FIELDS = ('benchmark', 'metric', 'value', 'commit', 'timestamp', 'cpu', 'logical_cores',
+              'load_average')
+
+
 def append_csv(path: str, rows: Sequence[Mapping[str, str]]) -> None:
-  fields = ['benchmark', 'metric', 'value', 'commit', 'timestamp']
+  """Appends `rows` (missing fields empty) to `path`, writing the header if it is new.
+
+  Raises:
+    ValueError: `path` has other columns (e.g. from an older version).
+  """
   is_new = not os.path.exists(path) or os.path.getsize(path) == 0
+  if not is_new:
+    with open(path, newline='') as f:
+      header = next(csv.reader(f), [])
+    if tuple(header) != CSV_FIELDS:
+      raise ValueError(f'{path} has the columns {header}, not {list(CSV_FIELDS)}: '
+                       'move it aside or write to another file.')
   with open(path, 'a', newline='') as f:
-    writer = csv.DictWriter(f, fieldnames=fields)
+    writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, restval='')
     if is_new:
       writer.writeheader()
     writer.writerows(rows)

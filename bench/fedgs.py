@@ -40,6 +40,7 @@ from absl import app
 from absl import flags
 import numpy as np
 
+from bench import stats
 from tff_sampling.samplers import fedgs
 
 # Flag names carry the `fg_` prefix: other binaries define flags in the same
@@ -111,22 +112,13 @@ def label_features(num_clients: int, labels: int, concentration: float,
   return rng.dirichlet(np.full(labels, concentration), size=num_clients)
 
 
-def _time(function: Callable[[], object], repeats: int) -> tuple[tuple[float, ...], list]:
-  results, seconds = [], []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    results.append(function())
-    seconds.append(time.perf_counter() - start)
-  return tuple(seconds), results
-
-
 def time_graph(features: np.ndarray, *, epsilon: float, sigma2: float,
                repeats: int) -> tuple[GraphRow, np.ndarray]:
   """Times the similarities and `graph_distances`; returns the row and ``H``."""
-  similarity_seconds, similarities = _time(
+  similarity_seconds, similarities = stats.repeat(
       lambda: fedgs.similarity_from_features(features), repeats)
   similarity = similarities[-1]
-  distance_seconds, distances = _time(
+  distance_seconds, distances = stats.repeat(
       lambda: fedgs.graph_distances(similarity, epsilon=epsilon, sigma2=sigma2), repeats)
   n = similarity.shape[0]
   off = ~np.eye(n, dtype=bool)
@@ -148,8 +140,8 @@ def time_selection(distances: np.ndarray, counts: np.ndarray, *, budget: int, al
         distances, counts, available, budget, alpha=alpha, time_limit_s=time_limit, seed=0,
         method=method, max_solver_clients=max_solver_clients)
 
-  heuristic_seconds, heuristic = _time(run('heuristic'), repeats)
-  solver_seconds, solver = _time(run('solver'), repeats)
+  heuristic_seconds, heuristic = stats.repeat(run('heuristic'), repeats)
+  solver_seconds, solver = stats.repeat(run('solver'), repeats)
   return SelectionRow(num_clients=distances.shape[0], heuristic_seconds=heuristic_seconds,
                       heuristic=tuple(heuristic), solver_seconds=solver_seconds,
                       solver=tuple(solver))

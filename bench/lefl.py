@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-import time
 from collections.abc import Callable, Sequence
 
 from absl import app
 from absl import flags
 import numpy as np
 
+from bench import stats
 from tff_sampling.samplers import base
 from tff_sampling.samplers import lefl
 
@@ -100,12 +100,8 @@ def client_sizes(num_clients: int, seed: int) -> np.ndarray:
 
 def _time(function: Callable[[], object], repeats: int) -> tuple[float, object]:
   """Median seconds of `repeats` calls, and the last call's result."""
-  result, seconds = None, []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    result = function()
-    seconds.append(time.perf_counter() - start)
-  return statistics.median(seconds), result
+  seconds, results = stats.repeat(function, repeats)
+  return statistics.median(seconds), results[-1]
 
 
 def time_size(num_clients: int, *, repeats: int, seed: int, public_examples: int = 200,

@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from absl import app
 from absl import flags
@@ -113,20 +113,32 @@ def _measure(label: str, run_round, cohort: int) -> MemoryRow:
   return MemoryRow(label, cohort, seconds, before / _MB, sampler.peak / _MB)
 
 
-def run(cohort: int = 1000, population: int = 700,
-        clients_per_call: Sequence[int] = (100,), seed: int = 0) -> list[MemoryRow]:
-  """Measures one round of `cohort` slots, in one call and in each slice size."""
+def measures(cohort: int = 1000, population: int = 700, clients_per_call: Sequence[int] = (100,),
+             seed: int = 0) -> dict[str, Callable[[], MemoryRow]]:
+  """Row label -> a call that measures one round of `cohort` slots on a fresh worker."""
   task = tasks.get_task('digits', num_clients=population)
   slots = np.random.default_rng([seed, 0]).choice(population, size=cohort, replace=True)
   data = [task.client_dataset(int(c), seed) for c in slots]
   process = fedavg.build_fedavg(task.model_fn, client_learning_rate=0.1)
   state = process.set_model_weights(process.initialize(), task.initial_model_weights(seed))
-  rows = []
+
+  def measure(label: str, size: int | None) -> Callable[[], MemoryRow]:
+    def call() -> MemoryRow:
+      with workers_lib.WorkerPool.start_local(1, clients_per_call=size) as pool:
+        return _measure(label, lambda: pool.run(process.next, state, data), cohort)
+    return call
+
+  calls = {}
   for size in (None, *clients_per_call):
-    with workers_lib.WorkerPool.start_local(1, clients_per_call=size) as pool:
-      rows.append(_measure('one_call' if size is None else f'slices_of_{size}',
-                           lambda: pool.run(process.next, state, data), cohort))
-  return rows
+    label = 'one_call' if size is None else f'slices_of_{size}'
+    calls[label] = measure(label, size)
+  return calls
+
+
+def run(cohort: int = 1000, population: int = 700,
+        clients_per_call: Sequence[int] = (100,), seed: int = 0) -> list[MemoryRow]:
+  """Measures one round of `cohort` slots, in one call and in each slice size."""
+  return [call() for call in measures(cohort, population, clients_per_call, seed).values()]
 
 
 def format_table(rows: Sequence[MemoryRow]) -> str:

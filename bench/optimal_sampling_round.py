@@ -9,10 +9,12 @@ execution context (TFF's test C++ context, which runs secure sums):
 * ``optimal``: ``build_fed_avg_with_optimal_sampling`` (approximate, 4
   rescaling steps, every client value through secure sums).
 
-After one warm-up round each, `--timed_rounds` rounds alternate the two (the
-order rotates) and the ratio of medians is printed; target ≤ 1.10. Usage:
+After one warm-up round each, `--os_timed_rounds` blocks run each process once
+(``bench.stats.interleave``: the order rotates); the median per-block ratio
+optimal / plain is printed with its bootstrap 95% interval and the verdict on
+the target ≤ 1.10. Usage:
 
-  .venv/bin/python -m bench.optimal_sampling_round --timed_rounds=5
+  .venv/bin/python -m bench.optimal_sampling_round --os_timed_rounds=15
 """
 
 from __future__ import annotations
@@ -26,11 +28,13 @@ import numpy as np
 import tensorflow_federated as tff
 
 from bench import fedavg_round
+from bench import stats
 from tff_sampling import learning
 from tff_sampling import runtime
 
 _TIMED_ROUNDS = flags.DEFINE_integer(
-    'os_timed_rounds', 5, 'Timed rounds per process (after a warm-up round).', lower_bound=1)
+    'os_timed_rounds', 5, 'Timed blocks (one round of each process) after a warm-up block.',
+    lower_bound=1)
 _CLIENTS = flags.DEFINE_integer('os_clients', 32, 'Cohort size.', lower_bound=1)
 _EXAMPLES = flags.DEFINE_integer('os_examples', 4800, 'Examples over the cohort.', lower_bound=1)
 _EXPECTED = flags.DEFINE_float('os_expected_clients', 3.0, 'm: expected uploads.')
@@ -39,8 +43,8 @@ _TARGET = 1.10
 
 
 def run(*, timed_rounds: int, clients: int, examples: int,
-        expected_clients: float) -> dict[str, list[float]]:
-  """Round times (seconds) of each process; the first round is excluded."""
+        expected_clients: float) -> dict[str, np.ndarray]:
+  """Round times (seconds) of each process, interleaved, after a warm-up round."""
   runtime.use_secure_sum_simulation()
   sizes = fedavg_round.client_sizes(clients, examples, seed=0)
   datasets = fedavg_round.client_datasets(
@@ -55,16 +59,13 @@ def run(*, timed_rounds: int, clients: int, examples: int,
           max_rescaling_steps=4, mode='approximate', secure=True),
   }
   states = {name: p.initialize() for name, p in processes.items()}
-  times: dict[str, list[float]] = {name: [] for name in processes}
-  names = list(processes)
-  for round_num in range(timed_rounds + 1):
-    order = names[round_num % 2:] + names[:round_num % 2]
-    for name in order:
-      start = time.perf_counter()
+
+  def runner(name: str):
+    def run():
       states[name] = processes[name].next(states[name], datasets).state
-      if round_num > 0:
-        times[name].append(time.perf_counter() - start)
-  return times
+    return stats.timed(run)
+
+  return stats.interleave({name: runner(name) for name in processes}, timed_rounds)
 
 
 def main(argv: Sequence[str]) -> None:
@@ -73,15 +74,15 @@ def main(argv: Sequence[str]) -> None:
   times = run(timed_rounds=_TIMED_ROUNDS.value, clients=_CLIENTS.value,
               examples=_EXAMPLES.value, expected_clients=_EXPECTED.value)
   plain, optimal = np.median(times['plain']), np.median(times['optimal'])
-  ratio = optimal / plain
+  ratio = stats.ratio_estimate(times['optimal'], times['plain'])
   print(f'FedAvg round, {_CLIENTS.value} clients, {_EXAMPLES.value} examples, McMahan CNN, '
-        f'{_TIMED_ROUNDS.value} timed rounds')
+        f'{_TIMED_ROUNDS.value} timed blocks')
   print(f'{"process":<10} {"median s":>9} {"min s":>7} {"max s":>7}')
   for name in ('plain', 'optimal'):
     t = times[name]
     print(f'{name:<10} {np.median(t):>9.3f} {min(t):>7.3f} {max(t):>7.3f}')
-  print(f'optimal / plain = {ratio:.3f} (target <= {_TARGET}: '
-        f'{"met" if ratio <= _TARGET else "NOT met"})')
+  print(f'optimal / plain, median per-block ratio = {ratio.median:.3f}, 95% CI {ratio.interval} '
+        f'(target <= {_TARGET}: {stats.verdict(ratio, _TARGET)})')
   if _CSV.value:
     commit = fedavg_round.git_commit()
     stamp = time.strftime('%Y-%m-%dT%H:%M:%S')
@@ -89,7 +90,9 @@ def main(argv: Sequence[str]) -> None:
         dict(benchmark='optimal_sampling_round', metric=m, value=f'{v:.6g}', commit=commit,
              timestamp=stamp)
         for m, v in (('plain_median_s', plain), ('optimal_median_s', optimal),
-                     ('optimal_over_plain', ratio))])
+                     ('optimal_over_plain', ratio.median),
+                     ('optimal_over_plain_low', ratio.low),
+                     ('optimal_over_plain_high', ratio.high))])
 
 
 if __name__ == '__main__':

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-import time
 from collections.abc import Callable, Sequence
 
 from absl import app
@@ -33,6 +32,7 @@ from absl import flags
 import numpy as np
 import tensorflow as tf
 
+from bench import stats
 from tff_sampling import probabilities
 
 # Flag names carry a prefix: other binaries define `seed`, `rounds`, ... in the
@@ -73,13 +73,9 @@ def lognormal_norms(num_norms: int, sigma: float, seed: int) -> np.ndarray:
 
 
 def _time(function: Callable[[], object], repetitions: int) -> tuple[tuple[float, ...], object]:
-  result = None
-  seconds = []
-  for _ in range(repetitions):
-    start = time.perf_counter()
-    result = function()
-    seconds.append(time.perf_counter() - start)
-  return tuple(seconds), result
+  """Seconds of `repetitions` calls and the last call's result."""
+  seconds, results = stats.repeat(function, repetitions)
+  return seconds, results[-1]
 
 
 def run_benchmark(norms: np.ndarray, expected_clients: float, rescaling_steps: int,

@@ -11,7 +11,8 @@ CNN, batch 20, TFF FedAvg with the ``DATASET_ITERATOR`` loop). Rows:
   compiled to TFF's mergeable form, the cohort cut into ``k`` slices run by ``k``
   local workers in parallel, partial aggregates merged.
 
-They alternate round by round in one process (the order rotates). Before
+They alternate round by round in one process (``bench.stats.interleave``: the
+order rotates); speed-ups are medians of per-round ratios. Before
 timing, each pool's round from the common start is compared with the
 one-process round: the largest weight difference relative to the update's
 largest entry must be below 1e-4 (float summation order only).
@@ -20,16 +21,17 @@ largest entry must be below 1e-4 (float summation order only).
 from __future__ import annotations
 
 import dataclasses
-import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from absl import app
 from absl import flags
 from absl import logging
+import numpy as np
 import psutil
 
 from bench import fedavg_round
+from bench import stats
 from tff_sampling import workers as workers_lib
 
 _TIMED_ROUNDS = flags.DEFINE_integer('wk_timed_rounds', 5, 'Timed rounds per row.', lower_bound=1)
@@ -43,20 +45,24 @@ TOLERANCE = 1e-4
 
 @dataclasses.dataclass(frozen=True)
 class WorkersResult:
-  """Seconds per round of each row and each pool's agreement with one process."""
+  """Seconds and CPU seconds per round of each row, and each pool's agreement with one process."""
 
   num_clients: int
   total_examples: int
-  seconds: dict[str, tuple[float, ...]]
+  seconds: dict[str, np.ndarray]
+  cpu_seconds: dict[str, np.ndarray]  # This process and its workers.
   agreement: dict[str, float]
-  cores_busy: dict[str, float]  # CPU seconds (this process and its workers) per wall second.
 
   def median(self, label: str) -> float:
-    return statistics.median(self.seconds[label])
+    return float(np.median(self.seconds[label]))
 
   def speedup(self, label: str) -> float:
-    """One-process median over this row's median (> 1: faster)."""
-    return self.median(ONE_PROCESS) / self.median(label)
+    """Median per-round ratio one process / this row (> 1: faster)."""
+    return stats.ratio_estimate(self.seconds[ONE_PROCESS], self.seconds[label]).median
+
+  def cores_busy(self, label: str) -> np.ndarray:
+    """CPU seconds per wall second, per round."""
+    return self.cpu_seconds[label] / self.seconds[label]
 
 
 def run(num_clients: int = 32, total_examples: int = 4800, timed_rounds: int = 5,
@@ -84,24 +90,27 @@ def run(num_clients: int = 32, total_examples: int = 4800, timed_rounds: int = 5
     runners = {ONE_PROCESS: lambda: process.next(initial, datasets)}
     for label, pool in pools.items():
       runners[label] = (lambda p: lambda: p.run(process.next, initial, datasets))(pool)
-    labels = list(runners)
-    seconds = {label: [] for label in labels}
-    cpu = {label: 0.0 for label in labels}
-    for round_index in range(timed_rounds):
-      shift = round_index % len(labels)
-      for label in labels[shift:] + labels[:shift]:
-        cpu_begin, begin = cpu_seconds(), time.perf_counter()
-        runners[label]()
-        seconds[label].append(time.perf_counter() - begin)
-        cpu[label] += cpu_seconds() - cpu_begin
-      logging.info('Round %d: %s', round_index + 1,
-                   ', '.join(f'{label} {seconds[label][-1]:.3f}s' for label in labels))
+    # Every runner ran in the agreement check above: no warm-up block.
+    measured = stats.interleave({label: _wall_and_cpu(run) for label, run in runners.items()},
+                                timed_rounds, warmup=0)
   finally:
     for pool in pools.values():
       pool.close()
   return WorkersResult(num_clients, total_examples,
-                       {label: tuple(v) for label, v in seconds.items()}, agreement,
-                       {label: cpu[label] / sum(seconds[label]) for label in labels})
+                       {label: m[:, 0] for label, m in measured.items()},
+                       {label: m[:, 1] for label, m in measured.items()}, agreement)
+
+
+def _wall_and_cpu(function: Callable[[], object]) -> Callable[[], tuple[float, float]]:
+  """A measure for `stats.interleave`: wall and CPU seconds (`cpu_seconds`) of one call."""
+
+  def measure() -> tuple[float, float]:
+    cpu_begin, begin = cpu_seconds(), time.perf_counter()
+    function()
+    wall = time.perf_counter() - begin
+    return wall, cpu_seconds() - cpu_begin
+
+  return measure
 
 
 def cpu_seconds() -> float:
@@ -123,7 +132,7 @@ def format_table(result: WorkersResult) -> str:
   for label in result.seconds:
     agreement = result.agreement.get(label)
     lines.append(f'{label:<14}{result.median(label):>10.3f}{result.speedup(label):>10.2f}'
-                 f'{result.cores_busy[label]:>11.2f}'
+                 f'{np.median(result.cores_busy(label)):>11.2f}'
                  f'{"" if agreement is None else f"{agreement:.1e}":>11}')
   return '\n'.join(lines)
 

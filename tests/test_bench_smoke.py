@@ -49,6 +49,9 @@ def test_main_tiny_configuration(parsed_flags, tmp_path, capfd):
   for label in ('tff_dataset_reduce', 'tff_dataset_iterator'):
     ratio = values[f'ratio/{label}_over_plain_tf']
     assert math.isfinite(ratio) and ratio > 0
+    # One timed block: one pair, no interval.
+    assert values[f'ratio_low/{label}_over_plain_tf'] == -math.inf
+    assert values[f'ratio_high/{label}_over_plain_tf'] == math.inf
     # Same work: the new global weights agree (four clients take at most
     # two steps each here, far from the chaotic regime).
     assert values[f'agreement_relative/{label}'] < _TOLERANCE
@@ -118,28 +121,62 @@ def test_fedgs_main_tiny_configuration(parsed_flags, capsys):
 def test_suite_quick_run_prints_every_section_and_writes_the_csv(parsed_flags, tmp_path, capfd):
   from bench import run as bench_run
   csv_path = tmp_path / 'suite.csv'
-  with flagsaver.flagsaver(quick=True, suite_rounds=1, suite_repeats=1,
+  with flagsaver.flagsaver(quick=True, suite_pairs=2, suite_expensive_pairs=2,
                            suite_csv=str(csv_path)):
     bench_run.main(['run'])
   table = capfd.readouterr().out
+  assert 'machine: ' in table and 'logical cores, load average' in table
   for section in bench_run.SECTIONS:
     assert f'\n{section} ' in table, section
   with open(csv_path, newline='') as f:
     rows = list(csv.DictReader(f))
   by_name = {}
   for row in rows:
+    assert row['cpu'] and int(row['logical_cores']) >= 1 and len(row['load_average'].split()) == 3
     by_name.setdefault(row['benchmark'], {})[row['metric']] = float(row['value'])
-  assert len(by_name) == len(table.strip().splitlines()) - 2  # Header and the 'Appended' line.
+  # Less the two header lines, the column names and the 'Appended' line.
+  assert len(by_name) == len(table.strip().splitlines()) - 4
   for name, metrics in by_name.items():
     assert metrics['value'] >= 0 and metrics['reference'] > 0, name
-    assert metrics['ratio'] == pytest.approx(metrics['value'] / metrics['reference'], rel=1e-4)
+    assert metrics['ratio_low'] <= metrics['ratio'] <= metrics['ratio_high'], name
+    assert metrics['pairs'] == 2, name
 
 
-def test_suite_row_ratio_and_target():
+def _machine():
   from bench import run as bench_run
-  row = bench_run.Row('fedavg', 'x / y', 3.0, 2.0, 's', target=1.2)
-  assert row.ratio == 1.5 and row.met == 'NO'
-  assert bench_run.Row('fedavg', 'x / y', 2.0, 2.0, 's', target=1.2).met == 'yes'
-  assert bench_run.Row('workers', 'x / y', 1.0, 2.0, 's').met == ''
+  return bench_run.Machine('Test CPU @ 1 GHz', 2, (0.5, 0.25, 0.75))
+
+
+def test_suite_row_verdicts_table_and_csv_columns(tmp_path):
+  from bench import run as bench_run
+  missed = bench_run.Row('fedavg', 'x / y', [3.0, 1.5, 6.0], [2.0, 1.0, 4.0], 's', target=1.2)
+  assert (missed.value, missed.reference) == (3.0, 2.0)
+  assert missed.ratio == bench_run.stats.Estimate(1.5, 1.5, 1.5, 3)
+  assert missed.verdict == 'missed'
+  met = bench_run.Row('fedavg', 'x / y', [2.0, 2.0], [2.0, 2.0], 's', target=1.2)
+  assert met.verdict == 'met'
+  unresolved = bench_run.Row('fedavg', 'x / y', [1.0, 2.0], [1.0, 1.0], 's', target=1.2)
+  assert unresolved.verdict == 'unresolved'
+  informational = bench_run.Row('workers', 'x / y', [1.0, 1.0], [2.0, 2.0], 's')
+  assert informational.verdict == ''
+
+  table = bench_run.format_table([missed, informational], _machine()).splitlines()
+  assert table[0] == ('machine: Test CPU @ 1 GHz, 2 logical cores, load average 0.50 0.25 0.75 '
+                      '(1, 5, 15 min) at the start')
+  assert table[3].split()[-6:] == ['1.5', '[1.5,', '1.5]', '3', '<=1.2', 'missed']
+  rows = bench_run.csv_rows([missed], _machine())
+  assert [r['metric'] for r in rows] == ['value', 'reference', 'ratio', 'ratio_low', 'ratio_high',
+                                         'pairs']
+  assert {(r['cpu'], r['logical_cores'], r['load_average']) for r in rows} == {
+      ('Test CPU @ 1 GHz', '2', '0.50 0.25 0.75')}
+  path = tmp_path / 'suite.csv'
+  fedavg_round.append_csv(str(path), rows)
+  fedavg_round.append_csv(str(path), rows)  # Appends.
+  with open(path, newline='') as f:
+    assert len(list(csv.DictReader(f))) == 2 * len(rows)
+  old = tmp_path / 'old.csv'
+  old.write_text('benchmark,metric,value,commit,timestamp\n')
+  with pytest.raises(ValueError, match='has the columns'):
+    fedavg_round.append_csv(str(old), rows)
   with pytest.raises(ValueError, match='Unknown or no sections'):
-    bench_run.run_suite(['fedavg', 'gpu'], bench_run.Sizes.quick(), 1, 1)
+    bench_run.run_suite(['fedavg', 'gpu'], bench_run.Sizes.quick(), 2, 2)
