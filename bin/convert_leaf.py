@@ -37,7 +37,7 @@ _PLAY_TEXT = flags.DEFINE_string(
     'play_text', None,
     'Play text in speaker-block form ("ROLE:" line, speech lines, blank line) -> '
     'shakespeare.sqlite.')
-# The experiment binaries' --cache_dir (bin.experiment_flags) names the same directory. Defined
+# The experiment binaries' --cache_dir (bin.common_flags) names the same directory. Defined
 # here only when absent, overridable, and read by name, so that a process importing both modules
 # (the test suite) has a single --cache_dir flag whichever module comes first.
 if 'cache_dir' not in flags.FLAGS:

@@ -16,18 +16,19 @@ from collections.abc import Sequence
 
 from absl import app
 
+from bin import common_flags as cf
 from bin import experiment_flags as ef
 from tff_sampling import learning
 
 
 def main(argv: Sequence[str]) -> None:
-  ef.begin_main(argv)
-  ef.run_with_uniform_cohorts(
-      dict(algorithm='fedavg', sampling='uniform'),
-      default_name=f'{ef.TASK.value}_fedavg_seed{ef.SEED.value}',
+  cf.begin_main(argv)
+  ef.run_uniform_cohorts(
+      f'{ef.TASK.value}_fedavg_seed{cf.SEED.value}',
       make_process=lambda task: learning.build_fedavg(
-          task.model_fn, client_learning_rate=ef.CLIENT_LEARNING_RATE.value,
-          server_learning_rate=ef.SERVER_LEARNING_RATE.value))
+          task.model_fn, client_learning_rate=cf.CLIENT_LEARNING_RATE.value,
+          server_learning_rate=cf.SERVER_LEARNING_RATE.value),
+      method_hparams=dict(algorithm='fedavg', sampling='uniform'))
 
 
 if __name__ == '__main__':

@@ -22,27 +22,23 @@ round's uploads; plots accuracy and relative entropy per round.
 
 from __future__ import annotations
 
+import functools
 import os
-import sys
 import time
 from collections.abc import Sequence
 
 from absl import app
 from absl import flags
-import numpy as np
 
+from bin import common_flags as cf
 from bin import experiment_flags as ef
 from bin import flag_checks
-import tasks
 from tasks import public
 from tff_sampling import communication
+from tff_sampling import experiments
 from tff_sampling import plotting
-from tff_sampling import results
-from tff_sampling import samplers
+from tff_sampling.experiments import lefl
 from tff_sampling.learning import signals
-from tff_sampling.learning import soft_labels
-
-SAMPLINGS = ('lefl', 'uniform')
 
 # The paper's settings (CIFAR 100 clients at 10% per round, EMNIST 1,000 at 1%,
 # E_p = 10), with fewer rounds; `digits` is the offline stand-in (Dirichlet 0.5).
@@ -58,7 +54,8 @@ PAPER_DEFAULTS = {
 
 flags.FLAGS.set_default('root_output_dir', 'results/lefl')
 flags.FLAGS.set_default('checkpoint_every', 20)
-_SAMPLING = flags.DEFINE_list('sampling', list(SAMPLINGS), f'Methods to run, of {SAMPLINGS}.')
+_SAMPLING = flags.DEFINE_list('sampling', list(lefl.SAMPLINGS),
+                              f'Methods to run, of {lefl.SAMPLINGS}.')
 _PRETRAIN_EPOCHS = flags.DEFINE_integer(
     'pretrain_epochs', 10, 'lefl: E_p, passes over each client stream before its soft labels.',
     lower_bound=1)
@@ -70,8 +67,8 @@ _PUBLIC_DATA = flags.DEFINE_enum(
     '(leaf_femnist: --public_data_dir is their LEAF FEMNIST folder) or a TFDS dataset '
     '(--public_data_dir).')
 _PUBLIC_DATA_DIR = flags.DEFINE_string(
-    'public_data_dir', None, 'lefl: TFDS data directory holding the prepared public dataset, or the LEAF FEMNIST '
-    'folder of --public_data=leaf_femnist.')
+    'public_data_dir', None, 'lefl: TFDS data directory holding the prepared public dataset, '
+    'or the LEAF FEMNIST folder of --public_data=leaf_femnist.')
 _NUM_CLUSTERS = flags.DEFINE_integer(
     'num_clusters', None, 'lefl: k-means clusters (default ⌈log2 N⌉).', lower_bound=1)
 _SAMPLE_RATE = flags.DEFINE_float(
@@ -84,115 +81,55 @@ _ALLOCATION = flags.DEFINE_enum(
 _TARGET_ACCURACY = flags.DEFINE_float(
     'target_accuracy', None, 'Accuracy for "rounds to target", a fraction in (0, 1] '
     '(default: 90% of the best final accuracy among the methods).')
-_SEEDS = flags.DEFINE_integer('seeds', 1, 'Runs per method (seeds seed..seed+seeds-1).',
-                              lower_bound=1)
+_SEEDS = cf.define_seeds()
 flag_checks.check_number('sample_rate', low=0.0, high=1.0, low_open=True)
 flag_checks.check_accuracy('target_accuracy')
 
 
-def make_sampler(task: tasks.Task, method: str, seed: int,
-                 costs: dict[tuple[str, int], communication.PreprocessingBits]
-                 ) -> samplers.Sampler:
-  """The sampler of `method`; LEFL's pre-processing cost goes to `costs`."""
-  m = ef.CLIENTS_PER_ROUND.value
-  if method == 'uniform':
-    return samplers.UniformSampler(m, seed=seed)
-  if method != 'lefl':
-    raise ValueError(f'Unknown --sampling {method!r}; choose from {", ".join(SAMPLINGS)}.')
-  inputs = public.public_inputs(task, _PUBLIC_DATA.value, num_examples=_PUBLIC_EXAMPLES.value,
-                                seed=seed, data_dir=_PUBLIC_DATA_DIR.value)
-  labels = soft_labels.client_soft_labels(
-      task, public_inputs=inputs, model_weights=task.initial_model_weights(seed),
-      client_learning_rate=ef.CLIENT_LEARNING_RATE.value, seed=seed,
-      pretrain_epochs=_PRETRAIN_EPOCHS.value, client_steps=ef.CLIENT_STEPS.value)
-  # A sequence model uploads one distribution per position (`num_classes`
-  # counts them all); the KL treats each position as a public example.
-  costs[method, seed] = communication.PreprocessingBits(**soft_labels.preprocessing_bits(
-      num_clients=task.num_clients, public_examples=inputs.shape[0],
-      input_size=int(np.prod(inputs.shape[1:])), num_classes=int(np.prod(labels.shape[2:]))))
-  per_example = labels.reshape(labels.shape[0], -1, labels.shape[-1])
-  return samplers.LeflSampler(
-      m, soft_labels=per_example, num_clusters=_NUM_CLUSTERS.value, sample_rate=_SAMPLE_RATE.value,
-      allocation=_ALLOCATION.value, seed=seed)
-
-
-def method_hparams(method: str) -> dict:
-  hparams = dict(sampling=method)
-  if method == 'lefl':
-    hparams.update(pretrain_epochs=_PRETRAIN_EPOCHS.value, public_data_dir=_PUBLIC_DATA_DIR.value,
-                   public_examples=_PUBLIC_EXAMPLES.value, public_data=_PUBLIC_DATA.value,
-                   num_clusters=_NUM_CLUSTERS.value, sample_rate=_SAMPLE_RATE.value,
-                   allocation=_ALLOCATION.value)
-  return hparams
-
-
-def _final(run: results.Run, column: str) -> float:
-  values = run.metrics[column]
-  return float(values[np.isfinite(values)][-1])
-
-
-def summary_table(groups: dict[str, list[results.Run]], target: float) -> str:
-  """Relative entropy, accuracy, rounds to `target` and communication per method."""
-  header = (f'{"method":<10}{"label KL/round":>16}{"final accuracy":>18}'
-            f'{f"rounds to {target:.3f}":>18}{"cohort":>8}{"pre-proc. upload":>18}'
-            f'{"= rounds":>10}{"pre-proc. download":>20}')
-  lines = [header, '-' * len(header)]
-  for method, runs in groups.items():
-    kl = np.array([np.nanmean(r.metrics['selection/label_kl'][1:]) for r in runs])
-    accuracy = np.array([_final(r, 'eval/accuracy') for r in runs])
-    reached = [results.rounds_to_target(r, target) for r in runs]
-    rounds = [x for x in reached if x is not None]
-    rounds_text = (f'{np.mean(rounds):.1f} ({len(rounds)}/{len(runs)})' if rounds
-                   else f'never (0/{len(runs)})')
-    cohort = np.mean([np.nanmean(r.metrics['cohort_size'][1:]) for r in runs])
-    upload = np.mean([r.metrics['uplink/round_bits'][0] for r in runs])
-    per_round = np.mean([np.nanmean(r.metrics['uplink/round_bits'][1:]) for r in runs])
-    download = np.mean([np.nan_to_num(r.metrics.get('downlink/preprocessing_bits',
-                                                    np.zeros(1))[0]) for r in runs])
-    lines.append(
-        f'{method:<10}{kl.mean():>9.4f} ± {kl.std():.3f}{accuracy.mean():>11.4f} ± '
-        f'{accuracy.std():.3f}{rounds_text:>18}{cohort:>8.1f}{upload:>18.3g}'
-        f'{upload / per_round:>10.2f}{download:>20.3g}')
-  return '\n'.join(lines)
+def lefl_methods() -> lefl.LeflMethods:
+  """The samplers' settings from the flags."""
+  return lefl.LeflMethods(
+      ef.CLIENTS_PER_ROUND.value, cf.CLIENT_LEARNING_RATE.value,
+      client_steps=ef.CLIENT_STEPS.value, pretrain_epochs=_PRETRAIN_EPOCHS.value,
+      public_examples=_PUBLIC_EXAMPLES.value, public_data=_PUBLIC_DATA.value,
+      public_data_dir=_PUBLIC_DATA_DIR.value, num_clusters=_NUM_CLUSTERS.value,
+      sample_rate=_SAMPLE_RATE.value, allocation=_ALLOCATION.value)
 
 
 def main(argv: Sequence[str]) -> None:
-  start = ef.begin_main(argv)
-  ef.apply_defaults(PAPER_DEFAULTS.get(ef.TASK.value, {}))
-  try:
-    ef.check_choices('sampling', _SAMPLING.value, SAMPLINGS)
+  start = cf.begin_main(argv)
+  ef.apply_task_defaults(PAPER_DEFAULTS)
+  with cf.exit_on_bad_input():
+    cf.check_choices('sampling', _SAMPLING.value, lefl.SAMPLINGS)
     plot_paths = {metric: plotting.check_plot_path(os.path.join(
-        ef.ROOT_OUTPUT_DIR.value, f'{ef.TASK.value}_{metric.replace("/", "_")}.png'))
+        cf.ROOT_OUTPUT_DIR.value, f'{ef.TASK.value}_{metric.replace("/", "_")}.png'))
                   for metric in ('accuracy', 'selection/label_kl')}
     if _SAMPLE_RATE.value is not None and not 0 < _SAMPLE_RATE.value <= 1:
       raise ValueError(f'--sample_rate must be in (0, 1], got {_SAMPLE_RATE.value}.')
     task = ef.task_from_flags()
     costs: dict[tuple[str, int], communication.PreprocessingBits] = {}
     process = signals.build_fedavg_with_signals(
-        task.model_fn, client_learning_rate=ef.CLIENT_LEARNING_RATE.value,
-        server_learning_rate=ef.SERVER_LEARNING_RATE.value,
+        task.model_fn, client_learning_rate=cf.CLIENT_LEARNING_RATE.value,
+        server_learning_rate=cf.SERVER_LEARNING_RATE.value,
         sketch_size=None)  # LEFL reads no sketches: none computed.
-    groups = ef.run_comparison(
-        task, _SAMPLING.value, _SEEDS.value,
+    groups = experiments.run_comparison(
+        task, ef.comparison(_SAMPLING.value, _SEEDS.value), ef.run_settings(),
         make_process=lambda method, seed: process,
-        make_sampler=lambda method, seed: make_sampler(task, method, seed, costs),
-        method_hparams=method_hparams,
+        make_sampler=functools.partial(lefl_methods().make_sampler, task, costs=costs),
+        availability=ef.availability_spec(),
         preprocessing_bits=lambda method, seed: costs.get((method, seed)))
-  except (ValueError, FileNotFoundError, FloatingPointError) as e:
-    sys.exit(f'Error: {e}')
   target = _TARGET_ACCURACY.value
   if target is None:
-    target = 0.9 * max(np.mean([_final(r, 'eval/accuracy') for r in runs])
-                       for runs in groups.values())
+    target = lefl.default_target(groups)
   run_dirs = [r.path for runs in groups.values() for r in runs]
   plots = [plotting.plot_runs(run_dirs, plot_paths[metric], metric=metric,
                               title=f'{ef.TASK.value}: {title}')
            for metric, title in (('accuracy', 'accuracy'),
                                  ('selection/label_kl', 'KL(sampled labels ‖ global)'))]
   print(f'\n{ef.TASK.value}, {task.num_clients} clients, m = {ef.CLIENTS_PER_ROUND.value}, '
-        f'{ef.ROUNDS.value} rounds, {_SEEDS.value} seed(s), mean ± std over seeds; '
+        f'{cf.ROUNDS.value} rounds, {_SEEDS.value} seed(s), mean ± std over seeds; '
         '"= rounds": the pre-processing upload in rounds of uploads:')
-  print(summary_table(groups, target))
+  print(lefl.summary_table(groups, target))
   print('plots: ' + ', '.join(plots))
   print(f'wall time: {time.monotonic() - start:.1f} s')
 

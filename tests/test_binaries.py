@@ -11,9 +11,10 @@ import pytest
 
 from bin import demo
 from bin import fedavg
-import fault_harness
+from tff_sampling import experiments
 from tff_sampling import results
 from tff_sampling import samplers
+from tff_sampling.experiments import fedgs as fedgs_experiment
 import tasks
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -221,9 +222,9 @@ def test_fedgs_binary_table_over_modes_and_methods_subprocess(tmp_path):
 
 def test_power_of_choice_all_takes_every_active_client_as_a_candidate():
   task = tasks.get_task('synthetic', num_clients=20)
-  with fault_harness.flags_of('fedgs') as fedgs, flagsaver.as_parsed(clients_per_round='4'):
-    sampler = fedgs.make_sampler(task, 'power_of_choice_all', 0, {})
-    pairs = fedgs.make_sampler(task, 'power_of_choice', 0, {})
+  methods = fedgs_experiment.FedGSMethods(clients_per_round=4, client_learning_rate=0.1)
+  sampler = methods.make_sampler(task, 'power_of_choice_all', 0, {})
+  pairs = methods.make_sampler(task, 'power_of_choice', 0, {})
   state = sampler.initialize(samplers.Population(num_examples=task.client_num_examples))
   available = np.zeros(20, bool)
   available[[1, 4, 5, 9, 13, 17, 18]] = True
@@ -249,7 +250,7 @@ def test_fedgs_binary_rejects_bad_availability(tmp_path, availability, message):
 
 def test_parse_availability_defaults_and_conflicts():
   from bin import experiment_flags as ef
-  assert ef.parse_availability('ln') == ef.AvailabilitySpec('LN', 0.5, 24)
+  assert ef.parse_availability('ln') == experiments.AvailabilitySpec('LN', 0.5, 24)
   assert ef.parse_availability('YC-0.3').label == 'YC-0.3'
   assert ef.parse_availability('IDL').label == 'IDL'
   with flagsaver.flagsaver(availability_beta=0.2):
@@ -293,12 +294,3 @@ def test_lefl_binary_rejects_bad_input(tmp_path, flag, message):
                      '--public_examples=20', flag, f'--root_output_dir={tmp_path}')
   assert proc.returncode == 1, proc.stderr[-2000:]
   assert message in proc.stderr, proc.stderr[-2000:]
-
-
-def test_fedgs_records_the_sketch_size_of_the_update_cosine_graph():
-  # A resume with another --sketch_size must be refused: it changes that graph.
-  with fault_harness.flags_of('fedgs') as fedgs:
-    with flagsaver.as_parsed(graph='update_cosine', sketch_size='64'):
-      assert fedgs.method_hparams('fedgs')['sketch_size'] == 64
-    with flagsaver.as_parsed(graph='oracle', sketch_size='64'):
-      assert 'sketch_size' not in fedgs.method_hparams('fedgs')

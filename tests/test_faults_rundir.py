@@ -6,9 +6,8 @@ outside the run directory changed and that no process was left behind
 """
 
 import glob
+import json
 import os
-import subprocess
-import sys
 
 from absl import flags
 from absl.testing import flagsaver
@@ -62,13 +61,15 @@ def _run(task, process, output_dir, rounds, **kwargs):
 
 # --- Names that would leave the output root -------------------------------------
 
+@pytest.mark.parametrize('binary', ['fedavg', 'mmfl'])
 @pytest.mark.parametrize('name', ['../../victim', '/tmp/abs', 'a/b', '..', 'bad\nname', ''],
                          ids=['dotdot', 'absolute', 'separator', 'parent', 'control', 'empty'])
-def test_run_names_that_are_paths_are_rejected_at_parse_time(name):
-  # --experiment_name is one shared flag of every binary but bin.mmfl (below).
-  with pytest.raises(flags.IllegalFlagValueError, match='experiment_name'):
-    with flagsaver.as_parsed(experiment_name=name):
-      pass
+def test_run_names_that_are_paths_are_rejected_at_parse_time(binary, name):
+  # --experiment_name is one shared flag of every experiment binary (bin.common_flags).
+  with fh.flags_of(binary):
+    with pytest.raises(flags.IllegalFlagValueError, match='experiment_name'):
+      with flagsaver.as_parsed(experiment_name=name):
+        pass
 
 
 def test_the_reported_deletion_outside_the_root_cannot_happen(sandbox):
@@ -83,19 +84,60 @@ def test_the_reported_deletion_outside_the_root_cannot_happen(sandbox):
   assert before.changes() == []
 
 
-def test_mmfl_rejects_a_path_as_experiment_name(sandbox):
-  # bin.mmfl defines its own flags, so it runs in a process of its own.
+# --- Resuming a run written before a flag was recorded ---------------------------------
+
+def _stored_run(tmp_path, **hparams):
+  path = tmp_path / 'old'
+  path.mkdir()
+  (path / 'hparams.json').write_text(json.dumps({'task': 'digits', 'seed': 0, **hparams}))
+  return str(path)
+
+
+def test_an_unrecorded_flag_resumes_at_its_default_only(tmp_path):
+  path = _stored_run(tmp_path)
+  current = {'task': 'digits', 'seed': 0, 'sketch_size': 1024}
+  run_dir.check_resume_compatible(path, run_dir.HParams(current, defaults={'sketch_size': 1024}))
+  run_dir.check_resume_compatible(path, current, defaults={'sketch_size': 1024})
+  with pytest.raises(ValueError, match=(
+      r"different configuration \(sketch_size: saved None \(written before sketch_size was "
+      r"recorded: resumable at its default 1024\) vs now 64\)\. Use a new --experiment_name, "
+      r"or start over with --reset")):
+    run_dir.check_resume_compatible(
+        path, run_dir.HParams({**current, 'sketch_size': 64}, defaults={'sketch_size': 1024}))
+
+
+def test_only_flags_have_defaults_and_a_recorded_value_must_match(tmp_path):
+  path = _stored_run(tmp_path, sketch_size=64)
+  # A recorded value is compared as it is, even against the default.
+  with pytest.raises(ValueError, match=r'sketch_size: saved 64 vs now 1024'):
+    run_dir.check_resume_compatible(
+        path, run_dir.HParams({'task': 'digits', 'seed': 0, 'sketch_size': 1024},
+                              defaults={'sketch_size': 1024}))
+  # A key without a default (not a flag, or a derived value) must be recorded.
+  with pytest.raises(ValueError, match=r"task.num_clients: saved None vs now 100"):
+    run_dir.check_resume_compatible(path, run_dir.HParams(
+        {'task': 'digits', 'seed': 0, 'sketch_size': 64, 'task.num_clients': 100}))
+
+
+def test_a_run_from_before_the_automatic_hparams_resumes_at_the_defaults(sandbox):
   tmp_path, root = sandbox
-  before = fh.TreeSnapshot(tmp_path)
-  proc = subprocess.run(
-      [sys.executable, '-m', 'bin.mmfl', '--experiment_name=../victim', f'--root_output_dir={root}',
-       '--rounds=1', '--clients=6', '--expected_clients=2', '--sampling=random'],
-      cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), capture_output=True,
-      text=True, timeout=300)
-  assert proc.returncode == 1, proc.stderr[-2000:]
-  last = proc.stderr.strip().splitlines()[-1]
-  assert "run name '../victim_random_seed0' is a path" in last and last.startswith('Error: ')
-  assert before.changes() == []
+  common = dict(root_output_dir=root, experiment_name='run', clients_per_round=_COHORT)
+  assert fh.run_main(fedavg.main, rounds=1, **common).exit_code == 0
+  path = root / 'run' / 'hparams.json'
+  recorded = json.loads(path.read_text())
+  earlier = ('task', 'rounds', 'clients_per_round', 'client_learning_rate', 'client_steps',
+             'server_learning_rate', 'eval_every', 'checkpoint_every', 'seed', 'root_output_dir',
+             'availability', 'availability_beta', 'availability_period', 'algorithm', 'sampling',
+             'experiment_name')
+  path.write_text(json.dumps({k: v for k, v in recorded.items()
+                              if k in earlier or k.startswith('task.')}))
+  assert 'num_clients' in recorded and 'num_clients' not in json.loads(path.read_text())
+  outcome = fh.run_main(fedavg.main, rounds=2, num_clients=50, **common)
+  fh.assert_one_line_error(outcome, r'num_clients: saved None \(written before num_clients was '
+                                    r'recorded: resumable at its default None\) vs now 50')
+  assert fh.run_main(fedavg.main, rounds=2, **common).exit_code == 0
+  assert [r['key'] for r in _rows(root / 'run')] == ['0', '1', '2']
+  assert json.loads(path.read_text()) == {**recorded, 'rounds': 2}  # Rewritten in full.
 
 
 # --- Ownership: a user's folder is never written into or deleted ------------------

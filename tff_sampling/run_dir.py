@@ -311,8 +311,27 @@ def json_ready(hparams: Mapping[str, Any]) -> dict[str, Any]:
   return json.loads(json.dumps(dict(hparams), sort_keys=True, default=str))
 
 
-def check_resume_compatible(output_dir: str, hparams: Mapping[str, Any]) -> None:
-  """Raises ValueError unless `output_dir`'s hparams.json matches `hparams` (bar resumables)."""
+class HParams(dict):
+  """Hyper-parameters, with the defaults of those that are flags.
+
+  A run written before a flag was recorded lacks its key; `check_resume_compatible`
+  resumes it only if the flag is at its default now. `defaults` rides along with
+  the values (e.g. through `program.ProgramConfig`) and is not written.
+  """
+
+  def __init__(self, values: Mapping[str, Any] = (), defaults: Mapping[str, Any] = ()):
+    super().__init__(values)
+    self.defaults = dict(defaults)
+
+
+def check_resume_compatible(output_dir: str, hparams: Mapping[str, Any],
+                            defaults: Mapping[str, Any] | None = None) -> None:
+  """Raises ValueError unless `output_dir`'s hparams.json matches `hparams` (bar resumables).
+
+  A key that the saved hyper-parameters lack (a run written before it was
+  recorded) matches only if its value now is its default in `defaults`
+  (default: ``hparams.defaults`` of an `HParams`, else none).
+  """
   path = os.path.join(output_dir, HPARAMS_FILENAME)
   if not os.path.exists(path):
     raise ValueError(
@@ -322,11 +341,24 @@ def check_resume_compatible(output_dir: str, hparams: Mapping[str, Any]) -> None
   stored = results.read_hparams(
       path, fix='restore it, or start over with --reset or another --experiment_name')
   current = json_ready(hparams)
+  if defaults is None:
+    defaults = getattr(hparams, 'defaults', {})
+  defaults = json_ready(defaults)
+
+  def differs(key: str) -> bool:
+    if key not in stored and key in current and key in defaults:
+      return current[key] != defaults[key]
+    return stored.get(key) != current.get(key)
+
+  def saved(key: str) -> str:
+    if key in stored or key not in defaults:
+      return repr(stored.get(key))
+    return f'None (written before {key} was recorded: resumable at its default {defaults[key]!r})'
+
   keys = (set(stored) | set(current)) - RESUMABLE_HPARAMS
-  differences = sorted(k for k in keys if stored.get(k) != current.get(k))
+  differences = sorted(k for k in keys if differs(k))
   if differences:
-    details = ', '.join(
-        f'{k}: saved {stored.get(k)!r} vs now {current.get(k)!r}' for k in differences)
+    details = ', '.join(f'{k}: saved {saved(k)} vs now {current.get(k)!r}' for k in differences)
     raise ValueError(
         f'Cannot resume the run in {output_dir!r}: its checkpoints were written by a '
         f'different configuration ({details}). Use a new --experiment_name, or '
