@@ -10,6 +10,7 @@ is recorded, and checked on resume, without further code.
 from __future__ import annotations
 
 import contextlib
+import logging as logging_lib
 import os
 import sys
 import time
@@ -18,6 +19,9 @@ from typing import Any
 
 from absl import app
 from absl import flags
+from absl import logging
+
+import bin
 
 from bin import flag_checks
 from tff_sampling import experiments
@@ -67,6 +71,7 @@ IRRELEVANT_FLAGS = frozenset({
     'workers', 'local_workers', 'clients_per_call',  # Equal results up to summation order.
     'seeds', 'methods',  # Which runs a sweep has; each records its seed and method.
     'target_accuracy',  # Printed tables only.
+    'verbose',  # What is logged.
 })
 _BIN_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -115,8 +120,16 @@ def define_seeds(default: int = 1) -> flags.FlagHolder[int]:
                               lower_bound=1)
 
 
+class _PlainFormatter(logging_lib.Formatter):
+  """Our log lines as written (``WARNING: …`` for warnings and errors): no absl prefix."""
+
+  def format(self, record: logging_lib.LogRecord) -> str:
+    message = super().format(record)
+    return message if record.levelno <= logging_lib.INFO else f'{record.levelname}: {message}'
+
+
 def begin_main(argv: Sequence[str]) -> float:
-  """A binary's first step: rejects extra arguments, quiets library logs.
+  """A binary's first step: rejects extra arguments, quiets logs (unless ``--verbose``).
 
   Returns:
     The start time (`time.monotonic`).
@@ -126,7 +139,9 @@ def begin_main(argv: Sequence[str]) -> float:
   """
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
-  runtime.quiet_library_logs()
+  if not bin.VERBOSE.value:
+    runtime.quiet_library_logs()
+    logging.get_absl_handler().setFormatter(_PlainFormatter())
   return time.monotonic()
 
 

@@ -1,6 +1,7 @@
 """Smoke and bad-input tests of the binaries: 2-round runs on `digits`."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -28,9 +29,11 @@ def _run_module(module, *args):
 
 def test_fedavg_two_rounds_subprocess(tmp_path):
   proc = _run_module('bin.fedavg', '--task=digits', '--rounds=2', '--clients_per_round=5',
-                     f'--root_output_dir={tmp_path}', '--experiment_name=smoke')
+                     f'--root_output_dir={tmp_path}', '--experiment_name=smoke', '--verbose')
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert 'round 2/2' in proc.stderr and 'Finished round 2' in proc.stderr
+  # --verbose gives absl's prefix back (and TensorFlow's own log, where it has any).
+  assert re.search(r'^I\d{4} [\d:.]+ +\d+ progress\.py:\d+\] round 2/2', proc.stderr, re.M)
   run = results.load_run(tmp_path / 'smoke')
   assert list(run.rounds) == [0, 1, 2]
   assert run.hparams['clients_per_round'] == 5 and run.hparams['sampling'] == 'uniform'
@@ -41,6 +44,12 @@ def test_demo_two_rounds_subprocess(tmp_path):
   proc = _run_module('bin.demo', '--rounds=2', '--seeds=2', '--methods=optimal,full',
                      '--eval_every=1', f'--root_output_dir={tmp_path}')
   assert proc.returncode == 0, proc.stderr[-3000:]
+  # Quiet by default: our lines only, no TensorFlow C++ log, absl prefix or traceback.
+  noise = [line for line in proc.stderr.splitlines()
+           if re.match(r'\d{4}-\d\d-\d\d [\d:.]+: [IWEF] |[IWEF]\d{4} [\d:.]+ +\d+ ', line)
+           or 'Traceback' in line or 'never used' in line]
+  assert not noise, noise[:5]
+  assert re.search(r'^round 2/2 \| ', proc.stderr, re.M), proc.stderr[-2000:]
   lines = proc.stdout.splitlines()
   assert any(line.startswith('optimal ') for line in lines), proc.stdout
   assert any(line.startswith('full ') for line in lines), proc.stdout

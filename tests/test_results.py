@@ -328,3 +328,9 @@ def test_reads_what_tff_csv_release_manager_writes(tmp_path):
   assert run.text_columns == ('process/aggregator/weights',)
   assert results.rounds_to_target(run, 0.4) == 2
   assert results.bits_to_target(run, 0.4) == 3000.0
+
+
+def test_seed_spread_is_the_sample_standard_deviation():
+  # [1, 3]: mean 2, squared deviations 1 + 1 over n - 1 = 1 -> sqrt(2).
+  assert results.seed_spread([1.0, 3.0]) == pytest.approx(2 ** 0.5)
+  assert results.seed_spread([0.7]) == 0.0  # One seed: no spread to report.

@@ -401,6 +401,12 @@ def _common_name(names: Sequence[str]) -> str:
   return whole_parts.rstrip(_NAME_SEPARATORS) or prefix or names[0]
 
 
+def seed_spread(values) -> float:
+  """Sample standard deviation (``ddof = 1``) of per-seed values; 0 for a single seed."""
+  values = np.asarray(values, dtype=np.float64)
+  return float(values.std(ddof=1)) if values.size > 1 else 0.0
+
+
 def aggregate(
     group: Sequence[Run],
     x_column: str,

@@ -97,7 +97,7 @@ def summary_table(groups: dict[str, list[results.Run]]) -> str:
     loss = np.array([r.metrics['eval/loss'][np.isfinite(r.metrics['eval/loss'])][-1]
                      for r in runs])
     lines.append(
-        f'{method:<22} {accuracy.mean():>9.4f} ± {accuracy.std():.3f} {loss.mean():>11.4f} '
+        f'{method:<22} {accuracy.mean():>9.4f} ± {results.seed_spread(accuracy):.3f} {loss.mean():>11.4f} '
         f'{_mean_over_runs(runs, "selection/distinct_clients"):>17.2f} '
         f'{_mean_over_runs(runs, "selection/distinct_labels"):>16.2f} '
         f'{_mean_over_runs(runs, "selection/weight_variance"):>11.2e}')

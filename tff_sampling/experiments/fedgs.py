@@ -147,7 +147,7 @@ def loss_table(table: Mapping[str, Mapping[str, list[results.Run]]]) -> str:
     for mode in modes:
       runs = table[mode].get(method, [])
       losses = np.array([best_loss(r) for r in runs])
-      cell = f'{losses.mean():.4f} ± {losses.std():.4f}'
+      cell = f'{losses.mean():.4f} ± {results.seed_spread(losses):.4f}'
       if ideal_mean is not None and mode != 'IDL':
         cell += f' {100 * (losses.mean() / ideal_mean - 1):+.1f}%'
       cells.append(f'{cell:>{width}}')

@@ -101,7 +101,7 @@ def summary_table(groups: dict[str, list[results.Run]], target: float) -> str:
     download = np.mean([np.nan_to_num(r.metrics.get('downlink/preprocessing_bits',
                                                     np.zeros(1))[0]) for r in runs])
     lines.append(
-        f'{method:<10}{kl.mean():>9.4f} ± {kl.std():.3f}{accuracy.mean():>11.4f} ± '
-        f'{accuracy.std():.3f}{rounds_text:>18}{cohort:>8.1f}{upload:>18.3g}'
+        f'{method:<10}{kl.mean():>9.4f} ± {results.seed_spread(kl):.3f}{accuracy.mean():>11.4f} ± '
+        f'{results.seed_spread(accuracy):.3f}{rounds_text:>18}{cohort:>8.1f}{upload:>18.3g}'
         f'{upload / per_round:>10.2f}{download:>20.3g}')
   return '\n'.join(lines)

@@ -33,7 +33,7 @@ def summary_table(groups: dict[str, list[results.Run]], rounds: int, eval_every:
     cells = []
     for r in points:
       values = np.array([_accuracy_at(run, r) for run in runs])
-      cells.append(f'{np.mean(values):>9.4f} ± {np.std(values):.3f}')
+      cells.append(f'{np.mean(values):>9.4f} ± {results.seed_spread(values):.3f}')
     final = [np.mean([run.metrics[f'eval/model_{s}/accuracy'][-1] for run in runs])
              for s in range(num_models)]
     uploads = np.mean([_column_mean(run, 'uplink/model_uploads') for run in runs])

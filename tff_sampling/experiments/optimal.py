@@ -75,7 +75,8 @@ def summary_table(groups: dict[str, list[results.Run]], target: float) -> str:
                    if any(r is not None for r in rounds) else 'never')
     bits_text = f'{np.median(reached) / 1e6:.2f}' if reached else 'never'
     total = np.median([r.metrics['uplink/cumulative_bits'][-1] for r in runs]) / 1e6
-    lines.append(f'{method:<14} {final.mean():>9.4f} ± {final.std():.3f} {rounds_text:>14} '
+    lines.append(f'{method:<14} {final.mean():>9.4f} ± {results.seed_spread(final):.3f} '
+                 f'{rounds_text:>14} '
                  f'{bits_text:>14} {total:>11.2f} {alpha:>7.3f}')
   return '\n'.join(lines)
 
@@ -83,7 +84,7 @@ def summary_table(groups: dict[str, list[results.Run]], target: float) -> str:
 def improvement_table(groups: dict[str, list[results.Run]], blocks: int = 3) -> str:
   """Mean improvement factor α (over seeds) per block of rounds, and rescaling steps used."""
   rounds = max(int(r.rounds[-1]) for runs in groups.values() for r in runs)
-  edges = np.linspace(0, rounds, blocks + 1).astype(int)
+  edges = np.linspace(0, rounds, min(blocks, rounds) + 1).astype(int)  # No empty block.
   names = [f'rounds {lo + 1}-{hi}' for lo, hi in zip(edges[:-1], edges[1:])]
   lines = [f'{"method":<14} ' + ' '.join(f'{n:>14}' for n in names) +
            f' {"steps used (mean/max)":>22}']
