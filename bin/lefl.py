@@ -29,10 +29,12 @@ from collections.abc import Sequence
 
 from absl import app
 from absl import flags
+import numpy as np
 
 from bin import common_flags as cf
 from bin import experiment_flags as ef
 from bin import flag_checks
+import tasks
 from tasks import public
 from tff_sampling import communication
 from tff_sampling import experiments
@@ -88,12 +90,15 @@ flag_checks.check_accuracy('target_accuracy')
 
 def lefl_methods() -> lefl.LeflMethods:
   """The samplers' settings from the flags."""
+  def public_inputs(task: tasks.Task, seed: int) -> np.ndarray:
+    return public.public_inputs(task, _PUBLIC_DATA.value, num_examples=_PUBLIC_EXAMPLES.value,
+                                seed=seed, data_dir=_PUBLIC_DATA_DIR.value)
+
   return lefl.LeflMethods(
-      ef.CLIENTS_PER_ROUND.value, cf.CLIENT_LEARNING_RATE.value,
+      ef.CLIENTS_PER_ROUND.value, cf.CLIENT_LEARNING_RATE.value, public_inputs,
       client_steps=ef.CLIENT_STEPS.value, pretrain_epochs=_PRETRAIN_EPOCHS.value,
-      public_examples=_PUBLIC_EXAMPLES.value, public_data=_PUBLIC_DATA.value,
-      public_data_dir=_PUBLIC_DATA_DIR.value, num_clusters=_NUM_CLUSTERS.value,
-      sample_rate=_SAMPLE_RATE.value, allocation=_ALLOCATION.value)
+      num_clusters=_NUM_CLUSTERS.value, sample_rate=_SAMPLE_RATE.value,
+      allocation=_ALLOCATION.value)
 
 
 def main(argv: Sequence[str]) -> None:

@@ -55,12 +55,9 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures
-import ctypes
-import functools
 import os
 import queue
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -125,36 +122,25 @@ def check_not_shut_down() -> None:
     raise WorkersStopped('The TFF workers were stopped because the program is shutting down.')
 
 
-def _die_with_parent(parent_pid: int) -> None:
-  """In the child before exec: ask Linux to SIGKILL it when its parent dies.
-
-  Covers a parent killed by a signal, when neither `LocalWorkers.stop` nor the
-  ``atexit`` hook runs. SIGKILL, because a worker holds nothing worth saving
-  and was seen ignoring the SIGINT TFF stops it with. If the parent died
-  before the request took effect, the child exits at once.
-  """
-  # A program started as a shell's background job has SIGINT ignored, which its
-  # children would inherit; a worker must stop on SIGINT/SIGTERM when asked.
-  for signum in (signal.SIGINT, signal.SIGTERM):
-    signal.signal(signum, signal.SIG_DFL)
-  if _PRCTL is None or _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
-    return
-  if os.getppid() != parent_pid:
-    os._exit(1)  # pylint: disable=protected-access
-
-
-def _find_prctl():
-  """libc's prctl, looked up here rather than in the forked child (no dlopen after fork)."""
-  if not sys.platform.startswith('linux'):
-    return None
-  try:
-    return ctypes.CDLL(None, use_errno=True).prctl
-  except (OSError, AttributeError):
-    return None
-
-
-_PR_SET_PDEATHSIG = 1
-_PRCTL = _find_prctl()
+# Runs in the worker's process before it becomes the worker binary (`os.execv`),
+# so no Python code runs in a forked child of this multi-threaded process (a
+# `preexec_fn` can deadlock there, Python's docs warn). argv: parent pid, binary,
+# its arguments. It asks Linux to SIGKILL the process when its parent dies
+# (`PR_SET_PDEATHSIG`, kept across exec), covering a parent killed by a signal,
+# when neither `LocalWorkers.stop` nor the ``atexit`` hook runs: SIGKILL, because
+# a worker holds nothing worth saving and was seen ignoring the SIGINT TFF stops
+# it with. If the parent died before the request took effect, it exits at once.
+# A program started as a shell's background job has SIGINT ignored, which its
+# children would inherit; a worker must stop on SIGINT/SIGTERM when asked.
+_DIE_WITH_PARENT = """\
+import ctypes, os, signal, sys
+for signum in (signal.SIGINT, signal.SIGTERM):
+  signal.signal(signum, signal.SIG_DFL)
+if ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL) == 0:
+  if os.getppid() != int(sys.argv[1]):
+    os._exit(1)
+os.execv(sys.argv[2], sys.argv[2:])
+"""
 
 
 class _Launcher:
@@ -192,7 +178,8 @@ class _Launcher:
       args, kwargs, result = requests.get()
       try:
         result.set_result(subprocess.Popen(
-            args, preexec_fn=functools.partial(_die_with_parent, os.getpid()), **kwargs))
+            [sys.executable, '-I', '-S', '-c', _DIE_WITH_PARENT, str(os.getpid()), *args],
+            **kwargs))
       except BaseException as e:  # pylint: disable=broad-except  # Handed to the caller.
         result.set_exception(e)
 
@@ -204,7 +191,7 @@ def start_worker_process(port: int, *args: str, stdout: Any = subprocess.DEVNULL
                          stderr: Any = subprocess.DEVNULL) -> subprocess.Popen:
   """Starts ``worker_binary --port=PORT [args]``, killed by Linux when this process dies.
 
-  See `_Launcher` and `_die_with_parent`. Raises `WorkersStopped` after `shut_down`.
+  See `_Launcher` and `_DIE_WITH_PARENT`. Raises `WorkersStopped` after `shut_down`.
   """
   check_not_shut_down()
   binary = worker_binary_path()

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 
-from tasks import public
 from tff_sampling import communication
 from tff_sampling import results
 from tff_sampling import samplers
@@ -25,9 +25,8 @@ class LeflMethods:
     client_learning_rate: Client SGD step size of the pre-training.
     client_steps: Local batches per pass (``None``: the task's epochs).
     pretrain_epochs: ``E_p``, passes over each client stream before its soft labels.
-    public_examples: Size of the public unlabeled set.
-    public_data: Its source (`tasks.public.SOURCES`).
-    public_data_dir: Its data directory (TFDS, or LEAF FEMNIST's folder).
+    public_inputs: ``(task, seed) -> float32[P, …]`` the public unlabeled
+      inputs (e.g. `tasks.public.public_inputs` with its source bound).
     num_clusters: k-means clusters (``None``: ⌈log2 N⌉).
     sample_rate: per_cluster: fraction of each cluster per round (``None``: m / N).
     allocation: ``'per_cluster'`` or ``'proportional'``.
@@ -35,11 +34,9 @@ class LeflMethods:
 
   clients_per_round: int
   client_learning_rate: float
+  public_inputs: Callable[[Task, int], np.ndarray]
   client_steps: int | None = None
   pretrain_epochs: int = 10
-  public_examples: int = 200
-  public_data: str = 'noise'
-  public_data_dir: str | None = None
   num_clusters: int | None = None
   sample_rate: float | None = None
   allocation: str = 'per_cluster'
@@ -53,8 +50,7 @@ class LeflMethods:
       return samplers.UniformSampler(m, seed=seed)
     if method != 'lefl':
       raise ValueError(f'Unknown --sampling {method!r}; choose from {", ".join(SAMPLINGS)}.')
-    inputs = public.public_inputs(task, self.public_data, num_examples=self.public_examples,
-                                  seed=seed, data_dir=self.public_data_dir)
+    inputs = self.public_inputs(task, seed)
     labels = soft_labels.client_soft_labels(
         task, public_inputs=inputs, model_weights=task.initial_model_weights(seed),
         client_learning_rate=self.client_learning_rate, seed=seed,
