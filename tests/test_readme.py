@@ -1,29 +1,109 @@
-"""The README's Python snippets run as written (each in a fresh interpreter)."""
+"""The documentation's Python snippets run as written (each in a fresh interpreter),
+and its relative links resolve.
 
+Pages: README.md and docs/*.md (not docs/experiments/, whose reports hold no
+snippets to run). A block fenced ```python must run from the repository root and
+print its result; a block not meant to run is fenced ```text, ```sh or ```bash.
+"""
+
+import glob
 import os
 import re
 import subprocess
 import sys
+import unicodedata
 
 import pytest
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_FENCED = re.compile(r'^```.*?^```[ \t]*$', flags=re.S | re.M)
+_SNIPPET = re.compile(r'^```python\n(.*?)^```[ \t]*$', flags=re.S | re.M)
+_INLINE_CODE = re.compile(r'(`+).+?\1', flags=re.S)
+_LINK = re.compile(r'\]\(([^()\s]+)(?:\s+"[^"]*")?\)')
+_HEADING = re.compile(r'^#{1,6}[ \t]+(.+?)[ \t#]*$', flags=re.M)
+_HTML_ID = re.compile(r'<a\s+(?:id|name)="([^"]+)"')
 
 
-def _snippets():
-  with open(os.path.join(_REPO, 'README.md')) as f:
-    return re.findall(r'```python\n(.*?)```', f.read(), flags=re.S)
+def _pages():
+  """README.md and docs/*.md, as paths relative to the repository root."""
+  docs = sorted(os.path.relpath(p, _REPO) for p in glob.glob(os.path.join(_REPO, 'docs', '*.md')))
+  return ['README.md'] + docs
+
+
+def _read(page):
+  with open(os.path.join(_REPO, page), encoding='utf-8') as f:
+    return f.read()
+
+
+def _snippets(page):
+  return _SNIPPET.findall(_read(page))
+
+
+def _all_snippets():
+  return [(page, index) for page in _pages() for index in range(len(_snippets(page)))]
 
 
 def test_readme_has_snippets():
-  assert len(_snippets()) >= 2
+  assert len(_snippets('README.md')) >= 2
 
 
-@pytest.mark.parametrize('index', range(len(_snippets())))
-def test_readme_snippet_runs(index, tmp_path):
+@pytest.mark.parametrize('page,index', _all_snippets())
+def test_snippet_runs(page, index, tmp_path):
   code = re.sub(r"'/tmp/(my_\w+)'", lambda m: repr(str(tmp_path / m.group(1))),
-                _snippets()[index])
+                _snippets(page)[index])
   proc = subprocess.run([sys.executable, '-c', code], cwd=_REPO, capture_output=True,
                         text=True, timeout=600)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  assert proc.stdout.strip(), 'the snippet prints its result'
+  assert proc.returncode == 0, f'{page} snippet {index}:\n' + proc.stderr[-3000:]
+  assert proc.stdout.strip(), f'{page} snippet {index} prints its result'
+
+
+def _slug(heading):
+  """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+  text = re.sub(r'<[^>]+>', '', heading)
+  text = re.sub(r'\[([^\]]*)\]\([^)]*\)', r'\1', text)  # A link's text.
+  kept = []
+  for char in text.lower():
+    if char in ' -_' or unicodedata.category(char)[0] in 'LMN':
+      kept.append(char)
+  return ''.join(kept).replace(' ', '-')
+
+
+def _anchors(path):
+  text = _read(path)
+  anchors = set(_HTML_ID.findall(text))
+  seen = {}
+  for heading in _HEADING.findall(_FENCED.sub('', text)):
+    slug = _slug(heading)
+    count = seen.get(slug, 0)
+    seen[slug] = count + 1
+    anchors.add(slug if count == 0 else f'{slug}-{count}')
+  return anchors
+
+
+def _links(page):
+  """The link targets of `page` outside code blocks and inline code."""
+  text = _INLINE_CODE.sub('', _FENCED.sub('', _read(page)))
+  return _LINK.findall(text)
+
+
+def test_links_resolve():
+  broken = []
+  for page in _pages():
+    for target in _links(page):
+      if re.match(r'[a-z][a-z0-9+.-]*:', target, flags=re.I):  # http(s), mailto, …
+        continue
+      path, _, anchor = target.partition('#')
+      resolved = (os.path.normpath(os.path.join(os.path.dirname(page), path))
+                  if path else page)
+      if not os.path.exists(os.path.join(_REPO, resolved)):
+        broken.append(f'{page}: {target} (no file {resolved})')
+      elif anchor and resolved.endswith('.md') and anchor not in _anchors(resolved):
+        broken.append(f'{page}: {target} (no anchor #{anchor} in {resolved})')
+  assert not broken, '\n'.join(broken)
+
+
+def test_links_are_found():
+  """The link check sees the README's links (guards the regular expressions)."""
+  targets = _links('README.md')
+  assert 'docs/algorithms.md' in targets
+  assert any(t.startswith('docs/optimal_sampling.md#') for t in targets)
