@@ -46,6 +46,7 @@ Usage (from the repository root):
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable, Mapping, Sequence
 import csv
 import dataclasses
 import datetime
@@ -55,7 +56,6 @@ import os
 import pathlib
 import statistics
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
 
 from absl import app
 from absl import flags
@@ -110,8 +110,8 @@ _TFF_LOOPS = flags.DEFINE_list(
     '(DATASET_ITERATOR).')
 flags.register_validator(
     'tff_loops',
-    lambda values: bool(values) and all(v in {l.value for l in TffLoop} for v in values),
-    message=f'--tff_loops takes a non-empty list of {[l.value for l in TffLoop]}.')
+    lambda values: bool(values) and all(v in {loop.value for loop in TffLoop} for v in values),
+    message=f'--tff_loops takes a non-empty list of {[loop.value for loop in TffLoop]}.')
 _TARGET_RATIO = flags.DEFINE_float(
     'target_ratio', 1.3, 'Target for the median per-round ratio TFF / plain TF.')
 _TOLERANCE = flags.DEFINE_float(
@@ -522,7 +522,7 @@ def format_table(result: BenchmarkResult) -> str:
 def csv_rows(result: BenchmarkResult) -> list[dict[str, str]]:
   """Rows ``benchmark, metric, value, commit, timestamp`` for comparing commits."""
   commit = git_commit()
-  timestamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')
+  timestamp = datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds')
   metrics = {f'median_seconds/{label}': result.median(label) for label in result.seconds}
   for label, agreement in result.agreement.items():
     ratio = result.ratio(label)

@@ -31,10 +31,10 @@ Usage (from the repository root):
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 import dataclasses
 import statistics
 import time
-from collections.abc import Callable, Sequence
 
 from absl import app
 from absl import flags

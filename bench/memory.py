@@ -27,10 +27,10 @@ that increase per client slot.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Sequence
 
 from absl import app
 from absl import flags
@@ -92,7 +92,7 @@ class PeakSampler:
       self.peak = max(self.peak, resident_bytes())
       time.sleep(self._interval_s)
 
-  def __enter__(self) -> 'PeakSampler':
+  def __enter__(self) -> PeakSampler:
     self.peak = resident_bytes()
     self._thread.start()
     return self

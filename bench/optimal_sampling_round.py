@@ -19,8 +19,8 @@ the target ≤ 1.10. Usage:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
+import time
 
 from absl import app
 from absl import flags

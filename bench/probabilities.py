@@ -23,9 +23,9 @@ Usage (from the repository root):
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 import dataclasses
 import statistics
-from collections.abc import Callable, Sequence
 
 from absl import app
 from absl import flags

@@ -38,6 +38,7 @@ nothing).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 import dataclasses
 import datetime
 import functools
@@ -45,7 +46,6 @@ import os
 import platform
 import tempfile
 import time
-from collections.abc import Callable, Sequence
 
 from absl import app
 from absl import flags
@@ -105,7 +105,7 @@ class Sizes:
   program_rounds: int = 20
 
   @classmethod
-  def quick(cls) -> 'Sizes':
+  def quick(cls) -> Sizes:
     return cls(clients=4, examples=120, norms=10_000, sampler_clients=60, lefl_clients=40,
                memory_cohort=12, memory_slice=4, program_rounds=3)
 
@@ -147,7 +147,7 @@ class Machine:
   load_average: tuple[float, float, float]
 
   @classmethod
-  def describe(cls) -> 'Machine':
+  def describe(cls) -> Machine:
     cpu = platform.processor() or platform.machine()
     try:
       with open('/proc/cpuinfo') as f:
@@ -352,7 +352,7 @@ def format_table(rows: Sequence[Row], machine: Machine) -> str:
 
 def csv_rows(rows: Sequence[Row], machine: Machine) -> list[dict[str, str]]:
   commit = fedavg_round.git_commit()
-  stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')
+  stamp = datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds')
   out = []
   for r in rows:
     for metric, value in (('value', r.value), ('reference', r.reference),

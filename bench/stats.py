@@ -11,10 +11,10 @@ it, **missed** when entirely above, and **unresolved** when it straddles it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from absl import logging

@@ -20,9 +20,9 @@ largest entry must be below 1e-4 (float summation order only).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
 
 from absl import app
 from absl import flags

@@ -21,10 +21,10 @@ labels per round, aggregation-weight variance) and writes the accuracy plot.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 import functools
 import os
 import time
-from collections.abc import Sequence
 
 from absl import app
 from absl import flags

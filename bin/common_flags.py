@@ -9,12 +9,12 @@ is recorded, and checked on resume, without further code.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 import contextlib
 import logging as logging_lib
 import os
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from absl import app
@@ -22,7 +22,6 @@ from absl import flags
 from absl import logging
 
 import bin
-
 from bin import flag_checks
 from tff_sampling import experiments
 from tff_sampling import run_dir

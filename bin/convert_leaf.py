@@ -20,10 +20,10 @@ with one line naming the file and the problem (`tasks.leaf`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 import os
 import sqlite3
 import sys
-from collections.abc import Sequence
 
 from absl import app
 from absl import flags

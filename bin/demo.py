@@ -17,9 +17,9 @@ them over.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 import os
 import time
-from collections.abc import Sequence
 
 from absl import app
 from absl import flags

@@ -32,9 +32,9 @@ mode (``<root_output_dir>/<task>_sampling_counts.png``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 import os
 import time
-from collections.abc import Sequence
 
 from absl import app
 from absl import flags

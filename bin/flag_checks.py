@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Optional
 
 from absl import flags
 
 _INTEGER = re.compile(r'[+-]?\d+')
 
 
-def _describe(low: Optional[float], high: Optional[float], low_open: bool,
+def _describe(low: float | None, high: float | None, low_open: bool,
               high_open: bool) -> str:
   def text(x: float) -> str:
     return f'{x:g}'
@@ -40,7 +39,7 @@ def _describe(low: Optional[float], high: Optional[float], low_open: bool,
   return 'a finite number'
 
 
-def check_number(name: str, *, low: Optional[float] = None, high: Optional[float] = None,
+def check_number(name: str, *, low: float | None = None, high: float | None = None,
                  low_open: bool = False, high_open: bool = False, hint: str = '',
                  flag_values: flags.FlagValues = flags.FLAGS) -> None:
   """Makes ``--name`` (a float or integer flag) reject values outside the range.

@@ -22,10 +22,10 @@ round's uploads; plots accuracy and relative entropy per round.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 import functools
 import os
 import time
-from collections.abc import Sequence
 
 from absl import app
 from absl import flags

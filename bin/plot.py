@@ -18,8 +18,8 @@ binaries call directly.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
+import sys
 
 from absl import app
 from absl import flags

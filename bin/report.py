@@ -29,9 +29,9 @@ computation is `tff_sampling.report`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 import shlex
 import sys
-from collections.abc import Sequence
 
 from absl import app
 from absl import flags
@@ -73,8 +73,8 @@ _MAX_ROUND = flags.DEFINE_integer(
     lower_bound=0)
 flag_checks.check_accuracy('target_accuracy')
 
-_FLAG_ORDER = ('run_dirs', 'label_key', 'panel_key', 'target_accuracy', 'max_round', 'extra_columns',
-               'title', 'output_dir')
+_FLAG_ORDER = ('run_dirs', 'label_key', 'panel_key', 'target_accuracy', 'max_round',
+               'extra_columns', 'title', 'output_dir')
 
 
 def regenerate_command() -> str:

@@ -10,14 +10,14 @@ loading without download.
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable, Iterator, Mapping, Sequence
 import contextlib
 import functools
 import numbers
 import os
 import sqlite3
+from typing import Any
 import urllib.parse
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -33,7 +33,7 @@ Preprocess = Callable[[tf.data.Dataset], tf.data.Dataset]
 # is reported like a wrong value: ValueError naming option and value.
 
 
-def check_int(name: str, value: Any, *, minimum: int = 1, maximum: Optional[int] = None) -> int:
+def check_int(name: str, value: Any, *, minimum: int = 1, maximum: int | None = None) -> int:
   """`value` as an int in ``[minimum, maximum]``, else a ValueError naming it."""
   if isinstance(value, bool) or not isinstance(value, numbers.Integral):
     raise ValueError(f'{name} must be an integer, got {value!r}.')
@@ -43,7 +43,7 @@ def check_int(name: str, value: Any, *, minimum: int = 1, maximum: Optional[int]
   return int(value)
 
 
-def check_optional_int(name: str, value: Any, *, minimum: int = 1) -> Optional[int]:
+def check_optional_int(name: str, value: Any, *, minimum: int = 1) -> int | None:
   return None if value is None else check_int(name, value, minimum=minimum)
 
 
@@ -76,7 +76,7 @@ def check_int_tuple(name: str, values: Any, *, minimum: int = 1) -> tuple[int, .
   return tuple(check_int(name, v, minimum=minimum) for v in values)
 
 
-def check_optional_path(name: str, value: Any) -> Optional[str]:
+def check_optional_path(name: str, value: Any) -> str | None:
   """`value` if it is ``None`` or a path string, else a ValueError naming `name`."""
   if value is not None and not isinstance(value, (str, os.PathLike)):
     raise ValueError(f'{name} must be a directory path or None, got {value!r}.')
@@ -206,7 +206,7 @@ def client_preprocess(
 
 
 def batch(
-    dataset: tf.data.Dataset, *, batch_size: int, batch_map: Optional[Callable[[Any], Any]] = None
+    dataset: tf.data.Dataset, *, batch_size: int, batch_map: Callable[[Any], Any] | None = None
 ) -> tf.data.Dataset:
   """Batches of `batch_size`, each mapped by `batch_map` if given."""
   dataset = dataset.batch(batch_size)
@@ -279,7 +279,7 @@ def in_memory_task(
     evaluation: Mapping[str, np.ndarray],
     keras_model_fn: Callable[[int], tf.keras.Model],
     num_classes: int,
-    batch_map: Optional[Callable[[Any], Any]] = None,
+    batch_map: Callable[[Any], Any] | None = None,
 ) -> Task:
   """A task over in-memory ``{x, y}`` arrays, clients ``client_0``, ... in row order.
 
@@ -332,7 +332,7 @@ TFF_DATABASE_SCHEMA = {
 }
 
 
-def require_cached_database(dataset: str, file_name: str, cache_dir: Optional[str]) -> str:
+def require_cached_database(dataset: str, file_name: str, cache_dir: str | None) -> str:
   """The path of TFF's decompressed database, or an error saying how to provide it.
 
   TFF 0.87's loaders call ``download.get_compressed_file(origin=<url>.lzma,
@@ -373,7 +373,7 @@ def require_cached_database(dataset: str, file_name: str, cache_dir: Optional[st
 
 
 def load_tff_data(
-    dataset: str, file_name: str, cache_dir: Optional[str], **load_options: Any
+    dataset: str, file_name: str, cache_dir: str | None, **load_options: Any
 ) -> tuple[str, tff.simulation.datasets.ClientData, tff.simulation.datasets.ClientData]:
   """``(database path, train data, test data)`` from ``tff.simulation.datasets.<dataset>``.
 
@@ -415,7 +415,7 @@ def read_only_uri(path: str) -> str:
   return f'file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro'
 
 
-def _tff_database_problem(path: str) -> Optional[str]:
+def _tff_database_problem(path: str) -> str | None:
   """What is wrong with `path` as a TFF database, or ``None`` if nothing is."""
   if os.path.isdir(path):
     return 'is a directory, not a file'
@@ -555,7 +555,7 @@ def centralized_eval_data(
 
 
 def load_tfds(
-    name: str, data_dir: Optional[str], *, user: str, alternative: str = '', **load_options: Any
+    name: str, data_dir: str | None, *, user: str, alternative: str = '', **load_options: Any
 ) -> tf.data.Dataset:
   """``tfds.load(name, data_dir=data_dir, download=False, **load_options)``.
 

@@ -41,9 +41,8 @@ or ``'vgg'`` (`tasks.models.small_vgg` with 10 classes).
 from __future__ import annotations
 
 import collections
-import functools
 from collections.abc import Sequence
-from typing import Optional
+import functools
 
 import numpy as np
 import tensorflow as tf
@@ -96,7 +95,7 @@ def lenet_cnn(num_classes: int, seed: int) -> tf.keras.Model:
   return models.seed_initial_weights(tf.keras.Model(inputs, logits, name='lenet_cnn'), seed)
 
 
-def load_split(split: str, data_dir: Optional[str]) -> tuple[np.ndarray, np.ndarray]:
+def load_split(split: str, data_dir: str | None) -> tuple[np.ndarray, np.ndarray]:
   """One TFDS ``cifar10`` split as ``(uint8[M, 32, 32, 3], int32[M])``.
 
   Args:
@@ -149,15 +148,15 @@ def create_cifar10_task(
     *,
     client_batch_size: int = 50,
     client_epochs: int = 1,
-    max_client_examples: Optional[int] = None,
+    max_client_examples: int | None = None,
     seed: int = 0,
     eval_batch_size: int = 256,
-    data_dir: Optional[str] = None,
+    data_dir: str | None = None,
     dirichlet_alpha: float = 0.1,
     size_profile: str = 'fraboni',
-    size_group_clients: Optional[Sequence[int]] = None,
-    size_group_examples: Optional[Sequence[int]] = None,
-    max_eval_examples: Optional[int] = 10_000,
+    size_group_clients: Sequence[int] | None = None,
+    size_group_examples: Sequence[int] | None = None,
+    max_eval_examples: int | None = 10_000,
     model: str = 'lenet',
 ) -> Task:
   """Builds the ``cifar10`` task.

@@ -31,12 +31,13 @@ Models: ``'resnet18'`` (TFF's ResNet-18 with group norm,
 from __future__ import annotations
 
 import functools
-from typing import Optional
 
 import tensorflow as tf
-
 from tensorflow_federated.python.simulation.baselines import client_spec
-from tensorflow_federated.python.simulation.baselines.cifar100 import image_classification_preprocessing
+from tensorflow_federated.python.simulation.baselines.cifar100 import (
+  image_classification_preprocessing,
+)
+
 from tasks import _common
 from tasks import models
 from tasks.base import Task
@@ -76,13 +77,13 @@ def create_cifar100_task(
     *,
     client_batch_size: int = 20,
     client_epochs: int = 1,
-    max_client_examples: Optional[int] = None,
+    max_client_examples: int | None = None,
     seed: int = 0,
     eval_batch_size: int = 256,
-    cache_dir: Optional[str] = None,
+    cache_dir: str | None = None,
     crop_size: int = 24,
     distort_images: bool = False,
-    max_eval_examples: Optional[int] = 10_000,
+    max_eval_examples: int | None = 10_000,
     model: str = 'resnet18',
 ) -> Task:
   """Builds the ``cifar100`` task.

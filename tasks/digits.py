@@ -58,9 +58,8 @@ clients.
 from __future__ import annotations
 
 import collections
-import functools
 from collections.abc import Sequence
-from typing import Optional
+import functools
 
 import numpy as np
 import scipy.special
@@ -333,12 +332,12 @@ def create_digits_task(
     *,
     client_batch_size: int = 20,
     client_epochs: int = 1,
-    max_client_examples: Optional[int] = None,
+    max_client_examples: int | None = None,
     seed: int = 0,
     eval_batch_size: int = 256,
     num_clients: int = 100,
-    dirichlet_alpha: Optional[float] = None,
-    size_sigma: Optional[float] = None,
+    dirichlet_alpha: float | None = None,
+    size_sigma: float | None = None,
     eval_fraction: float = 0.2,
     preset: str = 'default',
     model: str = 'mlp',

@@ -86,17 +86,17 @@ in storage (rowid) order, the order TFF's ``SqlDataset`` yields them.
 from __future__ import annotations
 
 import collections
-import functools
 from collections.abc import Callable, Sequence
-from typing import Any, Optional
+import functools
+from typing import Any
 
 import numpy as np
 import scipy.optimize
 import scipy.stats
 import tensorflow_federated as tff
-
 from tensorflow_federated.python.simulation.baselines import client_spec
 from tensorflow_federated.python.simulation.baselines.emnist import emnist_preprocessing
+
 from tasks import _common
 from tasks import models
 from tasks import unbalance
@@ -200,12 +200,12 @@ def create_emnist_task(
     *,
     client_batch_size: int = 20,
     client_epochs: int = 1,
-    max_client_examples: Optional[int] = None,
+    max_client_examples: int | None = None,
     seed: int = 0,
     eval_batch_size: int = 256,
-    cache_dir: Optional[str] = None,
+    cache_dir: str | None = None,
     only_digits: bool = True,
-    max_eval_examples: Optional[int] = 10_000,
+    max_eval_examples: int | None = 10_000,
     model: str = 'cnn',
 ) -> Task:
   """Builds the ``emnist`` task.
@@ -360,18 +360,18 @@ def create_emnist_unbalanced_task(
     *,
     client_batch_size: int = 20,
     client_epochs: int = 1,
-    max_client_examples: Optional[int] = None,
+    max_client_examples: int | None = None,
     seed: int = 0,
     eval_batch_size: int = 256,
-    cache_dir: Optional[str] = None,
+    cache_dir: str | None = None,
     only_digits: bool = True,
-    max_eval_examples: Optional[int] = 10_000,
+    max_eval_examples: int | None = 10_000,
     model: str = 'cnn',
     unbalance_seed: int = 0,
-    unbalance_lower: Optional[int] = None,
-    unbalance_upper: Optional[int] = None,
-    unbalance_removal_probability: Optional[float] = None,
-    unbalance_keep_examples: Optional[int] = None,
+    unbalance_lower: int | None = None,
+    unbalance_upper: int | None = None,
+    unbalance_removal_probability: float | None = None,
+    unbalance_keep_examples: int | None = None,
     unbalance_calibrate: bool = False,
 ) -> Task:
   """Builds ``emnist_unbalanced_<unbalanced_set>`` (see the module docstring).

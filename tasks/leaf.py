@@ -81,6 +81,7 @@ clients from it: one client per role, one example (``snippets``) per speech.
 from __future__ import annotations
 
 import collections
+from collections.abc import Iterator, Mapping, Sequence
 import contextlib
 import dataclasses
 import glob
@@ -90,8 +91,6 @@ import os
 import re
 import sqlite3
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Optional
 
 import numpy as np
 import tensorflow as tf
@@ -203,7 +202,7 @@ def _check_file_structure(path: str, data: dict) -> list[tuple[str, list, list]]
   return entries
 
 
-def _float_rows(path: str, user: str, x: list, width: Optional[int], what: str) -> np.ndarray:
+def _float_rows(path: str, user: str, x: list, width: int | None, what: str) -> np.ndarray:
   """``x`` as float64[n, width] (``width=None``: any common width), else a ValueError."""
   try:
     array = np.array(x, dtype=np.float64)
@@ -272,7 +271,7 @@ class _SyntheticReader:
   """Synthetic's features; every example must have the first one's length."""
 
   def __init__(self):
-    self.width: Optional[int] = None
+    self.width: int | None = None
 
   def __call__(self, path: str, user: str, x: list, y: list) -> collections.OrderedDict:
     features = _float_rows(path, user, x, self.width, 'features')
@@ -582,7 +581,7 @@ class _DatabaseWriter:
     with contextlib.suppress(OSError):
       os.remove(self._temp)
 
-  def __enter__(self) -> '_DatabaseWriter':
+  def __enter__(self) -> _DatabaseWriter:
     return self
 
   def __exit__(self, exc_type, exc, traceback) -> None:
@@ -727,7 +726,7 @@ def write_emnist_database(
   path = os.path.join(os.fspath(cache_dir), EMNIST_DATABASE_FILE)
   owners = {split: {} for split in LEAF_SPLITS}
   digits = {split: {} for split in LEAF_SPLITS}
-  counts = {split: 0 for split in LEAF_SPLITS}
+  counts = dict.fromkeys(LEAF_SPLITS, 0)
   for split in LEAF_SPLITS:
     _leaf_files(leaf_dir, split)  # Fail fast, before creating any file.
   with _DatabaseWriter(path, overwrite) as writer:

@@ -30,7 +30,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import tensorflow as tf
-
 from tensorflow_federated.python.simulation.baselines.shakespeare import char_prediction_models
 from tensorflow_federated.python.simulation.models import resnet_models
 

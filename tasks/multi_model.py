@@ -20,13 +20,11 @@ Client ``i`` of the population is client ``i`` of every task of the suite
 
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 
 from tasks import registry
-from tff_sampling import multi_model_program
 from tasks.base import Task
+from tff_sampling import multi_model_program
 
 SUITES = ('digits_noniid', 'digits_synthetic', 'leaf', 'femnist_models')
 NONIID_ALPHAS = (0.05, 0.1, 0.3, 1.0, 10.0)
@@ -45,12 +43,12 @@ def noniid_alphas(num_models: int) -> tuple[float, ...]:
 def create_suite(
     name: str,
     *,
-    num_models: Optional[int] = None,
+    num_models: int | None = None,
     num_clients: int = 120,
     seed: int = 0,
     client_epochs: int = 1,
     client_batch_size: int = 10,
-    cache_dir: Optional[str] = None,
+    cache_dir: str | None = None,
 ) -> list[Task]:
   """Builds the tasks of suite `name` (see the module docstring).
 

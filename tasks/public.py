@@ -60,12 +60,12 @@ a ``ValueError`` suggesting ``'noise'``.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 import tensorflow as tf
+from tensorflow_federated.python.simulation.baselines.cifar100 import (
+  image_classification_preprocessing,
+)
 
-from tensorflow_federated.python.simulation.baselines.cifar100 import image_classification_preprocessing
 from tasks import _common
 from tasks import leaf
 from tasks import shakespeare
@@ -93,7 +93,7 @@ def _unmappable(source: str, task: Task, source_shape, reason: str) -> ValueErro
       'task.')
 
 
-def _load_train_images(name: str, data_dir: Optional[str]) -> np.ndarray:
+def _load_train_images(name: str, data_dir: str | None) -> np.ndarray:
   """All ``uint8`` training images of TFDS dataset `name`, in TFDS order."""
   dataset = _common.load_tfds(name, data_dir, user=f'The public source {name!r}',
                               alternative="; or use source='noise'", split='train')
@@ -112,7 +112,7 @@ def _subset(images: np.ndarray, num_examples: int, rng: np.random.Generator,
 
 
 def _fashion_mnist(task: Task, num_examples: int, rng: np.random.Generator,
-                   data_dir: Optional[str]) -> np.ndarray:
+                   data_dir: str | None) -> np.ndarray:
   source_shape = (28, 28, 1)
   if task.name == 'digits':
     convert = lambda pixels: tf.reshape(
@@ -128,7 +128,7 @@ def _fashion_mnist(task: Task, num_examples: int, rng: np.random.Generator,
 
 
 def _leaf_femnist(task: Task, num_examples: int, rng: np.random.Generator,
-                  data_dir: Optional[str]) -> np.ndarray:
+                  data_dir: str | None) -> np.ndarray:
   source_shape = leaf.FEMNIST_IMAGE_SHAPE + (1,)
   if not (task.name == 'emnist' or task.name.startswith('emnist_unbalanced')):
     raise _unmappable('leaf_femnist', task, source_shape, 'it maps only to emnist*')
@@ -147,7 +147,7 @@ def _leaf_femnist(task: Task, num_examples: int, rng: np.random.Generator,
 
 
 def _cifar10(task: Task, num_examples: int, rng: np.random.Generator,
-             data_dir: Optional[str]) -> np.ndarray:
+             data_dir: str | None) -> np.ndarray:
   source_shape = (32, 32, 3)
   if task.name == 'cifar10':
     raise _unmappable('cifar10', task, source_shape,
@@ -186,7 +186,7 @@ def public_inputs(
     *,
     num_examples: int,
     seed: int,
-    data_dir: Optional[str] = None,
+    data_dir: str | None = None,
 ) -> np.ndarray:
   """A public, unlabeled set of `num_examples` model inputs for `task` (module docstring).
 

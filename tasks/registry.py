@@ -15,8 +15,8 @@ cannot silently do nothing for another.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
+import inspect
 from typing import Any
 
 from tasks import cifar10

@@ -43,14 +43,15 @@ Models: ``'gru'`` (`tasks.models.char_gru`, the paper's Embedding 256 +
 from __future__ import annotations
 
 import functools
-from typing import Optional
 
 import numpy as np
 import tensorflow as tf
-
 from tensorflow_federated.python.simulation.baselines import client_spec
 from tensorflow_federated.python.simulation.baselines import keras_metrics
-from tensorflow_federated.python.simulation.baselines.shakespeare import char_prediction_preprocessing
+from tensorflow_federated.python.simulation.baselines.shakespeare import (
+  char_prediction_preprocessing,
+)
+
 from tasks import _common
 from tasks import models
 from tasks.base import Task
@@ -127,12 +128,12 @@ def create_shakespeare_task(
     *,
     client_batch_size: int = 8,
     client_epochs: int = 1,
-    max_client_examples: Optional[int] = None,
+    max_client_examples: int | None = None,
     seed: int = 0,
     eval_batch_size: int = 256,
-    cache_dir: Optional[str] = None,
+    cache_dir: str | None = None,
     sequence_length: int = 5,
-    max_eval_examples: Optional[int] = 10_000,
+    max_eval_examples: int | None = 10_000,
     model: str = 'gru',
 ) -> Task:
   """Builds the ``shakespeare`` task.

@@ -27,7 +27,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-from typing import Optional
 
 import numpy as np
 
@@ -116,7 +115,7 @@ def create_synthetic_task(
     *,
     client_batch_size: int = 20,
     client_epochs: int = 1,
-    max_client_examples: Optional[int] = None,
+    max_client_examples: int | None = None,
     seed: int = 0,
     eval_batch_size: int = 256,
     alpha: float = 0.5,

@@ -29,11 +29,11 @@ selection of example indices to a `tff.simulation.datasets.ClientData`.
 from __future__ import annotations
 
 import collections
+from collections.abc import Iterable, Mapping, Sequence
 import dataclasses
 import itertools
 import numbers
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -235,9 +235,9 @@ def calibrate_on_sizes(
     target_share: float,
     *,
     removal_probability: float = 0.5,
-    lower: Optional[int] = None,
+    lower: int | None = None,
     keep_candidates: Iterable[int] = range(1, 41),
-    upper_candidates: Optional[Iterable[int]] = None,
+    upper_candidates: Iterable[int] | None = None,
     seeds: Iterable[int] = range(5),
     share_tolerance: float = 0.005,
 ) -> CalibrationResult:
@@ -307,7 +307,7 @@ def _evaluate(
     uniforms: Sequence[np.ndarray],
     params: UnbalanceParams,
     top_fraction: float,
-) -> Optional[CalibrationResult]:
+) -> CalibrationResult | None:
   """Statistics of `params` over the seeds' uniforms; ``None`` if a seed
   leaves no example."""
   unchanged = int(np.sum((sizes < params.lower) | (sizes > params.upper)))
@@ -330,7 +330,7 @@ def unbalance_client_data(
     client_sizes: Sequence[int] | np.ndarray,
     params: UnbalanceParams,
     seed: int,
-) -> tuple[tff.simulation.datasets.ClientData, UnbalancedSizes, dict[str, Optional[np.ndarray]]]:
+) -> tuple[tff.simulation.datasets.ClientData, UnbalancedSizes, dict[str, np.ndarray | None]]:
   """Applies the procedure to a `ClientData` whose client sizes are known.
 
   Args:
@@ -367,7 +367,7 @@ def unbalance_client_data(
 
 def subset_client_data(
     client_data: tff.simulation.datasets.ClientData,
-    kept_examples: Mapping[str, Optional[np.ndarray]],
+    kept_examples: Mapping[str, np.ndarray | None],
 ) -> tff.simulation.datasets.ClientData:
   """A `ClientData` with some clients, each keeping some of its examples.
 

@@ -5,13 +5,13 @@ import os
 import hypothesis
 import pytest
 
+import tasks
+
 # CI runs the property tests with a fixed example sequence, so that a red CI run
 # is reproducible; local runs keep exploring new examples.
 hypothesis.settings.register_profile('ci', derandomize=True)
 if os.environ.get('CI'):
   hypothesis.settings.load_profile('ci')
-
-import tasks
 
 
 @pytest.fixture(scope='session')

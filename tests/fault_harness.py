@@ -17,17 +17,17 @@ with a flag registry of its own and swaps it in for a case.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 import contextlib
 import csv
 import dataclasses
-import json
 import functools
 import importlib
+import json
 import os
 import re
 import sys
 import types
-from collections.abc import Callable, Iterable
 
 from absl import flags
 from absl.testing import flagsaver

@@ -5,9 +5,9 @@ import collections
 import numpy as np
 import pytest
 import tensorflow_federated as tff
-import tensorflow_privacy as tfp
 from tensorflow_federated.python.core.impl.compiler import building_blocks
 from tensorflow_federated.python.core.impl.compiler import tree_analysis
+import tensorflow_privacy as tfp
 
 from tff_sampling import probabilities
 from tff_sampling import runtime
@@ -58,7 +58,8 @@ def test_type_signature_and_measurement_keys():
   assert signature.parameter[2].placement is tff.CLIENTS
   assert signature.result.result.placement is tff.SERVER
   assert signature.result.result.member.is_equivalent_to(_VALUE_TYPE)
-  assert [name for name, _ in tff.structure.iter_elements(signature.result.measurements.member)] == [
+  measurements = signature.result.measurements.member
+  assert [name for name, _ in tff.structure.iter_elements(measurements)] == [
       'uploads', 'expected_uploads', 'cohort_size', 'rescaling_steps', 'improvement_factor',
       'full_participation', 'clipped_norms', 'clipped_weights', 'non_finite_updates',
       'extra_scalars_per_client', 'inner']
@@ -123,10 +124,10 @@ def test_approximate_with_enough_steps_equals_exact():
   weights = [float(w) for w in rng.integers(1, 50, size=10)]
   approximate = _process(3.0, max_rescaling_steps=10, seed=5)
   exact = _process(3.0, mode='exact', secure=False, seed=5)
-  for rounds in range(3):  # Same seed and round: same draws wherever p agrees.
-    out_a = approximate.next(approximate.initialize() if rounds == 0 else state_a,
-                             _values(vectors), weights)
-    out_e = exact.next(exact.initialize() if rounds == 0 else state_e, _values(vectors), weights)
+  state_a, state_e = approximate.initialize(), exact.initialize()
+  for _ in range(3):  # Same seed and round: same draws wherever p agrees.
+    out_a = approximate.next(state_a, _values(vectors), weights)
+    out_e = exact.next(state_e, _values(vectors), weights)
     state_a, state_e = out_a.state, out_e.state
     np.testing.assert_allclose(_flat(out_a.result), _flat(out_e.result), rtol=1e-4)
     assert out_a.measurements['uploads'] == out_e.measurements['uploads']

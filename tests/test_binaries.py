@@ -12,11 +12,11 @@ import pytest
 
 from bin import demo
 from bin import fedavg
+import tasks
 from tff_sampling import experiments
 from tff_sampling import results
 from tff_sampling import samplers
 from tff_sampling.experiments import fedgs as fedgs_experiment
-import tasks
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -82,7 +82,8 @@ def test_fedavg_bad_input_exits_with_a_clear_message(overrides, message, tmp_pat
       fedavg.main(['fedavg'])
 
 
-@pytest.mark.parametrize('flag,value', [('rounds', '0'), ('clients_per_round', '-1'), ('num_clients', '0')])
+@pytest.mark.parametrize('flag,value', [
+    ('rounds', '0'), ('clients_per_round', '-1'), ('num_clients', '0')])
 def test_non_positive_counts_are_rejected_at_parse_time(flag, value):
   with pytest.raises(flags.IllegalFlagValueError, match=f'{flag}=.*{value}|>= 1'):
     with flagsaver.as_parsed(**{flag: value}):

@@ -25,10 +25,14 @@ import sqlite3
 
 from absl import flags
 from absl.testing import flagsaver
+from fault_harness import TreeSnapshot
+from fault_harness import assert_one_line_error
+from fault_harness import child_pids
+from fault_harness import flags_of as _flags_of
+from fault_harness import run_main
 import pytest
 
 import tasks
-from fault_harness import assert_one_line_error, child_pids, flags_of as _flags_of, run_main, TreeSnapshot
 
 # --------------------------------------------------------------------------
 # Flag values rejected while parsing.

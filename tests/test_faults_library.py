@@ -98,7 +98,8 @@ _SECURE_SCRIPT = textwrap.dedent('''
       except aggregators.SecureSumContextError as e:
         print(name, 'hint', 'tff_sampling.runtime.use_secure_sum_simulation()' in str(e))
     runtime.use_secure_sum_simulation()
-    print('after', int(process.next(process.initialize(), values, weights).measurements['cohort_size']),
+    after = process.next(process.initialize(), values, weights).measurements
+    print('after', int(after['cohort_size']),
           int(built.next(built.initialize(), data).metrics['aggregator']['cohort_size']))
 ''')
 

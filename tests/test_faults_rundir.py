@@ -11,12 +11,12 @@ import os
 
 from absl import flags
 from absl.testing import flagsaver
+import fault_harness as fh
 import numpy as np
 import pytest
 import tensorflow_federated as tff
 
 from bin import fedavg
-import fault_harness as fh
 from tasks import multi_model as suites
 from tff_sampling import multi_model_program
 from tff_sampling import program
@@ -325,6 +325,7 @@ def test_a_users_file_where_a_plot_goes_is_refused_before_any_run(sandbox):
 
 def test_save_figure_replaces_its_own_plots_only(tmp_path):
   from matplotlib import figure as mpl_figure
+
   from tff_sampling import plotting
   path = tmp_path / 'plot.png'
   plotting.save_figure(mpl_figure.Figure(), path)

@@ -29,11 +29,11 @@ import sys
 import threading
 import time
 
+import fault_harness
 import psutil
 import pytest
 import tensorflow as tf
 
-import fault_harness
 from tff_sampling import results
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -43,7 +43,7 @@ _ROUNDS = 1000  # Far more than run before the signal: the signal lands mid-trai
 _GENEROUS_S = 300  # Only bounds a hung run; a healthy one needs a small fraction.
 
 
-_STARTED: list['_Binary'] = []
+_STARTED: list[_Binary] = []
 
 
 @pytest.fixture(autouse=True)

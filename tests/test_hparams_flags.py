@@ -13,9 +13,9 @@ import types
 
 from absl import flags
 from absl.testing import flagsaver
+import fault_harness
 import pytest
 
-import fault_harness
 from tff_sampling import experiments
 
 EXPERIMENT_BINARIES = ('fedavg', 'optimal_sampling', 'demo', 'clustered_sampling', 'fedgs',

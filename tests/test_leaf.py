@@ -16,18 +16,18 @@ import re
 import sqlite3
 import tarfile
 
+import fault_harness
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
+import tff_sqlite_fixtures
 
 from bin import convert_leaf
-import fault_harness
 from tasks import emnist
 from tasks import get_task
 from tasks import leaf
 from tasks import shakespeare
-import tff_sqlite_fixtures
 
 SHARED_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'shared', 'data')
 FEMNIST_SLICE = os.path.join(SHARED_DATA, 'femnist_leaf_slice.tar.gz')
@@ -429,7 +429,7 @@ def test_write_tff_database_encodes_as_tffs_writer(tmp_path):
   theirs = str(tmp_path / 'theirs.sqlite')
   tff.simulation.datasets.save_to_sql_client_data(
       list(clients), lambda c: tf.data.Dataset.from_tensor_slices(clients[c]), theirs,
-      split_names_by_client_id={c: 'train' for c in clients})
+      split_names_by_client_id=dict.fromkeys(clients, 'train'))
 
   def rows(path):
     with sqlite3.connect(path) as connection:

@@ -30,7 +30,8 @@ def test_same_type_and_same_round_as_tff_default_loop(small_digits_task):
 
 
 @pytest.mark.parametrize('kwargs,match', [
-    (dict(client_learning_rate=0.0), 'client_learning_rate must be a positive finite number, got 0.0'),
+    (dict(client_learning_rate=0.0),
+     'client_learning_rate must be a positive finite number, got 0.0'),
     (dict(client_learning_rate=0.1, server_learning_rate=-1.0),
      'server_learning_rate must be a positive finite number, got -1.0'),
 ])

@@ -2,12 +2,12 @@
 
 import collections
 
+import linear_client
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-import linear_client
 import tasks
 from tff_sampling import program
 from tff_sampling.learning import graph_probe

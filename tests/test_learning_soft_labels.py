@@ -2,13 +2,13 @@
 
 import collections
 
+import linear_client
 import numpy as np
 import pytest
 import scipy.special
 import tensorflow as tf
 import tensorflow_federated as tff
 
-import linear_client
 import tasks
 from tasks import public
 from tff_sampling import communication

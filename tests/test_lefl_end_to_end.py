@@ -8,10 +8,10 @@ Shakespeare) run on tiny caches in TFF's own SQLite format
 import collections
 import os
 
+import fault_harness
 import numpy as np
 import pytest
-
-import fault_harness
+import tff_sqlite_fixtures as fixtures
 
 import tasks
 from tasks import public
@@ -21,8 +21,6 @@ from tff_sampling import results
 from tff_sampling import samplers
 from tff_sampling.learning import signals
 from tff_sampling.learning import soft_labels
-
-import tff_sqlite_fixtures as fixtures
 
 
 def _lefl_sampler(task, clients_per_round, *, seed=0, public_examples=20, **kwargs):

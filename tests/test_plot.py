@@ -7,10 +7,9 @@ import sys
 
 from absl import app
 from absl.testing import flagsaver
+import fault_harness
 import numpy as np
 import pytest
-
-import fault_harness
 
 from bin import plot
 from tff_sampling import plotting

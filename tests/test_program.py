@@ -5,14 +5,14 @@ import json
 import logging
 import os
 
+import fault_harness
 import numpy as np
 import pytest
 import tensorflow_federated as tff
 
-import fault_harness
 from tff_sampling import communication
-from tff_sampling import results
 from tff_sampling import program
+from tff_sampling import results
 from tff_sampling import samplers
 
 _COHORT = 5

@@ -10,9 +10,8 @@ import subprocess
 import sys
 
 from absl.testing import flagsaver
-import pytest
-
 import fault_harness
+import pytest
 
 from tff_sampling import plotting
 from tff_sampling import report
@@ -207,7 +206,10 @@ def assert_png(path):
 
 
 def _report_main(**flag_values):
-  """``bin.report``'s main with `flag_values`, under its own flags (they clash with ``bin.plot``'s)."""
+  """``bin.report``'s main with `flag_values`, under its own flags.
+
+  (They clash with ``bin.plot``'s.)
+  """
   with fault_harness.flags_of('report') as report_bin, flagsaver.as_parsed(**flag_values):
     report_bin.main(['report'])
 

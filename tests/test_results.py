@@ -7,10 +7,9 @@ import math
 import os
 import re
 
+import fault_harness
 import numpy as np
 import pytest
-
-import fault_harness
 
 from tff_sampling import results
 

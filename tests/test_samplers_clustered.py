@@ -270,8 +270,8 @@ def test_algorithm2_learns_the_digits_from_zero_updates():
     seen[selection.clients] = True
     sketch = updates[selection.clients] + 0.05 * rng.normal(size=(10, 10))
     state = sampler.observe(state, selection, {'update_sketch': sketch})
-  for round_num in range(round_num + 1, round_num + 11):
-    selection = sampler.select(state, round_num, np.ones(100, bool))
+  for later in range(round_num + 1, round_num + 11):
+    selection = sampler.select(state, later, np.ones(100, bool))
     assert np.unique(digits[selection.clients]).shape[0] == 10
 
 
@@ -841,6 +841,7 @@ def test_errors_name_the_value():
 
 def test_benchmark_main_tiny_configuration(capsys):
   from absl.testing import flagsaver  # pylint: disable=g-import-not-at-top
+
   from bench import clustered as bench_clustered  # pylint: disable=g-import-not-at-top
 
   with flagsaver.flagsaver(cl_sizes=['20', '40'], cl_ari_sizes=['30'], cl_exact_dim=300,

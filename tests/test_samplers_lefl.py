@@ -351,7 +351,7 @@ def test_uniform_within_clusters(allocation):
     inclusions[sampler.select(state, round_num, available).clients] += 1
   assert np.all(inclusions[~available] == 0)
   for c in range(3):
-    members = np.flatnonzero(available & (_CANONICAL == c))
+    members = np.flatnonzero(available & (c == _CANONICAL))
     low, high = stats.binom.interval(0.9999, rounds, counts[c] / active[c])
     assert inclusions[members].min() >= low and inclusions[members].max() <= high
     _, p_value = stats.chisquare(inclusions[members])
@@ -461,9 +461,11 @@ def test_sampler_rejects_population_and_mask_mismatch():
 
 def test_label_distribution_kl_by_hand():
   # q = [.5, .5, 0], g = [.25, .25, .5]: KL = ln 2; the empty class adds 0.
-  assert selection_stats.label_distribution_kl([2, 2, 0], [1, 1, 2]) == pytest.approx(LN2, rel=1e-12)
+  kl = selection_stats.label_distribution_kl([2, 2, 0], [1, 1, 2])
+  assert kl == pytest.approx(LN2, rel=1e-12)
   # Per-client histograms are pooled.
-  assert selection_stats.label_distribution_kl([[2, 0, 0], [0, 2, 0]], [[1, 1, 2]]) == pytest.approx(LN2)
+  pooled = selection_stats.label_distribution_kl([[2, 0, 0], [0, 2, 0]], [[1, 1, 2]])
+  assert pooled == pytest.approx(LN2)
   assert selection_stats.label_distribution_kl([3, 1], [6, 2]) == 0.0
   # Mass where the global distribution has none (not a subset): infinity.
   assert selection_stats.label_distribution_kl([1, 1], [1, 0]) == math.inf

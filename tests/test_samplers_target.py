@@ -14,9 +14,9 @@ def test_one_client_per_group_every_round_and_deterministic():
     selection = sampler.select(state, r, np.ones(100, bool))
     assert sorted(groups[selection.clients].tolist()) == list(range(10))
     np.testing.assert_allclose(selection.weights, 0.1)
+  again = samplers.TargetSampler(groups, seed=1).select((), 3, np.ones(100, bool))
   np.testing.assert_array_equal(sampler.select(state, 3, np.ones(100, bool)).clients,
-                                samplers.TargetSampler(groups, seed=1).select((), 3,
-                                                                              np.ones(100, bool)).clients)
+                                again.clients)
 
 
 def test_groups_with_nobody_available_are_skipped():

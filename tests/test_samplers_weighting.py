@@ -1,6 +1,5 @@
 """Tests for tff_sampling/samplers/weighting.py: a sampler's weights through plain FedAvg."""
 
-import collections
 
 import numpy as np
 import pytest

@@ -15,11 +15,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
+from tensorflow_federated.python.simulation.baselines.cifar100 import (
+  image_classification_preprocessing,
+)
+import tff_sqlite_fixtures as fixtures
 
 import tasks
 from tasks import public
-from tensorflow_federated.python.simulation.baselines.cifar100 import image_classification_preprocessing
-import tff_sqlite_fixtures as fixtures
 
 MOCK_EXAMPLES = 60
 

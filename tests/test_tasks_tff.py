@@ -13,11 +13,11 @@ import shutil
 import numpy as np
 import pytest
 import tensorflow as tf
+import tff_sqlite_fixtures as fixtures
 
 from tasks import get_task
 from tasks import models
 from tasks import shakespeare
-import tff_sqlite_fixtures as fixtures
 
 EMNIST_DIGITS_TRAIN = {'f0000_14': 5, 'f0001_41': 3, 'f0002_07': 23}
 EMNIST_ALL_TRAIN = {'f0000_14': 4, 'f0001_41': 6}

@@ -15,6 +15,7 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+import tff_sqlite_fixtures as fixtures
 
 from tasks import _common
 from tasks import digits
@@ -23,7 +24,6 @@ from tasks import get_task
 from tasks import task_names
 from tasks import task_options
 from tasks import unbalance
-import tff_sqlite_fixtures as fixtures
 
 # 4 standard deviations of a binomial frequency: a correct implementation
 # fails a check with probability < 1e-4 (and the seeds are fixed).

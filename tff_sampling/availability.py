@@ -68,7 +68,6 @@ from collections.abc import Iterable, Sequence
 import dataclasses
 import math
 import numbers
-from typing import Optional, Union
 
 import numpy as np
 
@@ -88,14 +87,12 @@ _MASK_STREAM = 0x41564C00  # 'AVL\0'
 # Words after the seed in the one-off log-normal draw's key.
 _LOGNORMAL_KEY = (0x41564C4E, 0, 1)  # 'AVLN'
 
-ClientLabels = Union[np.ndarray, Sequence[Iterable[int]]]
+ClientLabels = np.ndarray | Sequence[Iterable[int]]
 
 
 def _check_int(name: str, value: object, minimum: int) -> int:
-  if (isinstance(value, bool) or not isinstance(value, numbers.Integral) or
-      value < minimum):
-    raise ValueError(
-        f'`{name}` must be an integer >= {minimum}, got {value!r}.')
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+    raise ValueError(f'`{name}` must be an integer >= {minimum}, got {value!r}.')
   return int(value)
 
 
@@ -121,10 +118,10 @@ class Availability:
   beta: float
   seed: int
   period: int
-  num_labels: Optional[int]
+  num_labels: int | None
   max_redraws: int
   base_probabilities: np.ndarray
-  label_membership: Optional[np.ndarray]
+  label_membership: np.ndarray | None
 
   @property
   def num_clients(self) -> int:
@@ -181,67 +178,64 @@ class Availability:
     probs = self.probabilities(round_num)
     if not np.any(probs > 0.0):
       raise RuntimeError(
-          f'Availability mode {self.mode!r} with beta={self.beta!r} gives '
-          f'every client probability 0 in round {round_num}: nobody can be '
-          'active.')
+        f'Availability mode {self.mode!r} with beta={self.beta!r} gives '
+        f'every client probability 0 in round {round_num}: nobody can be '
+        'active.'
+      )
     for attempt in range(self.max_redraws + 1):
-      rng = np.random.default_rng(
-          [self.seed, round_num, _MASK_STREAM + attempt])
+      rng = np.random.default_rng([self.seed, round_num, _MASK_STREAM + attempt])
       mask = rng.random(self.num_clients) < probs
       if mask.any():
         return mask, attempt
     raise RuntimeError(
-        f'Availability mode {self.mode!r} with beta={self.beta!r}: no client '
-        f'active in round {round_num} after {self.max_redraws} redraws '
-        f'(largest probability {probs.max():.3g}).')
+      f'Availability mode {self.mode!r} with beta={self.beta!r}: no client '
+      f'active in round {round_num} after {self.max_redraws} redraws '
+      f'(largest probability {probs.max():.3g}).'
+    )
 
 
-def _label_sets(client_labels: ClientLabels,
-                num_labels: Optional[int]) -> tuple[list[frozenset[int]], int]:
+def _label_sets(
+  client_labels: ClientLabels, num_labels: int | None
+) -> tuple[list[frozenset[int]], int]:
   """Returns each client's label set and ``Y``."""
   if isinstance(client_labels, np.ndarray) and client_labels.ndim == 2:
     histogram = client_labels
     if not np.issubdtype(histogram.dtype, np.number):
-      raise ValueError(
-          f'A label histogram must be numeric, got dtype {histogram.dtype}.')
+      raise ValueError(f'A label histogram must be numeric, got dtype {histogram.dtype}.')
     if np.any(histogram < 0) or not np.all(np.isfinite(histogram)):
       raise ValueError('A label histogram must be finite and non-negative.')
     if num_labels is not None and num_labels != histogram.shape[1]:
       raise ValueError(
-          f'`num_labels`={num_labels} does not match the label histogram\'s '
-          f'{histogram.shape[1]} columns.')
+        f"`num_labels`={num_labels} does not match the label histogram's "
+        f'{histogram.shape[1]} columns.'
+      )
     sets = [frozenset(np.flatnonzero(row).tolist()) for row in histogram]
     return sets, int(histogram.shape[1])
   sets = []
   for client, labels in enumerate(client_labels):
     labels = frozenset(labels)
     for label in labels:
-      if (isinstance(label, bool) or not isinstance(label, numbers.Integral) or
-          label < 0):
-        raise ValueError(
-            f'Labels must be non-negative integers; client {client} has '
-            f'{label!r}.')
+      if isinstance(label, bool) or not isinstance(label, numbers.Integral) or label < 0:
+        raise ValueError(f'Labels must be non-negative integers; client {client} has {label!r}.')
     sets.append(frozenset(int(label) for label in labels))
   largest = max((max(s) for s in sets if s), default=0)
   if num_labels is None:
     num_labels = largest + 1
   elif largest >= num_labels:
-    raise ValueError(
-        f'Label {largest} is outside 0..{num_labels - 1} '
-        f'(`num_labels`={num_labels}).')
+    raise ValueError(f'Label {largest} is outside 0..{num_labels - 1} (`num_labels`={num_labels}).')
   return sets, num_labels
 
 
 def build_availability(
-    mode: str,
-    beta: float,
-    *,
-    client_sizes: Union[np.ndarray, Sequence[int]],
-    client_labels: Optional[ClientLabels] = None,
-    seed: int,
-    period: int = DEFAULT_PERIOD,
-    num_labels: Optional[int] = None,
-    max_redraws: int = DEFAULT_MAX_REDRAWS,
+  mode: str,
+  beta: float,
+  *,
+  client_sizes: np.ndarray | Sequence[int],
+  client_labels: ClientLabels | None = None,
+  seed: int,
+  period: int = DEFAULT_PERIOD,
+  num_labels: int | None = None,
+  max_redraws: int = DEFAULT_MAX_REDRAWS,
 ) -> Availability:
   """Builds the availability model `mode` with parameter `beta`.
 
@@ -270,16 +264,15 @@ def build_availability(
   """
   if mode not in AVAILABILITY_MODES:
     raise ValueError(
-        f'Unknown availability mode {mode!r}; valid modes: '
-        f'{", ".join(AVAILABILITY_MODES)}.')
-  if (isinstance(beta, bool) or not isinstance(beta, numbers.Real) or
-      not 0.0 <= beta <= 1.0):
+      f'Unknown availability mode {mode!r}; valid modes: {", ".join(AVAILABILITY_MODES)}.'
+    )
+  if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not 0.0 <= beta <= 1.0:
     raise ValueError(f'`beta` must be in [0, 1], got {beta!r}.')
   beta = float(beta)
   if mode in _LOGNORMAL_MODES and beta >= 1.0:
     raise ValueError(
-        f'Mode {mode!r} needs `beta` < 1 (its log-normal sigma is '
-        f'ln(1/(1 - beta))), got {beta!r}.')
+      f'Mode {mode!r} needs `beta` < 1 (its log-normal sigma is ln(1/(1 - beta))), got {beta!r}.'
+    )
   seed = _check_int('seed', seed, 0)
   period = _check_int('period', period, 1)
   max_redraws = _check_int('max_redraws', max_redraws, 0)
@@ -288,11 +281,8 @@ def build_availability(
 
   sizes = np.asarray(client_sizes)
   if sizes.ndim != 1 or sizes.size == 0:
-    raise ValueError(
-        '`client_sizes` must be a non-empty 1-D array, got shape '
-        f'{sizes.shape}.')
-  if not np.issubdtype(sizes.dtype, np.number) or np.issubdtype(
-      sizes.dtype, np.complexfloating):
+    raise ValueError(f'`client_sizes` must be a non-empty 1-D array, got shape {sizes.shape}.')
+  if not np.issubdtype(sizes.dtype, np.number) or np.issubdtype(sizes.dtype, np.complexfloating):
     raise ValueError(f'`client_sizes` must be numeric, got {sizes.dtype}.')
   sizes = sizes.astype(np.float64)
   if not np.all(np.isfinite(sizes)) or np.any(sizes <= 0):
@@ -305,8 +295,8 @@ def build_availability(
     label_sets, num_labels = _label_sets(client_labels, num_labels)
     if len(label_sets) != num_clients:
       raise ValueError(
-          f'`client_labels` has {len(label_sets)} clients but `client_sizes` '
-          f'has {num_clients}.')
+        f'`client_labels` has {len(label_sets)} clients but `client_sizes` has {num_clients}.'
+      )
   elif mode in _LABEL_MODES:
     raise ValueError(f'Mode {mode!r} needs `client_labels`.')
 
@@ -315,14 +305,13 @@ def build_availability(
     base = np.ones(num_clients)
   elif mode == 'MDF':
     # (n_i / max n)^β == n_i^β / max n^β, without overflow for large n.
-    base = (sizes / sizes.max())**beta
+    base = (sizes / sizes.max()) ** beta
   elif mode == 'LDF':
-    base = (sizes.min() / sizes)**beta
+    base = (sizes.min() / sizes) ** beta
   elif mode == 'YMF':
     empty = [i for i, s in enumerate(label_sets) if not s]
     if empty:
-      raise ValueError(f'Mode YMF needs labels for every client; client '
-                       f'{empty[0]} has none.')
+      raise ValueError(f'Mode YMF needs labels for every client; client {empty[0]} has none.')
     max_label = num_labels - 1
     smallest = np.array([min(s) for s in label_sets], dtype=np.float64)
     ratio = smallest / max_label if max_label > 0 else np.zeros(num_clients)
@@ -343,11 +332,12 @@ def build_availability(
   base = np.clip(base.astype(np.float64), 0.0, 1.0)
   base.setflags(write=False)
   return Availability(
-      mode=mode,
-      beta=beta,
-      seed=seed,
-      period=period,
-      num_labels=num_labels,
-      max_redraws=max_redraws,
-      base_probabilities=base,
-      label_membership=membership)
+    mode=mode,
+    beta=beta,
+    seed=seed,
+    period=period,
+    num_labels=num_labels,
+    max_redraws=max_redraws,
+    base_probabilities=base,
+    label_membership=membership,
+  )

@@ -58,15 +58,17 @@ def count_parameters(model_weights: Any) -> int:
   return int(sum(np.size(t) for t in tf.nest.flatten(trainable)))
 
 
-def upload_bits(uplink: Uplink, model_parameters: int,
-                *, bits_per_value: int = BITS_PER_FLOAT32) -> int:
+def upload_bits(
+  uplink: Uplink, model_parameters: int, *, bits_per_value: int = BITS_PER_FLOAT32
+) -> int:
   """Bits uploaded in one round (see the module docstring)."""
   if uplink.model_uploads < 0 or uplink.extra_scalars < 0:
     raise ValueError(f'Uplink counts must be non-negative, got {uplink}.')
   if model_parameters <= 0:
     raise ValueError(f'model_parameters must be positive, got {model_parameters}.')
   return int(bits_per_value) * (
-      int(uplink.model_uploads) * int(model_parameters) + int(uplink.extra_scalars))
+    int(uplink.model_uploads) * int(model_parameters) + int(uplink.extra_scalars)
+  )
 
 
 def full_cohort_uplink(process_metrics: Mapping[str, Any], cohort_size: int) -> Uplink:

@@ -41,8 +41,18 @@ Probe = Callable[[np.ndarray], np.ndarray]
 # The probes the round loop can compute (`tff_sampling.learning.signals.build_loss_probe`).
 PROBES = frozenset({LOSS})
 
-__all__ = ['CLIENT_INPUT_FIELDS', 'LOSS', 'PROBES', 'Probe', 'SIGNALS', 'UPDATE_SKETCH',
-           'check_sampler_process', 'emitted_signals', 'split_signals', 'takes_client_input']
+__all__ = [
+  'CLIENT_INPUT_FIELDS',
+  'LOSS',
+  'PROBES',
+  'Probe',
+  'SIGNALS',
+  'UPDATE_SKETCH',
+  'check_sampler_process',
+  'emitted_signals',
+  'split_signals',
+  'takes_client_input',
+]
 
 
 def _client_member(process: tff.templates.MeasuredProcess):
@@ -52,8 +62,10 @@ def _client_member(process: tff.templates.MeasuredProcess):
 def takes_client_input(process: tff.templates.MeasuredProcess) -> bool:
   """Whether `process.next` takes the client-input struct rather than plain datasets."""
   member = _client_member(process)
-  return isinstance(member, tff.StructType) and tuple(
-      name for name, _ in tff.structure.iter_elements(member)) == CLIENT_INPUT_FIELDS
+  return (
+    isinstance(member, tff.StructType)
+    and tuple(name for name, _ in tff.structure.iter_elements(member)) == CLIENT_INPUT_FIELDS
+  )
 
 
 def emitted_signals(process: tff.templates.MeasuredProcess) -> frozenset[str]:
@@ -73,7 +85,8 @@ def split_signals(metrics: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[s
     return metrics, {}
   released = collections.OrderedDict(metrics)
   released['client_work'] = collections.OrderedDict(
-      (k, v) for k, v in client_work.items() if k != SIGNALS)
+    (k, v) for k, v in client_work.items() if k != SIGNALS
+  )
   return released, {k: np.asarray(v) for k, v in client_work[SIGNALS].items()}
 
 
@@ -83,10 +96,12 @@ def check_sampler_process(sampler: Any, process: tff.templates.MeasuredProcess) 
   missing = sorted(set(getattr(sampler, 'needs_signals', ())) - emitted_signals(process))
   if missing:
     raise ValueError(
-        f'{name} reads the per-client signal(s) {missing}, which the learning process does not '
-        'emit: build it with tff_sampling.learning.signals.build_fedavg_with_signals '
-        f'(sketch_size for {UPDATE_SKETCH!r}, client_losses=True for {LOSS!r}).')
+      f'{name} reads the per-client signal(s) {missing}, which the learning process does not '
+      'emit: build it with tff_sampling.learning.signals.build_fedavg_with_signals '
+      f'(sketch_size for {UPDATE_SKETCH!r}, client_losses=True for {LOSS!r}).'
+    )
   probe = getattr(sampler, 'probe_signal', None)
   if probe is not None and probe not in PROBES:
-    raise ValueError(f'{name} asks for the probe {probe!r}; the round loop offers '
-                     f'{sorted(PROBES)}.')
+    raise ValueError(
+      f'{name} asks for the probe {probe!r}; the round loop offers {sorted(PROBES)}.'
+    )

@@ -24,8 +24,8 @@ reproduces the rounds an uninterrupted one would have made.
 from __future__ import annotations
 
 import collections
-import dataclasses
 from collections.abc import Mapping, Sequence
+import dataclasses
 from typing import Any, NamedTuple
 
 from absl import logging
@@ -61,14 +61,18 @@ def align_clients(tasks: Sequence[Task], num_clients: int | None = None) -> list
   short = [f'{task.name} ({task.num_clients})' for task in tasks if task.num_clients < num_clients]
   if short:
     raise ValueError(
-        f'{num_clients} clients requested, but task(s) {", ".join(short)} have fewer; '
-        f'lower --clients to at most {smallest}.')
-  return [dataclasses.replace(
+      f'{num_clients} clients requested, but task(s) {", ".join(short)} have fewer; '
+      f'lower --clients to at most {smallest}.'
+    )
+  return [
+    dataclasses.replace(
       task,
       client_ids=task.client_ids[:num_clients],
       client_num_examples=np.asarray(task.client_num_examples)[:num_clients],
-      client_label_histograms=np.asarray(task.client_label_histograms)[:num_clients])
-          for task in tasks]
+      client_label_histograms=np.asarray(task.client_label_histograms)[:num_clients],
+    )
+    for task in tasks
+  ]
 
 
 def check_population(tasks: Sequence[Task]) -> np.ndarray:
@@ -81,9 +85,10 @@ def check_population(tasks: Sequence[Task]) -> np.ndarray:
   counts = [task.num_clients for task in tasks]
   if len(set(counts)) != 1:
     raise ValueError(
-        'The tasks must share one population, but their client counts differ: '
-        + ', '.join(f'{t.name}: {n}' for t, n in zip(tasks, counts))
-        + '; restrict them to a common N with align_clients (--clients).')
+      'The tasks must share one population, but their client counts differ: '
+      + ', '.join(f'{t.name}: {n}' for t, n in zip(tasks, counts))
+      + '; restrict them to a common N with align_clients (--clients).'
+    )
   examples = np.stack([np.asarray(t.client_num_examples, np.int64) for t in tasks], axis=1)
   multi_model.data_shares(examples)  # Raises for a model without data.
   return examples
@@ -117,17 +122,18 @@ def _flatten_vectors(measurements: Mapping[str, Any]) -> collections.OrderedDict
     array = np.asarray(value)
     if array.ndim == 1:
       flat[name] = collections.OrderedDict(
-          (f'{"model" if name != "secure_variance_ratio" else "steps"}_{k}', array[k].item())
-          for k in range(array.shape[0]))
+        (f'{"model" if name != "secure_variance_ratio" else "steps"}_{k}', array[k].item())
+        for k in range(array.shape[0])
+      )
     else:
       flat[name] = array.item()
   return flat
 
 
 def run_multi_model_experiment(
-    tasks: Sequence[Task],
-    process: tff.templates.MeasuredProcess,
-    config: program.ProgramConfig,
+  tasks: Sequence[Task],
+  process: tff.templates.MeasuredProcess,
+  config: program.ProgramConfig,
 ) -> MultiModelResult:
   """Runs (or resumes) a multi-model experiment through the program's round loop.
 
@@ -154,19 +160,24 @@ def run_multi_model_experiment(
   """
   result = program.run_rounds(MultiModel(tasks, process, config), None, config)
   return MultiModelResult(
-      final_round=result.final_round,
-      resumed_from=result.resumed_from,
-      eval_metrics=result.eval_metrics,
-      cumulative_bits=result.cumulative_bits,
-      seconds=result.seconds,
-      models=tuple(result.model_weights))
+    final_round=result.final_round,
+    resumed_from=result.resumed_from,
+    eval_metrics=result.eval_metrics,
+    cumulative_bits=result.cumulative_bits,
+    seconds=result.seconds,
+    models=tuple(result.model_weights),
+  )
 
 
 class MultiModel:
   """The `tff_sampling.program.trainer.Trainer` of a multi-model process."""
 
-  def __init__(self, tasks: Sequence[Task], process: tff.templates.MeasuredProcess,
-               config: program.ProgramConfig):
+  def __init__(
+    self,
+    tasks: Sequence[Task],
+    process: tff.templates.MeasuredProcess,
+    config: program.ProgramConfig,
+  ):
     self.tasks, self.process, self.config = list(tasks), process, config
     self.examples = check_population(tasks)
     self.shares = multi_model.data_shares(self.examples)
@@ -176,16 +187,16 @@ class MultiModel:
   @property
   def clients(self) -> program.Clients:
     task = self.tasks[0]
-    return program.Clients(task.client_ids, self.examples.sum(axis=1),
-                           task.client_label_histograms)
+    return program.Clients(task.client_ids, self.examples.sum(axis=1), task.client_label_histograms)
 
   def check(self, sampler) -> None:
     del sampler  # None: run_rounds gives every client every round.
 
   def initial_state(self) -> Any:
     state = self.process.initialize()
-    state['models'] = tuple(task.initial_model_weights(self.config.seed + s)
-                            for s, task in enumerate(self.tasks))
+    state['models'] = tuple(
+      task.initial_model_weights(self.config.seed + s) for s, task in enumerate(self.tasks)
+    )
     return state
 
   def model_weights(self, state: Any) -> list[tff.learning.models.ModelWeights]:
@@ -197,19 +208,24 @@ class MultiModel:
     # Built after the process: see `SingleModel.start` on Keras engines.
     self._evaluators = [program.CentralEvaluator(task) for task in self.tasks]
     self._parameters = [communication.count_parameters(w) for w in state['models']]
-    logging.info('Multi-model run: %d clients, %d models of %s parameters; devices %s.',
-                 *self.examples.shape, self._parameters,
-                 [d.name for d in tf.config.list_logical_devices()])
+    logging.info(
+      'Multi-model run: %d clients, %d models of %s parameters; devices %s.',
+      *self.examples.shape,
+      self._parameters,
+      [d.name for d in tf.config.list_logical_devices()],
+    )
 
   def probe(self, round_num: int, state: Any):
     raise NotImplementedError('A multi-model process offers no probe (refused in start).')
 
   def evaluate(self, models) -> collections.OrderedDict:
     metrics = collections.OrderedDict(
-        (f'model_{s}', self._evaluators[s](weights)) for s, weights in enumerate(models))
+      (f'model_{s}', self._evaluators[s](weights)) for s, weights in enumerate(models)
+    )
     metrics['mean_accuracy'] = float(np.mean([m['accuracy'] for m in metrics.values()]))
-    metrics['loss'] = float(np.mean([metrics[f'model_{s}']['loss']
-                                     for s in range(len(self.tasks))]))
+    metrics['loss'] = float(
+      np.mean([metrics[f'model_{s}']['loss'] for s in range(len(self.tasks))])
+    )
     metrics['accuracy'] = metrics['mean_accuracy']  # The progress line shows these two.
     return metrics
 
@@ -219,23 +235,29 @@ class MultiModel:
     for client in map(int, selection.clients):
       datasets = []
       for s, task in enumerate(self.tasks):
-        rng = randomness.round_rng(self.config.seed, round_num,
-                                   randomness.MODEL_SHUFFLE_STREAM, client, s)
-        datasets.append(task.client_dataset(
-            client, int(rng.integers(2**31 - 1)),
-            steps=self.config.client_steps if self.examples[client, s] else None))
+        rng = randomness.round_rng(
+          self.config.seed, round_num, randomness.MODEL_SHUFFLE_STREAM, client, s
+        )
+        datasets.append(
+          task.client_dataset(
+            client,
+            int(rng.integers(2**31 - 1)),
+            steps=self.config.client_steps if self.examples[client, s] else None,
+          )
+        )
       data.append(multi_model.client_data(datasets, client, self.shares[client]))
     return data
 
-  def round_output(self, output: tff.templates.MeasuredProcessOutput,
-                   cohort_size: int) -> program.RoundOutput:
+  def round_output(
+    self, output: tff.templates.MeasuredProcessOutput, cohort_size: int
+  ) -> program.RoundOutput:
     del cohort_size  # Every client; the process reports its own cohort.
     measurements = output.measurements
     uploads = np.asarray(measurements['uploads'], np.int64)
     extra = int(measurements['extra_scalars_per_client']) * int(measurements['cohort_size'])
     return program.RoundOutput(
-        uplink=communication.Uplink(model_uploads=int(uploads.sum()), extra_scalars=extra),
-        round_bits=communication.BITS_PER_FLOAT32 * (
-            int(np.dot(uploads, self._parameters)) + extra),
-        released=collections.OrderedDict(process=_flatten_vectors(measurements)),
-        signals={})
+      uplink=communication.Uplink(model_uploads=int(uploads.sum()), extra_scalars=extra),
+      round_bits=communication.BITS_PER_FLOAT32 * (int(np.dot(uploads, self._parameters)) + extra),
+      released=collections.OrderedDict(process=_flatten_vectors(measurements)),
+      signals={},
+    )

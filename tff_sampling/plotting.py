@@ -6,13 +6,13 @@ Library code used by `bin/plot.py` and by binaries that plot their own results
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
+import os
 
 from absl import logging
-from matplotlib.backends import backend_agg
 from matplotlib import figure as mpl_figure
 from matplotlib import ticker
+from matplotlib.backends import backend_agg
 import numpy as np
 import PIL.Image
 
@@ -35,15 +35,16 @@ def metric_column(metric: str) -> str:
   if '/' in metric:
     return metric
   raise ValueError(
-      f'Unknown metric {metric!r}; use one of {", ".join(METRIC_COLUMNS)} or a '
-      "metrics.csv column such as 'train/loss'.")
+    f'Unknown metric {metric!r}; use one of {", ".join(METRIC_COLUMNS)} or a '
+    "metrics.csv column such as 'train/loss'."
+  )
 
 
 def make_figure(
-    runs: Sequence[results.Run],
-    *,
-    metric: str = 'accuracy',
-    title: str | None = None,
+  runs: Sequence[results.Run],
+  *,
+  metric: str = 'accuracy',
+  title: str | None = None,
 ) -> mpl_figure.Figure:
   """Draws the two panels for `runs`, one line per hyper-parameter group.
 
@@ -70,18 +71,22 @@ def make_figure(
       label = f'{label} (n={len(group)} seeds)'
     rounds, mean, std = results.aggregate(group, results.ROUND_COLUMN, y_column)
     (line,) = rounds_axes.plot(rounds, mean, label=label)
-    bits, bits_mean, bits_std = results.aggregate(
-        group, results.BITS_COLUMN, y_column)
+    bits, bits_mean, bits_std = results.aggregate(group, results.BITS_COLUMN, y_column)
     # Round 0 uploads nothing; a log axis cannot show 0 bits.
     positive = bits > 0
-    bits_axes.plot(bits[positive], bits_mean[positive], color=line.get_color(),
-                   label=label)
+    bits_axes.plot(bits[positive], bits_mean[positive], color=line.get_color(), label=label)
     if len(group) > 1:
-      rounds_axes.fill_between(rounds, mean - std, mean + std,
-                               color=line.get_color(), alpha=0.2, linewidth=0)
-      bits_axes.fill_between(bits[positive], (bits_mean - bits_std)[positive],
-                             (bits_mean + bits_std)[positive],
-                             color=line.get_color(), alpha=0.2, linewidth=0)
+      rounds_axes.fill_between(
+        rounds, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0
+      )
+      bits_axes.fill_between(
+        bits[positive],
+        (bits_mean - bits_std)[positive],
+        (bits_mean + bits_std)[positive],
+        color=line.get_color(),
+        alpha=0.2,
+        linewidth=0,
+      )
     if not np.any(positive):
       logging.warning('%s: the seeds share no range of uploaded bits > 0.', label)
   rounds_axes.set_xlabel('round')
@@ -98,7 +103,7 @@ def make_figure(
 
 
 def load_runs(
-    run_dirs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+  run_dirs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
 ) -> list[results.Run]:
   """Loads the runs of run directories or glob patterns (one, or a sequence).
 
@@ -124,8 +129,7 @@ def is_own_plot(path: str | os.PathLike[str]) -> bool:
   """Whether `path` is a PNG this project wrote (it carries `PLOT_MARKER`)."""
   try:
     with PIL.Image.open(path) as image:
-      return image.format == 'PNG' and all(
-          image.info.get(k) == v for k, v in PLOT_MARKER.items())
+      return image.format == 'PNG' and all(image.info.get(k) == v for k, v in PLOT_MARKER.items())
   except (OSError, ValueError, PIL.UnidentifiedImageError):
     return False
 
@@ -138,16 +142,18 @@ def check_plot_path(output_path: str | os.PathLike[str]) -> str:
   """
   path = os.path.abspath(os.fspath(output_path))
   if os.path.isdir(path):
-    raise ValueError(f'Cannot write the plot to {path!r}: it is a directory; give a '
-                     'file name ending in .png.')
+    raise ValueError(
+      f'Cannot write the plot to {path!r}: it is a directory; give a file name ending in .png.'
+    )
   if os.path.lexists(path) and not is_own_plot(path):
-    raise ValueError(f'Refusing to overwrite {path!r}: it is not a plot written by '
-                     'tff_sampling. Move it away, or choose another output path.')
+    raise ValueError(
+      f'Refusing to overwrite {path!r}: it is not a plot written by '
+      'tff_sampling. Move it away, or choose another output path.'
+    )
   return path
 
 
-def save_figure(fig: mpl_figure.Figure, output_path: str | os.PathLike[str],
-                dpi: int = 120) -> str:
+def save_figure(fig: mpl_figure.Figure, output_path: str | os.PathLike[str], dpi: int = 120) -> str:
   """Writes `fig` as a PNG (missing parent directories are made); returns its absolute path.
 
   An existing file is replaced only if this project wrote it (`is_own_plot`);
@@ -171,11 +177,11 @@ def save_figure(fig: mpl_figure.Figure, output_path: str | os.PathLike[str],
 
 
 def plot_runs(
-    run_dirs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-    output_path: str | os.PathLike[str],
-    *,
-    metric: str = 'accuracy',
-    title: str | None = None,
+  run_dirs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+  output_path: str | os.PathLike[str],
+  *,
+  metric: str = 'accuracy',
+  title: str | None = None,
 ) -> str:
   """Loads runs, plots them with `make_figure` and writes a PNG.
 

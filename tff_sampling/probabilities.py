@@ -88,7 +88,7 @@ positive norms):
 from __future__ import annotations
 
 import numbers
-from typing import NamedTuple, Union
+from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -103,7 +103,7 @@ _COMPUTE_DTYPE = tf.float64
 # such a step moves probabilities by ~1e-16 and is not counted as a step used.
 _NEGLIGIBLE_RESCALING = float(np.sqrt(np.finfo(np.float64).eps))
 
-TensorLike = Union[tf.Tensor, np.ndarray, float]
+TensorLike = tf.Tensor | np.ndarray | float
 
 
 class RescaledProbabilities(NamedTuple):
@@ -132,10 +132,10 @@ def _check_norms(weighted_norms) -> np.ndarray:
     norms = np.asarray(weighted_norms, dtype=np.float64)
   except (TypeError, ValueError) as e:
     raise ValueError(
-        f'weighted_norms must be a 1-D array of real numbers, got {weighted_norms!r}.') from e
+      f'weighted_norms must be a 1-D array of real numbers, got {weighted_norms!r}.'
+    ) from e
   if norms.ndim != 1:
-    raise ValueError(
-        f'weighted_norms must be 1-D (one norm per client), got shape {norms.shape}.')
+    raise ValueError(f'weighted_norms must be 1-D (one norm per client), got shape {norms.shape}.')
   if norms.size == 0:
     raise ValueError('weighted_norms is empty: a cohort needs at least one client.')
   if not np.all(np.isfinite(norms)):
@@ -149,24 +149,24 @@ def _check_norms(weighted_norms) -> np.ndarray:
 def _check_expected_clients(expected_clients) -> float:
   """Returns ``m`` as a float, or raises ValueError unless it is finite and positive."""
   if isinstance(expected_clients, (bool, np.bool_)) or not isinstance(
-      expected_clients, numbers.Real):
-    raise ValueError(
-        f'expected_clients must be a positive real number, got {expected_clients!r}.')
+    expected_clients, numbers.Real
+  ):
+    raise ValueError(f'expected_clients must be a positive real number, got {expected_clients!r}.')
   value = float(expected_clients)
   if not (np.isfinite(value) and value > 0):
-    raise ValueError(
-        f'expected_clients must be finite and positive, got {expected_clients!r}.')
+    raise ValueError(f'expected_clients must be finite and positive, got {expected_clients!r}.')
   return value
 
 
 def _check_max_rescaling_steps(max_rescaling_steps) -> int:
   if isinstance(max_rescaling_steps, (bool, np.bool_)) or not isinstance(
-      max_rescaling_steps, numbers.Integral):
+    max_rescaling_steps, numbers.Integral
+  ):
     raise ValueError(
-        f'max_rescaling_steps must be a non-negative integer, got {max_rescaling_steps!r}.')
+      f'max_rescaling_steps must be a non-negative integer, got {max_rescaling_steps!r}.'
+    )
   if max_rescaling_steps < 0:
-    raise ValueError(
-        f'max_rescaling_steps must be non-negative, got {max_rescaling_steps!r}.')
+    raise ValueError(f'max_rescaling_steps must be non-negative, got {max_rescaling_steps!r}.')
   return int(max_rescaling_steps)
 
 
@@ -175,18 +175,21 @@ def _check_probabilities(probabilities, norms: np.ndarray) -> np.ndarray:
     probs = np.asarray(probabilities, dtype=np.float64)
   except (TypeError, ValueError) as e:
     raise ValueError(
-        f'probabilities must be an array of real numbers, got {probabilities!r}.') from e
+      f'probabilities must be an array of real numbers, got {probabilities!r}.'
+    ) from e
   if probs.shape != norms.shape:
     raise ValueError(
-        f'probabilities has shape {probs.shape} but weighted_norms has shape {norms.shape}.')
+      f'probabilities has shape {probs.shape} but weighted_norms has shape {norms.shape}.'
+    )
   if not np.all((probs >= 0) & (probs <= 1)):  # Also rejects NaN.
     bad = probs[~((probs >= 0) & (probs <= 1))]
     raise ValueError(f'probabilities must lie in [0, 1], got {bad[:5]}.')
   if np.any((probs == 0) & (norms > 0)):
     raise ValueError(
-        'probabilities must be positive where weighted_norms is positive (the estimator '
-        'divides by p_i), got p_i = 0 for clients '
-        f'{np.flatnonzero((probs == 0) & (norms > 0))[:5]}.')
+      'probabilities must be positive where weighted_norms is positive (the estimator '
+      'divides by p_i), got p_i = 0 for clients '
+      f'{np.flatnonzero((probs == 0) & (norms > 0))[:5]}.'
+    )
   return probs
 
 
@@ -240,7 +243,7 @@ def optimal_probabilities(weighted_norms, expected_clients: float) -> np.ndarray
 
 
 def approximate_optimal_probabilities_with_info(
-    weighted_norms, expected_clients: float, max_rescaling_steps: int
+  weighted_norms, expected_clients: float, max_rescaling_steps: int
 ) -> RescaledProbabilities:
   """Algorithm 2's probabilities (secure-aggregation compatible) and steps used.
 
@@ -297,7 +300,7 @@ def approximate_optimal_probabilities_with_info(
 
 
 def approximate_optimal_probabilities(
-    weighted_norms, expected_clients: float, max_rescaling_steps: int
+  weighted_norms, expected_clients: float, max_rescaling_steps: int
 ) -> np.ndarray:
   """Algorithm 2's probabilities; see `approximate_optimal_probabilities_with_info`.
 
@@ -313,7 +316,8 @@ def approximate_optimal_probabilities(
     ValueError: On bad arguments.
   """
   return approximate_optimal_probabilities_with_info(
-      weighted_norms, expected_clients, max_rescaling_steps).probabilities
+    weighted_norms, expected_clients, max_rescaling_steps
+  ).probabilities
 
 
 def sampling_variance(weighted_norms, probabilities) -> float:
@@ -390,22 +394,24 @@ def _norms_tensor(weighted_norms: TensorLike, validate: bool, rank: int = 1) -> 
     if rank == 1:
       raise ValueError(f'weighted_norms must be 1-D, got shape {norms.shape}.')
     raise ValueError(
-        f'weighted_norms must be 2-D [clients, models], got shape {norms.shape}; for a '
-        'single model pass weighted_norms[:, None].')
+      f'weighted_norms must be 2-D [clients, models], got shape {norms.shape}; for a '
+      'single model pass weighted_norms[:, None].'
+    )
   if norms.shape.rank == rank and 0 in norms.shape:
     if rank == 1:
       raise ValueError('weighted_norms is empty: a cohort needs at least one client.')
     raise ValueError(
-        f'weighted_norms has shape {norms.shape}: at least one client and one model needed.')
+      f'weighted_norms has shape {norms.shape}: at least one client and one model needed.'
+    )
   if not validate:
     return norms
   # In graph mode (tff.tensorflow.computation) the assertions are ops that
   # must be made dependencies; eagerly they raise at once and return None.
   checks = [
-      tf.debugging.assert_rank(norms, rank, message=f'weighted_norms must be {rank}-D'),
-      tf.debugging.assert_positive(tf.size(norms), message='weighted_norms is empty'),
-      tf.debugging.assert_all_finite(norms, message='weighted_norms must be finite'),
-      tf.debugging.assert_non_negative(norms, message='weighted_norms must be non-negative'),
+    tf.debugging.assert_rank(norms, rank, message=f'weighted_norms must be {rank}-D'),
+    tf.debugging.assert_positive(tf.size(norms), message='weighted_norms is empty'),
+    tf.debugging.assert_all_finite(norms, message='weighted_norms must be finite'),
+    tf.debugging.assert_non_negative(norms, message='weighted_norms must be non-negative'),
   ]
   with tf.control_dependencies([c for c in checks if c is not None]):
     return tf.identity(norms)
@@ -418,7 +424,7 @@ def _expected_clients_tensor(expected_clients, dtype: tf.DType) -> tf.Tensor:
 
 
 def optimal_probabilities_tf(
-    weighted_norms: TensorLike, expected_clients: float | tf.Tensor, *, validate: bool = True
+  weighted_norms: TensorLike, expected_clients: float | tf.Tensor, *, validate: bool = True
 ) -> tf.Tensor:
   """TensorFlow twin of `optimal_probabilities` (Algorithm 1), same arithmetic.
 
@@ -456,19 +462,20 @@ def optimal_probabilities_tf(
   k = tf.maximum(tf.reduce_max(tf.where(feasible, tf.range(size), -1)), 0)
   threshold = ascending[k]
   scale = tf.math.divide_no_nan(budgets[k], prefix_sums[k])
-  water_filling = tf.where(norms > threshold, tf.ones_like(norms),
-                           tf.minimum(tf.ones_like(norms), norms * scale))
+  water_filling = tf.where(
+    norms > threshold, tf.ones_like(norms), tf.minimum(tf.ones_like(norms), norms * scale)
+  )
   few_positive = tf.reduce_sum(tf.cast(positive, dtype)) <= m
   probs = tf.where(few_positive, tf.cast(positive, dtype), water_filling)
   return tf.cast(probs, input_norms.dtype)
 
 
 def approximate_optimal_probabilities_with_info_tf(
-    weighted_norms: TensorLike,
-    expected_clients: float | tf.Tensor,
-    max_rescaling_steps: int,
-    *,
-    validate: bool = True,
+  weighted_norms: TensorLike,
+  expected_clients: float | tf.Tensor,
+  max_rescaling_steps: int,
+  *,
+  validate: bool = True,
 ) -> RescaledProbabilities:
   """TensorFlow twin of `approximate_optimal_probabilities_with_info`.
 
@@ -515,11 +522,11 @@ def approximate_optimal_probabilities_with_info_tf(
 
 
 def approximate_optimal_probabilities_tf(
-    weighted_norms: TensorLike,
-    expected_clients: float | tf.Tensor,
-    max_rescaling_steps: int,
-    *,
-    validate: bool = True,
+  weighted_norms: TensorLike,
+  expected_clients: float | tf.Tensor,
+  max_rescaling_steps: int,
+  *,
+  validate: bool = True,
 ) -> tf.Tensor:
   """TensorFlow twin of `approximate_optimal_probabilities` (Algorithm 2).
 
@@ -536,8 +543,8 @@ def approximate_optimal_probabilities_tf(
     ValueError: At trace time, for bad static arguments.
   """
   return approximate_optimal_probabilities_with_info_tf(
-      weighted_norms, expected_clients, max_rescaling_steps,
-      validate=validate).probabilities
+    weighted_norms, expected_clients, max_rescaling_steps, validate=validate
+  ).probabilities
 
 
 def sampling_variance_tf(weighted_norms: TensorLike, probabilities: TensorLike) -> tf.Tensor:
@@ -564,7 +571,7 @@ def sampling_variance_tf(weighted_norms: TensorLike, probabilities: TensorLike) 
 
 
 def improvement_factor_tf(
-    weighted_norms: TensorLike, probabilities: TensorLike, expected_clients: float | tf.Tensor
+  weighted_norms: TensorLike, probabilities: TensorLike, expected_clients: float | tf.Tensor
 ) -> tf.Tensor:
   """TensorFlow twin of `improvement_factor` (``α``, 0.0 in the degenerate cases).
 
@@ -586,8 +593,9 @@ def improvement_factor_tf(
   uniform = m / tf.cast(tf.size(norms), _COMPUTE_DTYPE)
   uniform_variance = (1 - uniform) / uniform * tf.reduce_sum(tf.square(norms))
   degenerate = (uniform >= 1) | (uniform_variance <= 0)
-  alpha = tf.where(degenerate, tf.zeros_like(variance),
-                   tf.math.divide_no_nan(variance, uniform_variance))
+  alpha = tf.where(
+    degenerate, tf.zeros_like(variance), tf.math.divide_no_nan(variance, uniform_variance)
+  )
   return tf.cast(alpha, input_norms.dtype)
 
 
@@ -612,15 +620,18 @@ def _check_norm_matrix(weighted_norms) -> np.ndarray:
     norms = np.asarray(weighted_norms, dtype=np.float64)
   except (TypeError, ValueError) as e:
     raise ValueError(
-        'weighted_norms must be a 2-D array [clients, models] of real numbers, got '
-        f'{weighted_norms!r}.') from e
+      'weighted_norms must be a 2-D array [clients, models] of real numbers, got '
+      f'{weighted_norms!r}.'
+    ) from e
   if norms.ndim != 2:
     raise ValueError(
-        'weighted_norms must be 2-D [clients, models] (one norm per client and model), got '
-        f'shape {norms.shape}; for a single model pass weighted_norms[:, None].')
+      'weighted_norms must be 2-D [clients, models] (one norm per client and model), got '
+      f'shape {norms.shape}; for a single model pass weighted_norms[:, None].'
+    )
   if norms.shape[0] == 0 or norms.shape[1] == 0:
     raise ValueError(
-        f'weighted_norms has shape {norms.shape}: at least one client and one model needed.')
+      f'weighted_norms has shape {norms.shape}: at least one client and one model needed.'
+    )
   _check_norms(norms.ravel())  # Finite and non-negative, with its messages.
   return norms
 
@@ -631,24 +642,26 @@ def _check_multi_model_probabilities(probabilities, norms: np.ndarray) -> np.nda
     probs = np.asarray(probabilities, dtype=np.float64)
   except (TypeError, ValueError) as e:
     raise ValueError(
-        f'probabilities must be an array of real numbers, got {probabilities!r}.') from e
+      f'probabilities must be an array of real numbers, got {probabilities!r}.'
+    ) from e
   if probs.shape == norms.shape:
     lost = (probs == 0) & (norms > 0)
     if np.any(lost):
       raise ValueError(
-          'probabilities must be positive where weighted_norms is positive (the estimator '
-          'divides by p_{s|i}), got p = 0 for (client, model) pairs '
-          f'{np.argwhere(lost)[:5].tolist()}.')
+        'probabilities must be positive where weighted_norms is positive (the estimator '
+        'divides by p_{s|i}), got p = 0 for (client, model) pairs '
+        f'{np.argwhere(lost)[:5].tolist()}.'
+      )
   return _check_probabilities(probs, norms)
 
 
-def _split_across_models(client_probabilities: np.ndarray, norms: np.ndarray,
-                         totals: np.ndarray) -> np.ndarray:
+def _split_across_models(
+  client_probabilities: np.ndarray, norms: np.ndarray, totals: np.ndarray
+) -> np.ndarray:
   """``p_{s|i} = p_i · Ũ_{i,s} / M_i`` (zero where ``M_i = 0``): local to each client."""
   # Ũ/M first: it is exactly 1 for S = 1 (so p_{1|i} = p_i exactly) and at
   # most 1 for any S (a float sum of non-negative terms is at least each term).
-  shares = np.divide(norms, totals[:, None], out=np.zeros_like(norms),
-                     where=totals[:, None] > 0)
+  shares = np.divide(norms, totals[:, None], out=np.zeros_like(norms), where=totals[:, None] > 0)
   return client_probabilities[:, None] * shares
 
 
@@ -697,7 +710,7 @@ def multi_model_probabilities(weighted_norms, expected_clients: float) -> np.nda
 
 
 def approximate_multi_model_probabilities_with_info(
-    weighted_norms, expected_clients: float, max_rescaling_steps: int
+  weighted_norms, expected_clients: float, max_rescaling_steps: int
 ) -> RescaledProbabilities:
   """Secure-aggregation version of `multi_model_probabilities`, and steps used.
 
@@ -734,14 +747,14 @@ def approximate_multi_model_probabilities_with_info(
   """
   norms = _check_norm_matrix(weighted_norms)
   totals = np.sum(norms, axis=1)
-  info = approximate_optimal_probabilities_with_info(
-      totals, expected_clients, max_rescaling_steps)
+  info = approximate_optimal_probabilities_with_info(totals, expected_clients, max_rescaling_steps)
   return RescaledProbabilities(
-      _split_across_models(info.probabilities, norms, totals), info.rescaling_steps_used)
+    _split_across_models(info.probabilities, norms, totals), info.rescaling_steps_used
+  )
 
 
 def approximate_multi_model_probabilities(
-    weighted_norms, expected_clients: float, max_rescaling_steps: int
+  weighted_norms, expected_clients: float, max_rescaling_steps: int
 ) -> np.ndarray:
   """Secure ``p_{s|i}``; see `approximate_multi_model_probabilities_with_info`.
 
@@ -757,7 +770,8 @@ def approximate_multi_model_probabilities(
     ValueError: On bad arguments.
   """
   return approximate_multi_model_probabilities_with_info(
-      weighted_norms, expected_clients, max_rescaling_steps).probabilities
+    weighted_norms, expected_clients, max_rescaling_steps
+  ).probabilities
 
 
 def multi_model_sampling_variance(weighted_norms, probabilities) -> float:
@@ -789,9 +803,7 @@ def multi_model_sampling_variance(weighted_norms, probabilities) -> float:
   return sampling_variance(norms.ravel(), probs.ravel())
 
 
-def multi_model_improvement_factor(
-    weighted_norms, probabilities, expected_clients: float
-) -> float:
+def multi_model_improvement_factor(weighted_norms, probabilities, expected_clients: float) -> float:
   """``α`` for several models: the variance relative to random assignment.
 
   The baseline is §5's random assignment: ``min(m, N)`` clients on average,
@@ -817,18 +829,22 @@ def multi_model_improvement_factor(
   norms = _check_norm_matrix(weighted_norms)
   m = _check_expected_clients(expected_clients)
   num_clients, num_models = norms.shape
-  return _relative_to_uniform(multi_model_sampling_variance(norms, probabilities),
-                              min(m, num_clients) / (num_clients * num_models), norms)
+  return _relative_to_uniform(
+    multi_model_sampling_variance(norms, probabilities),
+    min(m, num_clients) / (num_clients * num_models),
+    norms,
+  )
 
 
-def _split_across_models_tf(client_probabilities: tf.Tensor, norms: tf.Tensor,
-                            totals: tf.Tensor) -> tf.Tensor:
+def _split_across_models_tf(
+  client_probabilities: tf.Tensor, norms: tf.Tensor, totals: tf.Tensor
+) -> tf.Tensor:
   """TF twin of `_split_across_models` (same order of operations)."""
   return client_probabilities[:, None] * tf.math.divide_no_nan(norms, totals[:, None])
 
 
 def multi_model_probabilities_tf(
-    weighted_norms: TensorLike, expected_clients: float | tf.Tensor, *, validate: bool = True
+  weighted_norms: TensorLike, expected_clients: float | tf.Tensor, *, validate: bool = True
 ) -> tf.Tensor:
   """TensorFlow twin of `multi_model_probabilities`, via `optimal_probabilities_tf`.
 
@@ -857,11 +873,11 @@ def multi_model_probabilities_tf(
 
 
 def approximate_multi_model_probabilities_with_info_tf(
-    weighted_norms: TensorLike,
-    expected_clients: float | tf.Tensor,
-    max_rescaling_steps: int,
-    *,
-    validate: bool = True,
+  weighted_norms: TensorLike,
+  expected_clients: float | tf.Tensor,
+  max_rescaling_steps: int,
+  *,
+  validate: bool = True,
 ) -> RescaledProbabilities:
   """TensorFlow twin of `approximate_multi_model_probabilities_with_info`.
 
@@ -882,17 +898,18 @@ def approximate_multi_model_probabilities_with_info_tf(
   norms = tf.cast(input_norms, _COMPUTE_DTYPE)
   totals = tf.reduce_sum(norms, axis=1)
   info = approximate_optimal_probabilities_with_info_tf(
-      totals, expected_clients, max_rescaling_steps, validate=False)
+    totals, expected_clients, max_rescaling_steps, validate=False
+  )
   probs = _split_across_models_tf(info.probabilities, norms, totals)
   return RescaledProbabilities(tf.cast(probs, input_norms.dtype), info.rescaling_steps_used)
 
 
 def approximate_multi_model_probabilities_tf(
-    weighted_norms: TensorLike,
-    expected_clients: float | tf.Tensor,
-    max_rescaling_steps: int,
-    *,
-    validate: bool = True,
+  weighted_norms: TensorLike,
+  expected_clients: float | tf.Tensor,
+  max_rescaling_steps: int,
+  *,
+  validate: bool = True,
 ) -> tf.Tensor:
   """TensorFlow twin of `approximate_multi_model_probabilities`.
 
@@ -909,12 +926,12 @@ def approximate_multi_model_probabilities_tf(
     ValueError: At trace time, for bad static arguments.
   """
   return approximate_multi_model_probabilities_with_info_tf(
-      weighted_norms, expected_clients, max_rescaling_steps,
-      validate=validate).probabilities
+    weighted_norms, expected_clients, max_rescaling_steps, validate=validate
+  ).probabilities
 
 
 def multi_model_sampling_variance_tf(
-    weighted_norms: TensorLike, probabilities: TensorLike
+  weighted_norms: TensorLike, probabilities: TensorLike
 ) -> tf.Tensor:
   """TensorFlow twin of `multi_model_sampling_variance`, without its value checks.
 
@@ -934,7 +951,7 @@ def multi_model_sampling_variance_tf(
 
 
 def multi_model_improvement_factor_tf(
-    weighted_norms: TensorLike, probabilities: TensorLike, expected_clients: float | tf.Tensor
+  weighted_norms: TensorLike, probabilities: TensorLike, expected_clients: float | tf.Tensor
 ) -> tf.Tensor:
   """TensorFlow twin of `multi_model_improvement_factor` (0.0 when degenerate).
 
@@ -957,6 +974,7 @@ def multi_model_improvement_factor_tf(
   uniform = tf.minimum(m, shape[0]) / (shape[0] * shape[1])
   uniform_variance = (1 - uniform) / uniform * tf.reduce_sum(tf.square(norms))
   degenerate = (uniform >= 1) | (uniform_variance <= 0)
-  alpha = tf.where(degenerate, tf.zeros_like(variance),
-                   tf.math.divide_no_nan(variance, uniform_variance))
+  alpha = tf.where(
+    degenerate, tf.zeros_like(variance), tf.math.divide_no_nan(variance, uniform_variance)
+  )
   return tf.cast(alpha, input_norms.dtype)

@@ -37,15 +37,15 @@ No flags are defined here; ``bin/report.py`` is the command line.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 import dataclasses
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from matplotlib.backends import backend_agg
 from matplotlib import figure as mpl_figure
 from matplotlib import ticker
+from matplotlib.backends import backend_agg
 import numpy as np
 
 from tff_sampling import plotting
@@ -63,8 +63,10 @@ RESULTS_FILENAME = 'results.md'
 ROUNDS_PLOT_FILENAME = 'accuracy_rounds.png'
 BITS_PLOT_FILENAME = 'accuracy_bits.png'
 # The first line of every results.md this module writes; only such a file is replaced.
-MARKER = ('<!-- results.md written by tff_sampling.report (python -m bin.report); '
-          'rerun the command below instead of editing. -->')
+MARKER = (
+  '<!-- results.md written by tff_sampling.report (python -m bin.report); '
+  'rerun the command below instead of editing. -->'
+)
 
 _MISSING = '—'
 _BIT_UNITS = ((1e12, 'Tbit'), (1e9, 'Gbit'), (1e6, 'Mbit'), (1e3, 'kbit'), (1.0, 'bit'))
@@ -79,6 +81,7 @@ class Stat:
     std: The sample standard deviation; NaN if `n` <= `DDOF` (one seed).
     n: How many values (seeds) went in.
   """
+
   mean: float
   std: float
   n: int
@@ -115,6 +118,7 @@ class GroupSummary:
     extras: Extra column -> mean over rounds per seed, then Stat over the seeds
       that have the column.
   """
+
   label: str
   runs: tuple[results.Run, ...]
   last_rounds: tuple[int, ...]
@@ -142,8 +146,10 @@ def truncate(run: results.Run, max_round: int) -> results.Run:
   """
   keep = run.rounds <= max_round
   if not np.any(keep):
-    raise ValueError(f'{_metrics_path(run)!r} has no round <= {max_round} (its first round is '
-                     f'{int(run.rounds[0])}); choose a later last round.')
+    raise ValueError(
+      f'{_metrics_path(run)!r} has no round <= {max_round} (its first round is '
+      f'{int(run.rounds[0])}); choose a later last round.'
+    )
   if np.all(keep):
     return run
   metrics = {}
@@ -158,10 +164,10 @@ def truncate(run: results.Run, max_round: int) -> results.Run:
 
 
 def group(
-    runs: Sequence[results.Run],
-    label_key: str | None = None,
-    *,
-    ignore: Iterable[str] = results.DEFAULT_GROUP_IGNORE,
+  runs: Sequence[results.Run],
+  label_key: str | None = None,
+  *,
+  ignore: Iterable[str] = results.DEFAULT_GROUP_IGNORE,
 ) -> dict[str, list[results.Run]]:
   """Groups runs into configurations, the seeds of each together.
 
@@ -194,32 +200,35 @@ def group(
       for name in sorted(set(first.hparams) | set(other.hparams)):
         if name in ignored:
           continue
-        if results.hparam_identity(first.hparams, name) != results.hparam_identity(other.hparams, name):
+        if results.hparam_identity(first.hparams, name) != results.hparam_identity(
+          other.hparams, name
+        ):
           raise ValueError(
-              f'Runs with {label_key}={label} differ in {name!r} ({first.name}: '
-              f'{_describe(first.hparams, name)}, {other.name}: {_describe(other.hparams, name)}); '
-              'they are not seeds of one configuration: group by every hyper-parameter (no label '
-              'key), or leave one of them out.')
+            f'Runs with {label_key}={label} differ in {name!r} ({first.name}: '
+            f'{_describe(first.hparams, name)}, {other.name}: {_describe(other.hparams, name)}); '
+            'they are not seeds of one configuration: group by every hyper-parameter (no label '
+            'key), or leave one of them out.'
+          )
   return groups
 
 
-def _split_by(runs: Sequence[results.Run], key: str, purpose: str
-              ) -> dict[str, list[results.Run]]:
+def _split_by(runs: Sequence[results.Run], key: str, purpose: str) -> dict[str, list[results.Run]]:
   """Runs by their formatted value of hyper-parameter `key`, in order of first appearance."""
   split: dict[str, list[results.Run]] = {}
   for run in runs:
     if key not in run.hparams:
       raise ValueError(
-          f'{os.path.join(run.path, results.HPARAMS_FILENAME)!r} has no hyper-parameter '
-          f'{key!r} {purpose}, or leave that run out.')
+        f'{os.path.join(run.path, results.HPARAMS_FILENAME)!r} has no hyper-parameter '
+        f'{key!r} {purpose}, or leave that run out.'
+      )
     split.setdefault(results.format_hparam(run.hparams[key]), []).append(run)
   return split
 
 
 def group_panels(
-    runs: Sequence[results.Run],
-    panel_key: str,
-    label_key: str | None = None,
+  runs: Sequence[results.Run],
+  panel_key: str,
+  label_key: str | None = None,
 ) -> dict[str, dict[str, list[results.Run]]]:
   """Splits runs by the value of `panel_key`, then `group`s each panel by `label_key`.
 
@@ -232,38 +241,50 @@ def group_panels(
   if not runs:
     raise ValueError('No runs to report.')
   panels = _split_by(runs, panel_key, 'to split the runs by; choose another panel key')
-  return {panel: group(members, label_key, ignore=(*results.DEFAULT_GROUP_IGNORE, panel_key))
-          for panel, members in panels.items()}
+  return {
+    panel: group(members, label_key, ignore=(*results.DEFAULT_GROUP_IGNORE, panel_key))
+    for panel, members in panels.items()
+  }
 
 
-def flatten_panels(panels: Mapping[str, Mapping[str, Sequence[results.Run]]]
-                   ) -> dict[str, list[results.Run]]:
+def flatten_panels(
+  panels: Mapping[str, Mapping[str, Sequence[results.Run]]],
+) -> dict[str, list[results.Run]]:
   """One group per (panel, label), labelled ``'<panel> · <label>'``."""
-  return {f'{panel} · {label}': list(runs)
-          for panel, groups in panels.items() for label, runs in groups.items()}
+  return {
+    f'{panel} · {label}': list(runs)
+    for panel, groups in panels.items()
+    for label, runs in groups.items()
+  }
 
 
-def pivot_table(panel_summaries: Mapping[str, Sequence[GroupSummary]], stat: str,
-                *, label_header: str = 'group') -> str:
+def pivot_table(
+  panel_summaries: Mapping[str, Sequence[GroupSummary]], stat: str, *, label_header: str = 'group'
+) -> str:
   """A pipe table of one `GroupSummary` field (e.g. ``'final_accuracy'``):
   a row per label, a column per panel, mean ± std over seeds, ``—`` where a
   panel lacks the label."""
-  labels = list(dict.fromkeys(s.label for summaries in panel_summaries.values()
-                              for s in summaries))
+  labels = list(dict.fromkeys(s.label for summaries in panel_summaries.values() for s in summaries))
   panels = list(panel_summaries)
   cells = []
   for panel in panels:
     by_label = {s.label: getattr(s, stat) for s in panel_summaries[panel]}
-    cells.append(_align_parts([_stat_parts(by_label[label], '.4f') if label in by_label
-                               else (_MISSING, '') for label in labels]))
-  return _pipe_table([label_header, *panels], [[_escape(l) for l in labels], *cells])
+    cells.append(
+      _align_parts(
+        [
+          _stat_parts(by_label[label], '.4f') if label in by_label else (_MISSING, '')
+          for label in labels
+        ]
+      )
+    )
+  return _pipe_table([label_header, *panels], [[_escape(label) for label in labels], *cells])
 
 
 def summarize(
-    groups: Mapping[str, Sequence[results.Run]],
-    *,
-    target: float | None = None,
-    extra_columns: Sequence[str] = (),
+  groups: Mapping[str, Sequence[results.Run]],
+  *,
+  target: float | None = None,
+  extra_columns: Sequence[str] = (),
 ) -> list[GroupSummary]:
   """Computes the `GroupSummary` of every group.
 
@@ -285,17 +306,21 @@ def summarize(
     for column in (ACCURACY_COLUMN, results.BITS_COLUMN):
       if column not in run.metrics:
         raise ValueError(
-            f'{_metrics_path(run)!r} has no numeric column {column!r}; a report needs '
-            f'{ACCURACY_COLUMN!r} and {results.BITS_COLUMN!r} in every run: leave that run out.')
+          f'{_metrics_path(run)!r} has no numeric column {column!r}; a report needs '
+          f'{ACCURACY_COLUMN!r} and {results.BITS_COLUMN!r} in every run: leave that run out.'
+        )
     if not np.any(np.isfinite(run.metrics[ACCURACY_COLUMN])):
-      raise ValueError(f'{_metrics_path(run)!r} has no {ACCURACY_COLUMN!r} value yet (no '
-                       'evaluation round written); leave that run out, or wait for its first '
-                       'evaluation.')
+      raise ValueError(
+        f'{_metrics_path(run)!r} has no {ACCURACY_COLUMN!r} value yet (no '
+        'evaluation round written); leave that run out, or wait for its first '
+        'evaluation.'
+      )
   for column in extra_columns:
     if not any(column in run.metrics for run in all_runs):
       known = sorted({c for run in all_runs for c in run.metrics})
-      raise ValueError(f'No run has a numeric column {column!r}; the columns are: '
-                       f'{", ".join(known)}.')
+      raise ValueError(
+        f'No run has a numeric column {column!r}; the columns are: {", ".join(known)}.'
+      )
   summaries = []
   for label, runs in groups.items():
     if not runs:
@@ -304,8 +329,9 @@ def summarize(
   return summaries
 
 
-def _summarize_group(label: str, runs: Sequence[results.Run], target: float | None,
-                     extra_columns: Sequence[str]) -> GroupSummary:
+def _summarize_group(
+  label: str, runs: Sequence[results.Run], target: float | None, extra_columns: Sequence[str]
+) -> GroupSummary:
   if target is None:
     to_rounds, to_bits = [], []
   else:
@@ -315,23 +341,24 @@ def _summarize_group(label: str, runs: Sequence[results.Run], target: float | No
   seconds = np.concatenate(seconds) if seconds else np.zeros(0)
   seconds = seconds[np.isfinite(seconds)]
   extras = {
-      column: Stat.of(_mean_over_rounds(run.metrics[column]) for run in runs
-                      if column in run.metrics)
-      for column in extra_columns}
+    column: Stat.of(_mean_over_rounds(run.metrics[column]) for run in runs if column in run.metrics)
+    for column in extra_columns
+  }
   return GroupSummary(
-      label=label,
-      runs=tuple(runs),
-      last_rounds=tuple(int(run.rounds[-1]) for run in runs),
-      final_accuracy=Stat.of(_last(run, ACCURACY_COLUMN) for run in runs),
-      final_loss=Stat.of(_last(run, LOSS_COLUMN) for run in runs),
-      best_accuracy=Stat.of(_max(run, ACCURACY_COLUMN) for run in runs),
-      best_loss=Stat.of(_min(run, LOSS_COLUMN) for run in runs),
-      target=target,
-      rounds_to_target=Stat.of(to_rounds),
-      bits_to_target=Stat.of(to_bits),
-      total_bits=Stat.of(_last(run, results.BITS_COLUMN) for run in runs),
-      seconds_per_round=float(np.median(seconds)) if seconds.size else math.nan,
-      extras=extras)
+    label=label,
+    runs=tuple(runs),
+    last_rounds=tuple(int(run.rounds[-1]) for run in runs),
+    final_accuracy=Stat.of(_last(run, ACCURACY_COLUMN) for run in runs),
+    final_loss=Stat.of(_last(run, LOSS_COLUMN) for run in runs),
+    best_accuracy=Stat.of(_max(run, ACCURACY_COLUMN) for run in runs),
+    best_loss=Stat.of(_min(run, LOSS_COLUMN) for run in runs),
+    target=target,
+    rounds_to_target=Stat.of(to_rounds),
+    bits_to_target=Stat.of(to_bits),
+    total_bits=Stat.of(_last(run, results.BITS_COLUMN) for run in runs),
+    seconds_per_round=float(np.median(seconds)) if seconds.size else math.nan,
+    extras=extras,
+  )
 
 
 def _finite(run: results.Run, column: str) -> np.ndarray:
@@ -380,10 +407,10 @@ def target_text(target: float) -> str:
 
 
 def markdown_table(
-    summaries: Sequence[GroupSummary],
-    *,
-    label_header: str = 'group',
-    extra_columns: Sequence[str] = (),
+  summaries: Sequence[GroupSummary],
+  *,
+  label_header: str = 'group',
+  extra_columns: Sequence[str] = (),
 ) -> str:
   """The summaries as a GitHub pipe table, one row per group.
 
@@ -399,22 +426,27 @@ def markdown_table(
     raise ValueError('No groups to tabulate.')
   scale, unit = bit_unit(summaries)
   target = summaries[0].target
-  headers = [label_header, 'seeds', 'last round', 'final accuracy', 'final loss',
-             'best accuracy']
+  headers = [label_header, 'seeds', 'last round', 'final accuracy', 'final loss', 'best accuracy']
   if target is not None:
     headers += [f'rounds to {target_text(target)}', f'{unit} to {target_text(target)}']
   headers += [f'total {unit}', 's/round (median)']
   headers += [f'{column} (mean/round)' for column in extra_columns]
 
-  extra_specs = {column: _spec_for([s.extras[column].mean for s in summaries])
-                 for column in extra_columns}
+  extra_specs = {
+    column: _spec_for([s.extras[column].mean for s in summaries]) for column in extra_columns
+  }
   bits_spec = '.3f' if scale > 1 else '.0f'  # Whole bits, or three decimals of kbit and up.
   rows = []
   for s in summaries:
     low, high = min(s.last_rounds), max(s.last_rounds)
-    row = [(_escape(s.label),), (str(s.seeds),), (str(low) if low == high else f'{low}–{high}',),
-           _stat_parts(s.final_accuracy, '.4f'), _stat_parts(s.final_loss, '.4f'),
-           _stat_parts(s.best_accuracy, '.4f')]
+    row = [
+      (_escape(s.label),),
+      (str(s.seeds),),
+      (str(low) if low == high else f'{low}–{high}',),
+      _stat_parts(s.final_accuracy, '.4f'),
+      _stat_parts(s.final_loss, '.4f'),
+      _stat_parts(s.best_accuracy, '.4f'),
+    ]
     if target is not None:
       reached = f'({s.rounds_to_target.n}/{s.seeds})'
       if s.rounds_to_target.n:
@@ -422,27 +454,42 @@ def markdown_table(
         row.append(_stat_parts(s.bits_to_target, bits_spec, scale) + (reached,))
       else:
         row += [('never', '', reached)] * 2
-    row += [_stat_parts(s.total_bits, bits_spec, scale),
-            (_MISSING,) if math.isnan(s.seconds_per_round) else (f'{s.seconds_per_round:.2f}',)]
+    row += [
+      _stat_parts(s.total_bits, bits_spec, scale),
+      (_MISSING,) if math.isnan(s.seconds_per_round) else (f'{s.seconds_per_round:.2f}',),
+    ]
     row += [_stat_parts(s.extras[column], extra_specs[column]) for column in extra_columns]
     rows.append(row)
 
   columns = list(zip(*rows))
-  return _pipe_table(headers, [[label for (label,) in columns[0]]] +
-                     [_align_parts(column) for column in columns[1:]])
+  return _pipe_table(
+    headers, [[label for (label,) in columns[0]]] + [_align_parts(column) for column in columns[1:]]
+  )
 
 
 def _pipe_table(headers: Sequence[str], columns: Sequence[Sequence[str]]) -> str:
   """A pipe table of cell columns: the first left-aligned, the others right-aligned,
   padded so that the columns line up in the Markdown source."""
   widths = [max(len(h), *(len(c) for c in column)) for h, column in zip(headers, columns)]
-  lines = ['| ' + ' | '.join(h.ljust(w) if i == 0 else h.rjust(w)
-                             for i, (h, w) in enumerate(zip(headers, widths))) + ' |',
-           '| ' + ' | '.join('-' * w if i == 0 else '-' * (w - 1) + ':'
-                             for i, w in enumerate(widths)) + ' |']
+  lines = [
+    '| '
+    + ' | '.join(
+      h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(headers, widths))
+    )
+    + ' |',
+    '| '
+    + ' | '.join('-' * w if i == 0 else '-' * (w - 1) + ':' for i, w in enumerate(widths))
+    + ' |',
+  ]
   for r in range(len(columns[0])):
-    lines.append('| ' + ' | '.join(column[r].ljust(w) if i == 0 else column[r].rjust(w)
-                                   for i, (column, w) in enumerate(zip(columns, widths))) + ' |')
+    lines.append(
+      '| '
+      + ' | '.join(
+        column[r].ljust(w) if i == 0 else column[r].rjust(w)
+        for i, (column, w) in enumerate(zip(columns, widths))
+      )
+      + ' |'
+    )
   return '\n'.join(lines)
 
 
@@ -477,9 +524,13 @@ def _align_parts(column: Sequence[tuple[str, ...]]) -> list[str]:
   count = max(len(parts) for parts in column)
   padded = [tuple(parts) + ('',) * (count - len(parts)) for parts in column]
   widths = [max(len(parts[i]) for parts in padded) for i in range(count)]
-  return [' '.join([parts[0].rjust(widths[0])] +
-                   [part.ljust(width) for part, width in zip(parts[1:], widths[1:]) if width])
-          for parts in padded]
+  return [
+    ' '.join(
+      [parts[0].rjust(widths[0])]
+      + [part.ljust(width) for part, width in zip(parts[1:], widths[1:]) if width]
+    )
+    for parts in padded
+  ]
 
 
 def table_notes(summaries: Sequence[GroupSummary], extra_columns: Sequence[str] = ()) -> str:
@@ -487,25 +538,31 @@ def table_notes(summaries: Sequence[GroupSummary], extra_columns: Sequence[str] 
   _, unit = bit_unit(summaries)
   target = summaries[0].target if summaries else None
   notes = [
-      f'Mean ± sample standard deviation (ddof = {DDOF}) over seeds; a value without ± comes '
-      f'from one seed. *final* is the last evaluation of each run ({ACCURACY_COLUMN}, '
-      f'{LOSS_COLUMN}), *best* the highest evaluation accuracy.']
+    f'Mean ± sample standard deviation (ddof = {DDOF}) over seeds; a value without ± comes '
+    f'from one seed. *final* is the last evaluation of each run ({ACCURACY_COLUMN}, '
+    f'{LOSS_COLUMN}), *best* the highest evaluation accuracy.'
+  ]
   if target is not None:
     notes.append(
-        f'*rounds / {unit} to {target_text(target)}*: the first evaluation round at which '
-        f'{ACCURACY_COLUMN} ≥ {target:g}, and the cumulative uploaded bits at that round, over '
-        'the seeds that reach it (reached/seeds).')
+      f'*rounds / {unit} to {target_text(target)}*: the first evaluation round at which '
+      f'{ACCURACY_COLUMN} ≥ {target:g}, and the cumulative uploaded bits at that round, over '
+      'the seeds that reach it (reached/seeds).'
+    )
   notes.append(
-      f'*total {unit}*: cumulative uploaded bits ({results.BITS_COLUMN}) at the last round. '
-      f'*s/round*: median of {SECONDS_COLUMN} over all rounds of all seeds.')
+    f'*total {unit}*: cumulative uploaded bits ({results.BITS_COLUMN}) at the last round. '
+    f'*s/round*: median of {SECONDS_COLUMN} over all rounds of all seeds.'
+  )
   if extra_columns:
-    notes.append('*(mean/round)*: the column averaged over the rounds that have a value, per '
-                 'seed, then over seeds.')
+    notes.append(
+      '*(mean/round)*: the column averaged over the rounds that have a value, per '
+      'seed, then over seeds.'
+    )
   return ' '.join(notes)
 
 
-def incomplete_runs(runs: Iterable[results.Run],
-                    max_round: int | None = None) -> list[tuple[results.Run, int, int]]:
+def incomplete_runs(
+  runs: Iterable[results.Run], max_round: int | None = None
+) -> list[tuple[results.Run, int, int]]:
   """The runs that end before their planned last round.
 
   The planned last round is the run's ``rounds`` hyper-parameter, or
@@ -527,8 +584,9 @@ def incomplete_runs(runs: Iterable[results.Run],
   return unfinished
 
 
-def settings_table(groups: Mapping[str, Sequence[results.Run]],
-                   ignore: Iterable[str] = results.DEFAULT_GROUP_IGNORE) -> str:
+def settings_table(
+  groups: Mapping[str, Sequence[results.Run]], ignore: Iterable[str] = results.DEFAULT_GROUP_IGNORE
+) -> str:
   """The hyper-parameters of the runs as a two-column Markdown table.
 
   A hyper-parameter with one value in all runs shows it; one that differs
@@ -547,16 +605,25 @@ def settings_table(groups: Mapping[str, Sequence[results.Run]],
       value = _describe(all_runs[0].hparams, name)
     else:
       value = '; '.join(
-          f'{label}: ' + ', '.join(dict.fromkeys(_describe(run.hparams, name) for run in runs))
-          for label, runs in groups.items())
+        f'{label}: ' + ', '.join(dict.fromkeys(_describe(run.hparams, name) for run in runs))
+        for label, runs in groups.items()
+      )
     rows.append((name, value))
-  rows.append(('seeds', '; '.join(
-      f'{label}: ' + ', '.join(_describe(run.hparams, 'seed') for run in runs)
-      for label, runs in groups.items())))
+  rows.append(
+    (
+      'seeds',
+      '; '.join(
+        f'{label}: ' + ', '.join(_describe(run.hparams, 'seed') for run in runs)
+        for label, runs in groups.items()
+      ),
+    )
+  )
   name_width = max(len('hyper-parameter'), *(len(n) for n, _ in rows))
   value_width = max(len('value'), *(len(v) for _, v in rows))
-  lines = [f'| {"hyper-parameter".ljust(name_width)} | {"value".ljust(value_width)} |',
-           f'| {"-" * name_width} | {"-" * value_width} |']
+  lines = [
+    f'| {"hyper-parameter".ljust(name_width)} | {"value".ljust(value_width)} |',
+    f'| {"-" * name_width} | {"-" * value_width} |',
+  ]
   lines += [f'| {n.ljust(name_width)} | {_escape(v).ljust(value_width)} |' for n, v in rows]
   return '\n'.join(lines)
 
@@ -577,12 +644,12 @@ def _metrics_path(run: results.Run) -> str:
 
 
 def make_curve_figure(
-    groups: Mapping[str, Sequence[results.Run]],
-    x_column: str,
-    *,
-    y_column: str = ACCURACY_COLUMN,
-    title: str | None = None,
-    panels: Mapping[str, Mapping[str, Sequence[results.Run]]] | None = None,
+  groups: Mapping[str, Sequence[results.Run]],
+  x_column: str,
+  *,
+  y_column: str = ACCURACY_COLUMN,
+  title: str | None = None,
+  panels: Mapping[str, Mapping[str, Sequence[results.Run]]] | None = None,
 ) -> mpl_figure.Figure:
   """`y_column` against rounds (``'key'``) or uploaded bits (log axis).
 
@@ -598,8 +665,9 @@ def make_curve_figure(
     title = None
   columns = min(len(panels), 4)
   rows = math.ceil(len(panels) / columns)
-  fig = mpl_figure.Figure(figsize=(7 if columns == 1 else 3.6 * columns, 4.5 * rows),
-                          layout='constrained')
+  fig = mpl_figure.Figure(
+    figsize=(7 if columns == 1 else 3.6 * columns, 4.5 * rows), layout='constrained'
+  )
   backend_agg.FigureCanvasAgg(fig)
   all_axes = np.atleast_1d(fig.subplots(rows, columns, sharey=True, squeeze=False)).ravel()
   labels = list(dict.fromkeys(label for groups_ in panels.values() for label in groups_))
@@ -608,18 +676,23 @@ def make_curve_figure(
     _draw_curves(axes, panel_groups, x_column, y_column, colours)
     if panel:
       axes.set_title(panel)
-  for axes in all_axes[len(panels):]:
+  for axes in all_axes[len(panels) :]:
     axes.set_visible(False)
   if len({tuple(groups_) for groups_ in panels.values()}) == 1:
-    for axes in all_axes[1:len(panels)]:  # The same groups everywhere: one legend says it.
+    for axes in all_axes[1 : len(panels)]:  # The same groups everywhere: one legend says it.
       axes.get_legend().remove()
   if title:
     fig.suptitle(title)
   return fig
 
 
-def _draw_curves(axes, groups: Mapping[str, Sequence[results.Run]], x_column: str,
-                 y_column: str, colours: Mapping[str, str]) -> None:
+def _draw_curves(
+  axes,
+  groups: Mapping[str, Sequence[results.Run]],
+  x_column: str,
+  y_column: str,
+  colours: Mapping[str, str],
+) -> None:
   on_bits = x_column != results.ROUND_COLUMN
   shown = []
   for label, runs in groups.items():
@@ -629,8 +702,9 @@ def _draw_curves(axes, groups: Mapping[str, Sequence[results.Run]], x_column: st
       x, mean, std = x[keep], mean[keep], std[keep]
     seeds = len(runs)
     shown.append(x)
-    axes.plot(x, mean, color=colours[label],
-              label=f'{label} (n={seeds} seed{"s" if seeds > 1 else ""})')
+    axes.plot(
+      x, mean, color=colours[label], label=f'{label} (n={seeds} seed{"s" if seeds > 1 else ""})'
+    )
     if seeds > 1:
       axes.fill_between(x, mean - std, mean + std, color=colours[label], alpha=0.2, linewidth=0)
   if on_bits:
@@ -650,16 +724,18 @@ def _draw_curves(axes, groups: Mapping[str, Sequence[results.Run]], x_column: st
 
 def plot_paths(output_dir: str | os.PathLike[str]) -> tuple[str, str]:
   """The (accuracy vs rounds, accuracy vs bits) PNG paths in `output_dir`."""
-  return (os.path.join(output_dir, ROUNDS_PLOT_FILENAME),
-          os.path.join(output_dir, BITS_PLOT_FILENAME))
+  return (
+    os.path.join(output_dir, ROUNDS_PLOT_FILENAME),
+    os.path.join(output_dir, BITS_PLOT_FILENAME),
+  )
 
 
 def write_plots(
-    groups: Mapping[str, Sequence[results.Run]],
-    output_dir: str | os.PathLike[str],
-    *,
-    title: str | None = None,
-    panels: Mapping[str, Mapping[str, Sequence[results.Run]]] | None = None,
+  groups: Mapping[str, Sequence[results.Run]],
+  output_dir: str | os.PathLike[str],
+  *,
+  title: str | None = None,
+  panels: Mapping[str, Mapping[str, Sequence[results.Run]]] | None = None,
 ) -> tuple[str, str]:
   """Writes accuracy vs rounds and accuracy vs uploaded bits into `output_dir`
   (one panel per value of `panels`, if given: see `make_curve_figure`).
@@ -677,8 +753,9 @@ def write_plots(
   for path in paths:
     plotting.check_plot_path(path)
   return tuple(
-      plotting.save_figure(make_curve_figure(groups, x_column, title=title, panels=panels), path)
-      for x_column, path in zip((results.ROUND_COLUMN, results.BITS_COLUMN), paths))
+    plotting.save_figure(make_curve_figure(groups, x_column, title=title, panels=panels), path)
+    for x_column, path in zip((results.ROUND_COLUMN, results.BITS_COLUMN), paths)
+  )
 
 
 def check_results_path(path: str | os.PathLike[str]) -> str:
@@ -690,9 +767,11 @@ def check_results_path(path: str | os.PathLike[str]) -> str:
   if os.path.isdir(path):
     raise ValueError(f'Cannot write {path!r}: it is a directory.')
   if os.path.lexists(path) and not is_own_results(path):
-    raise ValueError(f'Refusing to overwrite {path!r}: it was not written by this report tool '
-                     '(its first line is not the report marker). Move it away, or choose '
-                     'another output directory.')
+    raise ValueError(
+      f'Refusing to overwrite {path!r}: it was not written by this report tool '
+      '(its first line is not the report marker). Move it away, or choose '
+      'another output directory.'
+    )
   return path
 
 
@@ -706,16 +785,16 @@ def is_own_results(path: str | os.PathLike[str]) -> bool:
 
 
 def results_markdown(
-    summaries: Sequence[GroupSummary],
-    groups: Mapping[str, Sequence[results.Run]],
-    *,
-    command: str,
-    label_header: str = 'group',
-    extra_columns: Sequence[str] = (),
-    title: str | None = None,
-    max_round: int | None = None,
-    panel_summaries: Mapping[str, Sequence[GroupSummary]] | None = None,
-    panel_label_header: str = 'group',
+  summaries: Sequence[GroupSummary],
+  groups: Mapping[str, Sequence[results.Run]],
+  *,
+  command: str,
+  label_header: str = 'group',
+  extra_columns: Sequence[str] = (),
+  title: str | None = None,
+  max_round: int | None = None,
+  panel_summaries: Mapping[str, Sequence[GroupSummary]] | None = None,
+  panel_label_header: str = 'group',
 ) -> str:
   """The text of results.md: marker, command, table, notes, unfinished runs, plots, settings.
 
@@ -728,23 +807,43 @@ def results_markdown(
     parts += [f'# {title}', '']
   parts += ['Regenerate this file and its plots with:', '', '```sh', command, '```', '']
   if panel_summaries:
-    for stat, what in (('final_accuracy', f'Final accuracy ({ACCURACY_COLUMN})'),
-                       ('best_loss', f'Lowest evaluation loss ({LOSS_COLUMN})')):
-      parts += [f'{what}, mean ± std over seeds:', '',
-                pivot_table(panel_summaries, stat, label_header=panel_label_header), '']
+    for stat, what in (
+      ('final_accuracy', f'Final accuracy ({ACCURACY_COLUMN})'),
+      ('best_loss', f'Lowest evaluation loss ({LOSS_COLUMN})'),
+    ):
+      parts += [
+        f'{what}, mean ± std over seeds:',
+        '',
+        pivot_table(panel_summaries, stat, label_header=panel_label_header),
+        '',
+      ]
     parts += ['All columns, one row per panel and group:', '']
-  parts += [markdown_table(summaries, label_header=label_header, extra_columns=extra_columns),
-            '', table_notes(summaries, extra_columns), '']
+  parts += [
+    markdown_table(summaries, label_header=label_header, extra_columns=extra_columns),
+    '',
+    table_notes(summaries, extra_columns),
+    '',
+  ]
   if max_round is not None:
     parts += [f'Only rounds up to {max_round} are counted.', '']
   unfinished = incomplete_runs((run for runs in groups.values() for run in runs), max_round)
   if unfinished:
     listed = ', '.join(f'{run.name} ({last}/{planned})' for run, last, planned in unfinished)
-    parts += [f'**Unfinished runs** (last round/planned rounds): {listed}. Their numbers are '
-              'those of the rounds written so far.', '']
-  parts += [f'![{ACCURACY_COLUMN} vs round]({ROUNDS_PLOT_FILENAME})', '',
-            f'![{ACCURACY_COLUMN} vs cumulative uploaded bits]({BITS_PLOT_FILENAME})', '',
-            '## Settings', '', settings_table(groups), '']
+    parts += [
+      f'**Unfinished runs** (last round/planned rounds): {listed}. Their numbers are '
+      'those of the rounds written so far.',
+      '',
+    ]
+  parts += [
+    f'![{ACCURACY_COLUMN} vs round]({ROUNDS_PLOT_FILENAME})',
+    '',
+    f'![{ACCURACY_COLUMN} vs cumulative uploaded bits]({BITS_PLOT_FILENAME})',
+    '',
+    '## Settings',
+    '',
+    settings_table(groups),
+    '',
+  ]
   return '\n'.join(parts)
 
 
@@ -759,6 +858,7 @@ class Report:
     plot_paths: Absolute paths of the rounds and bits plots.
     unfinished: As `incomplete_runs`.
   """
+
   table: str
   summaries: tuple[GroupSummary, ...]
   results_path: str
@@ -767,16 +867,16 @@ class Report:
 
 
 def write_report(
-    runs: Sequence[results.Run],
-    output_dir: str | os.PathLike[str],
-    *,
-    command: str,
-    label_key: str | None = None,
-    target: float | None = None,
-    extra_columns: Sequence[str] = (),
-    title: str | None = None,
-    max_round: int | None = None,
-    panel_key: str | None = None,
+  runs: Sequence[results.Run],
+  output_dir: str | os.PathLike[str],
+  *,
+  command: str,
+  label_key: str | None = None,
+  target: float | None = None,
+  extra_columns: Sequence[str] = (),
+  title: str | None = None,
+  max_round: int | None = None,
+  panel_key: str | None = None,
 ) -> Report:
   """Writes results.md and the two plots of `runs` into `output_dir`.
 
@@ -816,16 +916,24 @@ def write_report(
   if panels is not None:
     panel_summaries, rest = {}, iter(summaries)
     for panel, panel_groups in panels.items():
-      panel_summaries[panel] = [dataclasses.replace(next(rest), label=label)
-                                for label in panel_groups]
+      panel_summaries[panel] = [
+        dataclasses.replace(next(rest), label=label) for label in panel_groups
+      ]
   label_header = label_key or 'group'
   if panel_key is not None:
     label_header = f'{panel_key} · {label_header}'
   table = markdown_table(summaries, label_header=label_header, extra_columns=extra_columns)
-  text = results_markdown(summaries, groups, command=command, label_header=label_header,
-                          extra_columns=extra_columns, title=title, max_round=max_round,
-                          panel_summaries=panel_summaries,
-                          panel_label_header=label_key or 'group')
+  text = results_markdown(
+    summaries,
+    groups,
+    command=command,
+    label_header=label_header,
+    extra_columns=extra_columns,
+    title=title,
+    max_round=max_round,
+    panel_summaries=panel_summaries,
+    panel_label_header=label_key or 'group',
+  )
   results_path = check_results_path(os.path.join(output_dir, RESULTS_FILENAME))
   for path in plot_paths(output_dir):
     plotting.check_plot_path(path)
@@ -838,6 +946,10 @@ def write_report(
   finally:
     if os.path.exists(temporary):
       os.remove(temporary)
-  return Report(table=table, summaries=tuple(summaries), results_path=results_path,
-                plot_paths=written_plots,
-                unfinished=tuple(incomplete_runs(runs, max_round)))
+  return Report(
+    table=table,
+    summaries=tuple(summaries),
+    results_path=results_path,
+    plot_paths=written_plots,
+    unfinished=tuple(incomplete_runs(runs, max_round)),
+  )

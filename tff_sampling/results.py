@@ -24,6 +24,7 @@ This module only reads files; it never writes and never reads flags.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 import csv
 import dataclasses
 import glob
@@ -31,7 +32,6 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -68,6 +68,7 @@ class Run:
       the last checkpoint (``selection_counts.csv``), in client order; ``None``
       if the run has no such file.
   """
+
   path: str
   hparams: dict[str, Any]
   metrics: dict[str, np.ndarray]
@@ -100,8 +101,19 @@ class Run:
     if name in self.text_columns:
       raise KeyError(f'Column {name!r} of {self._metrics_path} is not numeric.')
     raise KeyError(
-        f'{self._metrics_path} has no column {name!r}; its columns are: '
-        f'{", ".join(sorted(self.metrics)) or "(none)"}')
+      f'{self._metrics_path} has no column {name!r}; its columns are: '
+      f'{", ".join(sorted(self.metrics)) or "(none)"}'
+    )
+
+  def last_finite(self, name: str) -> float:
+    """The last finite value of column `name`, e.g. the final evaluation.
+
+    Raises:
+      KeyError: As `column`.
+      IndexError: If the column has no finite value.
+    """
+    values = self.column(name)
+    return float(values[np.isfinite(values)][-1])
 
   @property
   def _metrics_path(self) -> str:
@@ -158,28 +170,40 @@ def load_run(run_dir: PathLike) -> Run:
   """
   path = os.fspath(run_dir)
   if not os.path.isdir(path):
-    raise FileNotFoundError(f'Run directory {path!r} does not exist; give a directory the '
-                            'experiment program wrote (<root_output_dir>/<experiment_name>).')
+    raise FileNotFoundError(
+      f'Run directory {path!r} does not exist; give a directory the '
+      'experiment program wrote (<root_output_dir>/<experiment_name>).'
+    )
   hparams_path = os.path.join(path, HPARAMS_FILENAME)
   metrics_path = os.path.join(path, METRICS_FILENAME)
   for required in (hparams_path, metrics_path):
     if not os.path.isfile(required):
       raise FileNotFoundError(
-          f'{required!r} does not exist; is {path!r} a run directory written by '
-          'the experiment program?')
+        f'{required!r} does not exist; is {path!r} a run directory written by '
+        'the experiment program?'
+      )
   hparams = read_hparams(hparams_path)
   rounds, metrics, text_columns = _read_metrics(metrics_path)
   counts_path = os.path.join(path, SELECTION_COUNTS_FILENAME)
   counts = None
   if os.path.isfile(counts_path):
     try:
-      counts = np.loadtxt(counts_path, delimiter=',', skiprows=1, usecols=2, dtype=np.int64,
-                          ndmin=1)
+      counts = np.loadtxt(
+        counts_path, delimiter=',', skiprows=1, usecols=2, dtype=np.int64, ndmin=1
+      )
     except (OSError, ValueError, IndexError) as e:
-      raise ValueError(f'{counts_path!r} is not a selection-counts CSV '
-                       f'({_first_line(e)}); restore it or delete it.') from None
-  return Run(path=path, hparams=hparams, metrics=metrics, rounds=rounds,
-             text_columns=text_columns, selection_counts=counts)
+      raise ValueError(
+        f'{counts_path!r} is not a selection-counts CSV '
+        f'({_first_line(e)}); restore it or delete it.'
+      ) from None
+  return Run(
+    path=path,
+    hparams=hparams,
+    metrics=metrics,
+    rounds=rounds,
+    text_columns=text_columns,
+    selection_counts=counts,
+  )
 
 
 _HPARAMS_FIX = 'restore it, or leave this run out'
@@ -212,15 +236,15 @@ def read_hparams(path: PathLike, *, fix: str = _HPARAMS_FIX) -> dict[str, Any]:
   except FileNotFoundError:
     raise
   except UnicodeDecodeError as e:
-    raise ValueError(f'{path!r} is not valid JSON (not UTF-8 text: {e.reason} at byte '
-                     f'{e.start}); {fix}.') from None
+    raise ValueError(
+      f'{path!r} is not valid JSON (not UTF-8 text: {e.reason} at byte {e.start}); {fix}.'
+    ) from None
   except json.JSONDecodeError as e:
     raise ValueError(f'{path!r} is not valid JSON: {e}; {fix}.') from None
   except (OSError, RecursionError) as e:
     raise ValueError(f'{path!r} cannot be read as JSON ({_first_line(e)}); {fix}.') from None
   if not isinstance(hparams, dict):
-    raise ValueError(
-        f'{path!r} must hold a JSON object, got {type(hparams).__name__}; {fix}.')
+    raise ValueError(f'{path!r} must hold a JSON object, got {type(hparams).__name__}; {fix}.')
   return hparams
 
 
@@ -233,8 +257,7 @@ def _first_line(error: BaseException) -> str:
   return f'{type(error).__name__}: {lines[0][:200]}' if lines else type(error).__name__
 
 
-def _read_metrics(
-    path: str) -> tuple[np.ndarray, dict[str, np.ndarray], tuple[str, ...]]:
+def _read_metrics(path: str) -> tuple[np.ndarray, dict[str, np.ndarray], tuple[str, ...]]:
   """Returns (rounds, numeric columns, non-numeric column names) of a CSV."""
   fix = 'is it the metrics.csv of a run of the experiment program?'
   try:
@@ -243,23 +266,27 @@ def _read_metrics(
       header = next(reader, None)
       rows = [row for row in reader if row]
   except UnicodeDecodeError as e:
-    raise ValueError(f'{path!r} is not a CSV file (not UTF-8 text: {e.reason} at byte '
-                     f'{e.start}); {fix}') from None
+    raise ValueError(
+      f'{path!r} is not a CSV file (not UTF-8 text: {e.reason} at byte {e.start}); {fix}'
+    ) from None
   except (csv.Error, OSError) as e:
     raise ValueError(f'{path!r} is not a readable CSV file ({_first_line(e)}); {fix}') from None
   if not header:
     raise ValueError(
-        f'{path!r} has no {ROUND_COLUMN!r} column: it is empty (no header, no rounds); the run '
-        'wrote nothing yet, or the file was truncated; rerun the experiment (it resumes), or leave '
-        'this run out.')
+      f'{path!r} has no {ROUND_COLUMN!r} column: it is empty (no header, no rounds); the run '
+      'wrote nothing yet, or the file was truncated; rerun the experiment (it resumes), or leave '
+      'this run out.'
+    )
   if ROUND_COLUMN not in header:
     raise ValueError(
-        f'{path!r} has no {ROUND_COLUMN!r} column (the round number written by '
-        f'tff.program.CSVFileReleaseManager); its header is {header}.')
+      f'{path!r} has no {ROUND_COLUMN!r} column (the round number written by '
+      f'tff.program.CSVFileReleaseManager); its header is {header}.'
+    )
   if not rows:
     raise ValueError(
-        f'{path!r} has a header but no rounds: the run has not released round 0 yet, or the '
-        'file was truncated; rerun the experiment (it resumes), or leave this run out.')
+      f'{path!r} has a header but no rounds: the run has not released round 0 yet, or the '
+      'file was truncated; rerun the experiment (it resumes), or leave this run out.'
+    )
   key_index = header.index(ROUND_COLUMN)
 
   keys = []
@@ -269,8 +296,9 @@ def _read_metrics(
       keys.append(int(cell))
     except ValueError:
       raise ValueError(
-          f'{path!r} line {line_number}: {ROUND_COLUMN!r} must be an integer '
-          f'round number, got {cell!r}.') from None
+        f'{path!r} line {line_number}: {ROUND_COLUMN!r} must be an integer '
+        f'round number, got {cell!r}.'
+      ) from None
   order = np.argsort(keys, kind='stable')
   rounds = np.asarray(keys, dtype=np.int64)[order]
   repeated = rounds[1:][rounds[1:] == rounds[:-1]]
@@ -312,9 +340,9 @@ def _parse_cells(cells: Sequence[str]) -> np.ndarray | None:
 
 
 def group_runs(
-    runs: Iterable[Run],
-    *,
-    ignore: Iterable[str] = DEFAULT_GROUP_IGNORE,
+  runs: Iterable[Run],
+  *,
+  ignore: Iterable[str] = DEFAULT_GROUP_IGNORE,
 ) -> dict[str, list[Run]]:
   """Groups runs that differ only in ignored hyper-parameters (the seed).
 
@@ -354,22 +382,27 @@ def group_runs(
   for setting in settings.values():
     names.extend(k for k in setting if k not in names)
   differing = [
-      name for name in names
-      if len({hparam_identity(setting, name) for setting in settings.values()}) > 1]
+    name
+    for name in names
+    if len({hparam_identity(setting, name) for setting in settings.values()}) > 1
+  ]
   # One name that alone tells every group apart, and that every group sets,
   # makes a short label (e.g. `sampling=lefl` against `sampling=uniform`).
   separating = [
-      name for name in differing
-      if len({hparam_identity(setting, name) for setting in settings.values()}) == len(settings)
-      and all(name in setting for setting in settings.values())]
+    name
+    for name in differing
+    if len({hparam_identity(setting, name) for setting in settings.values()}) == len(settings)
+    and all(name in setting for setting in settings.values())
+  ]
   if separating:
     differing = separating[:1]
   labelled: dict[str, list[Run]] = {}
   for group_key, group in groups.items():
     setting = settings[group_key]
     label = ', '.join(
-        f'{name}={format_hparam(setting[name]) if name in setting else "(unset)"}'
-        for name in differing)
+      f'{name}={format_hparam(setting[name]) if name in setting else "(unset)"}'
+      for name in differing
+    )
     unique_label, copy = label, 1
     while unique_label in labelled:  # Values that print alike, e.g. 1 and '1'.
       copy += 1
@@ -408,11 +441,11 @@ def seed_spread(values) -> float:
 
 
 def aggregate(
-    group: Sequence[Run],
-    x_column: str,
-    y_column: str,
-    *,
-    ddof: int = 1,
+  group: Sequence[Run],
+  x_column: str,
+  y_column: str,
+  *,
+  ddof: int = 1,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """Mean and standard deviation of `y_column` over the runs of a group.
 
@@ -460,20 +493,18 @@ def aggregate(
   return x, mean, std
 
 
-def _align_on_rounds(group: Sequence[Run],
-                     y_column: str) -> tuple[np.ndarray, np.ndarray]:
+def _align_on_rounds(group: Sequence[Run], y_column: str) -> tuple[np.ndarray, np.ndarray]:
   present = [run.rounds[np.isfinite(run.column(y_column))] for run in group]
   common = present[0]
   for rounds in present[1:]:
     common = np.intersect1d(common, rounds)
-  values = np.stack([
-      run.column(y_column)[np.searchsorted(run.rounds, common)]
-      for run in group])
+  values = np.stack([run.column(y_column)[np.searchsorted(run.rounds, common)] for run in group])
   return common.astype(np.float64), values
 
 
-def _interpolate_on_union(group: Sequence[Run], x_column: str,
-                          y_column: str) -> tuple[np.ndarray, np.ndarray]:
+def _interpolate_on_union(
+  group: Sequence[Run], x_column: str, y_column: str
+) -> tuple[np.ndarray, np.ndarray]:
   curves = [_curve(run, x_column, y_column) for run in group]
   if any(x.size == 0 for x, _ in curves):
     return np.zeros(0), np.zeros((len(group), 0))
@@ -485,8 +516,7 @@ def _interpolate_on_union(group: Sequence[Run], x_column: str,
   return grid, values
 
 
-def _curve(run: Run, x_column: str,
-           y_column: str) -> tuple[np.ndarray, np.ndarray]:
+def _curve(run: Run, x_column: str, y_column: str) -> tuple[np.ndarray, np.ndarray]:
   """The (x, y) points of a run where both are finite, strictly increasing x."""
   x, y = run.column(x_column), run.column(y_column)
   keep = np.isfinite(x) & np.isfinite(y)
@@ -498,11 +528,11 @@ def _curve(run: Run, x_column: str,
 
 
 def rounds_to_target(
-    run: Run,
-    target: float,
-    column: str = 'eval/accuracy',
-    *,
-    lower_is_better: bool = False,
+  run: Run,
+  target: float,
+  column: str = 'eval/accuracy',
+  *,
+  lower_is_better: bool = False,
 ) -> int | None:
   """The first round at which `column` reaches `target`.
 
@@ -528,12 +558,12 @@ def rounds_to_target(
 
 
 def bits_to_target(
-    run: Run,
-    target: float,
-    column: str = 'eval/accuracy',
-    *,
-    bits_column: str = BITS_COLUMN,
-    lower_is_better: bool = False,
+  run: Run,
+  target: float,
+  column: str = 'eval/accuracy',
+  *,
+  bits_column: str = BITS_COLUMN,
+  lower_is_better: bool = False,
 ) -> float | None:
   """The cumulative uploaded bits at the round given by `rounds_to_target`.
 
@@ -552,14 +582,13 @@ def bits_to_target(
     KeyError: If the run lacks `column` or `bits_column`.
     ValueError: If `bits_column` is empty at that round.
   """
-  round_num = rounds_to_target(
-      run, target, column, lower_is_better=lower_is_better)
+  round_num = rounds_to_target(run, target, column, lower_is_better=lower_is_better)
   if round_num is None:
     return None
   bits = float(run.column(bits_column)[np.searchsorted(run.rounds, round_num)])
   if not math.isfinite(bits):
     raise ValueError(
-        f'{os.path.join(run.path, METRICS_FILENAME)!r} has no {bits_column!r} '
-        f'value at round {round_num}.')
+      f'{os.path.join(run.path, METRICS_FILENAME)!r} has no {bits_column!r} '
+      f'value at round {round_num}.'
+    )
   return bits
-

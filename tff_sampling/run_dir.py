@@ -27,13 +27,13 @@ be removed from it:
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 import csv
 import errno
 import fcntl
 import json
 import os
 import shutil
-from collections.abc import Mapping
 from typing import Any
 
 from absl import logging
@@ -49,9 +49,16 @@ CHECKPOINTS_DIRNAME = 'checkpoints'
 
 # Hyper-parameters that may change between a run and its resumption without
 # changing the rounds already computed.
-RESUMABLE_HPARAMS = frozenset({
-    'rounds', 'eval_every', 'checkpoint_every', 'root_output_dir',
-    'experiment_name', 'keep_checkpoints'})
+RESUMABLE_HPARAMS = frozenset(
+  {
+    'rounds',
+    'eval_every',
+    'checkpoint_every',
+    'root_output_dir',
+    'experiment_name',
+    'keep_checkpoints',
+  }
+)
 
 _MARKER_TEXT = 'A tff_sampling run directory (this file is its marker and lock).\n'
 
@@ -63,16 +70,21 @@ def check_run_name(name: str) -> str:
   a path separator, be ``.``/``..``, be absolute, or contain control characters.
   """
   if not isinstance(name, str) or not name.strip():
-    raise ValueError(f'The run name {name!r} is empty; give a name such as my_run '
-                     '(--experiment_name).')
+    raise ValueError(
+      f'The run name {name!r} is empty; give a name such as my_run (--experiment_name).'
+    )
   bad = [c for c in name if ord(c) < 32 or ord(c) == 127]
   if bad:
-    raise ValueError(f'The run name {name!r} contains control characters {bad!r}; use letters, '
-                     'digits, "_", "-" and "." only (--experiment_name).')
+    raise ValueError(
+      f'The run name {name!r} contains control characters {bad!r}; use letters, '
+      'digits, "_", "-" and "." only (--experiment_name).'
+    )
   if '/' in name or '\\' in name or os.sep in name or name in ('.', '..') or os.path.isabs(name):
-    raise ValueError(f'The run name {name!r} is a path, not a name: runs live directly under '
-                     '--root_output_dir; give a plain name without "/" or ".." '
-                     '(--experiment_name), and choose the location with --root_output_dir.')
+    raise ValueError(
+      f'The run name {name!r} is a path, not a name: runs live directly under '
+      '--root_output_dir; give a plain name without "/" or ".." '
+      '(--experiment_name), and choose the location with --root_output_dir.'
+    )
   return name
 
 
@@ -84,14 +96,18 @@ def run_path(root: str, name: str) -> str:
 def _is_earlier_run(path: str) -> bool:
   """Whether `path` holds a run written before directories carried the marker."""
   return os.path.isfile(os.path.join(path, HPARAMS_FILENAME)) and (
-      os.path.isfile(os.path.join(path, METRICS_FILENAME))
-      or os.path.isdir(os.path.join(path, CHECKPOINTS_DIRNAME)))
+    os.path.isfile(os.path.join(path, METRICS_FILENAME))
+    or os.path.isdir(os.path.join(path, CHECKPOINTS_DIRNAME))
+  )
 
 
 def is_run_directory(path: str) -> bool:
   """Whether `path` is a real directory (no symlink) carrying this project's marker."""
-  return (os.path.isdir(path) and not os.path.islink(path)
-          and os.path.isfile(os.path.join(path, MARKER_FILENAME)))
+  return (
+    os.path.isdir(path)
+    and not os.path.islink(path)
+    and os.path.isfile(os.path.join(path, MARKER_FILENAME))
+  )
 
 
 def remove_run(path: str) -> bool:
@@ -107,9 +123,11 @@ def remove_run(path: str) -> bool:
   if not os.path.lexists(path):
     return False
   if not is_run_directory(path):
-    raise ValueError(f'Refusing to delete {path!r}: it is not a run directory created by '
-                     f'tff_sampling (no {MARKER_FILENAME} marker). Delete it yourself if you '
-                     'mean to, or choose another --experiment_name.')
+    raise ValueError(
+      f'Refusing to delete {path!r}: it is not a run directory created by '
+      f'tff_sampling (no {MARKER_FILENAME} marker). Delete it yourself if you '
+      'mean to, or choose another --experiment_name.'
+    )
   with RunDirectory(path):  # Not while another process runs in it.
     shutil.rmtree(path)
   return True
@@ -134,12 +152,14 @@ class RunDirectory:
 
   # --- Claiming -----------------------------------------------------------------
 
-  def __enter__(self) -> 'RunDirectory':
+  def __enter__(self) -> RunDirectory:
     self._claim()
     self._lock()
     self.state_manager = tff.program.FileProgramStateManager(
-        os.path.join(self.path, CHECKPOINTS_DIRNAME),
-        keep_total=self._keep_checkpoints, keep_first=True)
+      os.path.join(self.path, CHECKPOINTS_DIRNAME),
+      keep_total=self._keep_checkpoints,
+      keep_first=True,
+    )
     return self
 
   def __exit__(self, *exc_info) -> None:
@@ -151,25 +171,35 @@ class RunDirectory:
     marker = os.path.join(self.path, MARKER_FILENAME)
     try:
       if os.path.islink(self.path):
-        raise ValueError(f'Output directory {self.path!r} is a symbolic link; give the real '
-                         'directory (or another --experiment_name).')
+        raise ValueError(
+          f'Output directory {self.path!r} is a symbolic link; give the real '
+          'directory (or another --experiment_name).'
+        )
       if os.path.exists(self.path) and not os.path.isdir(self.path):
-        raise ValueError(f'Output directory {self.path!r} exists and is a file; choose another '
-                         '--experiment_name or --root_output_dir.')
-      if os.path.isdir(self.path) and not os.path.isfile(marker):
-        if os.listdir(self.path) and not _is_earlier_run(self.path):
-          raise ValueError(
-              f'Output directory {self.path!r} exists and is not a tff_sampling run directory '
-              f'(no {MARKER_FILENAME}); refusing to write into it. Choose another '
-              '--experiment_name or --root_output_dir.')
+        raise ValueError(
+          f'Output directory {self.path!r} exists and is a file; choose another '
+          '--experiment_name or --root_output_dir.'
+        )
+      if (
+        os.path.isdir(self.path)
+        and not os.path.isfile(marker)
+        and os.listdir(self.path)
+        and not _is_earlier_run(self.path)
+      ):
+        raise ValueError(
+          f'Output directory {self.path!r} exists and is not a tff_sampling run directory '
+          f'(no {MARKER_FILENAME}); refusing to write into it. Choose another '
+          '--experiment_name or --root_output_dir.'
+        )
       os.makedirs(self.path, exist_ok=True)
       if not os.path.isfile(marker):
         with open(marker, 'w') as f:
           f.write(_MARKER_TEXT)
     except OSError as e:
       raise ValueError(
-          f'Output directory {self.path!r} is not writable ({e.strerror or e}); '
-          'choose another --root_output_dir.') from e
+        f'Output directory {self.path!r} is not writable ({e.strerror or e}); '
+        'choose another --root_output_dir.'
+      ) from e
 
   def _lock(self) -> None:
     marker = os.path.join(self.path, MARKER_FILENAME)
@@ -181,8 +211,9 @@ class RunDirectory:
       if e.errno not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
         raise
       raise ValueError(
-          f'Output directory {self.path!r} is in use by another run ({_holder(marker)}); wait '
-          'for it to finish, stop it, or choose another --experiment_name.') from None
+        f'Output directory {self.path!r} is in use by another run ({_holder(marker)}); wait '
+        'for it to finish, stop it, or choose another --experiment_name.'
+      ) from None
     os.ftruncate(fd, 0)
     os.write(fd, f'{_MARKER_TEXT}pid {os.getpid()}\n'.encode())
     self._lock_fd = fd
@@ -220,8 +251,11 @@ class RunDirectory:
     skipped = []
     for version in reversed(versions):
       if version > covered:
-        skipped.append(f'round {version} (metrics.csv '
-                       + ('is missing' if covered < 0 else f'ends at round {covered}') + ')')
+        skipped.append(
+          f'round {version} (metrics.csv '
+          + ('is missing' if covered < 0 else f'ends at round {covered}')
+          + ')'
+        )
         continue
       try:
         state = asyncio.run(self.state_manager.load(version, initial_state))
@@ -231,22 +265,32 @@ class RunDirectory:
       self._drop_versions_after(version)
       self._write_hparams(hparams)
       if skipped:
-        logging.warning('Resuming %s from round %d, the newest usable checkpoint; skipped %s.',
-                        self.path, version, '; '.join(skipped))
+        logging.warning(
+          'Resuming %s from round %d, the newest usable checkpoint; skipped %s.',
+          self.path,
+          version,
+          '; '.join(skipped),
+        )
       else:
         logging.info('Resuming %s after round %d.', self.path, version)
       return state, version
     raise ValueError(
-        f'Cannot resume {self.path!r}: no usable checkpoint ({"; ".join(skipped)}). Restore '
-        'the missing files, or start over with --reset or another --experiment_name.')
+      f'Cannot resume {self.path!r}: no usable checkpoint ({"; ".join(skipped)}). Restore '
+      'the missing files, or start over with --reset or another --experiment_name.'
+    )
 
-  def release_manager(self, *others: tff.program.ReleaseManager
-                      ) -> tff.program.GroupingReleaseManager:
+  def release_manager(
+    self, *others: tff.program.ReleaseManager
+  ) -> tff.program.GroupingReleaseManager:
     """Releases each round's metrics to ``metrics.csv``, TensorBoard and `others`."""
     self._tensorboard = _FlushingTensorBoardReleaseManager(os.path.join(self.path, 'tensorboard'))
-    return tff.program.GroupingReleaseManager([
+    return tff.program.GroupingReleaseManager(
+      [
         tff.program.CSVFileReleaseManager(os.path.join(self.path, METRICS_FILENAME)),
-        self._tensorboard, *others])
+        self._tensorboard,
+        *others,
+      ]
+    )
 
   def save(self, state: Any, round_num: int) -> None:
     """Saves the program state of `round_num`, and flushes the TensorBoard events up to it."""
@@ -324,8 +368,9 @@ class HParams(dict):
     self.defaults = dict(defaults)
 
 
-def check_resume_compatible(output_dir: str, hparams: Mapping[str, Any],
-                            defaults: Mapping[str, Any] | None = None) -> None:
+def check_resume_compatible(
+  output_dir: str, hparams: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
+) -> None:
   """Raises ValueError unless `output_dir`'s hparams.json matches `hparams` (bar resumables).
 
   A key that the saved hyper-parameters lack (a run written before it was
@@ -335,11 +380,13 @@ def check_resume_compatible(output_dir: str, hparams: Mapping[str, Any],
   path = os.path.join(output_dir, HPARAMS_FILENAME)
   if not os.path.exists(path):
     raise ValueError(
-        f'{output_dir!r} holds checkpoints but no hparams.json, so it cannot be '
-        'verified that they come from this configuration; use a new '
-        '--experiment_name, or start over with --reset.')
+      f'{output_dir!r} holds checkpoints but no hparams.json, so it cannot be '
+      'verified that they come from this configuration; use a new '
+      '--experiment_name, or start over with --reset.'
+    )
   stored = results.read_hparams(
-      path, fix='restore it, or start over with --reset or another --experiment_name')
+    path, fix='restore it, or start over with --reset or another --experiment_name'
+  )
   current = json_ready(hparams)
   if defaults is None:
     defaults = getattr(hparams, 'defaults', {})
@@ -360,9 +407,10 @@ def check_resume_compatible(output_dir: str, hparams: Mapping[str, Any],
   if differences:
     details = ', '.join(f'{k}: saved {saved(k)} vs now {current.get(k)!r}' for k in differences)
     raise ValueError(
-        f'Cannot resume the run in {output_dir!r}: its checkpoints were written by a '
-        f'different configuration ({details}). Use a new --experiment_name, or '
-        'start over with --reset.')
+      f'Cannot resume the run in {output_dir!r}: its checkpoints were written by a '
+      f'different configuration ({details}). Use a new --experiment_name, or '
+      'start over with --reset.'
+    )
 
 
 def write_selection_counts(output_dir: str, client_ids, num_examples, counts: np.ndarray) -> None:

@@ -32,6 +32,7 @@ progress finish.
 from __future__ import annotations
 
 import atexit
+from collections.abc import Callable, Sequence
 import gc
 import logging as logging_lib
 import os
@@ -39,13 +40,11 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
 import portpicker
 import psutil
-import tensorflow_federated as tff
 from tensorflow_federated.python.core.backends.native import compiler as native_compiler
 from tensorflow_federated.python.core.backends.test import compiler as test_compiler
 from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
@@ -96,18 +95,22 @@ class _LocalWorker:
       port = portpicker.pick_unused_port()
       # The worker's own log lines (and a crash report) go to our stderr, as with TFF's.
       self._process = workers_lib.start_worker_process(
-          port, '--max_concurrent_computation_calls=-1', stderr=None)
+        port, '--max_concurrent_computation_calls=-1', stderr=None
+      )
       self._channel = grpc.insecure_channel(f'localhost:{port}', workers_lib._CHANNEL_OPTIONS)  # pylint: disable=protected-access
       self._stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(self._channel)
       deadline = time.monotonic() + _WORKER_START_TIMEOUT_S
       while not self._stub.is_ready:
         workers_lib.check_not_shut_down()
         if self._process.poll() is not None:
-          raise RuntimeError(f'The local TFF worker exited with status '
-                             f'{self._process.returncode} while starting.')
+          raise RuntimeError(
+            f'The local TFF worker exited with status {self._process.returncode} while starting.'
+          )
         if time.monotonic() > deadline:
-          raise RuntimeError(f'The local TFF worker did not answer within '
-                             f'{_WORKER_START_TIMEOUT_S:g} s of its start.')
+          raise RuntimeError(
+            f'The local TFF worker did not answer within '
+            f'{_WORKER_START_TIMEOUT_S:g} s of its start.'
+          )
         time.sleep(0.02)
       return self._stub
 
@@ -148,11 +151,11 @@ def _local_context() -> sync_execution_context.SyncExecutionContext:
     return native_compiler.desugar_and_transform_to_native(comp)
 
   return sync_execution_context.SyncExecutionContext(
-      executor_fn=python_executor_stacks.ResourceManagingExecutorFactory(
-          executor_stack_fn=stack_fn),
-      compiler_fn=compile_fn,
-      transform_args=tensorflow_computation.transform_args,
-      transform_result=tensorflow_computation.transform_result)
+    executor_fn=python_executor_stacks.ResourceManagingExecutorFactory(executor_stack_fn=stack_fn),
+    compiler_fn=compile_fn,
+    transform_args=tensorflow_computation.transform_args,
+    transform_result=tensorflow_computation.transform_result,
+  )
 
 
 def use_secure_sum_simulation() -> None:
@@ -192,8 +195,7 @@ def _release_execution_context() -> None:
   interpreter teardown about once in twelve exits, SIGSEGV), and a worker of
   TFF's own default context is stopped by TFF's manager (SIGINT, then wait).
   """
-  context_stack_impl.context_stack.set_default_context(
-      runtime_error_context.RuntimeErrorContext())
+  context_stack_impl.context_stack.set_default_context(runtime_error_context.RuntimeErrorContext())
   gc.collect()
 
 
@@ -206,8 +208,9 @@ def _worker_children() -> list[psutil.Process]:
   found = []
   for child in children:
     try:
-      if (child.status() != psutil.STATUS_ZOMBIE
-          and (child.name() == _WORKER_NAME or _WORKER_NAME in ' '.join(child.cmdline()[:1]))):
+      if child.status() != psutil.STATUS_ZOMBIE and (
+        child.name() == _WORKER_NAME or _WORKER_NAME in ' '.join(child.cmdline()[:1])
+      ):
         found.append(child)
     except psutil.Error:
       continue
@@ -247,7 +250,7 @@ class _KillWorkersAfter:
     self.fired.set()
     _kill(self._workers)
 
-  def __enter__(self) -> '_KillWorkersAfter':
+  def __enter__(self) -> _KillWorkersAfter:
     self._timer.start()
     return self
 
@@ -342,14 +345,19 @@ _WRITE_GRACE_S = 1.5
 # Code that writes files: TF's file I/O (TFF's CSV and SavedModel writes and
 # checkpoint removal go through it), TF's SavedModel writer, TFF's program
 # package (release and program-state managers), and functions named write*/save*.
-_WRITING_FILES = ('/tensorflow/python/lib/io/', '/tensorflow/python/saved_model/',
-                  '/tensorflow_federated/python/program/')
+_WRITING_FILES = (
+  '/tensorflow/python/lib/io/',
+  '/tensorflow/python/saved_model/',
+  '/tensorflow_federated/python/program/',
+)
 _WRITING_NAMES = ('write', '_write', 'save', '_save')
 
 # The main thread waiting for a TFF call to finish (TFF's sync contexts run the
 # call on an event-loop thread): an exception raised there interrupts no write.
-_WAITING_ON_TFF = ('/tensorflow_federated/python/common_libs/async_utils.py',
-                   'run_coro_and_return_result')
+_WAITING_ON_TFF = (
+  '/tensorflow_federated/python/common_libs/async_utils.py',
+  'run_coro_and_return_result',
+)
 
 
 class ProgramInterrupted(BaseException):
@@ -369,8 +377,11 @@ def _stack(frame) -> list[Any]:
 
 
 def _in_file_write(frame) -> bool:
-  return any(any(part in f.f_code.co_filename for part in _WRITING_FILES)
-             or f.f_code.co_name.startswith(_WRITING_NAMES) for f in _stack(frame))
+  return any(
+    any(part in f.f_code.co_filename for part in _WRITING_FILES)
+    or f.f_code.co_name.startswith(_WRITING_NAMES)
+    for f in _stack(frame)
+  )
 
 
 def _any_thread_writing() -> bool:
@@ -380,8 +391,10 @@ def _any_thread_writing() -> bool:
 
 def interruption_message(signum: int) -> str:
   name = signal.Signals(signum).name
-  return (f'Interrupted by {name}: stopped the run and its TFF workers; every file written '
-          f'is complete; rerun the same command to resume from the last checkpoint.')
+  return (
+    f'Interrupted by {name}: stopped the run and its TFF workers; every file written '
+    f'is complete; rerun the same command to resume from the last checkpoint.'
+  )
 
 
 class _Interrupts:
@@ -418,8 +431,9 @@ class _Interrupts:
     signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
     for signum in (signal.SIGTERM, signal.SIGINT):
       signal.signal(signum, self._handle)
-    threading.Thread(target=self._watch, args=(read_fd,), daemon=True,
-                     name='tff-sampling-signals').start()
+    threading.Thread(
+      target=self._watch, args=(read_fd,), daemon=True, name='tff-sampling-signals'
+    ).start()
 
   def _record(self, signum: int) -> None:
     if self.signum is None:  # Either thread may learn of the signal first.
@@ -428,8 +442,10 @@ class _Interrupts:
   def _handle(self, signum: int, frame) -> None:
     """The main thread's Python-level handler."""
     self._record(signum)
-    if any(f.f_code.co_filename.endswith(_WAITING_ON_TFF[0])
-           and f.f_code.co_name == _WAITING_ON_TFF[1] for f in _stack(frame)):
+    if any(
+      f.f_code.co_filename.endswith(_WAITING_ON_TFF[0]) and f.f_code.co_name == _WAITING_ON_TFF[1]
+      for f in _stack(frame)
+    ):
       raise ProgramInterrupted()
 
   def _watch(self, read_fd: int) -> None:
@@ -441,9 +457,12 @@ class _Interrupts:
       self._received += 1
       if self._received > 1:
         self.exit()  # A second signal: now.
-      threading.Thread(target=self._stop_and_exit_by_deadline,
-                       args=(time.monotonic() + _EXIT_DEADLINE_S,), daemon=True,
-                       name='tff-sampling-exit-deadline').start()
+      threading.Thread(
+        target=self._stop_and_exit_by_deadline,
+        args=(time.monotonic() + _EXIT_DEADLINE_S,),
+        daemon=True,
+        name='tff-sampling-exit-deadline',
+      ).start()
 
   def _stop_and_exit_by_deadline(self, deadline: float) -> None:
     stop_all_workers_now()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import collections
 import math
-from typing import Optional, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -16,11 +16,12 @@ class Selection(Protocol):
   """What the analysis reads of a round's selection (`tff_sampling.samplers.Selection`)."""
 
   clients: np.ndarray
-  weights: Optional[np.ndarray]
+  weights: np.ndarray | None
 
 
-def selection_metrics(selection: Selection, num_examples: np.ndarray,
-                      label_histograms: np.ndarray) -> dict[str, float]:
+def selection_metrics(
+  selection: Selection, num_examples: np.ndarray, label_histograms: np.ndarray
+) -> dict[str, float]:
   """Analysis metrics of one round's selection.
 
   * ``distinct_clients``.
@@ -39,21 +40,24 @@ def selection_metrics(selection: Selection, num_examples: np.ndarray,
   """
   clients = np.asarray(selection.clients)
   sizes = np.asarray(num_examples, np.float64)
-  slot_weights = (np.asarray(selection.weights, np.float64) if selection.weights is not None
-                  else sizes[clients] / max(sizes[clients].sum(), 1.0))
+  slot_weights = (
+    np.asarray(selection.weights, np.float64)
+    if selection.weights is not None
+    else sizes[clients] / max(sizes[clients].sum(), 1.0)
+  )
   realised = np.zeros(sizes.size)
   np.add.at(realised, clients, slot_weights)
   histograms = np.asarray(label_histograms, np.float64)
   selected = histograms[np.unique(clients)].sum(axis=0)
   return collections.OrderedDict(
-      distinct_clients=int(np.unique(clients).size),
-      distinct_labels=int(np.count_nonzero(selected)),
-      weight_variance=float(np.sum((realised - sizes / sizes.sum()) ** 2)),
-      label_kl=label_distribution_kl(selected, histograms.sum(axis=0)))
+    distinct_clients=int(np.unique(clients).size),
+    distinct_labels=int(np.count_nonzero(selected)),
+    weight_variance=float(np.sum((realised - sizes / sizes.sum()) ** 2)),
+    label_kl=label_distribution_kl(selected, histograms.sum(axis=0)),
+  )
 
 
-def label_distribution_kl(selected_histogram: np.ndarray,
-                          global_histogram: np.ndarray) -> float:
+def label_distribution_kl(selected_histogram: np.ndarray, global_histogram: np.ndarray) -> float:
   """``KL(q ‖ g)`` in nats: sampled clients' pooled labels vs all clients'.
 
   Args:
@@ -75,8 +79,9 @@ def label_distribution_kl(selected_histogram: np.ndarray,
   g = _pooled_histogram(global_histogram, 'global_histogram')
   if q.shape != g.shape:
     raise ValueError(
-        f'selected_histogram has {q.shape[0]} classes but global_histogram has '
-        f'{g.shape[0]}; pass label counts over the same classes.')
+      f'selected_histogram has {q.shape[0]} classes but global_histogram has '
+      f'{g.shape[0]}; pass label counts over the same classes.'
+    )
   q, g = q / q.sum(), g / g.sum()
   support = q > 0
   if np.any(g[support] == 0):

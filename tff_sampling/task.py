@@ -11,8 +11,8 @@ is documented as an oracle).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -70,11 +70,13 @@ class Task:
     """The spec of one preprocessed training batch (the model's input spec)."""
     raw = self.train_data.element_type_structure
     probe = tf.data.Dataset.from_tensors(
-        tf.nest.map_structure(lambda s: tf.zeros([d or 1 for d in s.shape], s.dtype), raw))
+      tf.nest.map_structure(lambda s: tf.zeros([d or 1 for d in s.shape], s.dtype), raw)
+    )
     return self.preprocess_client(probe, 0).element_spec
 
-  def client_dataset(self, client: int | str, seed: int, *,
-                     steps: int | None = None) -> tf.data.Dataset:
+  def client_dataset(
+    self, client: int | str, seed: int, *, steps: int | None = None
+  ) -> tf.data.Dataset:
     """The preprocessed training stream of one client (by index or id).
 
     Args:
@@ -86,8 +88,7 @@ class Task:
         client's data may end in a smaller batch, in every cycle.
     """
     client_id = self.client_ids[client] if isinstance(client, (int, np.integer)) else client
-    dataset = self.preprocess_client(
-        self.train_data.create_tf_dataset_for_client(client_id), seed)
+    dataset = self.preprocess_client(self.train_data.create_tf_dataset_for_client(client_id), seed)
     if validation.positive_int('steps', steps, optional=True) is not None:
       dataset = dataset.repeat().take(int(steps))
     return dataset
@@ -95,10 +96,11 @@ class Task:
   def model_fn(self) -> tff.learning.models.VariableModel:
     """A TFF model (fresh variables each call), for ``tff.learning`` builders."""
     return tff.learning.models.from_keras_model(
-        self.keras_model_fn(0),
-        loss=self.loss_fn(),
-        input_spec=self.element_spec,
-        metrics=list(self.metrics_fn()))
+      self.keras_model_fn(0),
+      loss=self.loss_fn(),
+      input_spec=self.element_spec,
+      metrics=list(self.metrics_fn()),
+    )
 
   def initial_model_weights(self, seed: int) -> tff.learning.models.ModelWeights:
     """Deterministic initial weights for ``seed`` (TFF's own init is unseeded)."""

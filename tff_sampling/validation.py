@@ -9,15 +9,19 @@ import numpy as np
 
 def is_positive_int(value: Any) -> bool:
   """Whether `value` is an integer (Python or NumPy, not a bool) greater than 0."""
-  return (not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, np.integer))
-          and value > 0)
+  return (
+    not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, np.integer)) and value > 0
+  )
 
 
 def positive_number(name: str, value: Any) -> float:
   """`value` as a float; a ValueError naming `name` unless it is a finite real number > 0."""
-  if (isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
-                                                                  np.floating))
-      or not np.isfinite(value) or value <= 0):
+  if (
+    isinstance(value, (bool, np.bool_))
+    or not isinstance(value, (int, float, np.integer, np.floating))
+    or not np.isfinite(value)
+    or value <= 0
+  ):
     raise ValueError(f'{name} must be a positive finite number, got {value!r}.')
   return float(value)
 

@@ -54,6 +54,7 @@ later, fail with `WorkersStopped` (the binaries' SIGTERM/SIGINT handling).
 from __future__ import annotations
 
 import atexit
+from collections.abc import Sequence
 import concurrent.futures
 import os
 import queue
@@ -63,9 +64,8 @@ import subprocess
 import sys
 import threading
 import time
-import weakref
-from collections.abc import Sequence
 from typing import Any
+import weakref
 
 import grpc
 import portpicker
@@ -85,9 +85,9 @@ from tff_sampling import validation
 # TFF's own channel limits for its local worker (executor_factory.py): 2 GB messages.
 _MAX_MESSAGE_BYTES = 2 * 1000 * 1000 * 1000
 _CHANNEL_OPTIONS = [
-    ('grpc.max_message_length', _MAX_MESSAGE_BYTES),
-    ('grpc.max_receive_message_length', _MAX_MESSAGE_BYTES),
-    ('grpc.max_send_message_length', _MAX_MESSAGE_BYTES),
+  ('grpc.max_message_length', _MAX_MESSAGE_BYTES),
+  ('grpc.max_receive_message_length', _MAX_MESSAGE_BYTES),
+  ('grpc.max_send_message_length', _MAX_MESSAGE_BYTES),
 ]
 _ADDRESS = re.compile(r'^(?P<host>[A-Za-z0-9.\-]+|\[[0-9A-Fa-f:]+\]):(?P<port>\d{1,5})$')
 
@@ -101,8 +101,9 @@ def check_address(address: str) -> str:
   """Returns `address` if it is ``host:port``, else raises a ValueError saying so."""
   match = _ADDRESS.match(address.strip())
   if not match or not 0 < int(match['port']) < 65536:
-    raise ValueError(f'Worker address {address!r} is not host:port (e.g. localhost:8000 or '
-                     f'10.0.0.2:8000).')
+    raise ValueError(
+      f'Worker address {address!r} is not host:port (e.g. localhost:8000 or 10.0.0.2:8000).'
+    )
   return address.strip()
 
 
@@ -164,8 +165,12 @@ class _Launcher:
     with self._lock:
       if self._pid != os.getpid():
         self._requests = queue.SimpleQueue()
-        threading.Thread(target=self._serve, args=(self._requests,), daemon=True,
-                         name='tff-sampling-worker-launcher').start()
+        threading.Thread(
+          target=self._serve,
+          args=(self._requests,),
+          daemon=True,
+          name='tff-sampling-worker-launcher',
+        ).start()
         self._pid = os.getpid()
       requests = self._requests
     result = concurrent.futures.Future()
@@ -177,9 +182,11 @@ class _Launcher:
     while True:
       args, kwargs, result = requests.get()
       try:
-        result.set_result(subprocess.Popen(
-            [sys.executable, '-I', '-S', '-c', _DIE_WITH_PARENT, str(os.getpid()), *args],
-            **kwargs))
+        result.set_result(
+          subprocess.Popen(
+            [sys.executable, '-I', '-S', '-c', _DIE_WITH_PARENT, str(os.getpid()), *args], **kwargs
+          )
+        )
       except BaseException as e:  # pylint: disable=broad-except  # Handed to the caller.
         result.set_exception(e)
 
@@ -187,8 +194,9 @@ class _Launcher:
 _LAUNCHER = _Launcher()
 
 
-def start_worker_process(port: int, *args: str, stdout: Any = subprocess.DEVNULL,
-                         stderr: Any = subprocess.DEVNULL) -> subprocess.Popen:
+def start_worker_process(
+  port: int, *args: str, stdout: Any = subprocess.DEVNULL, stderr: Any = subprocess.DEVNULL
+) -> subprocess.Popen:
   """Starts ``worker_binary --port=PORT [args]``, killed by Linux when this process dies.
 
   See `_Launcher` and `_DIE_WITH_PARENT`. Raises `WorkersStopped` after `shut_down`.
@@ -258,7 +266,7 @@ class LocalWorkers:
 
 
 _LIVE_LOCAL_WORKERS: weakref.WeakSet[LocalWorkers] = weakref.WeakSet()
-_LIVE_POOLS: weakref.WeakSet['WorkerPool'] = weakref.WeakSet()
+_LIVE_POOLS: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
 
 
 def shut_down() -> None:
@@ -291,9 +299,10 @@ def check_reachable(address: str, timeout_s: float = 3.0) -> None:
   except OSError as e:
     reason = e.strerror or str(e) or type(e).__name__
     raise ValueError(
-        f'No TFF worker reachable at {address} ({reason}). Start one there with '
-        f'`{worker_binary_path()} --port={port}`, or give the host:port of a running '
-        f'one.') from None
+      f'No TFF worker reachable at {address} ({reason}). Start one there with '
+      f'`{worker_binary_path()} --port={port}`, or give the host:port of a running '
+      f'one.'
+    ) from None
 
 
 def _remote_context(address: str, connect_timeout_s: float, usable):
@@ -313,9 +322,10 @@ def _remote_context(address: str, connect_timeout_s: float, usable):
       usable()
       if time.monotonic() > deadline:
         raise ValueError(
-            f'No TFF worker answered at {address} within {connect_timeout_s:g} s (something '
-            f'accepts connections there, but not a TFF worker\'s gRPC service). Start one with '
-            f'`{worker_binary_path()} --port=PORT`, or check the host and port.')
+          f'No TFF worker answered at {address} within {connect_timeout_s:g} s (something '
+          f"accepts connections there, but not a TFF worker's gRPC service). Start one with "
+          f'`{worker_binary_path()} --port=PORT`, or check the host and port.'
+        )
       time.sleep(0.05)
   except BaseException:
     channel.close()
@@ -331,11 +341,13 @@ def _remote_context(address: str, connect_timeout_s: float, usable):
     return executor
 
   return async_execution_context.AsyncExecutionContext(
-      executor_fn=python_executor_stacks.ResourceManagingExecutorFactory(
-          executor_stack_fn=executor_stack),
-      compiler_fn=native_compiler.desugar_and_transform_to_native,
-      transform_args=tensorflow_computation.transform_args,
-      transform_result=tensorflow_computation.transform_result), channel
+    executor_fn=python_executor_stacks.ResourceManagingExecutorFactory(
+      executor_stack_fn=executor_stack
+    ),
+    compiler_fn=native_compiler.desugar_and_transform_to_native,
+    transform_args=tensorflow_computation.transform_args,
+    transform_result=tensorflow_computation.transform_result,
+  ), channel
 
 
 def _num_clients(computation: tff.Computation, args: Sequence[Any]) -> int:
@@ -343,8 +355,11 @@ def _num_clients(computation: tff.Computation, args: Sequence[Any]) -> int:
   parameter = computation.type_signature.parameter
   types = ([parameter] if len(args) == 1 else list(parameter)) if parameter is not None else []
   for value, value_type in zip(args, types):
-    if (isinstance(value_type, tff.FederatedType) and value_type.placement is tff.CLIENTS
-        and not value_type.all_equal):
+    if (
+      isinstance(value_type, tff.FederatedType)
+      and value_type.placement is tff.CLIENTS
+      and not value_type.all_equal
+    ):
       return len(value)
   return 0
 
@@ -355,10 +370,11 @@ def check_splittable(computation: tff.Computation, name: str) -> None:
     mergeable_comp_compiler.compile_to_mergeable_comp_form(computation)
   except (ValueError, TypeError) as e:
     raise ValueError(
-        f'{name} cannot run over several TFF workers: TFF splits only rounds whose '
-        f'aggregations do not depend on one another, and this one has dependent ones (e.g. '
-        f'the optimal-sampling protocol\'s secure sums after a broadcast). Run it in one '
-        f'process (no --workers / --local_workers). TFF said: {str(e)[:300]}') from e
+      f'{name} cannot run over several TFF workers: TFF splits only rounds whose '
+      f'aggregations do not depend on one another, and this one has dependent ones (e.g. '
+      f"the optimal-sampling protocol's secure sums after a broadcast). Run it in one "
+      f'process (no --workers / --local_workers). TFF said: {str(e)[:300]}'
+    ) from e
 
 
 class WorkerPool:
@@ -375,8 +391,14 @@ class WorkerPool:
   context.
   """
 
-  def __init__(self, addresses: Sequence[str], *, connect_timeout_s: float = 20.0,
-               clients_per_call: int | None = None, _local: LocalWorkers | None = None):
+  def __init__(
+    self,
+    addresses: Sequence[str],
+    *,
+    connect_timeout_s: float = 20.0,
+    clients_per_call: int | None = None,
+    _local: LocalWorkers | None = None,
+  ):
     """Connects to running workers.
 
     Args:
@@ -394,8 +416,7 @@ class WorkerPool:
       raise ValueError('A WorkerPool needs at least one worker address.')
     if len(set(addresses)) != len(addresses):
       raise ValueError(f'Worker addresses must differ, got {addresses}.')
-    clients_per_call = validation.positive_int('clients_per_call', clients_per_call,
-                                               optional=True)
+    clients_per_call = validation.positive_int('clients_per_call', clients_per_call, optional=True)
     self.addresses = addresses
     self.clients_per_call = clients_per_call
     self._local = _local
@@ -426,13 +447,18 @@ class WorkerPool:
       raise WorkersStopped(f'The local TFF worker at {", ".join(exited)} exited.')
 
   @classmethod
-  def start_local(cls, num_workers: int, *, connect_timeout_s: float = 60.0,
-                  clients_per_call: int | None = None) -> 'WorkerPool':
+  def start_local(
+    cls, num_workers: int, *, connect_timeout_s: float = 60.0, clients_per_call: int | None = None
+  ) -> WorkerPool:
     """Starts `num_workers` ``worker_binary`` processes here; `close` stops them."""
     local = LocalWorkers(num_workers)
     try:
-      return cls(local.addresses, connect_timeout_s=connect_timeout_s,
-                 clients_per_call=clients_per_call, _local=local)
+      return cls(
+        local.addresses,
+        connect_timeout_s=connect_timeout_s,
+        clients_per_call=clients_per_call,
+        _local=local,
+      )
     except BaseException:
       local.stop(timeout_s=0)
       raise
@@ -456,7 +482,8 @@ class WorkerPool:
     subrounds = self.num_subrounds(_num_clients(computation, args))
     if subrounds not in self._contexts:
       self._contexts[subrounds] = tff.backends.native.create_mergeable_comp_execution_context(
-          self._async_contexts, num_subrounds=subrounds)
+        self._async_contexts, num_subrounds=subrounds
+      )
     with context_stack_impl.context_stack.install(self._contexts[subrounds]):
       return computation(*args)
 
@@ -472,7 +499,7 @@ class WorkerPool:
     for channel in self._channels:
       channel.close()
 
-  def __enter__(self) -> 'WorkerPool':
+  def __enter__(self) -> WorkerPool:
     return self
 
   def __exit__(self, *exc_info) -> None:

@@ -11,6 +11,15 @@ from tff_sampling.aggregators.protocol import SecureScalarSums
 from tff_sampling.aggregators.secure_context import SecureSumContextError
 from tff_sampling.aggregators.secure_context import with_secure_sum_hint
 
-__all__ = ['MODES', 'OptimalSamplingFactory', 'ScalarSums', 'SecureScalarSums',
-           'SecureSumContextError', 'check_sum_factory', 'dp_gaussian_sum_factory',
-           'register_sum_factory', 'uplink_from_measurements', 'with_secure_sum_hint']
+__all__ = [
+  'MODES',
+  'OptimalSamplingFactory',
+  'ScalarSums',
+  'SecureScalarSums',
+  'SecureSumContextError',
+  'check_sum_factory',
+  'dp_gaussian_sum_factory',
+  'register_sum_factory',
+  'uplink_from_measurements',
+  'with_secure_sum_hint',
+]

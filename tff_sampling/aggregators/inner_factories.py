@@ -51,9 +51,9 @@ from tff_sampling import validation
 
 # TFF 0.87's leaf factories that return the sum of their client values.
 _SUM_FACTORIES = (
-    tff.aggregators.SumFactory,
-    tff.aggregators.SecureSumFactory,
-    tff.aggregators.EncodedSumFactory,
+  tff.aggregators.SumFactory,
+  tff.aggregators.SecureSumFactory,
+  tff.aggregators.EncodedSumFactory,
 )
 
 # DP queries whose noised result is the sum of this round's clipped records
@@ -64,21 +64,26 @@ _SUM_QUERIES = (tfp.GaussianSumQuery, tfp.QuantileAdaptiveClipSumQuery)
 # call, so they are recognised by module and qualified name; the wrapped factory
 # is the closure variable ``inner_agg_factory`` of their ``create``.
 _WRAPPERS = {
-    ('tensorflow_federated.python.aggregators.robust',
-     '_make_wrapper.<locals>.UnweightedRobustFactory'): 'clipping_factory/zeroing_factory',
-    ('tensorflow_federated.python.aggregators.concat',
-     '_unweighted_concat_factory.<locals>.UnweightedConcatFactory'): 'concat_factory',
+  (
+    'tensorflow_federated.python.aggregators.robust',
+    '_make_wrapper.<locals>.UnweightedRobustFactory',
+  ): 'clipping_factory/zeroing_factory',
+  (
+    'tensorflow_federated.python.aggregators.concat',
+    '_unweighted_concat_factory.<locals>.UnweightedConcatFactory',
+  ): 'concat_factory',
 }
 
 _REGISTERED: set[type] = set()
 
 ACCEPTED = (
-    'tff.aggregators.SumFactory, SecureSumFactory or EncodedSumFactory; '
-    'DifferentiallyPrivateFactory with a sum query (tfp.GaussianSumQuery or '
-    'tfp.QuantileAdaptiveClipSumQuery, e.g. '
-    'tff_sampling.aggregators.dp_gaussian_sum_factory(noise_multiplier, clip)); '
-    'clipping_factory/zeroing_factory/concat_factory around one of these; or a class '
-    'registered with tff_sampling.aggregators.register_sum_factory')
+  'tff.aggregators.SumFactory, SecureSumFactory or EncodedSumFactory; '
+  'DifferentiallyPrivateFactory with a sum query (tfp.GaussianSumQuery or '
+  'tfp.QuantileAdaptiveClipSumQuery, e.g. '
+  'tff_sampling.aggregators.dp_gaussian_sum_factory(noise_multiplier, clip)); '
+  'clipping_factory/zeroing_factory/concat_factory around one of these; or a class '
+  'registered with tff_sampling.aggregators.register_sum_factory'
+)
 
 
 def register_sum_factory(factory_class: type) -> type:
@@ -90,17 +95,21 @@ def register_sum_factory(factory_class: type) -> type:
   Raises:
     TypeError: If `factory_class` is not such a class.
   """
-  if not (isinstance(factory_class, type)
-          and issubclass(factory_class, tff.aggregators.UnweightedAggregationFactory)):
+  if not (
+    isinstance(factory_class, type)
+    and issubclass(factory_class, tff.aggregators.UnweightedAggregationFactory)
+  ):
     raise TypeError(
-        'register_sum_factory takes a subclass of tff.aggregators.'
-        f'UnweightedAggregationFactory, got {factory_class!r}.')
+      'register_sum_factory takes a subclass of tff.aggregators.'
+      f'UnweightedAggregationFactory, got {factory_class!r}.'
+    )
   _REGISTERED.add(factory_class)
   return factory_class
 
 
-def dp_gaussian_sum_factory(noise_multiplier: float, clip: float
-                            ) -> tff.aggregators.DifferentiallyPrivateFactory:
+def dp_gaussian_sum_factory(
+  noise_multiplier: float, clip: float
+) -> tff.aggregators.DifferentiallyPrivateFactory:
   """The DP inner factory: clip each value to L2 norm `clip`, sum, add Gaussian noise.
 
   The noise has standard deviation ``noise_multiplier · clip`` on the sum,
@@ -112,7 +121,8 @@ def dp_gaussian_sum_factory(noise_multiplier: float, clip: float
     raise ValueError(f'noise_multiplier must be non-negative, got {noise_multiplier!r}.')
   validation.positive_number('clip', clip)
   return tff.aggregators.DifferentiallyPrivateFactory(
-      tfp.GaussianSumQuery(l2_norm_clip=float(clip), stddev=float(clip) * float(noise_multiplier)))
+    tfp.GaussianSumQuery(l2_norm_clip=float(clip), stddev=float(clip) * float(noise_multiplier))
+  )
 
 
 def _wrapped_factory(factory):
@@ -136,35 +146,44 @@ def _describe(factory) -> str:
 def _refusal(factory, reason: str) -> str:
   """The reason a factory is refused, or '' if it sums."""
   if isinstance(factory, tff.aggregators.WeightedAggregationFactory):
-    kind = ('a weighted mean' if isinstance(factory, tff.aggregators.MeanFactory)
-            else 'a weighted aggregation')
+    kind = (
+      'a weighted mean'
+      if isinstance(factory, tff.aggregators.MeanFactory)
+      else 'a weighted aggregation'
+    )
     return f'{_describe(factory)} is {kind}{reason}'
   if not isinstance(factory, tff.aggregators.UnweightedAggregationFactory):
     return f'{factory!r} is not a tff.aggregators.UnweightedAggregationFactory{reason}'
-  if isinstance(factory, tuple(_REGISTERED)) or isinstance(factory, _SUM_FACTORIES):
+  if isinstance(factory, (*_REGISTERED, *_SUM_FACTORIES)):
     return ''
   if isinstance(factory, tff.aggregators.UnweightedMeanFactory):
-    return (f'tff.aggregators.UnweightedMeanFactory returns a mean (the sum divided by the '
-            f'number of clients){reason}')
+    return (
+      f'tff.aggregators.UnweightedMeanFactory returns a mean (the sum divided by the '
+      f'number of clients){reason}'
+    )
   if isinstance(factory, tff.aggregators.DifferentiallyPrivateFactory):
     query = factory._query  # pylint: disable=protected-access
     if isinstance(query, tfp.NormalizedQuery):
-      return ('tff.aggregators.DifferentiallyPrivateFactory with a tfp.NormalizedQuery (what '
-              'gaussian_fixed, gaussian_adaptive, tree_aggregation and tree_adaptive build) '
-              f'returns the noised sum divided by clients_per_round{reason}; for DP noise on '
-              'the sum use tff_sampling.aggregators.dp_gaussian_sum_factory(noise_multiplier, '
-              'clip)')
+      return (
+        'tff.aggregators.DifferentiallyPrivateFactory with a tfp.NormalizedQuery (what '
+        'gaussian_fixed, gaussian_adaptive, tree_aggregation and tree_adaptive build) '
+        f'returns the noised sum divided by clients_per_round{reason}; for DP noise on '
+        'the sum use tff_sampling.aggregators.dp_gaussian_sum_factory(noise_multiplier, '
+        'clip)'
+      )
     if not isinstance(query, _SUM_QUERIES):
-      return (f'tff.aggregators.DifferentiallyPrivateFactory with a {type(query).__name__} '
-              f'is not known to return this round\'s sum{reason}')
+      return (
+        f'tff.aggregators.DifferentiallyPrivateFactory with a {type(query).__name__} '
+        f"is not known to return this round's sum{reason}"
+      )
     record_factory = factory._record_aggregation_factory  # pylint: disable=protected-access
-    return _refusal(record_factory, f' (the record aggregation factory of a '
-                                    f'DifferentiallyPrivateFactory{reason})')
+    return _refusal(
+      record_factory, f' (the record aggregation factory of a DifferentiallyPrivateFactory{reason})'
+    )
   inner = _wrapped_factory(factory)
   if inner is not None:
     return _refusal(inner, f' (inside {_describe(factory)}{reason})')
-  return (f'{_describe(factory)} is not known to return the sum of its client values'
-          f'{reason}')
+  return f'{_describe(factory)} is not known to return the sum of its client values{reason}'
 
 
 def check_sum_factory(factory) -> None:
@@ -177,5 +196,6 @@ def check_sum_factory(factory) -> None:
   reason = _refusal(factory, '')
   if reason:
     raise TypeError(
-        f'inner_factory must return the SUM of its client values (OptimalSamplingFactory '
-        f'divides that sum by the weight sum itself), but {reason}. Accepted: {ACCEPTED}.')
+      f'inner_factory must return the SUM of its client values (OptimalSamplingFactory '
+      f'divides that sum by the weight sum itself), but {reason}. Accepted: {ACCEPTED}.'
+    )

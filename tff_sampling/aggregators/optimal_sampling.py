@@ -184,17 +184,17 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
   """
 
   def __init__(
-      self,
-      expected_clients: float,
-      *,
-      max_rescaling_steps: int = 4,
-      mode: str = 'approximate',
-      secure: bool | None = None,
-      seed: int = 0,
-      norm_bound: float = 1e6,
-      weight_bound: float = 1e6,
-      inner_factory: tff.aggregators.UnweightedAggregationFactory | None = None,
-      scalar_sums: protocol.ScalarSums | None = None,
+    self,
+    expected_clients: float,
+    *,
+    max_rescaling_steps: int = 4,
+    mode: str = 'approximate',
+    secure: bool | None = None,
+    seed: int = 0,
+    norm_bound: float = 1e6,
+    weight_bound: float = 1e6,
+    inner_factory: tff.aggregators.UnweightedAggregationFactory | None = None,
+    scalar_sums: protocol.ScalarSums | None = None,
   ):
     """Configures the protocol.
 
@@ -224,19 +224,23 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
         `scalar_sums` that is not a `ScalarSums`.
     """
     if not np.isfinite(expected_clients) or expected_clients <= 0:
+      raise ValueError(f'expected_clients must be a positive number, got {expected_clients!r}.')
+    if (
+      not isinstance(max_rescaling_steps, (int, np.integer))
+      or isinstance(max_rescaling_steps, bool)
+      or max_rescaling_steps < 0
+    ):
       raise ValueError(
-          f'expected_clients must be a positive number, got {expected_clients!r}.')
-    if (not isinstance(max_rescaling_steps, (int, np.integer)) or
-        isinstance(max_rescaling_steps, bool) or max_rescaling_steps < 0):
-      raise ValueError(
-          f'max_rescaling_steps must be a non-negative integer, got {max_rescaling_steps!r}.')
+        f'max_rescaling_steps must be a non-negative integer, got {max_rescaling_steps!r}.'
+      )
     if mode not in MODES:
       raise ValueError(f'mode must be one of {MODES}, got {mode!r}.')
     scalar_sums = protocol.resolve_scalar_sums(secure, scalar_sums)
     if mode == 'exact' and scalar_sums.secure:
       raise ValueError(
-          "mode='exact' collects every client's norm, which secure aggregation "
-          "forbids; pass secure=False, or use mode='approximate'.")
+        "mode='exact' collects every client's norm, which secure aggregation "
+        "forbids; pass secure=False, or use mode='approximate'."
+      )
     for name, bound in (('norm_bound', norm_bound), ('weight_bound', weight_bound)):
       if not np.isfinite(bound) or bound <= 0:
         raise ValueError(f'{name} must be a positive number, got {bound!r}.')
@@ -264,43 +268,57 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
 
   def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
     """The process whose ``next`` runs one round of ``docs/algorithms.md`` §1b."""
-    if not (isinstance(weight_type, tff.TensorType)
-            and np.issubdtype(weight_type.dtype, np.floating) and weight_type.shape == ()):
+    if not (
+      isinstance(weight_type, tff.TensorType)
+      and np.issubdtype(weight_type.dtype, np.floating)
+      and weight_type.shape == ()
+    ):
       raise TypeError(f'Expected a scalar float weight type, got {weight_type}.')
     inner_process = self._inner_factory.create(value_type)
 
     @tff.federated_computation()
     def init_fn():
-      return tff.federated_zip(collections.OrderedDict(
-          round=tff.federated_value(np.int64(0), tff.SERVER),
-          inner=inner_process.initialize()))
+      return tff.federated_zip(
+        collections.OrderedDict(
+          round=tff.federated_value(np.int64(0), tff.SERVER), inner=inner_process.initialize()
+        )
+      )
 
     @tff.tensorflow.computation(tff.TensorType(np.int64))
     def server_next_round(round_num):
       return round_num + 1
 
     @tff.federated_computation(
-        init_fn.type_signature.result,
-        tff.FederatedType(value_type, tff.CLIENTS),
-        tff.FederatedType(weight_type, tff.CLIENTS))
+      init_fn.type_signature.result,
+      tff.FederatedType(value_type, tff.CLIENTS),
+      tff.FederatedType(weight_type, tff.CLIENTS),
+    )
     def next_fn(state, value, weight):
       client = self._client_phase(value, weight, value_type, weight_type)
       phases = protocol.federated_probabilities(
-          client.info.norm, client.cohort_size, expected_clients=self._expected_clients,
-          mode=self._mode, max_rescaling_steps=self._steps, norm_bound=self._norm_bound,
-          scalar_sums=self._scalar_sums)
-      upload = self._upload_phase(state, value, client, phases.probability, value_type,
-                                  inner_process)
+        client.info.norm,
+        client.cohort_size,
+        expected_clients=self._expected_clients,
+        mode=self._mode,
+        max_rescaling_steps=self._steps,
+        norm_bound=self._norm_bound,
+        scalar_sums=self._scalar_sums,
+      )
+      upload = self._upload_phase(
+        state, value, client, phases.probability, value_type, inner_process
+      )
       measurements = self._measurements(client, phases, upload)
-      new_state = tff.federated_zip(collections.OrderedDict(
-          round=tff.federated_map(server_next_round, state['round']),
-          inner=upload.inner.state))
+      new_state = tff.federated_zip(
+        collections.OrderedDict(
+          round=tff.federated_map(server_next_round, state['round']), inner=upload.inner.state
+        )
+      )
       return tff.templates.MeasuredProcessOutput(new_state, upload.result, measurements)
 
     # Secure sums fail outside TFF's test context: say what to call instead.
     return secure_context.with_secure_sum_hint(
-        tff.templates.AggregationProcess(init_fn, next_fn),
-        check=not self._scalar_sums.secure)
+      tff.templates.AggregationProcess(init_fn, next_fn), check=not self._scalar_sums.secure
+    )
 
   def _client_phase(self, value, weight, value_type, weight_type) -> _ClientPhase:
     """Each client's ``a_i = w_i ‖U_i‖`` and ``w_i``; the counts, ``n`` and ``W = Σ w_i``.
@@ -318,29 +336,37 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
       norm = tf.where(finite, weight * _global_norm(value), 0.0)
       norm = tf.where(tf.math.is_finite(norm), norm, 0.0)
       return collections.OrderedDict(
-          norm=tf.minimum(norm, norm_bound),
-          weight=tf.where(finite, tf.clip_by_value(weight, 0.0, weight_bound), 0.0),
-          clipped_norm=tf.cast(norm > norm_bound, _COUNT),
-          clipped_weight=tf.cast(finite & (weight > weight_bound), _COUNT),
-          non_finite=tf.cast(tf.logical_not(finite), _COUNT),
-          one=tf.constant(1, _COUNT))
+        norm=tf.minimum(norm, norm_bound),
+        weight=tf.where(finite, tf.clip_by_value(weight, 0.0, weight_bound), 0.0),
+        clipped_norm=tf.cast(norm > norm_bound, _COUNT),
+        clipped_weight=tf.cast(finite & (weight > weight_bound), _COUNT),
+        non_finite=tf.cast(tf.logical_not(finite), _COUNT),
+        one=tf.constant(1, _COUNT),
+      )
 
     @tff.tensorflow.computation(client_norm.type_signature.result)
     def client_counts(info):
       return collections.OrderedDict(
-          cohort_size=info['one'], clipped_norms=info['clipped_norm'],
-          clipped_weights=info['clipped_weight'], non_finite_updates=info['non_finite'])
+        cohort_size=info['one'],
+        clipped_norms=info['clipped_norm'],
+        clipped_weights=info['clipped_weight'],
+        non_finite_updates=info['non_finite'],
+      )
 
     info = tff.federated_map(client_norm, (value, weight))
     counts = self._scalar_sums.counts(tff.federated_map(client_counts, info))
     cohort_size = tff.federated_map(
-        tff.tensorflow.computation(lambda c: tf.cast(c['cohort_size'], tf.float32),
-                                   counts.type_signature.member), counts)
+      tff.tensorflow.computation(
+        lambda c: tf.cast(c['cohort_size'], tf.float32), counts.type_signature.member
+      ),
+      counts,
+    )
     weight_sum = self._scalar_sums.nonnegative(info.weight, weight_bound)
     return _ClientPhase(info, counts, cohort_size, weight_sum)
 
-  def _upload_phase(self, state, value, client: _ClientPhase, probability, value_type,
-                    inner_process) -> _UploadPhase:
+  def _upload_phase(
+    self, state, value, client: _ClientPhase, probability, value_type, inner_process
+  ) -> _UploadPhase:
     """Phase 3 of ``docs/algorithms.md`` §1b: ``G = Σ ζ_i (w_i/p_i) U_i / W``.
 
     ``ζ_i ~ Bernoulli(p_i)`` is drawn with the seed ``(s_t, f_i)`` of the
@@ -352,32 +378,39 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
     def server_round_seed(round_num):
       return tf.stack([tf.constant(base_seed, tf.int64), round_num])
 
-    @tff.tensorflow.computation(value_type, client.info.type_signature.member, _FLOAT_TYPE,
-                                tff.TensorType(np.int64, [2]))
+    @tff.tensorflow.computation(
+      value_type, client.info.type_signature.member, _FLOAT_TYPE, tff.TensorType(np.int64, [2])
+    )
     def client_upload(value, info, probability, round_seed):
       seed = tf.stack([round_seed[0] * 1_000_003 + round_seed[1], _fingerprint(value)])
       uniform = tf.random.stateless_uniform([], seed=seed, dtype=tf.float32)
       upload = (uniform < probability) & (probability > 0.0) & tf.equal(info['non_finite'], 0)
       factor = tf.where(upload, info['weight'] / tf.where(upload, probability, 1.0), 0.0)
       weighted = tf.nest.map_structure(
-          lambda t: tf.where(upload, tf.cast(factor, t.dtype) * t, tf.zeros_like(t)), value)
+        lambda t: tf.where(upload, tf.cast(factor, t.dtype) * t, tf.zeros_like(t)), value
+      )
       return weighted, tf.cast(upload, _COUNT)
 
     @tff.tensorflow.computation(value_type, _FLOAT_TYPE)
     def server_divide(total, weight_sum):
       return tf.nest.map_structure(
-          lambda t: tf.where(weight_sum > 0.0, t / tf.cast(tf.maximum(weight_sum, 1e-30), t.dtype),
-                             tf.zeros_like(t)), total)
+        lambda t: tf.where(
+          weight_sum > 0.0, t / tf.cast(tf.maximum(weight_sum, 1e-30), t.dtype), tf.zeros_like(t)
+        ),
+        total,
+      )
 
     round_seed = tff.federated_map(server_round_seed, state['round'])
-    uploads = tff.federated_map(client_upload, (
-        value, client.info, probability, tff.federated_broadcast(round_seed)))
+    uploads = tff.federated_map(
+      client_upload, (value, client.info, probability, tff.federated_broadcast(round_seed))
+    )
     inner_output = inner_process.next(state['inner'], uploads[0])
     result = tff.federated_map(server_divide, (inner_output.result, client.weight_sum))
     return _UploadPhase(result, self._scalar_sums.counts(uploads[1]), inner_output)
 
-  def _measurements(self, client: _ClientPhase, phases: protocol.FederatedProbabilities,
-                    upload: _UploadPhase):
+  def _measurements(
+    self, client: _ClientPhase, phases: protocol.FederatedProbabilities, upload: _UploadPhase
+  ):
     """The measurements of the class docstring, from sums only.
 
     ``expected_uploads = Σ p_i`` and the improvement factor of
@@ -386,58 +419,75 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
     """
     m = self._expected_clients
 
-    @tff.tensorflow.computation(client.info.type_signature.member, _FLOAT_TYPE, _FLOAT_TYPE,
-                                _FLOAT_TYPE)
+    @tff.tensorflow.computation(
+      client.info.type_signature.member, _FLOAT_TYPE, _FLOAT_TYPE, _FLOAT_TYPE
+    )
     def client_measurement_terms(info, probability, norm_sum, cohort_size):
       # The variance term (1 − p)/p · ã² with ã = a_i / A, scaled by m/n so that
       # it lies in [0, 1] in every mode: optimal p ≥ min(1, m·ã) gives at most
       # ã/n; uniform p = m/n gives (1 − m/n)·ã².
       share = tf.where(norm_sum > 0.0, info['norm'] / tf.maximum(norm_sum, 1e-30), 0.0)
       rate = tf.minimum(1.0, m / tf.maximum(cohort_size, 1.0))
-      variance_term = tf.where(probability > 0.0,
-                               (1.0 - probability) / tf.maximum(probability, 1e-30) * share**2,
-                               0.0)
+      variance_term = tf.where(
+        probability > 0.0, (1.0 - probability) / tf.maximum(probability, 1e-30) * share**2, 0.0
+      )
       return collections.OrderedDict(
-          probability=probability,
-          scaled_variance=tf.clip_by_value(rate * variance_term, 0.0, 1.0),
-          share_squared=share**2)
+        probability=probability,
+        scaled_variance=tf.clip_by_value(rate * variance_term, 0.0, 1.0),
+        share_squared=share**2,
+      )
 
     @tff.tensorflow.computation(_FLOAT_TYPE, _FLOAT_TYPE, _FLOAT_TYPE)
     def server_improvement_factor(scaled_variance_sum, share_squared_sum, cohort_size):
       # α = Σ (1−p)/p·ã² / ((1 − m/n)/(m/n) · Σ ã²); the numerator arrives × m/n.
       rate = m / tf.maximum(cohort_size, 1.0)
       denominator = (1.0 - rate) * share_squared_sum
-      return tf.where((rate < 1.0) & (denominator > 0.0),
-                      scaled_variance_sum / tf.where(denominator > 0.0, denominator, 1.0), 0.0)
+      return tf.where(
+        (rate < 1.0) & (denominator > 0.0),
+        scaled_variance_sum / tf.where(denominator > 0.0, denominator, 1.0),
+        0.0,
+      )
 
     if self._mode == 'full':
       expected_uploads = client.cohort_size
       improvement = tff.federated_value(np.float32(0.0), tff.SERVER)
     else:
-      terms = tff.federated_map(client_measurement_terms, (
-          client.info, phases.probability, tff.federated_broadcast(phases.norm_sum),
-          tff.federated_broadcast(client.cohort_size)))
+      terms = tff.federated_map(
+        client_measurement_terms,
+        (
+          client.info,
+          phases.probability,
+          tff.federated_broadcast(phases.norm_sum),
+          tff.federated_broadcast(client.cohort_size),
+        ),
+      )
       term_sums = self._scalar_sums.floats(terms, 1.0)
       expected_uploads = term_sums.probability
-      improvement = tff.federated_map(server_improvement_factor, (
-          term_sums.scaled_variance, term_sums.share_squared, client.cohort_size))
+      improvement = tff.federated_map(
+        server_improvement_factor,
+        (term_sums.scaled_variance, term_sums.share_squared, client.cohort_size),
+      )
 
-    return tff.federated_zip(collections.OrderedDict(
+    return tff.federated_zip(
+      collections.OrderedDict(
         uploads=upload.upload_count,
         expected_uploads=expected_uploads,
         cohort_size=client.counts.cohort_size,
         rescaling_steps=phases.rescaling_steps,
         improvement_factor=improvement,
         full_participation=tff.federated_map(
-            tff.tensorflow.computation(lambda f: tf.cast(f, _COUNT), _FLOAT_TYPE),
-            phases.full_participation),
+          tff.tensorflow.computation(lambda f: tf.cast(f, _COUNT), _FLOAT_TYPE),
+          phases.full_participation,
+        ),
         clipped_norms=client.counts.clipped_norms,
         clipped_weights=client.counts.clipped_weights,
         non_finite_updates=client.counts.non_finite_updates,
         extra_scalars_per_client=tff.federated_value(
-            np.int32(self.extra_scalars_per_client), tff.SERVER),
+          np.int32(self.extra_scalars_per_client), tff.SERVER
+        ),
         inner=upload.inner.measurements,
-    ))
+      )
+    )
 
 
 def uplink_from_measurements(process_metrics: Any, cohort_size: int):
@@ -447,7 +497,9 @@ def uplink_from_measurements(process_metrics: Any, cohort_size: int):
   the learning process's metrics.
   """
   from tff_sampling import communication  # Local: keeps this module TFF-only at import.
+
   aggregator = process_metrics['aggregator']
   return communication.Uplink(
-      model_uploads=int(aggregator['uploads']),
-      extra_scalars=int(aggregator['extra_scalars_per_client']) * int(cohort_size))
+    model_uploads=int(aggregator['uploads']),
+    extra_scalars=int(aggregator['extra_scalars_per_client']) * int(cohort_size),
+  )

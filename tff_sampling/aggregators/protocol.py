@@ -103,7 +103,8 @@ class SecureScalarSums(ScalarSums):
     at most 1.2e-10 per client.
     """
     process = tff.aggregators.SecureSumFactory(float(upper_bound), 0.0).create(
-        values.type_signature.member)
+      values.type_signature.member
+    )
     return process.next(process.initialize(), values).result
 
   def nonnegative(self, values, upper_bound: float):
@@ -115,18 +116,25 @@ class SecureScalarSums(ScalarSums):
     part in [0, 1), summed with 32-bit quantisation.
     """
     bitwidth = int(np.ceil(np.log2(upper_bound + 1.0)))
-    split = tff.federated_map(tff.tensorflow.computation(
-        lambda v: (tf.cast(tf.floor(v), tf.int64), v - tf.floor(v)), FLOAT_TYPE), values)
-    whole = tff.federated_secure_sum_bitwidth(
-        split[0], bitwidth=bitwidth)
+    split = tff.federated_map(
+      tff.tensorflow.computation(
+        lambda v: (tf.cast(tf.floor(v), tf.int64), v - tf.floor(v)), FLOAT_TYPE
+      ),
+      values,
+    )
+    whole = tff.federated_secure_sum_bitwidth(split[0], bitwidth=bitwidth)
     fraction = self.floats(split[1], 1.0)
-    return tff.federated_map(tff.tensorflow.computation(
-        lambda w, f: tf.cast(tf.cast(w, tf.float64) + tf.cast(f, tf.float64), tf.float32)),
-        (whole, fraction))
+    return tff.federated_map(
+      tff.tensorflow.computation(
+        lambda w, f: tf.cast(tf.cast(w, tf.float64) + tf.cast(f, tf.float64), tf.float32)
+      ),
+      (whole, fraction),
+    )
 
 
-def resolve_scalar_sums(secure: bool | None = None,
-                        scalar_sums: ScalarSums | None = None) -> ScalarSums:
+def resolve_scalar_sums(
+  secure: bool | None = None, scalar_sums: ScalarSums | None = None
+) -> ScalarSums:
   """`scalar_sums`, or the default that `secure` picks (secure unless ``secure=False``).
 
   Raises:
@@ -139,8 +147,9 @@ def resolve_scalar_sums(secure: bool | None = None,
     raise TypeError(f'scalar_sums must be a ScalarSums, got {scalar_sums!r}.')
   if secure is not None and bool(secure) != scalar_sums.secure:
     raise ValueError(
-        f'secure={secure!r} contradicts scalar_sums={scalar_sums!r} (secure='
-        f'{scalar_sums.secure}); pass one of them.')
+      f'secure={secure!r} contradicts scalar_sums={scalar_sums!r} (secure='
+      f'{scalar_sums.secure}); pass one of them.'
+    )
   return scalar_sums
 
 
@@ -158,13 +167,14 @@ def gather_values(values):
   """Every client's float32 scalar, concatenated at the server (reveals them all)."""
   vector_type = tff.TensorType(FLOAT, [None])
   return tff.federated_aggregate(
-      values,
-      zero=np.zeros([0], FLOAT),
-      accumulate=tff.tensorflow.computation(
-          lambda acc, x: tf.concat([acc, tf.reshape(x, [1])], 0), vector_type, FLOAT_TYPE),
-      merge=tff.tensorflow.computation(lambda a, b: tf.concat([a, b], 0),
-                                       vector_type, vector_type),
-      report=tff.tensorflow.computation(lambda a: a, vector_type))
+    values,
+    zero=np.zeros([0], FLOAT),
+    accumulate=tff.tensorflow.computation(
+      lambda acc, x: tf.concat([acc, tf.reshape(x, [1])], 0), vector_type, FLOAT_TYPE
+    ),
+    merge=tff.tensorflow.computation(lambda a, b: tf.concat([a, b], 0), vector_type, vector_type),
+    report=tff.tensorflow.computation(lambda a: a, vector_type),
+  )
 
 
 class FederatedProbabilities(NamedTuple):
@@ -191,15 +201,15 @@ class FederatedProbabilities(NamedTuple):
 
 
 def federated_probabilities(
-    norms,
-    cohort_size,
-    *,
-    expected_clients: float,
-    mode: str,
-    max_rescaling_steps: int,
-    norm_bound: float,
-    secure: bool | None = None,
-    scalar_sums: ScalarSums | None = None,
+  norms,
+  cohort_size,
+  *,
+  expected_clients: float,
+  mode: str,
+  max_rescaling_steps: int,
+  norm_bound: float,
+  secure: bool | None = None,
+  scalar_sums: ScalarSums | None = None,
 ) -> FederatedProbabilities:
   """The probability phases of the protocol, for use inside a federated computation.
 
@@ -232,11 +242,14 @@ def federated_probabilities(
   all_norms = gather_values(norms) if mode == 'exact' else None
   water_level = _water_level(all_norms, m)
   probability, full_participation = _initial_probabilities(
-      norms, norm_sum, cohort_size, water_level, m, mode)
+    norms, norm_sum, cohort_size, water_level, m, mode
+  )
   probability, steps_used = _rescale(
-      probability, cohort_size, m, max_rescaling_steps if mode == 'approximate' else 0, sums)
-  return FederatedProbabilities(probability, norm_sum, steps_used, full_participation,
-                                water_level, all_norms)
+    probability, cohort_size, m, max_rescaling_steps if mode == 'approximate' else 0, sums
+  )
+  return FederatedProbabilities(
+    probability, norm_sum, steps_used, full_participation, water_level, all_norms
+  )
 
 
 def _water_level(all_norms, m: float):
@@ -272,10 +285,11 @@ def _initial_probabilities(norms, norm_sum, cohort_size, water_level, m: float, 
       return tf.minimum(1.0, m / tf.maximum(size, 1.0))
     if mode == 'exact':
       # λ = 0 means every client with a non-zero norm saturates.
-      return tf.where(norm > 0.0,
-                      tf.where(water_level > 0.0,
-                               tf.minimum(1.0, norm / tf.maximum(water_level, 1e-30)), 1.0),
-                      0.0)
+      return tf.where(
+        norm > 0.0,
+        tf.where(water_level > 0.0, tf.minimum(1.0, norm / tf.maximum(water_level, 1e-30)), 1.0),
+        0.0,
+      )
     return tf.where(norm_sum > 0.0, tf.minimum(1.0, m * norm / tf.maximum(norm_sum, 1e-30)), 0.0)
 
   @tff.tensorflow.computation(FLOAT_TYPE)
@@ -290,12 +304,19 @@ def _initial_probabilities(norms, norm_sum, cohort_size, water_level, m: float, 
       return tf.where(full_participation > 0.0, 1.0, probability)
     return tf.where((full_participation > 0.0) & (norm > 0.0), 1.0, probability)
 
-  probability = tff.federated_map(client_initial_probability, (
-      norms, tff.federated_broadcast(norm_sum), tff.federated_broadcast(cohort_size),
-      tff.federated_broadcast(water_level)))
+  probability = tff.federated_map(
+    client_initial_probability,
+    (
+      norms,
+      tff.federated_broadcast(norm_sum),
+      tff.federated_broadcast(cohort_size),
+      tff.federated_broadcast(water_level),
+    ),
+  )
   full_participation = tff.federated_map(server_full_participation, cohort_size)
   probability = tff.federated_map(
-      force_full, (probability, norms, tff.federated_broadcast(full_participation)))
+    force_full, (probability, norms, tff.federated_broadcast(full_participation))
+  )
   return probability, full_participation
 
 
@@ -336,7 +357,8 @@ def _rescale(probability, cohort_size, m: float, steps: int, sums: ScalarSums):
     unsaturated = sums.counts(pairs[1])
     scale = tff.federated_map(server_scale, (probability_sum, unsaturated, cohort_size))
     steps_used = tff.federated_map(
-        tff.tensorflow.computation(lambda a, b: a + b),
-        (steps_used, tff.federated_map(changed, scale)))
+      tff.tensorflow.computation(lambda a, b: a + b),
+      (steps_used, tff.federated_map(changed, scale)),
+    )
     probability = tff.federated_map(client_rescale, (probability, tff.federated_broadcast(scale)))
   return probability, steps_used

@@ -38,15 +38,22 @@ from tensorflow_federated.python.core.impl.context_stack import context_stack_im
 TFF_MESSAGE = 'Cannot embed a federated value'
 
 HINT = (
-    'This computation contains secure sums (tff.federated_secure_sum_bitwidth, e.g. from '
-    'OptimalSamplingFactory(secure=True) or tff.aggregators.SecureSumFactory), which TFF '
-    "0.87's default execution context cannot run (TFF's error: \"Cannot embed a federated "
-    'value\"). Call tff_sampling.runtime.use_secure_sum_simulation() once before running it: '
-    "it installs TFF's test execution context, which simulates secure sums. Or build the "
-    'aggregator with secure=False.')
+  'This computation contains secure sums (tff.federated_secure_sum_bitwidth, e.g. from '
+  'OptimalSamplingFactory(secure=True) or tff.aggregators.SecureSumFactory), which TFF '
+  "0.87's default execution context cannot run (TFF's error: \"Cannot embed a federated "
+  'value"). Call tff_sampling.runtime.use_secure_sum_simulation() once before running it: '
+  "it installs TFF's test execution context, which simulates secure sums. Or build the "
+  'aggregator with secure=False.'
+)
 
-_SECURE_URIS = frozenset({'federated_secure_sum', 'federated_secure_sum_bitwidth',
-                          'federated_secure_modular_sum', 'federated_secure_select'})
+_SECURE_URIS = frozenset(
+  {
+    'federated_secure_sum',
+    'federated_secure_sum_bitwidth',
+    'federated_secure_modular_sum',
+    'federated_secure_select',
+  }
+)
 
 
 class SecureSumContextError(RuntimeError):
@@ -84,13 +91,15 @@ def hinting_computation(computation: tff.Computation) -> tff.Computation:
   Returns `computation` itself unless it is a concrete computation (already
   hinting ones are returned as they are).
   """
-  if (isinstance(computation, _HintingComputation)
-      or not isinstance(computation, computation_impl.ConcreteComputation)):
+  if isinstance(computation, _HintingComputation) or not isinstance(
+    computation, computation_impl.ConcreteComputation
+  ):
     return computation
   return _HintingComputation(
-      computation_proto=computation_impl.ConcreteComputation.get_proto(computation),
-      context_stack=context_stack_impl.context_stack,
-      annotated_type=computation.type_signature)
+    computation_proto=computation_impl.ConcreteComputation.get_proto(computation),
+    context_stack=context_stack_impl.context_stack,
+    annotated_type=computation.type_signature,
+  )
 
 
 _Process = TypeVar('_Process')
@@ -117,10 +126,16 @@ def with_secure_sum_hint(process: _Process, *, check: bool = True) -> _Process:
   next_fn = hinting_computation(process.next)
   if isinstance(process, tff.learning.templates.LearningProcess):
     return tff.learning.templates.LearningProcess(
-        process.initialize, next_fn, process.get_model_weights, process.set_model_weights,
-        get_hparams_fn=process.get_hparams, set_hparams_fn=process.set_hparams)
+      process.initialize,
+      next_fn,
+      process.get_model_weights,
+      process.set_model_weights,
+      get_hparams_fn=process.get_hparams,
+      set_hparams_fn=process.set_hparams,
+    )
   if isinstance(process, tff.templates.AggregationProcess):
     return tff.templates.AggregationProcess(process.initialize, next_fn)
   raise TypeError(
-      'with_secure_sum_hint takes a tff.learning.templates.LearningProcess or a '
-      f'tff.templates.AggregationProcess, got {type(process).__name__}.')
+    'with_secure_sum_hint takes a tff.learning.templates.LearningProcess or a '
+    f'tff.templates.AggregationProcess, got {type(process).__name__}.'
+  )

@@ -12,9 +12,9 @@ A binary turns its flags into these settings and calls one function here:
   summary tables: `optimal`, `clustered`, `fedgs`, `lefl`, `mmfl`.
 """
 
+from tff_sampling.experiments.config import PAPER_AVAILABILITY_BETA
 from tff_sampling.experiments.config import AvailabilitySpec
 from tff_sampling.experiments.config import Comparison
-from tff_sampling.experiments.config import PAPER_AVAILABILITY_BETA
 from tff_sampling.experiments.config import RunSettings
 from tff_sampling.experiments.config import parse_availability
 from tff_sampling.experiments.sweep import load_comparison
@@ -23,6 +23,15 @@ from tff_sampling.experiments.sweep import run_hparams
 from tff_sampling.experiments.sweep import run_uniform_cohorts
 from tff_sampling.experiments.sweep import task_hparams
 
-__all__ = ['AvailabilitySpec', 'Comparison', 'PAPER_AVAILABILITY_BETA', 'RunSettings',
-           'load_comparison', 'parse_availability', 'run_comparison', 'run_hparams',
-           'run_uniform_cohorts', 'task_hparams']
+__all__ = [
+  'AvailabilitySpec',
+  'Comparison',
+  'PAPER_AVAILABILITY_BETA',
+  'RunSettings',
+  'load_comparison',
+  'parse_availability',
+  'run_comparison',
+  'run_hparams',
+  'run_uniform_cohorts',
+  'task_hparams',
+]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
+import dataclasses
 
 import numpy as np
 import tensorflow_federated as tff
@@ -13,8 +13,15 @@ from tff_sampling import samplers
 from tff_sampling.learning import signals
 from tff_sampling.task import Task
 
-SAMPLINGS = ('uniform', 'md', 'clustered_size', 'clustered_similarity', 'target',
-             'power_of_choice', 'fedgs')
+SAMPLINGS = (
+  'uniform',
+  'md',
+  'clustered_size',
+  'clustered_similarity',
+  'target',
+  'power_of_choice',
+  'fedgs',
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,8 +45,9 @@ class ClusteredMethods:
   num_candidates: int = 20
   fedgs_alpha: float = 1.0
 
-  def process_factory(self, task: Task
-                      ) -> Callable[[str, int], tff.learning.templates.LearningProcess]:
+  def process_factory(
+    self, task: Task
+  ) -> Callable[[str, int], tff.learning.templates.LearningProcess]:
     """``(method, seed) -> process``, one per kind, reused across methods and seeds.
 
     Only similarity-based sampling reads the update sketches, which cost client
@@ -52,8 +60,11 @@ class ClusteredMethods:
       sketch_size = self.sketch_size if method == 'clustered_similarity' else None
       if sketch_size not in processes:
         processes[sketch_size] = signals.build_fedavg_with_signals(
-            task.model_fn, client_learning_rate=self.client_learning_rate,
-            server_learning_rate=self.server_learning_rate, sketch_size=sketch_size)
+          task.model_fn,
+          client_learning_rate=self.client_learning_rate,
+          server_learning_rate=self.server_learning_rate,
+          sketch_size=sketch_size,
+        )
       return processes[sketch_size]
 
     return make_process
@@ -68,8 +79,9 @@ class ClusteredMethods:
     if method == 'clustered_size':
       return samplers.ClusteredSampler(m, seed=seed, method='size')
     if method == 'clustered_similarity':
-      return samplers.ClusteredSampler(m, seed=seed, method='similarity',
-                                       similarity=self.similarity, sketch_size=self.sketch_size)
+      return samplers.ClusteredSampler(
+        m, seed=seed, method='similarity', similarity=self.similarity, sketch_size=self.sketch_size
+      )
     if method == 'target':
       return samplers.TargetSampler(task.client_label_histograms.argmax(axis=1), seed=seed)
     if method == 'power_of_choice':
@@ -88,17 +100,19 @@ def _mean_over_runs(runs: Sequence[results.Run], column: str) -> float:
 
 def summary_table(groups: dict[str, list[results.Run]]) -> str:
   """Final accuracy/loss and per-round selection statistics per method."""
-  header = (f'{"method":<22} {"final accuracy":>16} {"final loss":>11} '
-            f'{"distinct clients":>17} {"distinct labels":>16} {"weight var":>11}')
+  header = (
+    f'{"method":<22} {"final accuracy":>16} {"final loss":>11} '
+    f'{"distinct clients":>17} {"distinct labels":>16} {"weight var":>11}'
+  )
   lines = [header, '-' * len(header)]
   for method, runs in groups.items():
-    accuracy = np.array([r.metrics['eval/accuracy'][np.isfinite(r.metrics['eval/accuracy'])][-1]
-                         for r in runs])
-    loss = np.array([r.metrics['eval/loss'][np.isfinite(r.metrics['eval/loss'])][-1]
-                     for r in runs])
+    accuracy = np.array([r.last_finite('eval/accuracy') for r in runs])
+    loss = np.array([r.last_finite('eval/loss') for r in runs])
     lines.append(
-        f'{method:<22} {accuracy.mean():>9.4f} ± {results.seed_spread(accuracy):.3f} {loss.mean():>11.4f} '
-        f'{_mean_over_runs(runs, "selection/distinct_clients"):>17.2f} '
-        f'{_mean_over_runs(runs, "selection/distinct_labels"):>16.2f} '
-        f'{_mean_over_runs(runs, "selection/weight_variance"):>11.2e}')
+      f'{method:<22} {accuracy.mean():>9.4f} ± {results.seed_spread(accuracy):.3f} '
+      f'{loss.mean():>11.4f} '
+      f'{_mean_over_runs(runs, "selection/distinct_clients"):>17.2f} '
+      f'{_mean_over_runs(runs, "selection/distinct_labels"):>16.2f} '
+      f'{_mean_over_runs(runs, "selection/weight_variance"):>11.2e}'
+    )
   return '\n'.join(lines)

@@ -6,8 +6,8 @@ Frozen dataclasses that the binaries fill from their flags and the rest of
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
+import dataclasses
 from typing import Any
 
 from absl import logging
@@ -18,8 +18,16 @@ from tff_sampling import run_dir
 from tff_sampling.task import Task
 
 # The FedGS paper's β per availability mode (docs/algorithms.md §3c).
-PAPER_AVAILABILITY_BETA = {'IDL': 0.0, 'LN': 0.5, 'SLN': 0.5, 'LDF': 0.7, 'MDF': 0.7,
-                           'YMF': 0.9, 'YC': 0.9, 'HOMO': 0.5}
+PAPER_AVAILABILITY_BETA = {
+  'IDL': 0.0,
+  'LN': 0.5,
+  'SLN': 0.5,
+  'LDF': 0.7,
+  'MDF': 0.7,
+  'YMF': 0.9,
+  'YC': 0.9,
+  'HOMO': 0.5,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,20 +44,27 @@ class AvailabilitySpec:
     return 'IDL' if self.mode == 'IDL' else f'{self.mode}-{self.beta:g}'
 
   def hparams(self) -> dict[str, Any]:
-    return dict(availability=self.mode, availability_beta=self.beta,
-                availability_period=self.period)
+    return dict(
+      availability=self.mode, availability_beta=self.beta, availability_period=self.period
+    )
 
   def build(self, task: Task, seed: int) -> availability_lib.Availability | None:
     """The availability model for `task` and `seed`; ``None`` (everyone) for IDL."""
     if self.mode == 'IDL':
       return None
     return availability_lib.build_availability(
-        self.mode, self.beta, client_sizes=task.client_num_examples,
-        client_labels=task.client_label_histograms, seed=seed, period=self.period)
+      self.mode,
+      self.beta,
+      client_sizes=task.client_num_examples,
+      client_labels=task.client_label_histograms,
+      seed=seed,
+      period=self.period,
+    )
 
 
-def parse_availability(spec: str, *, beta: float | None = None,
-                       period: int = availability_lib.DEFAULT_PERIOD) -> AvailabilitySpec:
+def parse_availability(
+  spec: str, *, beta: float | None = None, period: int = availability_lib.DEFAULT_PERIOD
+) -> AvailabilitySpec:
   """Parses ``MODE`` or ``MODE-β``; β defaults to `beta` (``--availability_beta``) or the paper's.
 
   Raises:
@@ -58,18 +73,22 @@ def parse_availability(spec: str, *, beta: float | None = None,
   mode, _, beta_text = spec.strip().partition('-')
   mode = mode.upper()
   if mode not in availability_lib.AVAILABILITY_MODES:
-    raise ValueError(f'Unknown --availability mode {mode!r} in {spec!r}; choose from '
-                     f'{", ".join(availability_lib.AVAILABILITY_MODES)} (optionally MODE-β).')
+    raise ValueError(
+      f'Unknown --availability mode {mode!r} in {spec!r}; choose from '
+      f'{", ".join(availability_lib.AVAILABILITY_MODES)} (optionally MODE-β).'
+    )
   if not beta_text:
     return AvailabilitySpec(mode, PAPER_AVAILABILITY_BETA[mode] if beta is None else beta, period)
   try:
     value = float(beta_text)
   except ValueError:
-    raise ValueError(f'--availability {spec!r}: β {beta_text!r} is not a number; '
-                     'write e.g. LN-0.5.') from None
+    raise ValueError(
+      f'--availability {spec!r}: β {beta_text!r} is not a number; write e.g. LN-0.5.'
+    ) from None
   if beta is not None:
-    raise ValueError(f'--availability {spec!r} sets β and so does --availability_beta='
-                     f'{beta}; give it once.')
+    raise ValueError(
+      f'--availability {spec!r} sets β and so does --availability_beta={beta}; give it once.'
+    )
   return AvailabilitySpec(mode, value, period)
 
 
@@ -112,14 +131,22 @@ class RunSettings:
       logging.info('--reset: deleted the earlier run in %s.', path)
     return path
 
-  def program_config(self, name: str, seed: int, hparams: Mapping[str, Any]
-                     ) -> program.ProgramConfig:
+  def program_config(
+    self, name: str, seed: int, hparams: Mapping[str, Any]
+  ) -> program.ProgramConfig:
     """The `ProgramConfig` of run `name` (its directory reset first under `reset`)."""
     return program.ProgramConfig(
-        output_dir=self.run_directory(name), rounds=self.rounds, seed=seed,
-        client_steps=self.client_steps, eval_every=self.eval_every,
-        checkpoint_every=self.checkpoint_every, hparams=hparams, workers=self.workers,
-        local_workers=self.local_workers, clients_per_call=self.clients_per_call)
+      output_dir=self.run_directory(name),
+      rounds=self.rounds,
+      seed=seed,
+      client_steps=self.client_steps,
+      eval_every=self.eval_every,
+      checkpoint_every=self.checkpoint_every,
+      hparams=hparams,
+      workers=self.workers,
+      local_workers=self.local_workers,
+      clients_per_call=self.clients_per_call,
+    )
 
 
 @dataclasses.dataclass(frozen=True)

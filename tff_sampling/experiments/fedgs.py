@@ -6,8 +6,8 @@ and the final sampling counts per client.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
+import dataclasses
 from typing import Any
 
 from matplotlib import figure as mpl_figure
@@ -74,12 +74,18 @@ class FedGSMethods:
     if self.graph == 'oracle':
       return graph_probe.oracle_features(task)
     return graph_probe.client_graph_features(
-        task, kind=self.graph, model_weights=task.initial_model_weights(seed),
-        client_learning_rate=self.client_learning_rate, seed=seed,
-        client_steps=self.client_steps, sketch_size=self.sketch_size)
+      task,
+      kind=self.graph,
+      model_weights=task.initial_model_weights(seed),
+      client_learning_rate=self.client_learning_rate,
+      seed=seed,
+      client_steps=self.client_steps,
+      sketch_size=self.sketch_size,
+    )
 
-  def make_sampler(self, task: Task, method: str, seed: int,
-                   graphs: dict[int | None, np.ndarray]) -> samplers.Sampler:
+  def make_sampler(
+    self, task: Task, method: str, seed: int, graphs: dict[int | None, np.ndarray]
+  ) -> samplers.Sampler:
     """The sampler of `method`; `graphs` caches the 3DG distances per seed (one
     entry, ``None``, for the seed-independent oracle graph), so the all-pairs
     shortest paths run once, not once per availability mode."""
@@ -89,19 +95,27 @@ class FedGSMethods:
     if method == 'md':
       return samplers.MDSampler(m, seed=seed)
     if method == 'power_of_choice':
-      return samplers.PowerOfChoiceSampler(m, num_candidates=self.num_candidates or 2 * m,
-                                           seed=seed)
+      return samplers.PowerOfChoiceSampler(
+        m, num_candidates=self.num_candidates or 2 * m, seed=seed
+      )
     if method == 'power_of_choice_all':  # d = |A_t|: the sampler caps d at the active clients.
       return samplers.PowerOfChoiceSampler(m, num_candidates=task.num_clients, seed=seed)
     if method == 'fedgs':
       key = None if self.graph == 'oracle' else seed
       if key not in graphs:
         graphs[key] = fedgs.graph_distances(
-            fedgs.similarity_from_features(self.graph_features(task, seed)),
-            epsilon=self.graph_epsilon, sigma2=self.graph_sigma2)
+          fedgs.similarity_from_features(self.graph_features(task, seed)),
+          epsilon=self.graph_epsilon,
+          sigma2=self.graph_sigma2,
+        )
       return samplers.FedGSSampler(
-          m, seed=seed, distances=graphs[key], alpha=self.alpha,
-          time_limit_s=self.solver_time_limit, method=self.solver)
+        m,
+        seed=seed,
+        distances=graphs[key],
+        alpha=self.alpha,
+        time_limit_s=self.solver_time_limit,
+        method=self.solver,
+      )
     raise ValueError(f'Unknown --sampling {method!r}; choose from {", ".join(SAMPLINGS)}.')
 
   def sampler_factory(self, task: Task) -> Callable[[str, int], samplers.Sampler]:
@@ -109,8 +123,9 @@ class FedGSMethods:
     graphs: dict[int | None, np.ndarray] = {}
     return lambda method, seed: self.make_sampler(task, method, seed, graphs)
 
-  def process_factory(self, task: Task
-                      ) -> Callable[[str, int], tff.learning.templates.LearningProcess]:
+  def process_factory(
+    self, task: Task
+  ) -> Callable[[str, int], tff.learning.templates.LearningProcess]:
     """``(method, seed) -> process``: FedAvg, with FedProx's term for fedprox; each built once."""
     processes: dict[float, tff.learning.templates.LearningProcess] = {}
 
@@ -119,9 +134,12 @@ class FedGSMethods:
       mu = self.fedprox_mu if method == 'fedprox' else 0.0
       if mu not in processes:
         processes[mu] = signals.build_fedavg_with_signals(
-            task.model_fn, client_learning_rate=self.client_learning_rate,
-            server_learning_rate=self.server_learning_rate, sketch_size=None,
-            proximal_strength=mu)  # FedGS reads no sketches: none computed.
+          task.model_fn,
+          client_learning_rate=self.client_learning_rate,
+          server_learning_rate=self.server_learning_rate,
+          sketch_size=None,
+          proximal_strength=mu,
+        )  # FedGS reads no sketches: none computed.
       return processes[mu]
 
     return make_process
@@ -155,8 +173,7 @@ def loss_table(table: Mapping[str, Mapping[str, list[results.Run]]]) -> str:
   return '\n'.join(lines)
 
 
-def plot_sampling_counts(groups: Mapping[str, list[results.Run]], title: str,
-                         path: str) -> str:
+def plot_sampling_counts(groups: Mapping[str, list[results.Run]], title: str, path: str) -> str:
   """Sorted final sampling counts per client, one line per method (its first seed's run)."""
   fig = mpl_figure.Figure(figsize=(6.4, 4.0))
   backend_agg.FigureCanvasAgg(fig)
@@ -166,8 +183,12 @@ def plot_sampling_counts(groups: Mapping[str, list[results.Run]], title: str,
     if counts is None:
       continue
     # Dashes keep methods with the same sampler (uniform, fedprox) both visible.
-    ax.plot(np.sort(counts)[::-1], marker='.', linestyle=('-', '--', ':', '-.')[i % 4],
-            label=f'{method} (std {counts.std():.1f})')
+    ax.plot(
+      np.sort(counts)[::-1],
+      marker='.',
+      linestyle=('-', '--', ':', '-.')[i % 4],
+      label=f'{method} (std {counts.std():.1f})',
+    )
   ax.set_xlabel('client (sorted by count)')
   ax.set_ylabel('times sampled')
   ax.set_title(title)
@@ -183,8 +204,10 @@ def count_table(groups: Mapping[str, list[results.Run]]) -> str:
     counts = [r.selection_counts for r in runs if r.selection_counts is not None]
     if not counts:
       continue
-    lines.append(f'{method:<16}{np.mean([c.std() for c in counts]):>10.2f}'
-                 f'{np.mean([c.min() for c in counts]):>6.1f}'
-                 f'{np.mean([c.max() for c in counts]):>6.1f}'
-                 f'{np.mean([np.sum(c == 0) for c in counts]):>15.1f}')
+    lines.append(
+      f'{method:<16}{np.mean([c.std() for c in counts]):>10.2f}'
+      f'{np.mean([c.min() for c in counts]):>6.1f}'
+      f'{np.mean([c.max() for c in counts]):>6.1f}'
+      f'{np.mean([np.sum(c == 0) for c in counts]):>15.1f}'
+    )
   return '\n'.join(lines)

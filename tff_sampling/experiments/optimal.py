@@ -16,8 +16,12 @@ from tff_sampling import results
 from tff_sampling.task import Task
 
 # --sampling -> the aggregator's mode: who uploads.
-SAMPLING_MODES = {'optimal': 'approximate', 'optimal_exact': 'exact',
-                  'uniform': 'uniform', 'full': 'full'}
+SAMPLING_MODES = {
+  'optimal': 'approximate',
+  'optimal_exact': 'exact',
+  'uniform': 'uniform',
+  'full': 'full',
+}
 ALGORITHMS = ('fedavg', 'dsgd')
 
 _ALPHA_COLUMN = 'process/aggregator/improvement_factor'
@@ -42,42 +46,57 @@ class OptimalSampling:
   client_learning_rate: float
   server_learning_rate: float
 
-  def make_process(self, task: Task, sampling: str, seed: int
-                   ) -> tff.learning.templates.LearningProcess:
+  def make_process(
+    self, task: Task, sampling: str, seed: int
+  ) -> tff.learning.templates.LearningProcess:
     """The learning process in which the cohort uploads as `sampling` says."""
     mode = SAMPLING_MODES[sampling]
-    common = dict(expected_clients=self.expected_clients,
-                  max_rescaling_steps=self.max_rescaling_steps, mode=mode,
-                  secure=(mode != 'exact'), seed=seed)
+    common = dict(
+      expected_clients=self.expected_clients,
+      max_rescaling_steps=self.max_rescaling_steps,
+      mode=mode,
+      secure=(mode != 'exact'),
+      seed=seed,
+    )
     server_optimizer = tff.learning.optimizers.build_sgdm(self.server_learning_rate)
     if self.algorithm == 'dsgd':
       return learning.build_dsgd_with_optimal_sampling(task.model_fn, server_optimizer, **common)
     return learning.build_fed_avg_with_optimal_sampling(
-        task.model_fn, tff.learning.optimizers.build_sgdm(self.client_learning_rate),
-        server_optimizer, **common)
+      task.model_fn,
+      tff.learning.optimizers.build_sgdm(self.client_learning_rate),
+      server_optimizer,
+      **common,
+    )
 
 
 def summary_table(groups: dict[str, list[results.Run]], target: float) -> str:
   """One row per method: accuracy, rounds and bits to `target`, mean α."""
-  header = (f'{"method":<14} {"final accuracy":>16} {f"rounds to {target:.0%}":>14} '
-            f'{f"Mbit to {target:.0%}":>14} {"total Mbit":>11} {"mean α":>7}')
+  header = (
+    f'{"method":<14} {"final accuracy":>16} {f"rounds to {target:.0%}":>14} '
+    f'{f"Mbit to {target:.0%}":>14} {"total Mbit":>11} {"mean α":>7}'
+  )
   lines = [header, '-' * len(header)]
   for method, runs in groups.items():
-    final = np.array([r.metrics['eval/accuracy'][np.isfinite(r.metrics['eval/accuracy'])][-1]
-                      for r in runs])
+    final = np.array([r.last_finite('eval/accuracy') for r in runs])
     rounds = [results.rounds_to_target(r, target) for r in runs]
     bits = [results.bits_to_target(r, target) for r in runs]
     reached = [b for b in bits if b is not None]
-    alpha = np.nanmean([np.nanmean(r.metrics[_ALPHA_COLUMN]) for r in runs
-                        if _ALPHA_COLUMN in r.metrics])
-    rounds_text = (f'{np.median([r for r in rounds if r is not None]):.0f}'
-                   f' ({len([r for r in rounds if r is not None])}/{len(runs)})'
-                   if any(r is not None for r in rounds) else 'never')
+    alpha = np.nanmean(
+      [np.nanmean(r.metrics[_ALPHA_COLUMN]) for r in runs if _ALPHA_COLUMN in r.metrics]
+    )
+    rounds_text = (
+      f'{np.median([r for r in rounds if r is not None]):.0f}'
+      f' ({len([r for r in rounds if r is not None])}/{len(runs)})'
+      if any(r is not None for r in rounds)
+      else 'never'
+    )
     bits_text = f'{np.median(reached) / 1e6:.2f}' if reached else 'never'
     total = np.median([r.metrics['uplink/cumulative_bits'][-1] for r in runs]) / 1e6
-    lines.append(f'{method:<14} {final.mean():>9.4f} ± {results.seed_spread(final):.3f} '
-                 f'{rounds_text:>14} '
-                 f'{bits_text:>14} {total:>11.2f} {alpha:>7.3f}')
+    lines.append(
+      f'{method:<14} {final.mean():>9.4f} ± {results.seed_spread(final):.3f} '
+      f'{rounds_text:>14} '
+      f'{bits_text:>14} {total:>11.2f} {alpha:>7.3f}'
+    )
   return '\n'.join(lines)
 
 
@@ -86,8 +105,9 @@ def improvement_table(groups: dict[str, list[results.Run]], blocks: int = 3) -> 
   rounds = max(int(r.rounds[-1]) for runs in groups.values() for r in runs)
   edges = np.linspace(0, rounds, min(blocks, rounds) + 1).astype(int)  # No empty block.
   names = [f'rounds {lo + 1}-{hi}' for lo, hi in zip(edges[:-1], edges[1:])]
-  lines = [f'{"method":<14} ' + ' '.join(f'{n:>14}' for n in names) +
-           f' {"steps used (mean/max)":>22}']
+  lines = [
+    f'{"method":<14} ' + ' '.join(f'{n:>14}' for n in names) + f' {"steps used (mean/max)":>22}'
+  ]
   for method, runs in groups.items():
     if _ALPHA_COLUMN not in runs[0].metrics:
       continue
@@ -96,6 +116,9 @@ def improvement_table(groups: dict[str, list[results.Run]], blocks: int = 3) -> 
       values = [r.metrics[_ALPHA_COLUMN][(r.rounds > lo) & (r.rounds <= hi)] for r in runs]
       cells.append(f'{np.nanmean(np.concatenate(values)):>14.3f}')
     steps = np.concatenate([r.metrics[_STEPS_COLUMN][1:] for r in runs])
-    lines.append(f'{method:<14} ' + ' '.join(cells) +
-                 f' {f"{np.nanmean(steps):.2f}/{np.nanmax(steps):.0f}":>22}')
+    lines.append(
+      f'{method:<14} '
+      + ' '.join(cells)
+      + f' {f"{np.nanmean(steps):.2f}/{np.nanmax(steps):.0f}":>22}'
+    )
   return '\n'.join(lines)

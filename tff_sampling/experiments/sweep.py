@@ -31,8 +31,9 @@ def task_hparams(task: Task) -> dict[str, Any]:
   return {f'task.{k}': v for k, v in task.options.items()}
 
 
-def run_hparams(settings: RunSettings, name: str, seed: int,
-                *parts: Mapping[str, Any]) -> run_dir.HParams:
+def run_hparams(
+  settings: RunSettings, name: str, seed: int, *parts: Mapping[str, Any]
+) -> run_dir.HParams:
   """What run `name` records: ``settings.hparams``, then `parts` in order (later
   ones win, e.g. a sweep's method), then the run's seed, name and root directory.
 
@@ -50,46 +51,58 @@ def run_hparams(settings: RunSettings, name: str, seed: int,
 
 
 def run_uniform_cohorts(
-    task: Task,
-    settings: RunSettings,
-    name: str,
-    seed: int,
-    clients_per_round: int,
-    make_process: Callable[[Task], tff.learning.templates.LearningProcess],
-    *,
-    method_hparams: Mapping[str, Any],
-    availability: AvailabilitySpec = AvailabilitySpec(),
-    uplink_fn: program.UplinkFn = communication.full_cohort_uplink,
+  task: Task,
+  settings: RunSettings,
+  name: str,
+  seed: int,
+  clients_per_round: int,
+  make_process: Callable[[Task], tff.learning.templates.LearningProcess],
+  *,
+  method_hparams: Mapping[str, Any],
+  availability: AvailabilitySpec = AvailabilitySpec(),
+  uplink_fn: program.UplinkFn = communication.full_cohort_uplink,
 ) -> program.ExperimentResult:
   """Runs (or resumes) run `name` with uniformly drawn cohorts, and logs the outcome.
 
   Checks the cohort size against the population before any TFF work. Raises
   like `program.run_experiment`.
   """
-  config = settings.program_config(name, seed, run_hparams(
-      settings, name, seed, availability.hparams(), method_hparams, task_hparams(task)))
+  config = settings.program_config(
+    name,
+    seed,
+    run_hparams(settings, name, seed, availability.hparams(), method_hparams, task_hparams(task)),
+  )
   sampler = samplers.UniformSampler(clients_per_round, seed=seed)
   sampler.initialize(samplers.Population(task.client_num_examples))  # Fail fast.
-  result = program.run_experiment(task, make_process(task), sampler, config, uplink_fn=uplink_fn,
-                                  availability=availability.build(task, seed))
-  logging.info('Finished round %d: %s; uploaded %.4g bits; results in %s',
-               result.final_round, dict(result.eval_metrics), result.cumulative_bits,
-               config.output_dir)
+  result = program.run_experiment(
+    task,
+    make_process(task),
+    sampler,
+    config,
+    uplink_fn=uplink_fn,
+    availability=availability.build(task, seed),
+  )
+  logging.info(
+    'Finished round %d: %s; uploaded %.4g bits; results in %s',
+    result.final_round,
+    dict(result.eval_metrics),
+    result.cumulative_bits,
+    config.output_dir,
+  )
   return result
 
 
 def run_comparison(
-    task: Task,
-    comparison: Comparison,
-    settings: RunSettings,
-    *,
-    make_process: ProcessFn,
-    make_sampler: SamplerFn,
-    method_hparams: Callable[[str], Mapping[str, Any]] | None = None,
-    availability: AvailabilitySpec = AvailabilitySpec(),
-    uplink_fn: program.UplinkFn = communication.full_cohort_uplink,
-    preprocessing_bits: Callable[[str, int], communication.PreprocessingBits | None]
-    | None = None,
+  task: Task,
+  comparison: Comparison,
+  settings: RunSettings,
+  *,
+  make_process: ProcessFn,
+  make_sampler: SamplerFn,
+  method_hparams: Callable[[str], Mapping[str, Any]] | None = None,
+  availability: AvailabilitySpec = AvailabilitySpec(),
+  uplink_fn: program.UplinkFn = communication.full_cohort_uplink,
+  preprocessing_bits: Callable[[str, int], communication.PreprocessingBits | None] | None = None,
 ) -> dict[str, list[results.Run]]:
   """Runs every (method, seed) of `comparison`; returns the runs by method.
 
@@ -102,20 +115,34 @@ def run_comparison(
   groups: dict[str, list[results.Run]] = {}
   for method, seed in comparison.runs():
     name = comparison.run_name(method, seed)
-    config = settings.program_config(name, seed, run_hparams(
-        settings, name, seed, availability.hparams(), {'sampling': method},
-        method_hparams(method) if method_hparams else {}, task_hparams(task)))
+    config = settings.program_config(
+      name,
+      seed,
+      run_hparams(
+        settings,
+        name,
+        seed,
+        availability.hparams(),
+        {'sampling': method},
+        method_hparams(method) if method_hparams else {},
+        task_hparams(task),
+      ),
+    )
     sampler = make_sampler(method, seed)
     program.run_experiment(
-        task, make_process(method, seed), sampler, config, uplink_fn=uplink_fn,
-        availability=availability.build(task, seed),
-        preprocessing_bits=preprocessing_bits and preprocessing_bits(method, seed))
+      task,
+      make_process(method, seed),
+      sampler,
+      config,
+      uplink_fn=uplink_fn,
+      availability=availability.build(task, seed),
+      preprocessing_bits=preprocessing_bits and preprocessing_bits(method, seed),
+    )
     groups.setdefault(method, []).append(results.load_run(config.output_dir))
   return groups
 
 
-def load_comparison(comparison: Comparison, root_output_dir: str
-                    ) -> dict[str, list[results.Run]]:
+def load_comparison(comparison: Comparison, root_output_dir: str) -> dict[str, list[results.Run]]:
   """The runs `run_comparison` writes for `comparison`, read from `root_output_dir`.
 
   Raises:

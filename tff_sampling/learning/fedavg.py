@@ -26,11 +26,11 @@ def _check_learning_rates(client_learning_rate: float, server_learning_rate: flo
 
 
 def build_fedavg(
-    model_fn: Callable[[], tff.learning.models.VariableModel],
-    *,
-    client_learning_rate: float,
-    server_learning_rate: float = 1.0,
-    model_aggregator: tff.aggregators.WeightedAggregationFactory | None = None,
+  model_fn: Callable[[], tff.learning.models.VariableModel],
+  *,
+  client_learning_rate: float,
+  server_learning_rate: float = 1.0,
+  model_aggregator: tff.aggregators.WeightedAggregationFactory | None = None,
 ) -> tff.learning.templates.LearningProcess:
   """Example-weighted FedAvg with client and server SGD.
 
@@ -46,19 +46,20 @@ def build_fedavg(
   """
   _check_learning_rates(client_learning_rate, server_learning_rate)
   return tff.learning.algorithms.build_weighted_fed_avg(
-      model_fn,
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(client_learning_rate),
-      server_optimizer_fn=tff.learning.optimizers.build_sgdm(server_learning_rate),
-      model_aggregator=model_aggregator,
-      loop_implementation=CLIENT_LOOP)
+    model_fn,
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(client_learning_rate),
+    server_optimizer_fn=tff.learning.optimizers.build_sgdm(server_learning_rate),
+    model_aggregator=model_aggregator,
+    loop_implementation=CLIENT_LOOP,
+  )
 
 
 def build_fedprox(
-    model_fn: Callable[[], tff.learning.models.VariableModel],
-    *,
-    proximal_strength: float,
-    client_learning_rate: float,
-    server_learning_rate: float = 1.0,
+  model_fn: Callable[[], tff.learning.models.VariableModel],
+  *,
+  proximal_strength: float,
+  client_learning_rate: float,
+  server_learning_rate: float = 1.0,
 ) -> tff.learning.templates.LearningProcess:
   """Example-weighted FedProx (Li et al., MLSys 2020) with client and server SGD.
 
@@ -80,7 +81,8 @@ def build_fedprox(
   """
   _check_learning_rates(client_learning_rate, server_learning_rate)
   return tff.learning.algorithms.build_weighted_fed_avg(
-      model_fn,
-      client_optimizer_fn=proximal.build_proximal_sgd(client_learning_rate, proximal_strength),
-      server_optimizer_fn=tff.learning.optimizers.build_sgdm(server_learning_rate),
-      loop_implementation=CLIENT_LOOP)
+    model_fn,
+    client_optimizer_fn=proximal.build_proximal_sgd(client_learning_rate, proximal_strength),
+    server_optimizer_fn=tff.learning.optimizers.build_sgdm(server_learning_rate),
+    loop_implementation=CLIENT_LOOP,
+  )

@@ -95,17 +95,20 @@ def noise_batch(validation_inputs: np.ndarray, batch_size: int, *, seed) -> np.n
   inputs = np.asarray(validation_inputs)
   if not np.issubdtype(inputs.dtype, np.floating):
     raise ValueError(
-        f'The functional graph feeds Gaussian noise to the model, so it needs '
-        f'real-valued inputs; got inputs of dtype {inputs.dtype} (e.g. token ids). '
-        "Use kind='update_cosine' or the 'oracle' features for this task.")
+      f'The functional graph feeds Gaussian noise to the model, so it needs '
+      f'real-valued inputs; got inputs of dtype {inputs.dtype} (e.g. token ids). '
+      "Use kind='update_cosine' or the 'oracle' features for this task."
+    )
   if inputs.ndim < 1 or inputs.shape[0] < 2:
     raise ValueError(
-        f'The noise moments need at least 2 validation examples, got inputs of shape '
-        f'{inputs.shape}; pass more validation examples.')
+      f'The noise moments need at least 2 validation examples, got inputs of shape '
+      f'{inputs.shape}; pass more validation examples.'
+    )
   if not np.all(np.isfinite(inputs)):
     raise ValueError(
-        f'The validation inputs hold {int(np.size(inputs) - np.isfinite(inputs).sum())} '
-        'non-finite values; clean the evaluation data or pass other examples.')
+      f'The validation inputs hold {int(np.size(inputs) - np.isfinite(inputs).sum())} '
+      'non-finite values; clean the evaluation data or pass other examples.'
+    )
   count = inputs.shape[0]
   flat = inputs.reshape(count, -1).astype(np.float64)
   mean = flat.mean(axis=0)
@@ -129,9 +132,12 @@ def oracle_features(task: Task) -> np.ndarray:
 
 def check_client_learning_rate(value) -> float:
   """`value` as a float if it is a finite number >= 0, else a ValueError naming it."""
-  if (isinstance(value, (bool, np.bool_)) or
-      not isinstance(value, (int, float, np.integer, np.floating)) or
-      not np.isfinite(value) or value < 0):
+  if (
+    isinstance(value, (bool, np.bool_))
+    or not isinstance(value, (int, float, np.integer, np.floating))
+    or not np.isfinite(value)
+    or value < 0
+  ):
     raise ValueError(f'client_learning_rate must be a finite number >= 0, got {value!r}.')
   return float(value)
 
@@ -148,16 +154,19 @@ def model_inputs_spec(batch_spec) -> tf.TensorSpec:
     spec = batch_spec[0]
   else:
     raise ValueError(
-        f'Cannot find the model inputs in the batch spec {batch_spec!r}; probes that '
-        "feed inputs to the model need batches {'x': ..., 'y': ...} or (x, y).")
+      f'Cannot find the model inputs in the batch spec {batch_spec!r}; probes that '
+      "feed inputs to the model need batches {'x': ..., 'y': ...} or (x, y)."
+    )
   if not isinstance(spec, tf.TensorSpec):
     raise ValueError(
-        f'Probes that feed inputs to the model need a single input tensor, got {spec!r}.')
+      f'Probes that feed inputs to the model need a single input tensor, got {spec!r}.'
+    )
   return spec
 
 
-def model_output_shape(model: tff.learning.models.VariableModel,
-                       inputs_spec: tf.TensorSpec) -> tuple[tf.TensorShape, tf.TensorShape]:
+def model_output_shape(
+  model: tff.learning.models.VariableModel, inputs_spec: tf.TensorSpec
+) -> tuple[tf.TensorShape, tf.TensorShape]:
   """``(example_shape, output_shape)`` of one example's input and model output.
 
   Runs the model once on a zero batch of one example (call it in a throwaway
@@ -170,7 +179,8 @@ def model_output_shape(model: tff.learning.models.VariableModel,
   if not example_shape.is_fully_defined():
     raise ValueError(f'The probe needs a fixed model input shape, got {inputs_spec.shape}.')
   output = model.predict_on_batch(
-      tf.zeros([1] + example_shape.as_list(), inputs_spec.dtype), training=False)
+    tf.zeros([1] + example_shape.as_list(), inputs_spec.dtype), training=False
+  )
   output_shape = tf.TensorShape(output.shape[1:])
   if not output_shape.is_fully_defined():
     raise ValueError(f'The model output has an unknown shape {output.shape}.')
@@ -179,12 +189,14 @@ def model_output_shape(model: tff.learning.models.VariableModel,
 
 def assign_model_weights(model: tff.learning.models.VariableModel, weights) -> None:
   """Sets `model`'s variables to `weights` (a `ModelWeights` structure)."""
-  tf.nest.map_structure(lambda v, t: v.assign(t),
-                        tff.learning.models.ModelWeights.from_model(model), weights)
+  tf.nest.map_structure(
+    lambda v, t: v.assign(t), tff.learning.models.ModelWeights.from_model(model), weights
+  )
 
 
-def local_sgd(model: tff.learning.models.VariableModel, weights, dataset: tf.data.Dataset,
-              learning_rate: float) -> tf.Tensor:
+def local_sgd(
+  model: tff.learning.models.VariableModel, weights, dataset: tf.data.Dataset, learning_rate: float
+) -> tf.Tensor:
   """Plain local SGD from `weights` over `dataset`; call inside a `tf.function`.
 
   Sets `model`'s variables to `weights`, then for every batch takes one step
@@ -204,18 +216,22 @@ def local_sgd(model: tff.learning.models.VariableModel, weights, dataset: tf.dat
     for variable, gradient in zip(trainable, tape.gradient(loss, trainable)):
       if gradient is not None:
         variable.assign_sub(tf.cast(learning_rate, variable.dtype) * gradient)
-  return tf.concat([
-      tf.reshape(tf.cast(g - l, tf.float32), [-1])
-      for g, l in zip(tf.nest.flatten(weights.trainable), trainable)], 0)
+  return tf.concat(
+    [
+      tf.reshape(tf.cast(new - old, tf.float32), [-1])
+      for new, old in zip(tf.nest.flatten(weights.trainable), trainable)
+    ],
+    0,
+  )
 
 
 def build_graph_probe(
-    model_fn: Callable[[], tff.learning.models.VariableModel],
-    *,
-    client_learning_rate: float,
-    sketch_size: int,
-    sketch_seed: int = 0,
-    with_embedding: bool = True,
+  model_fn: Callable[[], tff.learning.models.VariableModel],
+  *,
+  client_learning_rate: float,
+  sketch_size: int,
+  sketch_seed: int = 0,
+  with_embedding: bool = True,
 ) -> tff.Computation:
   """The federated computation giving every client's graph features by slot.
 
@@ -271,13 +287,15 @@ def build_graph_probe(
       inputs_spec = model_inputs_spec(batch_spec)
       if not inputs_spec.dtype.is_floating:
         raise ValueError(
-            f'The functional graph feeds Gaussian noise to the model, whose input has '
-            f'dtype {inputs_spec.dtype.name}; it needs real-valued inputs. Use '
-            "kind='update_cosine' or the 'oracle' features for this model.")
+          f'The functional graph feeds Gaussian noise to the model, whose input has '
+          f'dtype {inputs_spec.dtype.name}; it needs real-valued inputs. Use '
+          "kind='update_cosine' or the 'oracle' features for this model."
+        )
       example_shape, output_shape = model_output_shape(model, inputs_spec)
       embedding_size = output_shape.num_elements()
-      noise_type = tff.TensorType(inputs_spec.dtype.as_numpy_dtype,
-                                  [None] + example_shape.as_list())
+      noise_type = tff.TensorType(
+        inputs_spec.dtype.as_numpy_dtype, [None] + example_shape.as_list()
+      )
 
   data_type = tff.SequenceType(tff.types.tensorflow_to_type(batch_spec))
   client_data_type, read_meta = signals.slot_client_data(data_type)
@@ -297,23 +315,29 @@ def build_graph_probe(
         finite = tf.logical_and(finite, tf.reduce_all(tf.math.is_finite(embedding)))
         embedding = tf.where(finite, embedding, tf.zeros_like(embedding))
       sketch = signals.count_sketch_tf(
-          tf.where(finite, update, tf.zeros_like(update)), sketch_size, sketch_seed)
+        tf.where(finite, update, tf.zeros_like(update)), sketch_size, sketch_seed
+      )
       return embedding, sketch
 
     return run(weights, dataset, noise)
 
   if not with_embedding:
+
     @tff.tensorflow.computation(weights_type, data_type)
     def client_sketch(weights, dataset):
       return train_and_probe(weights, dataset, None)[1]
 
-    @tff.federated_computation(tff.FederatedType(weights_type, tff.SERVER),
-                               tff.FederatedType(client_data_type, tff.CLIENTS))
+    @tff.federated_computation(
+      tff.FederatedType(weights_type, tff.SERVER), tff.FederatedType(client_data_type, tff.CLIENTS)
+    )
     def sketch_probe(weights, data):
       sketches = tff.federated_map(client_sketch, (tff.federated_broadcast(weights), data.data))
       meta = tff.federated_map(read_meta, data.meta)
-      return tff.federated_zip(collections.OrderedDict(
-          update_sketch=signals.gather_by_slot(meta.slot, sketches, sketch_size)))
+      return tff.federated_zip(
+        collections.OrderedDict(
+          update_sketch=signals.gather_by_slot(meta.slot, sketches, sketch_size)
+        )
+      )
 
     return sketch_probe
 
@@ -322,16 +346,22 @@ def build_graph_probe(
     embedding, sketch = train_and_probe(weights, dataset, noise)
     return collections.OrderedDict(embedding=embedding, update_sketch=sketch)
 
-  @tff.federated_computation(tff.FederatedType(weights_type, tff.SERVER),
-                             tff.FederatedType(noise_type, tff.SERVER),
-                             tff.FederatedType(client_data_type, tff.CLIENTS))
+  @tff.federated_computation(
+    tff.FederatedType(weights_type, tff.SERVER),
+    tff.FederatedType(noise_type, tff.SERVER),
+    tff.FederatedType(client_data_type, tff.CLIENTS),
+  )
   def probe(weights, noise, data):
-    outputs = tff.federated_map(client_probe, (
-        tff.federated_broadcast(weights), data.data, tff.federated_broadcast(noise)))
+    outputs = tff.federated_map(
+      client_probe, (tff.federated_broadcast(weights), data.data, tff.federated_broadcast(noise))
+    )
     meta = tff.federated_map(read_meta, data.meta)
-    return tff.federated_zip(collections.OrderedDict(
+    return tff.federated_zip(
+      collections.OrderedDict(
         embedding=signals.gather_by_slot(meta.slot, outputs.embedding, embedding_size),
-        update_sketch=signals.gather_by_slot(meta.slot, outputs.update_sketch, sketch_size)))
+        update_sketch=signals.gather_by_slot(meta.slot, outputs.update_sketch, sketch_size),
+      )
+    )
 
   return probe
 
@@ -346,7 +376,7 @@ def validation_inputs(task: Task, count: int) -> np.ndarray:
   parts, taken = [], 0
   for batch in task.preprocess_eval(task.eval_data):
     inputs = batch['x'] if isinstance(batch, Mapping) else batch[0]
-    parts.append(np.asarray(inputs)[:count - taken])
+    parts.append(np.asarray(inputs)[: count - taken])
     taken += parts[-1].shape[0]
     if taken >= count:
       break
@@ -356,20 +386,20 @@ def validation_inputs(task: Task, count: int) -> np.ndarray:
 
 
 def client_graph_features(
-    task: Task,
-    *,
-    kind: str,
-    model_weights: tff.learning.models.ModelWeights,
-    client_learning_rate: float,
-    seed: int,
-    client_steps: int | None = None,
-    client_epochs: int | None = None,
-    client_batch_size: int | None = None,
-    sketch_size: int = 1024,
-    sketch_seed: int = 0,
-    validation_examples: int = 256,
-    noise_batch_size: int = 128,
-    chunk_size: int = 32,
+  task: Task,
+  *,
+  kind: str,
+  model_weights: tff.learning.models.ModelWeights,
+  client_learning_rate: float,
+  seed: int,
+  client_steps: int | None = None,
+  client_epochs: int | None = None,
+  client_batch_size: int | None = None,
+  sketch_size: int = 1024,
+  sketch_seed: int = 0,
+  validation_examples: int = 256,
+  noise_batch_size: int = 128,
+  chunk_size: int = 32,
 ) -> np.ndarray:
   """Model-based FedGS features of **all** clients of `task` (see the module docstring).
 
@@ -419,41 +449,57 @@ def client_graph_features(
   """
   if kind not in FEATURE_KINDS:
     raise ValueError(
-        f'kind must be one of {list(FEATURE_KINDS)}, got {kind!r} (the oracle features '
-        'come from oracle_features(task)).')
+      f'kind must be one of {list(FEATURE_KINDS)}, got {kind!r} (the oracle features '
+      'come from oracle_features(task)).'
+    )
   for name, value in (('client_epochs', client_epochs), ('client_batch_size', client_batch_size)):
     if value is not None and task.options.get(name) != value:
       raise ValueError(
-          f'{name}={value!r} differs from the task\'s {name}={task.options.get(name)!r}, '
-          f'which its client datasets already apply; build the task with {name}={value!r} '
-          'or leave this argument out.')
+        f"{name}={value!r} differs from the task's {name}={task.options.get(name)!r}, "
+        f'which its client datasets already apply; build the task with {name}={value!r} '
+        'or leave this argument out.'
+      )
   chunk_size = check_positive_int('chunk_size', chunk_size)
   if client_steps is not None:
     client_steps = check_positive_int('client_steps', client_steps)
   functional = kind == 'functional'
   noise = None
   if functional:
-    noise = noise_batch(validation_inputs(task, validation_examples), noise_batch_size,
-                        seed=samplers_base.round_rng(seed, 0, _NOISE_STREAM))
-  probe = build_graph_probe(task.model_fn, client_learning_rate=client_learning_rate,
-                            sketch_size=sketch_size, sketch_seed=sketch_seed,
-                            with_embedding=functional)
+    noise = noise_batch(
+      validation_inputs(task, validation_examples),
+      noise_batch_size,
+      seed=samplers_base.round_rng(seed, 0, _NOISE_STREAM),
+    )
+  probe = build_graph_probe(
+    task.model_fn,
+    client_learning_rate=client_learning_rate,
+    sketch_size=sketch_size,
+    sketch_seed=sketch_seed,
+    with_embedding=functional,
+  )
   key = 'embedding' if functional else 'update_sketch'
   rows = []
   for start in range(0, task.num_clients, chunk_size):
     clients = range(start, min(start + chunk_size, task.num_clients))
     data = signals.selection_client_data(
-        [task.client_dataset(c, randomness.client_shuffle_seed(seed, 0, c), steps=client_steps)
-         for c in clients],
-        [1.0] * len(clients))
+      [
+        task.client_dataset(c, randomness.client_shuffle_seed(seed, 0, c), steps=client_steps)
+        for c in clients
+      ],
+      [1.0] * len(clients),
+    )
     output = probe(model_weights, noise, data) if functional else probe(model_weights, data)
     rows.append(np.asarray(output[key], np.float64))
   features = np.concatenate(rows)
   zero = np.flatnonzero(~features.any(axis=1))
   if zero.size and client_learning_rate > 0:
     logging.warning(
-        '%d of %d clients have all-zero %s features (a non-finite local model, or, '
-        'for update sketches, no training data), e.g. %s; lower the client '
-        'learning rate if local training diverged.',
-        zero.size, task.num_clients, kind, task.client_ids[zero[0]])
+      '%d of %d clients have all-zero %s features (a non-finite local model, or, '
+      'for update sketches, no training data), e.g. %s; lower the client '
+      'learning rate if local training diverged.',
+      zero.size,
+      task.num_clients,
+      kind,
+      task.client_ids[zero[0]],
+    )
   return features

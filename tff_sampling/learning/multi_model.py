@@ -89,13 +89,14 @@ per-model sums and the measurements) and TFF's SGD finalizer, one per model.
 from __future__ import annotations
 
 import collections
-import dataclasses
 from collections.abc import Callable, Sequence
+import dataclasses
 from typing import Any, NamedTuple
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
+
 # TFF's own FedAvg client update (its module's builder; `build_model_delta_client_work`
 # wraps it), used here so that a client can train a model on a gated dataset.
 from tensorflow_federated.python.learning.templates import model_delta_client_work
@@ -112,7 +113,7 @@ from tff_sampling.learning import signals as signals_lib
 class Sampling:
   """What a sampling name means: the clients' signal and how models are assigned."""
 
-  signal: str      # 'update_norm', 'loss' or 'none'.
+  signal: str  # 'update_norm', 'loss' or 'none'.
   assignment: str  # 'exact', 'approximate', 'random' or 'round_robin'.
 
   @property
@@ -122,12 +123,12 @@ class Sampling:
 
 
 SAMPLINGS = collections.OrderedDict(
-    optimal=Sampling('update_norm', 'exact'),
-    optimal_loss=Sampling('loss', 'exact'),
-    optimal_secure=Sampling('update_norm', 'approximate'),
-    optimal_loss_secure=Sampling('loss', 'approximate'),
-    random=Sampling('none', 'random'),
-    round_robin=Sampling('none', 'round_robin'),
+  optimal=Sampling('update_norm', 'exact'),
+  optimal_loss=Sampling('loss', 'exact'),
+  optimal_secure=Sampling('update_norm', 'approximate'),
+  optimal_loss_secure=Sampling('loss', 'approximate'),
+  random=Sampling('none', 'random'),
+  round_robin=Sampling('none', 'round_robin'),
 )
 
 _FLOAT = np.float32
@@ -137,12 +138,14 @@ _COUNT = np.int32
 def meta_type(num_models: int) -> tff.StructWithPythonType:
   """The type of the one element of a client's ``meta`` dataset."""
   return tff.StructWithPythonType(
-      [('client', tff.TensorType(np.int32)), ('shares', tff.TensorType(np.float32, [num_models]))],
-      collections.OrderedDict)
+    [('client', tff.TensorType(np.int32)), ('shares', tff.TensorType(np.float32, [num_models]))],
+    collections.OrderedDict,
+  )
 
 
-def client_data(datasets: Sequence[tf.data.Dataset], client: int,
-                shares: Sequence[float]) -> collections.OrderedDict:
+def client_data(
+  datasets: Sequence[tf.data.Dataset], client: int, shares: Sequence[float]
+) -> collections.OrderedDict:
   """One client's input to the multi-model process.
 
   Args:
@@ -153,8 +156,9 @@ def client_data(datasets: Sequence[tf.data.Dataset], client: int,
   """
   if len(datasets) != len(shares):
     raise ValueError(f'{len(datasets)} datasets but {len(shares)} shares: give one per model.')
-  meta = tf.data.Dataset.from_tensors(collections.OrderedDict(
-      client=np.int32(client), shares=np.asarray(shares, np.float32)))
+  meta = tf.data.Dataset.from_tensors(
+    collections.OrderedDict(client=np.int32(client), shares=np.asarray(shares, np.float32))
+  )
   return collections.OrderedDict(data=tuple(datasets), meta=meta)
 
 
@@ -166,25 +170,28 @@ def data_shares(num_examples: np.ndarray) -> np.ndarray:
   """
   counts = np.asarray(num_examples, np.float64)
   if counts.ndim != 2 or np.any(counts < 0) or not np.all(np.isfinite(counts)):
-    raise ValueError(f'num_examples must be a non-negative [clients, models] array, got '
-                     f'shape {counts.shape}.')
+    raise ValueError(
+      f'num_examples must be a non-negative [clients, models] array, got shape {counts.shape}.'
+    )
   totals = counts.sum(axis=0)
   if np.any(totals == 0):
-    raise ValueError(f'Model(s) {np.flatnonzero(totals == 0).tolist()} have no training '
-                     'examples on any client; every model needs data on at least one client.')
+    raise ValueError(
+      f'Model(s) {np.flatnonzero(totals == 0).tolist()} have no training '
+      'examples on any client; every model needs data on at least one client.'
+    )
   return counts / totals
 
 
 def build_multi_model_process(
-    model_fns: Sequence[Callable[[], tff.learning.models.VariableModel]],
-    *,
-    sampling: str,
-    expected_clients: float,
-    client_learning_rates: float | Sequence[float],
-    server_learning_rate: float = 1.0,
-    max_rescaling_steps: int = 4,
-    seed: int = 0,
-    norm_bound: float = 1e6,
+  model_fns: Sequence[Callable[[], tff.learning.models.VariableModel]],
+  *,
+  sampling: str,
+  expected_clients: float,
+  client_learning_rates: float | Sequence[float],
+  server_learning_rate: float = 1.0,
+  max_rescaling_steps: int = 4,
+  seed: int = 0,
+  norm_bound: float = 1e6,
 ) -> tff.templates.MeasuredProcess:
   """Builds the multi-model process (see the module docstring).
 
@@ -238,30 +245,46 @@ def build_multi_model_process(
     raise ValueError('model_fns is empty: give at least one model builder.')
   if isinstance(client_learning_rates, (int, float, np.integer, np.floating)):
     client_learning_rates = [client_learning_rates] * num_models
-  client_learning_rates = [validation.positive_number('client_learning_rates', r)
-                           for r in client_learning_rates]
+  client_learning_rates = [
+    validation.positive_number('client_learning_rates', r) for r in client_learning_rates
+  ]
   if len(client_learning_rates) != num_models:
-    raise ValueError(f'{len(client_learning_rates)} client learning rates for {num_models} '
-                     'models: give one rate, or one per model.')
+    raise ValueError(
+      f'{len(client_learning_rates)} client learning rates for {num_models} '
+      'models: give one rate, or one per model.'
+    )
   server_learning_rate = validation.positive_number('server_learning_rate', server_learning_rate)
   m = validation.positive_number('expected_clients', expected_clients)
   norm_bound = validation.positive_number('norm_bound', norm_bound)
-  if (isinstance(max_rescaling_steps, bool) or not isinstance(max_rescaling_steps, (int, np.integer))
-      or max_rescaling_steps < 0):
+  if (
+    isinstance(max_rescaling_steps, bool)
+    or not isinstance(max_rescaling_steps, (int, np.integer))
+    or max_rescaling_steps < 0
+  ):
     raise ValueError(
-        f'max_rescaling_steps must be a non-negative integer, got {max_rescaling_steps!r}.')
+      f'max_rescaling_steps must be a non-negative integer, got {max_rescaling_steps!r}.'
+    )
 
   config = SAMPLINGS[sampling]
   client_work = _build_client_work(model_fns, client_learning_rates, config.signal)
   aggregator = _build_assignment_aggregator(
-      num_models, config, expected_clients=m, max_rescaling_steps=int(max_rescaling_steps),
-      seed=int(seed), norm_bound=norm_bound)
+    num_models,
+    config,
+    expected_clients=m,
+    max_rescaling_steps=int(max_rescaling_steps),
+    seed=int(seed),
+    norm_bound=norm_bound,
+  )
   # TFF's finalizer skips a non-finite aggregate by default; this process applies
   # every one, as it always has (the clients already zero non-finite updates).
-  finalizers = [tff.learning.templates.build_apply_optimizer_finalizer(
-      tff.learning.optimizers.build_sgdm(server_learning_rate), weights_type,
-      should_reject_update=lambda *_: (False, collections.OrderedDict()))
-                for weights_type in client_work.weights_types]
+  finalizers = [
+    tff.learning.templates.build_apply_optimizer_finalizer(
+      tff.learning.optimizers.build_sgdm(server_learning_rate),
+      weights_type,
+      should_reject_update=lambda *_: (False, collections.OrderedDict()),
+    )
+    for weights_type in client_work.weights_types
+  ]
 
   @tff.tensorflow.computation
   def initial_models_fn():
@@ -270,10 +293,12 @@ def build_multi_model_process(
   return _compose(initial_models_fn, client_work, aggregator, finalizers)
 
 
-def _compose(initial_models_fn: tff.Computation, client_work: _ClientWork,
-             aggregator: _AssignmentAggregator,
-             finalizers: Sequence[tff.learning.templates.FinalizerProcess],
-             ) -> tff.templates.MeasuredProcess:
+def _compose(
+  initial_models_fn: tff.Computation,
+  client_work: _ClientWork,
+  aggregator: _AssignmentAggregator,
+  finalizers: Sequence[tff.learning.templates.FinalizerProcess],
+) -> tff.templates.MeasuredProcess:
   """The MMFL process from its pieces: a multi-model ``compose_learning_process``.
 
   TFF's `tff.learning.templates.compose_learning_process` cannot express MMFL:
@@ -290,23 +315,29 @@ def _compose(initial_models_fn: tff.Computation, client_work: _ClientWork,
 
   @tff.federated_computation()
   def init_fn():
-    return tff.federated_zip(collections.OrderedDict(
+    return tff.federated_zip(
+      collections.OrderedDict(
         round=tff.federated_value(np.int64(0), tff.SERVER),
-        models=tff.federated_eval(initial_models_fn, tff.SERVER)))
+        models=tff.federated_eval(initial_models_fn, tff.SERVER),
+      )
+    )
 
   meta_sequence_type = tff.SequenceType(meta_type(num_models))
 
   @tff.tensorflow.computation(meta_sequence_type)
   def read_meta(meta):
-    initial = collections.OrderedDict(client=tf.constant(-1, tf.int32),
-                                      shares=tf.zeros([num_models], tf.float32))
+    initial = collections.OrderedDict(
+      client=tf.constant(-1, tf.int32), shares=tf.zeros([num_models], tf.float32)
+    )
     return meta.reduce(initial, lambda _, element: element)
 
   client_data_type = tff.StructWithPythonType(
-      [('data', client_work.data_type), ('meta', meta_sequence_type)], collections.OrderedDict)
+    [('data', client_work.data_type), ('meta', meta_sequence_type)], collections.OrderedDict
+  )
 
-  @tff.federated_computation(init_fn.type_signature.result,
-                             tff.FederatedType(client_data_type, tff.CLIENTS))
+  @tff.federated_computation(
+    init_fn.type_signature.result, tff.FederatedType(client_data_type, tff.CLIENTS)
+  )
   def next_fn(state, data):
     models = tff.federated_broadcast(state.models)
     meta = tff.federated_map(read_meta, data.meta)
@@ -314,12 +345,18 @@ def _compose(initial_models_fn: tff.Computation, client_work: _ClientWork,
     assignment = aggregator.assign(state.round, values, meta)
     updates = client_work.train(models, data.data, assignment.choice, meta, trained)
     sums, measurements = aggregator.aggregate(assignment, updates)
-    new_models = tff.federated_zip(tuple(
+    new_models = tff.federated_zip(
+      tuple(
         finalizer.next(finalizer.initialize(), state.models[s], sums[s]).result
-        for s, finalizer in enumerate(finalizers)))
-    new_state = tff.federated_zip(collections.OrderedDict(
+        for s, finalizer in enumerate(finalizers)
+      )
+    )
+    new_state = tff.federated_zip(
+      collections.OrderedDict(
         round=tff.federated_map(tff.tensorflow.computation(lambda r: r + 1), state.round),
-        models=new_models))
+        models=new_models,
+      )
+    )
     return tff.templates.MeasuredProcessOutput(new_state, new_models, measurements)
 
   if secure_context.has_secure_sums(next_fn):
@@ -351,15 +388,21 @@ def _build_client_work(model_fns, learning_rates: Sequence[float], signal: str) 
   weights_types, data_types = zip(*(_model_types(fn) for fn in model_fns))
 
   if signal == 'update_norm':
-    train_fns = [_train_computation(*args)
-                 for args in zip(model_fns, learning_rates, weights_types, data_types)]
+    train_fns = [
+      _train_computation(*args)
+      for args in zip(model_fns, learning_rates, weights_types, data_types)
+    ]
 
-    weigh = tff.tensorflow.computation(lambda trained, choice, meta: tuple(
-        _weighted_and_non_finite(result, choice, meta, s) for s, result in enumerate(trained)))
+    weigh = tff.tensorflow.computation(
+      lambda trained, choice, meta: tuple(
+        _weighted_and_non_finite(result, choice, meta, s) for s, result in enumerate(trained)
+      )
+    )
 
     def signal_fn(models, datasets):
-      trained = [tff.federated_map(train_fns[s], (models[s], datasets[s]))
-                 for s in range(num_models)]
+      trained = [
+        tff.federated_map(train_fns[s], (models[s], datasets[s])) for s in range(num_models)
+      ]
       return [t.norm for t in trained], tff.federated_zip(tuple(trained))
 
     def train_fn(models, datasets, choice, meta, trained):
@@ -368,14 +411,21 @@ def _build_client_work(model_fns, learning_rates: Sequence[float], signal: str) 
       return [results[s] for s in range(num_models)]
 
   else:
-    loss_fns = [signals_lib.client_loss_computation(*args)
-                for args in zip(model_fns, weights_types, data_types)] if signal == 'loss' else []
+    loss_fns = (
+      [
+        signals_lib.client_loss_computation(*args)
+        for args in zip(model_fns, weights_types, data_types)
+      ]
+      if signal == 'loss'
+      else []
+    )
     train_chosen = tff.tensorflow.computation(_train_chosen_model(model_fns, learning_rates))
 
     def signal_fn(models, datasets):
       if loss_fns:
-        return [tff.federated_map(loss_fns[s], (models[s], datasets[s]))
-                for s in range(num_models)], None
+        return [
+          tff.federated_map(loss_fns[s], (models[s], datasets[s])) for s in range(num_models)
+        ], None
       return [tff.federated_value(_FLOAT(0.0), tff.CLIENTS)] * num_models, None
 
     def train_fn(models, datasets, choice, meta, trained):
@@ -383,17 +433,21 @@ def _build_client_work(model_fns, learning_rates: Sequence[float], signal: str) 
       results = tff.federated_map(train_chosen, (models, datasets, choice, meta))
       return [results[s] for s in range(num_models)]
 
-  return _ClientWork(weights_types, tff.StructWithPythonType(data_types, tuple),
-                     signal_fn, train_fn)
+  return _ClientWork(
+    weights_types, tff.StructWithPythonType(data_types, tuple), signal_fn, train_fn
+  )
 
 
 def _model_types(model_fn) -> tuple[tff.Type, tff.SequenceType]:
   """A model's `ModelWeights` type and the type of a client's dataset for it."""
   with tf.Graph().as_default():
     model = model_fn()
-    weights_type = tff.types.tensorflow_to_type(tf.nest.map_structure(
+    weights_type = tff.types.tensorflow_to_type(
+      tf.nest.map_structure(
         lambda v: tf.TensorSpec(v.shape, v.dtype),
-        tff.learning.models.ModelWeights.from_model(model)))
+        tff.learning.models.ModelWeights.from_model(model),
+      )
+    )
     return weights_type, tff.SequenceType(tff.types.tensorflow_to_type(model.input_spec))
 
 
@@ -403,8 +457,10 @@ def _client_update(model_fn):
   Builds the model: call it at the top of a TF computation, not in a branch.
   """
   return model_delta_client_work.build_model_delta_update_with_tff_optimizer(
-      model_fn, weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
-      loop_implementation=fedavg.CLIENT_LOOP)
+    model_fn,
+    weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
+    loop_implementation=fedavg.CLIENT_LOOP,
+  )
 
 
 def _train_result(client_update, optimizer, weights, dataset) -> collections.OrderedDict:
@@ -417,9 +473,10 @@ def _train_result(client_update, optimizer, weights, dataset) -> collections.Ord
   # The dataset is iterated once only: a second pass (e.g. to count batches)
   # may run first and reshuffle the training order.
   return collections.OrderedDict(
-      update=result.update,
-      norm=tf.linalg.global_norm(tf.nest.flatten(result.update)),
-      weight=result.update_weight)
+    update=result.update,
+    norm=tf.linalg.global_norm(tf.nest.flatten(result.update)),
+    weight=result.update_weight,
+  )
 
 
 def _train_computation(model_fn, learning_rate: float, weights_type, data_type):
@@ -439,9 +496,9 @@ def _weighted_and_non_finite(result, choice, meta, model: int) -> collections.Or
   update (weight 0)."""
   factor = choice['factor'][model]
   return collections.OrderedDict(
-      update=tf.nest.map_structure(lambda t: tf.cast(factor, t.dtype) * t, result['update']),
-      non_finite=tf.cast((meta['shares'][model] > 0.0) & tf.equal(result['weight'], 0.0),
-                         _COUNT))
+    update=tf.nest.map_structure(lambda t: tf.cast(factor, t.dtype) * t, result['update']),
+    non_finite=tf.cast((meta['shares'][model] > 0.0) & tf.equal(result['weight'], 0.0), _COUNT),
+  )
 
 
 def _train_chosen_model(model_fns, learning_rates):
@@ -460,8 +517,9 @@ def _train_chosen_model(model_fns, learning_rates):
 
     def zero(s):
       return collections.OrderedDict(
-          update=tf.nest.map_structure(tf.zeros_like, models[s].trainable),
-          non_finite=tf.constant(0, _COUNT))
+        update=tf.nest.map_structure(tf.zeros_like, models[s].trainable),
+        non_finite=tf.constant(0, _COUNT),
+      )
 
     def branch(chosen):
       def run():
@@ -473,11 +531,15 @@ def _train_chosen_model(model_fns, learning_rates):
           result = _train_result(client_updates[s], optimizers[s], models[s], datasets[s])
           outputs.append(_weighted_and_non_finite(result, choice, meta, s))
         return tuple(outputs)
+
       return run
 
     selected = choice['selected'] > 0
-    index = tf.where(tf.reduce_any(selected), tf.argmax(tf.cast(selected, tf.int32),
-                                                         output_type=tf.int32), num_models)
+    index = tf.where(
+      tf.reduce_any(selected),
+      tf.argmax(tf.cast(selected, tf.int32), output_type=tf.int32),
+      num_models,
+    )
     return tf.switch_case(index, [branch(s) for s in range(num_models + 1)])
 
   return train_chosen
@@ -501,9 +563,15 @@ class _AssignmentAggregator(NamedTuple):
   aggregate: Callable[..., tuple[list[Any], Any]]
 
 
-def _build_assignment_aggregator(num_models: int, config: Sampling, *, expected_clients: float,
-                                 max_rescaling_steps: int, seed: int,
-                                 norm_bound: float) -> _AssignmentAggregator:
+def _build_assignment_aggregator(
+  num_models: int,
+  config: Sampling,
+  *,
+  expected_clients: float,
+  max_rescaling_steps: int,
+  seed: int,
+  norm_bound: float,
+) -> _AssignmentAggregator:
   """The assignment aggregator: probabilities, draws, per-model sums and measurements.
 
   ``assign`` counts the cohort, clips each client's ``M_i``, runs
@@ -522,38 +590,61 @@ def _build_assignment_aggregator(num_models: int, config: Sampling, *, expected_
 
   def assign(round_num, values, meta) -> _Assignment:
     cohort_size = protocol.sum_counts(tff.federated_value(_COUNT(1), tff.CLIENTS), secure)
-    size = tff.federated_map(tff.tensorflow.computation(lambda n: tf.cast(n, _FLOAT)),
-                             cohort_size)
+    size = tff.federated_map(tff.tensorflow.computation(lambda n: tf.cast(n, _FLOAT)), cohort_size)
     info = tff.federated_map(client_signal, (meta, tff.federated_zip(tuple(values))))
     if uses_signal:
       phases = protocol.federated_probabilities(
-          info.total, size, expected_clients=m, mode=config.assignment,
-          max_rescaling_steps=steps, secure=secure, norm_bound=norm_bound)
+        info.total,
+        size,
+        expected_clients=m,
+        mode=config.assignment,
+        max_rescaling_steps=steps,
+        secure=secure,
+        norm_bound=norm_bound,
+      )
     else:
       phases = _uniform_phases(size, m)
-    choice = tff.federated_map(client_choice, (
-        meta, info.signal, phases.probability, tff.federated_broadcast(round_num)))
+    choice = tff.federated_map(
+      client_choice, (meta, info.signal, phases.probability, tff.federated_broadcast(round_num))
+    )
     return _Assignment(cohort_size, size, info, phases, choice)
 
   def aggregate(assignment: _Assignment, updates):
     sums = [tff.federated_sum(update.update) for update in updates]
-    counts = protocol.sum_counts(tff.federated_map(_client_counts, (
-        assignment.info, assignment.choice,
-        tff.federated_zip(tuple(update.non_finite for update in updates)))), secure)
+    counts = protocol.sum_counts(
+      tff.federated_map(
+        _client_counts,
+        (
+          assignment.info,
+          assignment.choice,
+          tff.federated_zip(tuple(update.non_finite for update in updates)),
+        ),
+      ),
+      secure,
+    )
     measurements = collections.OrderedDict(
-        cohort_size=assignment.cohort_size,
-        uploads=counts.uploads,
-        expected_uploads=protocol.sum_floats(assignment.choice.probability, 1.0, secure),
-        rescaling_steps=assignment.phases.rescaling_steps,
-        full_participation=assignment.phases.full_participation)
+      cohort_size=assignment.cohort_size,
+      uploads=counts.uploads,
+      expected_uploads=protocol.sum_floats(assignment.choice.probability, 1.0, secure),
+      rescaling_steps=assignment.phases.rescaling_steps,
+      full_participation=assignment.phases.full_participation,
+    )
     if uses_signal:
-      measurements.update(_variance_measurements(
-          assignment, expected_clients=m, num_models=num_models, max_rescaling_steps=steps,
-          exact=config.assignment == 'exact', secure=secure))
+      measurements.update(
+        _variance_measurements(
+          assignment,
+          expected_clients=m,
+          num_models=num_models,
+          max_rescaling_steps=steps,
+          exact=config.assignment == 'exact',
+          secure=secure,
+        )
+      )
     for name in ('clipped_signals', 'non_finite_signals', 'non_finite_updates'):
       measurements[name] = counts[name]
     measurements['extra_scalars_per_client'] = tff.federated_value(
-        _COUNT(extra_scalars), tff.SERVER)
+      _COUNT(extra_scalars), tff.SERVER
+    )
     return sums, tff.federated_zip(measurements)
 
   return _AssignmentAggregator(assign, aggregate)
@@ -561,14 +652,22 @@ def _build_assignment_aggregator(num_models: int, config: Sampling, *, expected_
 
 def _uniform_phases(size, m: float) -> protocol.FederatedProbabilities:
   """Every client takes part with probability ``min(1, m/N)``; no client value needed."""
-  probability = tff.federated_broadcast(tff.federated_map(tff.tensorflow.computation(
-      lambda n: tf.minimum(1.0, m / tf.maximum(n, 1.0))), size))
-  full_participation = tff.federated_map(tff.tensorflow.computation(
-      lambda n: tf.cast(m >= n, _FLOAT)), size)
+  probability = tff.federated_broadcast(
+    tff.federated_map(
+      tff.tensorflow.computation(lambda n: tf.minimum(1.0, m / tf.maximum(n, 1.0))), size
+    )
+  )
+  full_participation = tff.federated_map(
+    tff.tensorflow.computation(lambda n: tf.cast(m >= n, _FLOAT)), size
+  )
   return protocol.FederatedProbabilities(
-      probability=probability, norm_sum=None,
-      rescaling_steps=tff.federated_value(_COUNT(0), tff.SERVER),
-      full_participation=full_participation, water_level=None, all_norms=None)
+    probability=probability,
+    norm_sum=None,
+    rescaling_steps=tff.federated_value(_COUNT(0), tff.SERVER),
+    full_participation=full_participation,
+    water_level=None,
+    all_norms=None,
+  )
 
 
 def _client_signal_computation(norm_bound: float) -> tff.Computation:
@@ -585,10 +684,11 @@ def _client_signal_computation(norm_bound: float) -> tff.Computation:
     signal = tf.where(finite, raw, 0.0)
     total = tf.reduce_sum(signal)
     return collections.OrderedDict(
-        signal=signal,
-        total=tf.minimum(total, norm_bound),
-        clipped=tf.cast(total > norm_bound, _COUNT),
-        non_finite=tf.cast(tf.reduce_any(tf.logical_not(finite)), _COUNT))
+      signal=signal,
+      total=tf.minimum(total, norm_bound),
+      clipped=tf.cast(total > norm_bound, _COUNT),
+      non_finite=tf.cast(tf.reduce_any(tf.logical_not(finite)), _COUNT),
+    )
 
   return client_signal
 
@@ -601,8 +701,12 @@ def _client_choice_computation(num_models: int, assignment: str, seed: int) -> t
   p_{s|i}`` of the model it chose, ``Σ_s p_{s|i}`` and the marginals.
   """
 
-  @tff.tensorflow.computation(meta_type(num_models), tff.TensorType(_FLOAT, [num_models]),
-                              tff.TensorType(_FLOAT), tff.TensorType(np.int64))
+  @tff.tensorflow.computation(
+    meta_type(num_models),
+    tff.TensorType(_FLOAT, [num_models]),
+    tff.TensorType(_FLOAT),
+    tff.TensorType(np.int64),
+  )
   def client_choice(meta, signal, probability, round_num):
     shares = meta['shares']
     has_data = shares > 0.0
@@ -616,22 +720,26 @@ def _client_choice_computation(num_models: int, assignment: str, seed: int) -> t
       marginal = draw
     else:  # round_robin
       offset = tf.cast(seed % num_models, tf.int64)
-      turn = tf.cast((tf.cast(meta['client'], tf.int64) + round_num + offset) % num_models,
-                     tf.int32)
+      turn = tf.cast(
+        (tf.cast(meta['client'], tf.int64) + round_num + offset) % num_models, tf.int32
+      )
       draw = tf.where(tf.equal(index, turn) & has_data, probability, 0.0)
       marginal = draw / num_models
     client_seed = tf.random.experimental.stateless_fold_in(
-        tf.random.experimental.stateless_fold_in(
-            tf.constant([seed, 0], tf.int64), round_num),
-        tf.cast(meta['client'], tf.int64))
+      tf.random.experimental.stateless_fold_in(tf.constant([seed, 0], tf.int64), round_num),
+      tf.cast(meta['client'], tf.int64),
+    )
     uniform = tf.random.stateless_uniform([], seed=client_seed, dtype=tf.float32)
     cumulative = tf.cumsum(draw)
     chosen = tf.reduce_sum(tf.cast(cumulative <= uniform, tf.int32))  # num_models: none.
     selected = tf.equal(index, chosen) & (draw > 0.0)
     factor = tf.where(selected, shares / tf.where(selected, marginal, 1.0), 0.0)
     return collections.OrderedDict(
-        selected=tf.cast(selected, _COUNT), factor=factor, probability=tf.reduce_sum(draw),
-        marginal=marginal)
+      selected=tf.cast(selected, _COUNT),
+      factor=factor,
+      probability=tf.reduce_sum(draw),
+      marginal=marginal,
+    )
 
   return client_choice
 
@@ -640,14 +748,22 @@ def _client_choice_computation(num_models: int, assignment: str, seed: int) -> t
 def _client_counts(info, choice, non_finite_updates):
   """A client's contribution to the count measurements (summed by `aggregate`)."""
   return collections.OrderedDict(
-      uploads=choice['selected'], clipped_signals=info['clipped'],
-      non_finite_signals=info['non_finite'],
-      non_finite_updates=tf.add_n(list(non_finite_updates)))
+    uploads=choice['selected'],
+    clipped_signals=info['clipped'],
+    non_finite_signals=info['non_finite'],
+    non_finite_updates=tf.add_n(list(non_finite_updates)),
+  )
 
 
-def _variance_measurements(assignment: _Assignment, *, expected_clients: float,
-                           num_models: int, max_rescaling_steps: int, exact: bool,
-                           secure: bool) -> collections.OrderedDict:
+def _variance_measurements(
+  assignment: _Assignment,
+  *,
+  expected_clients: float,
+  num_models: int,
+  max_rescaling_steps: int,
+  exact: bool,
+  secure: bool,
+) -> collections.OrderedDict:
   """``improvement_factor`` and, if `exact`, ``secure_variance_ratio`` (see
   `build_multi_model_process`), from two sums of per-client terms."""
   m = expected_clients
@@ -661,15 +777,16 @@ def _variance_measurements(assignment: _Assignment, *, expected_clients: float,
     p = choice['marginal']
     terms = tf.where(p > 0.0, (1.0 - p) / tf.where(p > 0.0, p, 1.0) * shares**2, 0.0)
     return collections.OrderedDict(
-        variance=tf.clip_by_value(tf.reduce_sum(terms), 0.0, bound),
-        squares=tf.reduce_sum(shares**2))
+      variance=tf.clip_by_value(tf.reduce_sum(terms), 0.0, bound), squares=tf.reduce_sum(shares**2)
+    )
 
   @tff.tensorflow.computation(protocol.FLOAT_TYPE, protocol.FLOAT_TYPE, protocol.FLOAT_TYPE)
   def server_improvement(variance, squares, size):
     uniform = tf.minimum(m, size) / tf.maximum(size * num_models, 1.0)
     denominator = (1.0 - uniform) / uniform * squares
-    return tf.where(denominator > 0.0, variance / tf.where(denominator > 0.0, denominator, 1.0),
-                    0.0)
+    return tf.where(
+      denominator > 0.0, variance / tf.where(denominator > 0.0, denominator, 1.0), 0.0
+    )
 
   @tff.tensorflow.computation(tff.TensorType(_FLOAT, [None]), tff.TensorType(_FLOAT))
   def server_secure_variance_ratio(totals, squares_sum):
@@ -682,16 +799,27 @@ def _variance_measurements(assignment: _Assignment, *, expected_clients: float,
       return tf.reduce_sum(tf.math.divide_no_nan(scaled**2, p)) - tf.cast(squares_sum, tf.float64)
 
     optimum = variance(probabilities.optimal_probabilities_tf(scaled, m, validate=False))
-    ratios = [variance(probabilities.approximate_optimal_probabilities_tf(
-        scaled, m, j, validate=False)) for j in range(max_rescaling_steps + 1)]
+    ratios = [
+      variance(probabilities.approximate_optimal_probabilities_tf(scaled, m, j, validate=False))
+      for j in range(max_rescaling_steps + 1)
+    ]
     return tf.cast(tf.math.divide_no_nan(tf.stack(ratios), optimum), _FLOAT)
 
-  terms = protocol.sum_floats(tff.federated_map(client_variance_terms, (
-      assignment.info, assignment.choice,
-      tff.federated_broadcast(assignment.phases.norm_sum))), bound, secure)
-  measurements = collections.OrderedDict(improvement_factor=tff.federated_map(
-      server_improvement, (terms.variance, terms.squares, assignment.size)))
+  terms = protocol.sum_floats(
+    tff.federated_map(
+      client_variance_terms,
+      (assignment.info, assignment.choice, tff.federated_broadcast(assignment.phases.norm_sum)),
+    ),
+    bound,
+    secure,
+  )
+  measurements = collections.OrderedDict(
+    improvement_factor=tff.federated_map(
+      server_improvement, (terms.variance, terms.squares, assignment.size)
+    )
+  )
   if exact:
     measurements['secure_variance_ratio'] = tff.federated_map(
-        server_secure_variance_ratio, (assignment.phases.all_norms, terms.squares))
+      server_secure_variance_ratio, (assignment.phases.all_norms, terms.squares)
+    )
   return measurements

@@ -37,8 +37,13 @@ ModelFn = Callable[[], tff.learning.models.VariableModel]
 
 def _factory(expected_clients, max_rescaling_steps, mode, secure, seed, aggregator_options):
   return aggregator_lib.OptimalSamplingFactory(
-      expected_clients, max_rescaling_steps=max_rescaling_steps, mode=mode,
-      secure=secure and mode != 'exact', seed=seed, **aggregator_options)
+    expected_clients,
+    max_rescaling_steps=max_rescaling_steps,
+    mode=mode,
+    secure=secure and mode != 'exact',
+    seed=seed,
+    **aggregator_options,
+  )
 
 
 def _hinting(process, secure, mode):
@@ -49,17 +54,17 @@ def _hinting(process, secure, mode):
 
 
 def build_fed_avg_with_optimal_sampling(
-    model_fn: ModelFn,
-    client_optimizer_fn: tff.learning.optimizers.Optimizer,
-    server_optimizer_fn: tff.learning.optimizers.Optimizer,
-    *,
-    expected_clients: float,
-    max_rescaling_steps: int = 4,
-    mode: str = 'approximate',
-    secure: bool = True,
-    client_weighting: tff.learning.ClientWeighting = tff.learning.ClientWeighting.NUM_EXAMPLES,
-    seed: int = 0,
-    **aggregator_options,
+  model_fn: ModelFn,
+  client_optimizer_fn: tff.learning.optimizers.Optimizer,
+  server_optimizer_fn: tff.learning.optimizers.Optimizer,
+  *,
+  expected_clients: float,
+  max_rescaling_steps: int = 4,
+  mode: str = 'approximate',
+  secure: bool = True,
+  client_weighting: tff.learning.ClientWeighting = tff.learning.ClientWeighting.NUM_EXAMPLES,
+  seed: int = 0,
+  **aggregator_options,
 ) -> tff.learning.templates.LearningProcess:
   """FedAvg where each cohort client uploads with probability ``p_i``.
 
@@ -84,26 +89,28 @@ def build_fed_avg_with_optimal_sampling(
     TypeError: For an ``inner_factory`` that does not return a sum.
   """
   process = tff.learning.algorithms.build_weighted_fed_avg(
-      model_fn,
-      client_optimizer_fn=client_optimizer_fn,
-      server_optimizer_fn=server_optimizer_fn,
-      client_weighting=client_weighting,
-      model_aggregator=_factory(expected_clients, max_rescaling_steps, mode, secure, seed,
-                                aggregator_options),
-      loop_implementation=fedavg.CLIENT_LOOP)
+    model_fn,
+    client_optimizer_fn=client_optimizer_fn,
+    server_optimizer_fn=server_optimizer_fn,
+    client_weighting=client_weighting,
+    model_aggregator=_factory(
+      expected_clients, max_rescaling_steps, mode, secure, seed, aggregator_options
+    ),
+    loop_implementation=fedavg.CLIENT_LOOP,
+  )
   return _hinting(process, secure, mode)
 
 
 def build_dsgd_with_optimal_sampling(
-    model_fn: ModelFn,
-    server_optimizer_fn: tff.learning.optimizers.Optimizer,
-    *,
-    expected_clients: float,
-    max_rescaling_steps: int = 4,
-    mode: str = 'approximate',
-    secure: bool = True,
-    seed: int = 0,
-    **aggregator_options,
+  model_fn: ModelFn,
+  server_optimizer_fn: tff.learning.optimizers.Optimizer,
+  *,
+  expected_clients: float,
+  max_rescaling_steps: int = 4,
+  mode: str = 'approximate',
+  secure: bool = True,
+  seed: int = 0,
+  **aggregator_options,
 ) -> tff.learning.templates.LearningProcess:
   """Distributed SGD where each cohort client uploads its gradient with probability ``p_i``.
 
@@ -112,9 +119,11 @@ def build_dsgd_with_optimal_sampling(
   rate is the step size ``η``.
   """
   process = tff.learning.algorithms.build_fed_sgd(
-      model_fn,
-      server_optimizer_fn=server_optimizer_fn,
-      model_aggregator=_factory(expected_clients, max_rescaling_steps, mode, secure, seed,
-                                aggregator_options),
-      loop_implementation=fedavg.CLIENT_LOOP)
+    model_fn,
+    server_optimizer_fn=server_optimizer_fn,
+    model_aggregator=_factory(
+      expected_clients, max_rescaling_steps, mode, secure, seed, aggregator_options
+    ),
+    loop_implementation=fedavg.CLIENT_LOOP,
+  )
   return _hinting(process, secure, mode)

@@ -44,15 +44,18 @@ class _ProximalSGD(tff.learning.optimizers.Optimizer):
     self._mu = float(proximal_strength)
 
   def initialize(self, specs: Any) -> collections.OrderedDict:
-    return collections.OrderedDict([
+    return collections.OrderedDict(
+      [
         (_ANCHOR, tf.nest.map_structure(lambda s: tf.zeros(s.shape, s.dtype), specs)),
         (_STARTED, tf.constant(False)),
-    ])
+      ]
+    )
 
   def next(self, state, weights, gradients):
     gradients = tff.learning.optimizers.handle_indexed_slices_gradients(gradients)
-    anchor = tf.cond(state[_STARTED], lambda: state[_ANCHOR],
-                     lambda: tf.nest.map_structure(tf.identity, weights))
+    anchor = tf.cond(
+      state[_STARTED], lambda: state[_ANCHOR], lambda: tf.nest.map_structure(tf.identity, weights)
+    )
 
     def step(w, g, a):
       if g is None:
@@ -63,8 +66,9 @@ class _ProximalSGD(tff.learning.optimizers.Optimizer):
     return collections.OrderedDict([(_ANCHOR, anchor), (_STARTED, tf.constant(True))]), updated
 
 
-def build_proximal_sgd(learning_rate: float, proximal_strength: float
-                       ) -> tff.learning.optimizers.Optimizer:
+def build_proximal_sgd(
+  learning_rate: float, proximal_strength: float
+) -> tff.learning.optimizers.Optimizer:
   """SGD whose every step adds ``μ (w − w_0)``; see the module docstring.
 
   Args:

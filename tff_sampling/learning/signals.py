@@ -51,14 +51,16 @@ from tff_sampling.learning import proximal
 
 # The type of one element of a client's ``meta`` dataset (see `client_data`).
 META_TYPE = tff.StructWithPythonType(
-    [('slot', tff.TensorType(np.int32)), ('weight', tff.TensorType(np.float32))],
-    collections.OrderedDict)
+  [('slot', tff.TensorType(np.int32)), ('weight', tff.TensorType(np.float32))],
+  collections.OrderedDict,
+)
 
 
 def client_data(dataset: tf.data.Dataset, slot: int, weight: float) -> collections.OrderedDict:
   """One client's input to the signals client work (see the module docstring)."""
-  meta = tf.data.Dataset.from_tensors(collections.OrderedDict(
-      slot=np.int32(slot), weight=np.float32(weight)))
+  meta = tf.data.Dataset.from_tensors(
+    collections.OrderedDict(slot=np.int32(slot), weight=np.float32(weight))
+  )
   return collections.OrderedDict(data=dataset, meta=meta)
 
 
@@ -68,9 +70,14 @@ def count_sketch_tf(flat: tf.Tensor, sketch_size: int, seed: int) -> tf.Tensor:
   if num_values <= sketch_size:
     return tf.pad(flat, [[0, sketch_size - num_values]])
   buckets = tf.random.stateless_uniform(
-      [num_values], seed=[seed, 0], minval=0, maxval=sketch_size, dtype=tf.int32)
-  signs = tf.cast(tf.random.stateless_uniform(
-      [num_values], seed=[seed, 1], minval=0, maxval=2, dtype=tf.int32) * 2 - 1, flat.dtype)
+    [num_values], seed=[seed, 0], minval=0, maxval=sketch_size, dtype=tf.int32
+  )
+  signs = tf.cast(
+    tf.random.stateless_uniform([num_values], seed=[seed, 1], minval=0, maxval=2, dtype=tf.int32)
+    * 2
+    - 1,
+    flat.dtype,
+  )
   return tf.math.unsorted_segment_sum(flat * signs, buckets, sketch_size)
 
 
@@ -92,11 +99,11 @@ def gather_by_slot(slots, values, width: int):
   def zero():
     return (tf.zeros([0], tf.int32), tf.zeros([0, width], tf.float32))
 
-  @tff.tensorflow.computation((slots_type, rows_type),
-                              (tff.TensorType(np.int32), tff.TensorType(np.float32, [width])))
+  @tff.tensorflow.computation(
+    (slots_type, rows_type), (tff.TensorType(np.int32), tff.TensorType(np.float32, [width]))
+  )
   def accumulate(accumulator, value):
-    return (tf.concat([accumulator[0], [value[0]]], 0),
-            tf.concat([accumulator[1], [value[1]]], 0))
+    return (tf.concat([accumulator[0], [value[0]]], 0), tf.concat([accumulator[1], [value[1]]], 0))
 
   @tff.tensorflow.computation((slots_type, rows_type), (slots_type, rows_type))
   def merge(a, b):
@@ -108,8 +115,9 @@ def gather_by_slot(slots, values, width: int):
     # Every slot 0..cohort-1 arrives exactly once; the scatter orders rows by slot.
     return tf.scatter_nd(tf.expand_dims(slots, 1), rows, [tf.shape(slots)[0], width])
 
-  return tff.federated_aggregate(tff.federated_zip((slots, values)), zero(), accumulate,
-                                 merge, report)
+  return tff.federated_aggregate(
+    tff.federated_zip((slots, values)), zero(), accumulate, merge, report
+  )
 
 
 def slot_client_data(data_type) -> tuple[tff.StructWithPythonType, tff.Computation]:
@@ -121,7 +129,8 @@ def slot_client_data(data_type) -> tuple[tff.StructWithPythonType, tff.Computati
   """
   meta_type = tff.SequenceType(META_TYPE)
   client_data_type = tff.StructWithPythonType(
-      [('data', data_type), ('meta', meta_type)], collections.OrderedDict)
+    [('data', data_type), ('meta', meta_type)], collections.OrderedDict
+  )
   return client_data_type, read_meta_computation(meta_type)
 
 
@@ -130,9 +139,11 @@ def read_meta_computation(meta_type):
 
   @tff.tensorflow.computation(meta_type)
   def read_meta(meta):
-    initial = collections.OrderedDict(slot=tf.constant(-1, tf.int32),
-                                      weight=tf.constant(0.0, tf.float32))
+    initial = collections.OrderedDict(
+      slot=tf.constant(-1, tf.int32), weight=tf.constant(0.0, tf.float32)
+    )
     return meta.reduce(initial, lambda _, element: element)
+
   return read_meta
 
 
@@ -149,8 +160,9 @@ def client_loss_computation(model_fn, weights_type, data_type) -> tff.Computatio
     # model's.
     @tf.function
     def mean_loss():
-      tf.nest.map_structure(lambda v, t: v.assign(t),
-                            tff.learning.models.ModelWeights.from_model(model), weights)
+      tf.nest.map_structure(
+        lambda v, t: v.assign(t), tff.learning.models.ModelWeights.from_model(model), weights
+      )
 
       def add(totals, batch):
         output = model.forward_pass(batch, training=False)
@@ -165,8 +177,11 @@ def client_loss_computation(model_fn, weights_type, data_type) -> tff.Computatio
   return client_loss
 
 
-def build_loss_probe(model_fn: Callable[[], tff.learning.models.VariableModel],
-                     model_weights_type: tff.Type, element_spec) -> tff.Computation:
+def build_loss_probe(
+  model_fn: Callable[[], tff.learning.models.VariableModel],
+  model_weights_type: tff.Type,
+  element_spec,
+) -> tff.Computation:
   """A computation giving each client's loss under given model weights, by slot.
 
   ``(<W@SERVER, {<data=B*, meta=…*>}@CLIENTS> -> float32[cohort]@SERVER)``: the
@@ -186,8 +201,9 @@ def build_loss_probe(model_fn: Callable[[], tff.learning.models.VariableModel],
 
   client_loss = client_loss_computation(model_fn, weights_type, data_type)
 
-  @tff.federated_computation(tff.FederatedType(weights_type, tff.SERVER),
-                             tff.FederatedType(client_data_type, tff.CLIENTS))
+  @tff.federated_computation(
+    tff.FederatedType(weights_type, tff.SERVER), tff.FederatedType(client_data_type, tff.CLIENTS)
+  )
   def probe(weights, data):
     losses = tff.federated_map(client_loss, (tff.federated_broadcast(weights), data.data))
     meta = tff.federated_map(read_meta, data.meta)
@@ -198,12 +214,12 @@ def build_loss_probe(model_fn: Callable[[], tff.learning.models.VariableModel],
 
 
 def build_signals_client_work(
-    model_fn: Callable[[], tff.learning.models.VariableModel],
-    client_optimizer_fn: tff.learning.optimizers.Optimizer,
-    *,
-    sketch_size: int | None,
-    sketch_seed: int = 0,
-    client_losses: bool = False,
+  model_fn: Callable[[], tff.learning.models.VariableModel],
+  client_optimizer_fn: tff.learning.optimizers.Optimizer,
+  *,
+  sketch_size: int | None,
+  sketch_seed: int = 0,
+  client_losses: bool = False,
 ) -> tff.learning.templates.ClientWorkProcess:
   """Local SGD that also reports each client's update sketch by cohort slot.
 
@@ -229,27 +245,33 @@ def build_signals_client_work(
   """
   validation.positive_int('sketch_size', sketch_size, optional=True)
   inner = tff.learning.templates.build_model_delta_client_work(
-      model_fn, client_optimizer_fn, tff.learning.ClientWeighting.NUM_EXAMPLES,
-      loop_implementation=fedavg.CLIENT_LOOP)
+    model_fn,
+    client_optimizer_fn,
+    tff.learning.ClientWeighting.NUM_EXAMPLES,
+    loop_implementation=fedavg.CLIENT_LOOP,
+  )
   weights_type = inner.next.type_signature.parameter[1].member
   data_type = inner.next.type_signature.parameter[2].member
   client_data_type, read_meta = slot_client_data(data_type)
   update_type = inner.next.type_signature.result.result.member.update
-  client_loss = (client_loss_computation(model_fn, weights_type, data_type)
-                 if client_losses else None)
+  client_loss = (
+    client_loss_computation(model_fn, weights_type, data_type) if client_losses else None
+  )
 
   if sketch_size is not None:
 
     @tff.tensorflow.computation(update_type)
     def sketch(update):
-      flat = tf.concat([tf.reshape(tf.cast(t, tf.float32), [-1])
-                        for t in tf.nest.flatten(update)], 0)
+      flat = tf.concat(
+        [tf.reshape(tf.cast(t, tf.float32), [-1]) for t in tf.nest.flatten(update)], 0
+      )
       return count_sketch_tf(flat, sketch_size, sketch_seed)
 
   @tff.federated_computation(
-      inner.initialize.type_signature.result,
-      tff.FederatedType(weights_type, tff.CLIENTS),
-      tff.FederatedType(client_data_type, tff.CLIENTS))
+    inner.initialize.type_signature.result,
+    tff.FederatedType(weights_type, tff.CLIENTS),
+    tff.FederatedType(client_data_type, tff.CLIENTS),
+  )
   def next_fn(state, weights, data):
     inner_output = inner.next(state, weights, data.data)
     meta = tff.federated_map(read_meta, data.meta)
@@ -261,9 +283,11 @@ def build_signals_client_work(
     if client_loss is not None:
       losses = tff.federated_map(client_loss, (weights, data.data))
       signals[contract.LOSS] = tff.federated_map(
-          tff.tensorflow.computation(lambda g: g[:, 0]), gather_by_slot(meta.slot, losses, 1))
-    result = tff.federated_zip(tff.learning.templates.ClientResult(
-        update=update, update_weight=meta.weight))
+        tff.tensorflow.computation(lambda g: g[:, 0]), gather_by_slot(meta.slot, losses, 1)
+      )
+    result = tff.federated_zip(
+      tff.learning.templates.ClientResult(update=update, update_weight=meta.weight)
+    )
     measurements = collections.OrderedDict(train=inner_output.measurements)
     if signals:
       measurements[contract.SIGNALS] = tff.federated_zip(signals)
@@ -274,14 +298,14 @@ def build_signals_client_work(
 
 
 def build_fedavg_with_signals(
-    model_fn: Callable[[], tff.learning.models.VariableModel],
-    *,
-    client_learning_rate: float,
-    server_learning_rate: float = 1.0,
-    sketch_size: int | None,
-    sketch_seed: int = 0,
-    proximal_strength: float = 0.0,
-    client_losses: bool = False,
+  model_fn: Callable[[], tff.learning.models.VariableModel],
+  *,
+  client_learning_rate: float,
+  server_learning_rate: float = 1.0,
+  sketch_size: int | None,
+  sketch_seed: int = 0,
+  proximal_strength: float = 0.0,
+  client_losses: bool = False,
 ) -> tff.learning.templates.LearningProcess:
   """FedAvg whose clients use sampler weights and report signals by slot.
 
@@ -294,12 +318,18 @@ def build_fedavg_with_signals(
   With ``proximal_strength = μ > 0`` the clients run FedProx's local problem
   (`tff_sampling.learning.proximal.build_proximal_sgd`).
   """
-  client_optimizer = (proximal.build_proximal_sgd(client_learning_rate, proximal_strength)
-                      if proximal_strength else
-                      tff.learning.optimizers.build_sgdm(client_learning_rate))
+  client_optimizer = (
+    proximal.build_proximal_sgd(client_learning_rate, proximal_strength)
+    if proximal_strength
+    else tff.learning.optimizers.build_sgdm(client_learning_rate)
+  )
   client_work = build_signals_client_work(
-      model_fn, client_optimizer, sketch_size=sketch_size, sketch_seed=sketch_seed,
-      client_losses=client_losses)
+    model_fn,
+    client_optimizer,
+    sketch_size=sketch_size,
+    sketch_seed=sketch_seed,
+    client_losses=client_losses,
+  )
   model_weights_type = client_work.next.type_signature.parameter[1].member
   update_type = client_work.next.type_signature.result.result.member.update
 
@@ -308,16 +338,19 @@ def build_fedavg_with_signals(
     return tff.learning.models.ModelWeights.from_model(model_fn())
 
   return tff.learning.templates.compose_learning_process(
-      initial_model_weights_fn,
-      tff.learning.templates.build_broadcast_process(model_weights_type),
-      client_work,
-      tff.aggregators.MeanFactory().create(update_type, tff.TensorType(np.float32)),
-      tff.learning.templates.build_apply_optimizer_finalizer(
-          tff.learning.optimizers.build_sgdm(server_learning_rate), model_weights_type))
+    initial_model_weights_fn,
+    tff.learning.templates.build_broadcast_process(model_weights_type),
+    client_work,
+    tff.aggregators.MeanFactory().create(update_type, tff.TensorType(np.float32)),
+    tff.learning.templates.build_apply_optimizer_finalizer(
+      tff.learning.optimizers.build_sgdm(server_learning_rate), model_weights_type
+    ),
+  )
 
 
-def selection_client_data(datasets: Sequence[tf.data.Dataset],
-                          weights: Sequence[float]) -> list[collections.OrderedDict]:
+def selection_client_data(
+  datasets: Sequence[tf.data.Dataset], weights: Sequence[float]
+) -> list[collections.OrderedDict]:
   """Client data for a whole cohort: slot ``k`` gets ``datasets[k]`` and ``weights[k]``."""
   if len(datasets) != len(weights):
     raise ValueError(f'{len(datasets)} datasets but {len(weights)} weights.')

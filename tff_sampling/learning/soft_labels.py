@@ -96,15 +96,16 @@ def _gather_flat_by_slot(slots, values, row_shape: tf.TensorShape):
     ordered = tf.scatter_nd(tf.expand_dims(slots, 1), rows, tf.stack([count, width]))
     return tf.reshape(ordered, [-1, width // row_size] + row_shape.as_list())
 
-  return tff.federated_aggregate(tff.federated_zip((slots, values)), zero(), accumulate,
-                                 merge, report)
+  return tff.federated_aggregate(
+    tff.federated_zip((slots, values)), zero(), accumulate, merge, report
+  )
 
 
 def build_soft_label_probe(
-    model_fn: Callable[[], tff.learning.models.VariableModel],
-    *,
-    client_learning_rate: float,
-    model_outputs: str = 'logits',
+  model_fn: Callable[[], tff.learning.models.VariableModel],
+  *,
+  client_learning_rate: float,
+  model_outputs: str = 'logits',
 ) -> tff.Computation:
   """The federated computation of LEFL's pre-processing round for one cohort.
 
@@ -151,9 +152,10 @@ def build_soft_label_probe(
   learning_rate = graph_probe.check_client_learning_rate(client_learning_rate)
   if model_outputs not in MODEL_OUTPUTS:
     raise ValueError(
-        f'model_outputs must be one of {list(MODEL_OUTPUTS)}, got {model_outputs!r}: '
-        "'logits' for models whose loss takes logits (from_logits=True), "
-        "'probabilities' for models that end in a softmax.")
+      f'model_outputs must be one of {list(MODEL_OUTPUTS)}, got {model_outputs!r}: '
+      "'logits' for models whose loss takes logits (from_logits=True), "
+      "'probabilities' for models that end in a softmax."
+    )
 
   with tf.Graph().as_default():  # Keep the probe model's variables out of the eager context.
     model = model_fn()
@@ -161,8 +163,7 @@ def build_soft_label_probe(
     weights_type = tff.learning.models.weights_type_from_model(model)
     inputs_spec = graph_probe.model_inputs_spec(batch_spec)
     example_shape, output_shape = graph_probe.model_output_shape(model, inputs_spec)
-  public_type = tff.TensorType(inputs_spec.dtype.as_numpy_dtype,
-                               [None] + example_shape.as_list())
+  public_type = tff.TensorType(inputs_spec.dtype.as_numpy_dtype, [None] + example_shape.as_list())
 
   data_type = tff.SequenceType(tff.types.tensorflow_to_type(batch_spec))
   client_data_type, read_meta = signals.slot_client_data(data_type)
@@ -179,8 +180,9 @@ def build_soft_label_probe(
     def run(weights, dataset, public):
       update = graph_probe.local_sgd(model, weights, dataset, learning_rate)
       local = probabilities(model, public)
-      finite = tf.logical_and(tf.reduce_all(tf.math.is_finite(update)),
-                              tf.reduce_all(tf.math.is_finite(local)))
+      finite = tf.logical_and(
+        tf.reduce_all(tf.math.is_finite(update)), tf.reduce_all(tf.math.is_finite(local))
+      )
 
       def global_probabilities():
         graph_probe.assign_model_weights(model, weights)
@@ -191,12 +193,16 @@ def build_soft_label_probe(
 
     return run(weights, dataset, public)
 
-  @tff.federated_computation(tff.FederatedType(weights_type, tff.SERVER),
-                             tff.FederatedType(public_type, tff.SERVER),
-                             tff.FederatedType(client_data_type, tff.CLIENTS))
+  @tff.federated_computation(
+    tff.FederatedType(weights_type, tff.SERVER),
+    tff.FederatedType(public_type, tff.SERVER),
+    tff.FederatedType(client_data_type, tff.CLIENTS),
+  )
   def probe(weights, public, data):
-    soft_labels = tff.federated_map(client_soft_labels_fn, (
-        tff.federated_broadcast(weights), data.data, tff.federated_broadcast(public)))
+    soft_labels = tff.federated_map(
+      client_soft_labels_fn,
+      (tff.federated_broadcast(weights), data.data, tff.federated_broadcast(public)),
+    )
     meta = tff.federated_map(read_meta, data.meta)
     return _gather_flat_by_slot(meta.slot, soft_labels, output_shape)
 
@@ -229,41 +235,45 @@ def check_public_inputs(task: Task, public_inputs) -> np.ndarray:
   inputs = np.asarray(public_inputs)
   if inputs.ndim < 1 or tuple(inputs.shape[1:]) != example_shape:
     raise ValueError(
-        f'public_inputs of shape {inputs.shape} do not fit task {task.name!r}, whose model '
-        f'takes examples of shape {example_shape} (batches {spec.shape}); pass '
-        f'[num_examples, {", ".join(map(str, example_shape))}] inputs, e.g. from '
-        'tasks.public.public_inputs(task, ...).')
+      f'public_inputs of shape {inputs.shape} do not fit task {task.name!r}, whose model '
+      f'takes examples of shape {example_shape} (batches {spec.shape}); pass '
+      f'[num_examples, {", ".join(map(str, example_shape))}] inputs, e.g. from '
+      'tasks.public.public_inputs(task, ...).'
+    )
   if inputs.shape[0] == 0:
     raise ValueError('public_inputs hold no examples; pass at least one.')
   if spec.dtype.is_floating:
     if not (np.issubdtype(inputs.dtype, np.floating) or np.issubdtype(inputs.dtype, np.integer)):
       raise ValueError(
-          f'public_inputs of dtype {inputs.dtype} cannot feed task {task.name!r}, whose '
-          f'model takes {spec.dtype.name} inputs; pass real-valued inputs.')
+        f'public_inputs of dtype {inputs.dtype} cannot feed task {task.name!r}, whose '
+        f'model takes {spec.dtype.name} inputs; pass real-valued inputs.'
+      )
     inputs = inputs.astype(spec.dtype.as_numpy_dtype)
     if not np.all(np.isfinite(inputs)):
       raise ValueError(
-          f'public_inputs hold {int(inputs.size - np.isfinite(inputs).sum())} non-finite '
-          'values; pass finite inputs.')
+        f'public_inputs hold {int(inputs.size - np.isfinite(inputs).sum())} non-finite '
+        'values; pass finite inputs.'
+      )
   else:
     if not np.issubdtype(inputs.dtype, np.integer):
       raise ValueError(
-          f'public_inputs of dtype {inputs.dtype} cannot feed task {task.name!r}, whose '
-          f'model takes {spec.dtype.name} inputs (token ids); pass integer inputs.')
+        f'public_inputs of dtype {inputs.dtype} cannot feed task {task.name!r}, whose '
+        f'model takes {spec.dtype.name} inputs (token ids); pass integer inputs.'
+      )
     inputs = inputs.astype(spec.dtype.as_numpy_dtype)
   return inputs
 
 
 def client_soft_labels(
-    task: Task,
-    *,
-    public_inputs: np.ndarray,
-    model_weights: tff.learning.models.ModelWeights,
-    client_learning_rate: float,
-    seed: int,
-    pretrain_epochs: int = 1,
-    client_steps: int | None = None,
-    chunk_size: int = 32,
+  task: Task,
+  *,
+  public_inputs: np.ndarray,
+  model_weights: tff.learning.models.ModelWeights,
+  client_learning_rate: float,
+  seed: int,
+  pretrain_epochs: int = 1,
+  client_steps: int | None = None,
+  chunk_size: int = 32,
 ) -> np.ndarray:
   """LEFL's soft labels of **all** clients of `task` (see the module docstring).
 
@@ -318,8 +328,9 @@ def client_soft_labels(
     client_steps = graph_probe.check_positive_int('client_steps', client_steps)
   inputs = check_public_inputs(task, public_inputs)
   model_outputs = _task_model_outputs(task)
-  probe = build_soft_label_probe(task.model_fn, client_learning_rate=learning_rate,
-                                 model_outputs=model_outputs)
+  probe = build_soft_label_probe(
+    task.model_fn, client_learning_rate=learning_rate, model_outputs=model_outputs
+  )
 
   def stream(client):
     shuffle_seed = randomness.client_shuffle_seed(seed, 0, client)
@@ -339,26 +350,31 @@ def client_soft_labels(
     keras_model = task.keras_model_fn(0)
     model_weights.assign_weights_to(keras_model)
     outputs = np.asarray(keras_model(inputs, training=False), np.float32)
-    global_labels = (tf.nn.softmax(outputs, axis=-1).numpy() if model_outputs == 'logits'
-                     else outputs)
-    unchanged = np.flatnonzero(np.all(
-        np.abs(soft_labels - global_labels).reshape(task.num_clients, -1) <= 1e-6, axis=1))
+    global_labels = (
+      tf.nn.softmax(outputs, axis=-1).numpy() if model_outputs == 'logits' else outputs
+    )
+    unchanged = np.flatnonzero(
+      np.all(np.abs(soft_labels - global_labels).reshape(task.num_clients, -1) <= 1e-6, axis=1)
+    )
     if unchanged.size:
       logging.warning(
-          '%d of %d clients report the global model\'s soft labels (within 1e-6), e.g. %s: '
-          'no training data, a non-finite local model (lower the client learning rate), '
-          'or too little local training to move the model.',
-          unchanged.size, task.num_clients, task.client_ids[unchanged[0]])
+        "%d of %d clients report the global model's soft labels (within 1e-6), e.g. %s: "
+        'no training data, a non-finite local model (lower the client learning rate), '
+        'or too little local training to move the model.',
+        unchanged.size,
+        task.num_clients,
+        task.client_ids[unchanged[0]],
+      )
   return soft_labels
 
 
 def preprocessing_bits(
-    *,
-    num_clients: int,
-    public_examples: int,
-    input_size: int,
-    num_classes: int,
-    bits_per_value: int = communication.BITS_PER_FLOAT32,
+  *,
+  num_clients: int,
+  public_examples: int,
+  input_size: int,
+  num_classes: int,
+  bits_per_value: int = communication.BITS_PER_FLOAT32,
 ) -> dict[str, int]:
   """The traffic of LEFL's pre-processing round.
 
@@ -385,10 +401,17 @@ def preprocessing_bits(
   Raises:
     ValueError: For a non-positive count.
   """
-  values = {name: graph_probe.check_positive_int(name, value) for name, value in (
-      ('num_clients', num_clients), ('public_examples', public_examples),
-      ('input_size', input_size), ('num_classes', num_classes),
-      ('bits_per_value', bits_per_value))}
+  values = {
+    name: graph_probe.check_positive_int(name, value)
+    for name, value in (
+      ('num_clients', num_clients),
+      ('public_examples', public_examples),
+      ('input_size', input_size),
+      ('num_classes', num_classes),
+      ('bits_per_value', bits_per_value),
+    )
+  }
   per_client = values['num_clients'] * values['public_examples'] * values['bits_per_value']
-  return dict(upload_bits=per_client * values['num_classes'],
-              download_bits=per_client * values['input_size'])
+  return dict(
+    upload_bits=per_client * values['num_classes'], download_bits=per_client * values['input_size']
+  )

@@ -47,10 +47,10 @@ run directory (resume, managers, files) `tff_sampling.run_dir`.
 
 from tff_sampling.program.checks import check_diverged
 from tff_sampling.program.checks import model_weights_of
+from tff_sampling.program.config import RESUMABLE_HPARAMS
 from tff_sampling.program.config import Availability
 from tff_sampling.program.config import ExperimentResult
 from tff_sampling.program.config import ProgramConfig
-from tff_sampling.program.config import RESUMABLE_HPARAMS
 from tff_sampling.program.config import UplinkFn
 from tff_sampling.program.evaluation import CentralEvaluator
 from tff_sampling.program.loop import run_experiment
@@ -63,7 +63,22 @@ from tff_sampling.program.trainer import Trainer
 from tff_sampling.randomness import client_shuffle_seed
 from tff_sampling.selection_stats import selection_metrics
 
-__all__ = ['Availability', 'CentralEvaluator', 'Clients', 'ExperimentResult', 'ProgramConfig',
-           'ProgressReleaseManager', 'RESUMABLE_HPARAMS', 'RoundOutput', 'SingleModel', 'Trainer',
-           'UplinkFn', 'check_diverged', 'client_shuffle_seed', 'model_weights_of',
-           'run_experiment', 'run_rounds', 'selection_metrics']
+__all__ = [
+  'Availability',
+  'CentralEvaluator',
+  'Clients',
+  'ExperimentResult',
+  'ProgramConfig',
+  'ProgressReleaseManager',
+  'RESUMABLE_HPARAMS',
+  'RoundOutput',
+  'SingleModel',
+  'Trainer',
+  'UplinkFn',
+  'check_diverged',
+  'client_shuffle_seed',
+  'model_weights_of',
+  'run_experiment',
+  'run_rounds',
+  'selection_metrics',
+]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
+import math
 from typing import Any
 
 import numpy as np
@@ -40,8 +40,9 @@ def _leaves(value: Any, path: str = ''):
     yield path, value
 
 
-def check_diverged(round_num: int, model_weights: Any = None,
-                   released: Mapping[str, Any] | None = None) -> None:
+def check_diverged(
+  round_num: int, model_weights: Any = None, released: Mapping[str, Any] | None = None
+) -> None:
   """Stops a diverging run: raises FloatingPointError naming the round and the sign.
 
   Signs of divergence: a global model (one `ModelWeights` or a sequence of
@@ -51,12 +52,15 @@ def check_diverged(round_num: int, model_weights: Any = None,
   non-finite aggregate and keeps the old model, which would otherwise let the
   run go on without learning.
   """
-  models = (list(model_weights) if isinstance(model_weights, list) else [model_weights])
+  models = list(model_weights) if isinstance(model_weights, list) else [model_weights]
   signs = []
   for s, weights in enumerate(m for m in models if m is not None):
     if not all(np.all(np.isfinite(t)) for t in tf.nest.flatten(weights.trainable)):
-      signs.append('the global model has non-finite weights' if len(models) == 1
-                   else f'global model {s} has non-finite weights')
+      signs.append(
+        'the global model has non-finite weights'
+        if len(models) == 1
+        else f'global model {s} has non-finite weights'
+      )
   for path, value in _leaves(released or {}):
     name = path.rsplit('/', 1)[-1]
     try:
@@ -69,21 +73,25 @@ def check_diverged(round_num: int, model_weights: Any = None,
       signs.append(f'{path} = {number:g} (the aggregated update was not finite)')
   if signs:
     raise FloatingPointError(
-        f'The run diverged in round {round_num}: {"; ".join(signs)}. The run stops here (the '
-        'rows so far are in metrics.csv). The learning rate is the likely cause: lower the '
-        'client or server learning rate (or check the data for non-finite values).')
+      f'The run diverged in round {round_num}: {"; ".join(signs)}. The run stops here (the '
+      'rows so far are in metrics.csv). The learning rate is the likely cause: lower the '
+      'client or server learning rate (or check the data for non-finite values).'
+    )
 
 
-def check_plain_process_weighting(sampler: samplers_base.Sampler, client_weighting,
-                                  config: ProgramConfig) -> None:
+def check_plain_process_weighting(
+  sampler: samplers_base.Sampler, client_weighting, config: ProgramConfig
+) -> None:
   """Raises unless a plain TFF process applies the sampler's aggregation weights."""
   if not weighting.sampler_sets_weights(sampler):
     return
   if client_weighting is None:
     raise ValueError(
-        f'{type(sampler).__name__} sets aggregation weights, which a plain TFF process (one not '
-        'built on tff_sampling.learning.signals) cannot receive: build it with client_weighting='
-        f'{weighting.required_client_weighting(sampler)} and pass the same client_weighting to '
-        'run_experiment, or build it with signals.build_fedavg_with_signals.')
-  weighting.check_fed_avg_weighting(sampler, client_weighting,
-                                    fixed_local_steps=config.client_steps is not None)
+      f'{type(sampler).__name__} sets aggregation weights, which a plain TFF process (one not '
+      'built on tff_sampling.learning.signals) cannot receive: build it with client_weighting='
+      f'{weighting.required_client_weighting(sampler)} and pass the same client_weighting to '
+      'run_experiment, or build it with signals.build_fedavg_with_signals.'
+    )
+  weighting.check_fed_avg_weighting(
+    sampler, client_weighting, fixed_local_steps=config.client_steps is not None
+  )

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
+import dataclasses
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -72,19 +72,25 @@ class ProgramConfig:
       validation.positive_int(name, getattr(self, name))
     if not self.output_dir:
       raise ValueError('output_dir must be a non-empty path.')
-    if (not isinstance(self.local_workers, (int, np.integer))
-        or isinstance(self.local_workers, bool)
-        or self.local_workers < 0):
+    if (
+      not isinstance(self.local_workers, (int, np.integer))
+      or isinstance(self.local_workers, bool)
+      or self.local_workers < 0
+    ):
       raise ValueError(f'local_workers must be a non-negative integer, got {self.local_workers!r}.')
     if self.workers and self.local_workers:
-      raise ValueError(f'Give either worker addresses ({list(self.workers)}) or a number of local '
-                       f'workers ({self.local_workers}), not both.')
+      raise ValueError(
+        f'Give either worker addresses ({list(self.workers)}) or a number of local '
+        f'workers ({self.local_workers}), not both.'
+      )
     for address in self.workers:
       workers_lib.check_address(address)
     if self.clients_per_call is not None:
       if not self.workers and not self.local_workers:
-        raise ValueError(f'clients_per_call={self.clients_per_call} needs workers to run the '
-                         f'slices: give worker addresses or local_workers (e.g. 1).')
+        raise ValueError(
+          f'clients_per_call={self.clients_per_call} needs workers to run the '
+          f'slices: give worker addresses or local_workers (e.g. 1).'
+        )
       validation.positive_int('clients_per_call', self.clients_per_call)
 
   def worker_pool(self) -> workers_lib.WorkerPool | None:
@@ -92,8 +98,9 @@ class ProgramConfig:
     if self.workers:
       return workers_lib.WorkerPool(self.workers, clients_per_call=self.clients_per_call)
     if self.local_workers:
-      return workers_lib.WorkerPool.start_local(self.local_workers,
-                                                clients_per_call=self.clients_per_call)
+      return workers_lib.WorkerPool.start_local(
+        self.local_workers, clients_per_call=self.clients_per_call
+      )
     return None
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from collections.abc import Mapping, Sequence
 import contextlib
 import time
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 from absl import logging
@@ -35,16 +35,16 @@ from tff_sampling.task import Task
 
 
 def run_experiment(
-    task: Task,
-    process: tff.learning.templates.LearningProcess,
-    sampler: samplers_base.Sampler,
-    config: ProgramConfig,
-    *,
-    uplink_fn: UplinkFn = communication.full_cohort_uplink,
-    availability: Availability | None = None,
-    preprocessing_bits: communication.PreprocessingBits | None = None,
-    client_weighting: tff.learning.ClientWeighting | None = None,
-    release_managers: Sequence[tff.program.ReleaseManager] = (),
+  task: Task,
+  process: tff.learning.templates.LearningProcess,
+  sampler: samplers_base.Sampler,
+  config: ProgramConfig,
+  *,
+  uplink_fn: UplinkFn = communication.full_cohort_uplink,
+  availability: Availability | None = None,
+  preprocessing_bits: communication.PreprocessingBits | None = None,
+  client_weighting: tff.learning.ClientWeighting | None = None,
+  release_managers: Sequence[tff.program.ReleaseManager] = (),
 ) -> ExperimentResult:
   """Runs (or resumes) the experiment described by `config`.
 
@@ -89,18 +89,24 @@ def run_experiment(
     FloatingPointError: If the global model becomes non-finite.
   """
   trainer = SingleModel(task, process, config, uplink_fn, client_weighting)
-  return run_rounds(trainer, sampler, config, availability=availability,
-                    preprocessing_bits=preprocessing_bits, release_managers=release_managers)
+  return run_rounds(
+    trainer,
+    sampler,
+    config,
+    availability=availability,
+    preprocessing_bits=preprocessing_bits,
+    release_managers=release_managers,
+  )
 
 
 def run_rounds(
-    trainer: Trainer,
-    sampler: samplers_base.Sampler | None,
-    config: ProgramConfig,
-    *,
-    availability: Availability | None = None,
-    preprocessing_bits: communication.PreprocessingBits | None = None,
-    release_managers: Sequence[tff.program.ReleaseManager] = (),
+  trainer: Trainer,
+  sampler: samplers_base.Sampler | None,
+  config: ProgramConfig,
+  *,
+  availability: Availability | None = None,
+  preprocessing_bits: communication.PreprocessingBits | None = None,
+  release_managers: Sequence[tff.program.ReleaseManager] = (),
 ) -> ExperimentResult:
   """Runs (or resumes) the rounds of `trainer`'s process; see `run_experiment`.
 
@@ -124,25 +130,38 @@ def run_rounds(
   runtime.use_secure_sum_simulation()  # Secure-sum aggregators need it; harmless otherwise.
   pool = None
   if config.workers or config.local_workers:
-    workers_lib.check_splittable(trainer.process.next,
-                                 f'The learning process of {config.output_dir}')
+    workers_lib.check_splittable(
+      trainer.process.next, f'The learning process of {config.output_dir}'
+    )
     pool = config.worker_pool()  # Reachable workers, or an error before anything is written.
-    logging.info('Each round\'s clients are split over %d TFF workers: %s.', pool.size,
-                 ', '.join(pool.addresses))
-  with pool or contextlib.nullcontext(), run_dir.RunDirectory(
-      config.output_dir, config.keep_checkpoints) as directory:
-    return _Rounds(directory, release_managers, trainer, sampler, config, availability,
-                   preprocessing_bits, pool).run()
+    logging.info(
+      "Each round's clients are split over %d TFF workers: %s.",
+      pool.size,
+      ', '.join(pool.addresses),
+    )
+  with (
+    pool or contextlib.nullcontext(),
+    run_dir.RunDirectory(config.output_dir, config.keep_checkpoints) as directory,
+  ):
+    return _Rounds(
+      directory, release_managers, trainer, sampler, config, availability, preprocessing_bits, pool
+    ).run()
 
 
 class _Rounds:
   """`run_rounds`'s loop, inside the claimed and locked run directory."""
 
-  def __init__(self, directory: run_dir.RunDirectory,
-               release_managers: Sequence[tff.program.ReleaseManager], trainer: Trainer,
-               sampler: samplers_base.Sampler | None, config: ProgramConfig,
-               availability: Availability | None,
-               preprocessing_bits: communication.PreprocessingBits | None, pool):
+  def __init__(
+    self,
+    directory: run_dir.RunDirectory,
+    release_managers: Sequence[tff.program.ReleaseManager],
+    trainer: Trainer,
+    sampler: samplers_base.Sampler | None,
+    config: ProgramConfig,
+    availability: Availability | None,
+    preprocessing_bits: communication.PreprocessingBits | None,
+    pool,
+  ):
     self.directory, self.release_managers = directory, release_managers
     self.trainer, self.sampler, self.config = trainer, sampler, config
     self.availability, self.preprocessing_bits, self.pool = availability, preprocessing_bits, pool
@@ -152,7 +171,8 @@ class _Rounds:
 
   def _initial_state(self) -> collections.OrderedDict:
     state = collections.OrderedDict(
-        round=np.int64(0), cumulative_bits=np.int64(self.preprocessing.upload_bits))
+      round=np.int64(0), cumulative_bits=np.int64(self.preprocessing.upload_bits)
+    )
     if self.sampler is not None:
       state['selection_counts'] = np.zeros(self.population.size, np.int64)
     state['process'] = self.trainer.initial_state()
@@ -164,7 +184,8 @@ class _Rounds:
     """Resumes or starts, then trains the remaining rounds."""
     state, resumed_from = self.directory.resume(self.config.hparams, self._initial_state())
     self.release_manager = self.directory.release_manager(
-        progress.ProgressReleaseManager(self.config.rounds), *self.release_managers)
+      progress.ProgressReleaseManager(self.config.rounds), *self.release_managers
+    )
     self.trainer.start(state['process'], getattr(self.sampler, 'probe_signal', None))
     first_round = int(state['round']) + 1
     eval_metrics: Mapping[str, Any] = {}
@@ -178,23 +199,25 @@ class _Rounds:
     if not eval_metrics:  # Resumed at the very end: report the saved model.
       eval_metrics = self.trainer.evaluate(model_weights)
     return ExperimentResult(
-        final_round=max(first_round - 1, self.config.rounds),
-        resumed_from=resumed_from,
-        eval_metrics=eval_metrics,
-        cumulative_bits=int(state['cumulative_bits']),
-        seconds=time.monotonic() - start,
-        model_weights=model_weights)
+      final_round=max(first_round - 1, self.config.rounds),
+      resumed_from=resumed_from,
+      eval_metrics=eval_metrics,
+      cumulative_bits=int(state['cumulative_bits']),
+      seconds=time.monotonic() - start,
+      model_weights=model_weights,
+    )
 
   def _round_zero(self, state) -> Mapping[str, Any]:
     """Releases the initial model's evaluation (and the pre-processing's bits)."""
     eval_metrics = self.trainer.evaluate(self.trainer.model_weights(state['process']))
     bits = self.preprocessing.upload_bits
     released = collections.OrderedDict(
-        eval=eval_metrics,
-        uplink=collections.OrderedDict(round_bits=bits, cumulative_bits=bits))
+      eval=eval_metrics, uplink=collections.OrderedDict(round_bits=bits, cumulative_bits=bits)
+    )
     if self.preprocessing_bits is not None:
       released['downlink'] = collections.OrderedDict(
-          preprocessing_bits=self.preprocessing.download_bits)
+        preprocessing_bits=self.preprocessing.download_bits
+      )
     asyncio.run(self.release_manager.release(released, 0))
     return eval_metrics
 
@@ -205,9 +228,11 @@ class _Rounds:
     mask, redraws = self.availability.active(round_num)
     mask = np.asarray(mask, dtype=bool)
     if mask.shape != everyone.shape or not mask.any():
-      raise ValueError(f'Availability for round {round_num} must be a non-empty mask over '
-                       f'{self.population.size} clients, got shape {mask.shape} with '
-                       f'{int(mask.sum())} active.')
+      raise ValueError(
+        f'Availability for round {round_num} must be a non-empty mask over '
+        f'{self.population.size} clients, got shape {mask.shape} with '
+        f'{int(mask.sum())} active.'
+      )
     return mask, int(redraws)
 
   def _select(self, round_num: int, state, available: np.ndarray) -> samplers_base.Selection:
@@ -220,8 +245,10 @@ class _Rounds:
     else:
       selection = self.sampler.select(state['sampler'], round_num, available)
     if not np.all(available[selection.clients]):
-      raise RuntimeError(f'{type(self.sampler).__name__} selected inactive clients in round '
-                         f'{round_num}: {selection.clients[~available[selection.clients]]}.')
+      raise RuntimeError(
+        f'{type(self.sampler).__name__} selected inactive clients in round '
+        f'{round_num}: {selection.clients[~available[selection.clients]]}.'
+      )
     return selection
 
   def _round(self, round_num: int, state) -> tuple[collections.OrderedDict, Mapping[str, Any]]:
@@ -231,20 +258,27 @@ class _Rounds:
     selection = self._select(round_num, state, available)
     data = self.trainer.client_data(round_num, selection)
     next_fn = self.trainer.process.next
-    output = (next_fn(state['process'], data) if self.pool is None
-              else self.pool.run(next_fn, state['process'], data))
+    output = (
+      next_fn(state['process'], data)
+      if self.pool is None
+      else self.pool.run(next_fn, state['process'], data)
+    )
     result = self.trainer.round_output(output, len(selection.clients))
     state = collections.OrderedDict(state, round=np.int64(round_num), process=output.state)
     state['cumulative_bits'] = np.int64(int(state['cumulative_bits']) + result.round_bits)
     released = collections.OrderedDict(round_seconds=time.monotonic() - round_start)
     if self.sampler is not None:
       state['selection_counts'] = state['selection_counts'] + np.bincount(
-          np.asarray(selection.clients, np.int64), minlength=self.population.size)
+        np.asarray(selection.clients, np.int64), minlength=self.population.size
+      )
       state['sampler'] = self.sampler.observe(state['sampler'], selection, result.signals)
       released.update(self._selection_metrics(selection, available, redraws))
     released['uplink'] = collections.OrderedDict(
-        model_uploads=result.uplink.model_uploads, extra_scalars=result.uplink.extra_scalars,
-        round_bits=result.round_bits, cumulative_bits=int(state['cumulative_bits']))
+      model_uploads=result.uplink.model_uploads,
+      extra_scalars=result.uplink.extra_scalars,
+      round_bits=result.round_bits,
+      cumulative_bits=int(state['cumulative_bits']),
+    )
     released.update(result.released)
     model_weights = self.trainer.model_weights(state['process'])
     if round_num % self.config.eval_every == 0 or round_num == self.config.rounds:
@@ -254,18 +288,25 @@ class _Rounds:
     if round_num % self.config.checkpoint_every == 0 or round_num == self.config.rounds:
       self.directory.save(state, round_num)
       if self.sampler is not None:
-        run_dir.write_selection_counts(self.config.output_dir, self.clients.ids,
-                                       self.clients.num_examples, state['selection_counts'])
+        run_dir.write_selection_counts(
+          self.config.output_dir,
+          self.clients.ids,
+          self.clients.num_examples,
+          state['selection_counts'],
+        )
     return state, released
 
-  def _selection_metrics(self, selection: samplers_base.Selection, available: np.ndarray,
-                         redraws: int) -> collections.OrderedDict:
+  def _selection_metrics(
+    self, selection: samplers_base.Selection, available: np.ndarray, redraws: int
+  ) -> collections.OrderedDict:
     """The released ``cohort_size``, ``availability/…`` and ``selection/…`` of a round."""
     return collections.OrderedDict(
-        cohort_size=len(selection.clients),
-        availability=collections.OrderedDict(
-            active_clients=int(available.sum()), redraws=redraws),
-        selection=collections.OrderedDict(
-            **selection_stats.selection_metrics(selection, self.population.num_examples,
-                                                self.clients.label_histograms),
-            **(selection.diagnostics or {})))
+      cohort_size=len(selection.clients),
+      availability=collections.OrderedDict(active_clients=int(available.sum()), redraws=redraws),
+      selection=collections.OrderedDict(
+        **selection_stats.selection_metrics(
+          selection, self.population.num_examples, self.clients.label_histograms
+        ),
+        **(selection.diagnostics or {}),
+      ),
+    )

@@ -13,8 +13,8 @@ one population (MMFL).
 from __future__ import annotations
 
 import collections
-import dataclasses
 from collections.abc import Mapping, Sequence
+import dataclasses
 from typing import Any, NamedTuple, Protocol
 
 from absl import logging
@@ -100,8 +100,7 @@ class Trainer(Protocol):
 
 def _train_metrics(process_metrics: Mapping[str, Any]) -> dict[str, float]:
   train = process_metrics.get('client_work', {}).get('train', {})
-  return collections.OrderedDict(
-      (k, float(train[k])) for k in ('loss', 'accuracy') if k in train)
+  return collections.OrderedDict((k, float(train[k])) for k in ('loss', 'accuracy') if k in train)
 
 
 @dataclasses.dataclass
@@ -122,8 +121,11 @@ class SingleModel:
 
   @property
   def clients(self) -> Clients:
-    return Clients(self.task.client_ids, np.asarray(self.task.client_num_examples),
-                   self.task.client_label_histograms)
+    return Clients(
+      self.task.client_ids,
+      np.asarray(self.task.client_num_examples),
+      self.task.client_label_histograms,
+    )
 
   def check(self, sampler: samplers_base.Sampler | None) -> None:
     contract.check_sampler_process(sampler, self.process)
@@ -132,8 +134,7 @@ class SingleModel:
 
   def initial_state(self) -> Any:
     state = self.process.initialize()
-    return self.process.set_model_weights(
-        state, self.task.initial_model_weights(self.config.seed))
+    return self.process.set_model_weights(state, self.task.initial_model_weights(self.config.seed))
 
   def model_weights(self, state: Any) -> tff.learning.models.ModelWeights:
     return checks.model_weights_of(self.process, state)
@@ -141,56 +142,74 @@ class SingleModel:
   def start(self, state: Any, probe_signal: str | None) -> None:
     if probe_signal is not None:  # contract.LOSS, the only probe (checked).
       self._loss_probe = signals_lib.build_loss_probe(
-          self.task.model_fn, self.process.get_model_weights.type_signature.result,
-          self.task.element_spec)
+        self.task.model_fn,
+        self.process.get_model_weights.type_signature.result,
+        self.task.element_spec,
+      )
     # Built last: Keras flips the class of every functional model to its
     # graph-mode (v1) engine whenever a model is built inside a TFF computation,
     # and back when one is built eagerly, so the evaluator's model must come
     # after the process's and the probe's.
     self._evaluate = evaluation.CentralEvaluator(self.task)
     self._parameters = communication.count_parameters(self.model_weights(state))
-    logging.info('Devices: %s; model parameters: %d; clients: %d.',
-                 [d.name for d in tf.config.list_logical_devices()], self._parameters,
-                 self.task.num_clients)
+    logging.info(
+      'Devices: %s; model parameters: %d; clients: %d.',
+      [d.name for d in tf.config.list_logical_devices()],
+      self._parameters,
+      self.task.num_clients,
+    )
 
   def probe(self, round_num: int, state: Any) -> contract.Probe:
     weights = self.model_weights(state)
 
     def losses(clients: np.ndarray) -> np.ndarray:
-      data = signals_lib.selection_client_data(self._datasets(round_num, clients),
-                                               [1.0] * len(clients))
+      data = signals_lib.selection_client_data(
+        self._datasets(round_num, clients), [1.0] * len(clients)
+      )
       return np.asarray(self._loss_probe(weights, data))
+
     return losses
 
   def evaluate(self, model_weights: Any) -> Mapping[str, Any]:
     return self._evaluate(model_weights)
 
   def _datasets(self, round_num: int, clients: np.ndarray) -> list[tf.data.Dataset]:
-    return [self.task.client_dataset(
-        int(c), randomness.client_shuffle_seed(self.config.seed, round_num, int(c)),
-        steps=self.config.client_steps) for c in clients]
+    return [
+      self.task.client_dataset(
+        int(c),
+        randomness.client_shuffle_seed(self.config.seed, round_num, int(c)),
+        steps=self.config.client_steps,
+      )
+      for c in clients
+    ]
 
   def client_data(self, round_num: int, selection: samplers_base.Selection) -> list[Any]:
     if not self._client_input:
       if selection.weights is not None and self.client_weighting is None:
-        raise ValueError(f'The sampler returned aggregation weights in round {round_num} that '
-                         'the plain TFF process would drop; declare its weighting '
-                         '(samplers.weighting) or use a process built on '
-                         'tff_sampling.learning.signals.')
+        raise ValueError(
+          f'The sampler returned aggregation weights in round {round_num} that '
+          'the plain TFF process would drop; declare its weighting '
+          '(samplers.weighting) or use a process built on '
+          'tff_sampling.learning.signals.'
+        )
       return self._datasets(round_num, selection.clients)
     weights = selection.weights
     if weights is None:  # The sampler leaves weighting to FedAvg: example counts.
       weights = np.asarray(self.task.client_num_examples)[selection.clients]
-    return signals_lib.selection_client_data(self._datasets(round_num, selection.clients),
-                                             [float(w) for w in weights])
+    return signals_lib.selection_client_data(
+      self._datasets(round_num, selection.clients), [float(w) for w in weights]
+    )
 
-  def round_output(self, output: tff.learning.templates.LearningProcessOutput,
-                   cohort_size: int) -> RoundOutput:
+  def round_output(
+    self, output: tff.learning.templates.LearningProcessOutput, cohort_size: int
+  ) -> RoundOutput:
     process_metrics, signals = contract.split_signals(output.metrics)
     uplink = self.uplink_fn(process_metrics, cohort_size)
     return RoundOutput(
-        uplink=uplink,
-        round_bits=communication.upload_bits(uplink, self._parameters),
-        released=collections.OrderedDict(train=_train_metrics(process_metrics),
-                                         process=process_metrics),
-        signals=signals)
+      uplink=uplink,
+      round_bits=communication.upload_bits(uplink, self._parameters),
+      released=collections.OrderedDict(
+        train=_train_metrics(process_metrics), process=process_metrics
+      ),
+      signals=signals,
+    )

@@ -85,15 +85,15 @@ class Sampler(abc.ABC):
     """Returns the initial state (a nest of NumPy arrays; ``()`` if none)."""
 
   @abc.abstractmethod
-  def select(self, state: Any, round_num: int, available: np.ndarray, *,
-             probe: contract.Probe | None = None) -> Selection:
+  def select(
+    self, state: Any, round_num: int, available: np.ndarray, *, probe: contract.Probe | None = None
+  ) -> Selection:
     """Returns round `round_num`'s selection among clients with `available` True.
 
     ``probe`` is given exactly when the sampler declares a ``probe_signal``.
     """
 
-  def observe(self, state: Any, selection: Selection,
-              signals: Mapping[str, np.ndarray]) -> Any:
+  def observe(self, state: Any, selection: Selection, signals: Mapping[str, np.ndarray]) -> Any:
     """Returns the state after the round (default: unchanged)."""
     del selection, signals
     return state

@@ -170,8 +170,7 @@ def size_based_units(client_sizes: np.ndarray, num_draws: int) -> np.ndarray:
   end = np.cumsum(num_draws * sizes[order])
   start = end - num_draws * sizes[order]
   bin_start = capacity * np.arange(num_draws, dtype=np.int64)[:, None]
-  overlap = (np.minimum(end[None, :], bin_start + capacity) -
-             np.maximum(start[None, :], bin_start))
+  overlap = np.minimum(end[None, :], bin_start + capacity) - np.maximum(start[None, :], bin_start)
   units = np.zeros((num_draws, sizes.shape[0]), np.int64)
   units[:, order] = np.maximum(overlap, 0)
   return units
@@ -203,19 +202,18 @@ def _validate_updates(representative_updates: np.ndarray, num_clients: int | Non
   updates = np.asarray(representative_updates)
   if updates.ndim != 2:
     raise ValueError(
-        f'representative_updates must be a 2-D array [N, d], got shape {updates.shape}.')
+      f'representative_updates must be a 2-D array [N, d], got shape {updates.shape}.'
+    )
   if num_clients is not None and updates.shape[0] != num_clients:
     raise ValueError(
-        f'representative_updates has {updates.shape[0]} rows but there are '
-        f'{num_clients} clients.')
+      f'representative_updates has {updates.shape[0]} rows but there are {num_clients} clients.'
+    )
   if not np.issubdtype(updates.dtype, np.number):
-    raise ValueError(
-        f'representative_updates must be numeric, got dtype {updates.dtype}.')
+    raise ValueError(f'representative_updates must be numeric, got dtype {updates.dtype}.')
   finite = np.isfinite(updates)
   if not np.all(finite):
     row = int(np.flatnonzero(~np.all(finite, axis=1))[0])
-    raise ValueError(
-        f'representative_updates must be finite; row {row} (client {row}) is not.')
+    raise ValueError(f'representative_updates must be finite; row {row} (client {row}) is not.')
   return updates.astype(np.float64)
 
 
@@ -225,8 +223,7 @@ def _validate_similarity(similarity: str) -> str:
   return similarity
 
 
-def similarity_matrix(representative_updates: np.ndarray,
-                      similarity: str = 'arccos') -> np.ndarray:
+def similarity_matrix(representative_updates: np.ndarray, similarity: str = 'arccos') -> np.ndarray:
   """The matrix ``ρ_{ij} = s(G_i, G_j)`` between the rows of the updates.
 
   Args:
@@ -245,7 +242,8 @@ def similarity_matrix(representative_updates: np.ndarray,
       array.
   """
   return _similarity_matrix(
-      _validate_updates(representative_updates, None), _validate_similarity(similarity))
+    _validate_updates(representative_updates, None), _validate_similarity(similarity)
+  )
 
 
 def _similarity_matrix(updates: np.ndarray, similarity: str) -> np.ndarray:
@@ -346,7 +344,7 @@ def ward_linkage_of_rows(matrix: np.ndarray) -> np.ndarray:
     start = 0
     for row in range(num_rows - 1):
       stop = start + num_rows - 1 - row
-      np.take(distances[inverse[row]], inverse[row + 1:], out=condensed[start:stop])
+      np.take(distances[inverse[row]], inverse[row + 1 :], out=condensed[start:stop])
       start = stop
   return hierarchy.linkage(condensed, 'ward')
 
@@ -367,7 +365,7 @@ def _first_identical_row(rows: np.ndarray) -> np.ndarray:
   candidates = np.flatnonzero(first_identical != np.arange(num_rows))
   bits = rows.view(np.int64)
   for start in range(0, candidates.shape[0], _CHUNK_ROWS):
-    chunk = candidates[start:start + _CHUNK_ROWS]
+    chunk = candidates[start : start + _CHUNK_ROWS]
     differ = chunk[np.any(bits[chunk] != bits[first_identical[chunk]], axis=1)]
     first_identical[differ] = differ
   if num_rows >= 2 and np.all(first_identical == 0):
@@ -375,8 +373,9 @@ def _first_identical_row(rows: np.ndarray) -> np.ndarray:
   return first_identical
 
 
-def cut_by_weight(linkage_matrix: np.ndarray, weights: np.ndarray,
-                  capacity: int) -> list[np.ndarray]:
+def cut_by_weight(
+  linkage_matrix: np.ndarray, weights: np.ndarray, capacity: int
+) -> list[np.ndarray]:
   """Cuts a tree into its maximal subtrees of weight ``≤ capacity``.
 
   The weight of a node is the sum of its leaves' `weights`. From the root, a
@@ -404,7 +403,8 @@ def cut_by_weight(linkage_matrix: np.ndarray, weights: np.ndarray,
   if np.any(weights > capacity):
     leaf = int(np.flatnonzero(weights > capacity)[0])
     raise ValueError(
-        f'Leaf {leaf} weighs {weights[leaf]} > capacity {capacity}; no cut can hold it.')
+      f'Leaf {leaf} weighs {weights[leaf]} > capacity {capacity}; no cut can hold it.'
+    )
   if num_leaves == 1:
     return [np.zeros(1, np.int64)]
   children = np.asarray(linkage_matrix[:, :2], np.int64)
@@ -422,7 +422,7 @@ def cut_by_weight(linkage_matrix: np.ndarray, weights: np.ndarray,
   while stack:
     node = stack.pop()
     if node_weight[node] <= capacity:
-      groups.append(order[position:position + node_size[node]])
+      groups.append(order[position : position + node_size[node]])
       position += node_size[node]
     else:
       left, right = children[node - num_leaves]
@@ -435,8 +435,9 @@ class _Allocation(NamedTuple):
   groups: list[np.ndarray]  # Step-4 groups, in the order they were used (q descending).
 
 
-def _similarity_allocation(client_sizes: np.ndarray, representative_updates: np.ndarray,
-                           num_draws: int, similarity: str) -> _Allocation:
+def _similarity_allocation(
+  client_sizes: np.ndarray, representative_updates: np.ndarray, num_draws: int, similarity: str
+) -> _Allocation:
   """Algorithm 2 (steps 6, then 2-5); see `similarity_based_units`."""
   num_draws = md.validate_num_draws(num_draws)
   sizes = md.validate_client_sizes(client_sizes, num_draws)
@@ -450,7 +451,7 @@ def _similarity_allocation(client_sizes: np.ndarray, representative_updates: np.
   dedicated, remainder = np.divmod(num_draws * sizes, capacity)
   row = 0
   for client in np.argsort(-sizes, kind='stable'):
-    units[row:row + dedicated[client], client] = capacity
+    units[row : row + dedicated[client], client] = capacity
     row += int(dedicated[client])
   if row == num_draws:
     return _Allocation(units, [])
@@ -492,21 +493,29 @@ def _similarity_allocation(client_sizes: np.ndarray, representative_updates: np.
   return _Allocation(units, groups)
 
 
-def similarity_based_units(client_sizes: np.ndarray, representative_updates: np.ndarray,
-                           num_draws: int, *, similarity: str = 'arccos') -> np.ndarray:
+def similarity_based_units(
+  client_sizes: np.ndarray,
+  representative_updates: np.ndarray,
+  num_draws: int,
+  *,
+  similarity: str = 'arccos',
+) -> np.ndarray:
   """Algorithm 2 in integer units; see `similarity_based_distributions`.
 
   Returns:
     ``int64[m, N]``; every row sums to ``M``, column ``i`` to ``m n_i``. The
     first ``Σ_i ⌊m n_i / M⌋`` rows are the dedicated distributions of step 6.
   """
-  return _similarity_allocation(
-      client_sizes, representative_updates, num_draws, similarity).units
+  return _similarity_allocation(client_sizes, representative_updates, num_draws, similarity).units
 
 
-def similarity_based_distributions(client_sizes: np.ndarray,
-                                   representative_updates: np.ndarray, num_draws: int, *,
-                                   similarity: str = 'arccos') -> np.ndarray:
+def similarity_based_distributions(
+  client_sizes: np.ndarray,
+  representative_updates: np.ndarray,
+  num_draws: int,
+  *,
+  similarity: str = 'arccos',
+) -> np.ndarray:
   """Algorithm 2 of Fraboni et al.: the ``m`` distributions by model similarity.
 
   Step 6 (dedicated distributions for clients with ``m n_i ≥ M``), then the
@@ -530,12 +539,18 @@ def similarity_based_distributions(client_sizes: np.ndarray,
       are not a finite ``[N, d]`` array, or `similarity` is unknown.
   """
   units = similarity_based_units(
-      client_sizes, representative_updates, num_draws, similarity=similarity)
+    client_sizes, representative_updates, num_draws, similarity=similarity
+  )
   return units / units[0].sum()
 
 
-def similarity_groups(client_sizes: np.ndarray, representative_updates: np.ndarray,
-                      num_draws: int, *, similarity: str = 'arccos') -> np.ndarray:
+def similarity_groups(
+  client_sizes: np.ndarray,
+  representative_updates: np.ndarray,
+  num_draws: int,
+  *,
+  similarity: str = 'arccos',
+) -> np.ndarray:
   """The groups ``B_k`` of step 4 of Algorithm 2, as labels (for analysis).
 
   Args:
@@ -547,8 +562,7 @@ def similarity_groups(client_sizes: np.ndarray, representative_updates: np.ndarr
     ``q_k`` (0 is the heaviest); ``-1`` for clients that take no part in the
     clustering (all their units went to dedicated distributions).
   """
-  allocation = _similarity_allocation(
-      client_sizes, representative_updates, num_draws, similarity)
+  allocation = _similarity_allocation(client_sizes, representative_updates, num_draws, similarity)
   labels = np.full(np.asarray(client_sizes).shape[0], -1, np.int64)
   for label, group in enumerate(allocation.groups):
     labels[group] = label
@@ -577,7 +591,7 @@ def md_inclusion_probability(p: np.ndarray, num_draws: int) -> np.ndarray:
     ``float64[N]``.
   """
   num_draws = md.validate_num_draws(num_draws)
-  return 1.0 - (1.0 - _validate_probabilities(p, 'p'))**num_draws
+  return 1.0 - (1.0 - _validate_probabilities(p, 'p')) ** num_draws
 
 
 def clustered_inclusion_probability(r: np.ndarray) -> np.ndarray:
@@ -622,7 +636,7 @@ def clustered_weight_variance(r: np.ndarray) -> np.ndarray:
     ``float64[N]``.
   """
   r = _validate_probabilities(r, 'r')
-  return np.sum(r * (1.0 - r), axis=0) / r.shape[0]**2
+  return np.sum(r * (1.0 - r), axis=0) / r.shape[0] ** 2
 
 
 def expected_distinct_clients(r: np.ndarray) -> float:
@@ -695,7 +709,8 @@ def count_sketch(vectors: np.ndarray, sketch_size: int, seed: int) -> np.ndarray
   dim = matrix.shape[1]
   buckets, signs = count_sketch_hashes(dim, sketch_size, seed)
   projection = sparse.csr_matrix(
-      (signs.astype(dtype), (buckets, np.arange(dim))), shape=(sketch_size, dim))
+    (signs.astype(dtype), (buckets, np.arange(dim))), shape=(sketch_size, dim)
+  )
   sketches = np.asarray((projection @ matrix.astype(dtype).T).T, dtype=dtype)
   return sketches[0] if squeeze else sketches
 
@@ -739,8 +754,15 @@ class ClusteredSampler(base.Sampler):
 
   weighting = 'equal'
 
-  def __init__(self, num_draws: int, *, seed: int, method: str = 'size',
-               similarity: str = 'arccos', sketch_size: int | None = None):
+  def __init__(
+    self,
+    num_draws: int,
+    *,
+    seed: int,
+    method: str = 'size',
+    similarity: str = 'arccos',
+    sketch_size: int | None = None,
+  ):
     """Initializes the sampler.
 
     Args:
@@ -762,20 +784,23 @@ class ClusteredSampler(base.Sampler):
     self.method = method
     self.similarity = _validate_similarity(similarity)
     if method == 'similarity':
-      if (sketch_size is None or isinstance(sketch_size, bool) or
-          not isinstance(sketch_size, (int, np.integer)) or sketch_size <= 0):
+      if (
+        sketch_size is None
+        or isinstance(sketch_size, bool)
+        or not isinstance(sketch_size, (int, np.integer))
+        or sketch_size <= 0
+      ):
         raise ValueError(
-            "method='similarity' needs sketch_size, the positive length of the "
-            f'representative update rows; got {sketch_size!r}.')
+          "method='similarity' needs sketch_size, the positive length of the "
+          f'representative update rows; got {sketch_size!r}.'
+        )
       self.sketch_size = int(sketch_size)
       self.needs_signals = frozenset({contract.UPDATE_SKETCH})
     else:
       if sketch_size is not None:
-        raise ValueError(
-            f"sketch_size={sketch_size!r} applies to method='similarity' only.")
+        raise ValueError(f"sketch_size={sketch_size!r} applies to method='similarity' only.")
       if similarity != 'arccos':
-        raise ValueError(
-            f"similarity={similarity!r} applies to method='similarity' only.")
+        raise ValueError(f"similarity={similarity!r} applies to method='similarity' only.")
       self.sketch_size = 0
 
   def initialize(self, population: base.Population) -> ClusteredSamplerState:
@@ -791,9 +816,10 @@ class ClusteredSampler(base.Sampler):
     else:
       units = np.zeros((0, num_clients), np.int64)
     return ClusteredSamplerState(
-        num_examples=sizes,
-        distribution_units=units,
-        representative_updates=np.zeros((num_clients, self.sketch_size), np.float32))
+      num_examples=sizes,
+      distribution_units=units,
+      representative_updates=np.zeros((num_clients, self.sketch_size), np.float32),
+    )
 
   def _check_state(self, state: ClusteredSamplerState) -> ClusteredSamplerState:
     sizes = md.validate_client_sizes(state.num_examples, self.num_draws)
@@ -803,12 +829,14 @@ class ClusteredSampler(base.Sampler):
     updates = np.asarray(state.representative_updates)
     if units.shape != (rows, num_clients):
       raise ValueError(
-          f'state.distribution_units has shape {units.shape}, expected '
-          f'{(rows, num_clients)} for method={self.method!r}.')
+        f'state.distribution_units has shape {units.shape}, expected '
+        f'{(rows, num_clients)} for method={self.method!r}.'
+      )
     if updates.shape != (num_clients, self.sketch_size):
       raise ValueError(
-          f'state.representative_updates has shape {updates.shape}, expected '
-          f'{(num_clients, self.sketch_size)}.')
+        f'state.representative_updates has shape {updates.shape}, expected '
+        f'{(num_clients, self.sketch_size)}.'
+      )
     return ClusteredSamplerState(sizes, units.astype(np.int64), updates)
 
   def distribution_units(self, state: ClusteredSamplerState) -> np.ndarray:
@@ -817,17 +845,22 @@ class ClusteredSampler(base.Sampler):
     if self.method == 'size':
       return state.distribution_units
     return similarity_based_units(
-        state.num_examples, state.representative_updates, self.num_draws,
-        similarity=self.similarity)
+      state.num_examples, state.representative_updates, self.num_draws, similarity=self.similarity
+    )
 
   def distributions(self, state: ClusteredSamplerState) -> np.ndarray:
     """The round's distributions ``r``, ``float64[m, N]``."""
     units = self.distribution_units(state)
     return units / units[0].sum()
 
-  def select(self, state: ClusteredSamplerState, round_num: int,
-             available: np.ndarray, *,
-             probe: contract.Probe | None = None) -> base.Selection:
+  def select(
+    self,
+    state: ClusteredSamplerState,
+    round_num: int,
+    available: np.ndarray,
+    *,
+    probe: contract.Probe | None = None,
+  ) -> base.Selection:
     """Draws one client from each distribution among the available clients.
 
     Raises:
@@ -845,11 +878,13 @@ class ClusteredSampler(base.Sampler):
     units[empty] = np.where(mask, sizes, 0)
     rng = base.round_rng(self.seed, round_num, _COHORT_STREAM)
     return base.Selection(
-        clients=md.draw_categorical(rng, units),
-        weights=np.full(self.num_draws, 1.0 / self.num_draws, np.float32))
+      clients=md.draw_categorical(rng, units),
+      weights=np.full(self.num_draws, 1.0 / self.num_draws, np.float32),
+    )
 
-  def observe(self, state: ClusteredSamplerState, selection: base.Selection,
-              signals: Mapping[str, np.ndarray]) -> ClusteredSamplerState:
+  def observe(
+    self, state: ClusteredSamplerState, selection: base.Selection, signals: Mapping[str, np.ndarray]
+  ) -> ClusteredSamplerState:
     """Stores the selected clients' reported update sketches (``'similarity'``).
 
     Args:
@@ -871,20 +906,23 @@ class ClusteredSampler(base.Sampler):
       return state
     if contract.UPDATE_SKETCH not in signals:
       raise ValueError(
-          "method='similarity' needs signals['update_sketch'] ([num_slots, "
-          f'{self.sketch_size}]), got keys {sorted(signals)}.')
+        "method='similarity' needs signals['update_sketch'] ([num_slots, "
+        f'{self.sketch_size}]), got keys {sorted(signals)}.'
+      )
     clients = np.asarray(selection.clients, np.int64)
     num_clients = state.num_examples.shape[0]
     if clients.ndim != 1 or np.any(clients < 0) or np.any(clients >= num_clients):
       raise ValueError(
-          f'selection.clients must be a 1-D array of client ids in [0, {num_clients}), '
-          f'got {clients!r}.')
+        f'selection.clients must be a 1-D array of client ids in [0, {num_clients}), '
+        f'got {clients!r}.'
+      )
     sketches = np.asarray(signals[contract.UPDATE_SKETCH])
     expected = (clients.shape[0], self.sketch_size)
     if sketches.shape != expected:
       raise ValueError(
-          f"signals['update_sketch'] has shape {sketches.shape}, expected {expected} "
-          '(one row of length sketch_size per cohort slot).')
+        f"signals['update_sketch'] has shape {sketches.shape}, expected {expected} "
+        '(one row of length sketch_size per cohort slot).'
+      )
     if not np.issubdtype(sketches.dtype, np.number) or not np.all(np.isfinite(sketches)):
       raise ValueError("signals['update_sketch'] must be finite numbers.")
     unique, slot_client = np.unique(clients, return_inverse=True)
@@ -894,4 +932,3 @@ class ClusteredSampler(base.Sampler):
     updates = np.array(state.representative_updates, np.float32, copy=True)
     updates[unique] = (totals / counts[:, None]).astype(np.float32)
     return state._replace(representative_updates=updates)
-

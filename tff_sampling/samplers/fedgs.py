@@ -118,9 +118,10 @@ Interpretations made here (**[choice]**), beyond those of ``docs/algorithms.md``
   in (seed, round, state, availability) as long as neither the local search nor
   SCIP is cut by ``time_limit_s`` (`SelectionReport.timed_out`): the heuristic
   converges in milliseconds for hundreds of clients and in ~0.1 s for 3,400,
-  and SCIP is deterministic when it stops at ``'optimal'``. A run that stops at the time limit (status ``'time_limit'``)
-  depends on the machine's speed and load and may not be reproducible; pass
-  ``method='heuristic'`` for reproducible runs on large populations.
+  and SCIP is deterministic when it stops at ``'optimal'``. A run that stops
+  at the time limit (status ``'time_limit'``) depends on the machine's speed
+  and load and may not be reproducible; pass ``method='heuristic'`` for
+  reproducible runs on large populations.
 * **State and purity.** `FedGSSampler.select` is pure (state in, selection
   out); the count update ``v_k += 1`` happens in `FedGSSampler.observe`, so a
   sampler restarted from a checkpointed state repeats the same choices. The
@@ -194,8 +195,9 @@ def _validate_square(matrix: np.ndarray, name: str) -> np.ndarray:
   return m
 
 
-def graph_distances(similarity: np.ndarray, *, epsilon: float = 0.1,
-                    sigma2: float = 0.01) -> np.ndarray:
+def graph_distances(
+  similarity: np.ndarray, *, epsilon: float = 0.1, sigma2: float = 0.01
+) -> np.ndarray:
   """Returns the normalised shortest-path matrix ``H`` of the 3DG (§3a).
 
   Args:
@@ -314,9 +316,16 @@ def _local_value(problem: _Problem, local: np.ndarray) -> float:
   return float(problem.quad * sub.sum() - problem.lin * problem.scores[local].sum())
 
 
-def objective(s_indices: Sequence[int] | np.ndarray, H: np.ndarray, counts: np.ndarray,
-              available: np.ndarray, budget: int, *, alpha: float,
-              num_clients: int | None = None) -> float:
+def objective(
+  s_indices: Sequence[int] | np.ndarray,
+  H: np.ndarray,
+  counts: np.ndarray,
+  available: np.ndarray,
+  budget: int,
+  *,
+  alpha: float,
+  num_clients: int | None = None,
+) -> float:
   """Returns ``α sᵀ H s / (N (N-1)) - zᵀ s / (N-1)`` for the clients `s_indices`.
 
   Args:
@@ -360,8 +369,9 @@ class _Ordered(NamedTuple):
   tolerance: float  # Smallest swap gain counted as an improvement.
 
 
-def _greedy_swap(problem: _Problem, ordered: _Ordered, first: int | None,
-                 deadline: float) -> tuple[np.ndarray, bool]:
+def _greedy_swap(
+  problem: _Problem, ordered: _Ordered, first: int | None, deadline: float
+) -> tuple[np.ndarray, bool]:
   """Greedy construction + best-improvement 1-swap search.
 
   Positions in the tie-breaking order stand for clients: ties go to the earlier
@@ -388,10 +398,14 @@ def _greedy_swap(problem: _Problem, ordered: _Ordered, first: int | None,
     inside, outside = np.flatnonzero(picked), np.flatnonzero(~picked)
     # Swapping i ∈ S for j ∉ S changes the objective by
     # quad·(2 (reach_j - reach_i - h_ij) + h_ii + h_jj) - lin·(z_j - z_i).
-    delta = (problem.quad * (2.0 * (reach[outside][None, :] - reach[inside][:, None]
-                                    - h[np.ix_(order[inside], order[outside])])
-                             + diagonal[inside][:, None] + diagonal[outside][None, :])
-             - problem.lin * (z[outside][None, :] - z[inside][:, None]))
+    delta = problem.quad * (
+      2.0
+      * (
+        reach[outside][None, :] - reach[inside][:, None] - h[np.ix_(order[inside], order[outside])]
+      )
+      + diagonal[inside][:, None]
+      + diagonal[outside][None, :]
+    ) - problem.lin * (z[outside][None, :] - z[inside][:, None])
     flat = int(np.argmax(delta))
     if delta.flat[flat] <= ordered.tolerance:
       break
@@ -401,8 +415,9 @@ def _greedy_swap(problem: _Problem, ordered: _Ordered, first: int | None,
   return picked, True
 
 
-def _heuristic(problem: _Problem, order: np.ndarray, num_starts: int,
-               deadline: float) -> tuple[np.ndarray, bool]:
+def _heuristic(
+  problem: _Problem, order: np.ndarray, num_starts: int, deadline: float
+) -> tuple[np.ndarray, bool]:
   """Best of greedy + 1-swap from the plain greedy start and `num_starts - 1`
   starts that force one client first (clients taken in `order`).
 
@@ -415,8 +430,9 @@ def _heuristic(problem: _Problem, order: np.ndarray, num_starts: int,
   """
   h = problem.distances
   z = problem.scores[order]
-  scale = (problem.quad * (max(h.max(), -h.min()) if z.size else 0.0)
-           + problem.lin * (np.abs(z).max() if z.size else 0.0))
+  scale = problem.quad * (max(h.max(), -h.min()) if z.size else 0.0) + problem.lin * (
+    np.abs(z).max() if z.size else 0.0
+  )
   ordered = _Ordered(order, np.diagonal(h)[order], z, 1e-12 * max(scale, 1e-300))
   picked, complete = _greedy_swap(problem, ordered, None, deadline)
   best = np.sort(order[picked])
@@ -479,6 +495,7 @@ def _import_pyscipopt():
   A function of its own so that tests can simulate a missing package.
   """
   import pyscipopt  # pylint: disable=g-import-not-at-top
+
   return pyscipopt
 
 
@@ -494,10 +511,13 @@ def _solver_installed() -> bool:
     if not _solver_missing_warned:
       _solver_missing_warned = True
       warnings.warn(
-          f'FedGS: the MILP solver package pyscipopt cannot be imported ({e}); selecting '
-          'clients with the greedy + 1-swap heuristic instead (SelectionReport.status '
-          f"'solver_not_installed'). Install it with `pip install pyscipopt=={_PYSCIPOPT_VERSION}` "
-          "or pass method='heuristic' to silence this warning.", RuntimeWarning, stacklevel=3)
+        f'FedGS: the MILP solver package pyscipopt cannot be imported ({e}); selecting '
+        'clients with the greedy + 1-swap heuristic instead (SelectionReport.status '
+        f"'solver_not_installed'). Install it with `pip install pyscipopt=={_PYSCIPOPT_VERSION}` "
+        "or pass method='heuristic' to silence this warning.",
+        RuntimeWarning,
+        stacklevel=3,
+      )
     return False
   return True
 
@@ -510,13 +530,17 @@ def _heuristic_is_exact(problem: _Problem) -> bool:
   the diagonal is a linear term), which greedy maximises.
   """
   h = problem.distances
-  return (problem.size <= 1 or problem.size >= problem.candidates.size - 1
-          or problem.quad == 0
-          or np.count_nonzero(h) == np.count_nonzero(np.diagonal(h)))
+  return (
+    problem.size <= 1
+    or problem.size >= problem.candidates.size - 1
+    or problem.quad == 0
+    or np.count_nonzero(h) == np.count_nonzero(np.diagonal(h))
+  )
 
 
-def _solve_with_solver(problem: _Problem, warm_start: np.ndarray,
-                       time_limit_s: float) -> _SolverResult:
+def _solve_with_solver(
+  problem: _Problem, warm_start: np.ndarray, time_limit_s: float
+) -> _SolverResult:
   """Solves the programme's exact MILP linearisation with SCIP (PySCIPOpt).
 
   Binary ``s_k`` per candidate; for each pair ``k < l`` with
@@ -576,9 +600,9 @@ def _solve_scip(problem: _Problem, warm_start: np.ndarray, deadline: float) -> _
   first, second, pair = first[keep], second[keep], pair[keep]
   y = [model.addVar(lb=0.0, ub=1.0, obj=c) for c in pair.tolist()]
   partners = [[] for _ in range(n)]
-  for var, k, l in zip(y, first.tolist(), second.tolist()):
-    partners[k].append(var)
-    partners[l].append(var)
+  for var, i, j in zip(y, first.tolist(), second.tolist()):
+    partners[i].append(var)
+    partners[j].append(var)
   for k in range(n):
     if partners[k]:
       row = pyscipopt.quicksum(partners[k]) - (size - 1) * s[k]
@@ -619,17 +643,30 @@ def _solve_scip(problem: _Problem, warm_start: np.ndarray, deadline: float) -> _
 def _validate_method(method: str, max_solver_clients: int) -> None:
   if method not in _METHODS:
     raise ValueError(f'method must be one of {", ".join(map(repr, _METHODS))}, got {method!r}.')
-  if (isinstance(max_solver_clients, (bool, np.bool_))
-      or not isinstance(max_solver_clients, (int, np.integer)) or max_solver_clients < 0):
-    raise ValueError('max_solver_clients must be a non-negative integer (0 never runs the '
-                     f'solver), got {max_solver_clients!r}.')
+  if (
+    isinstance(max_solver_clients, (bool, np.bool_))
+    or not isinstance(max_solver_clients, (int, np.integer))
+    or max_solver_clients < 0
+  ):
+    raise ValueError(
+      'max_solver_clients must be a non-negative integer (0 never runs the '
+      f'solver), got {max_solver_clients!r}.'
+    )
 
 
 def select_clients_with_report(
-    distances: np.ndarray, counts: np.ndarray, available: np.ndarray, budget: int, *,
-    alpha: float, time_limit_s: float = 1.0, seed: int | Sequence[int] = 0,
-    num_starts: int = 16, method: str = 'auto',
-    max_solver_clients: int = DEFAULT_MAX_SOLVER_CLIENTS) -> SelectionReport:
+  distances: np.ndarray,
+  counts: np.ndarray,
+  available: np.ndarray,
+  budget: int,
+  *,
+  alpha: float,
+  time_limit_s: float = 1.0,
+  seed: int | Sequence[int] = 0,
+  num_starts: int = 16,
+  method: str = 'auto',
+  max_solver_clients: int = DEFAULT_MAX_SOLVER_CLIENTS,
+) -> SelectionReport:
   """Maximises the FedGS objective over ``min(budget, |A|)`` available clients.
 
   The heuristic (greedy + 1-swap, see the module docstring) always runs first;
@@ -680,10 +717,15 @@ def select_clients_with_report(
 
   def heuristic_report(status: str) -> SelectionReport:
     if exact:
-      return SelectionReport(problem.candidates[local], value, 'heuristic', 'optimal', value,
-                             False)
-    return SelectionReport(problem.candidates[local], value, 'heuristic', status, math.nan,
-                           not complete or status == 'time_limit')
+      return SelectionReport(problem.candidates[local], value, 'heuristic', 'optimal', value, False)
+    return SelectionReport(
+      problem.candidates[local],
+      value,
+      'heuristic',
+      status,
+      math.nan,
+      not complete or status == 'time_limit',
+    )
 
   if method == 'heuristic' or (method == 'auto' and exact):
     return heuristic_report('heuristic')
@@ -695,17 +737,29 @@ def select_clients_with_report(
   if remaining <= 0:
     return heuristic_report('time_limit')
   result = _solve_with_solver(problem, local, remaining)
-  return SelectionReport(problem.candidates[result.local], _local_value(problem, result.local),
-                         'solver', result.status, result.bound,
-                         not complete or result.status == 'time_limit')
+  return SelectionReport(
+    problem.candidates[result.local],
+    _local_value(problem, result.local),
+    'solver',
+    result.status,
+    result.bound,
+    not complete or result.status == 'time_limit',
+  )
 
 
-def select_clients(distances: np.ndarray, counts: np.ndarray, available: np.ndarray,
-                   budget: int, *, alpha: float, time_limit_s: float = 1.0,
-                   seed: int | Sequence[int] = 0, num_starts: int = 16,
-                   method: str = 'auto',
-                   max_solver_clients: int = DEFAULT_MAX_SOLVER_CLIENTS,
-                   ) -> tuple[np.ndarray, float]:
+def select_clients(
+  distances: np.ndarray,
+  counts: np.ndarray,
+  available: np.ndarray,
+  budget: int,
+  *,
+  alpha: float,
+  time_limit_s: float = 1.0,
+  seed: int | Sequence[int] = 0,
+  num_starts: int = 16,
+  method: str = 'auto',
+  max_solver_clients: int = DEFAULT_MAX_SOLVER_CLIENTS,
+) -> tuple[np.ndarray, float]:
   """`select_clients_with_report` without the report's diagnostics.
 
   Takes the same arguments as `select_clients_with_report` (``method='auto'``
@@ -721,13 +775,23 @@ def select_clients(distances: np.ndarray, counts: np.ndarray, available: np.ndar
     TypeError: If `alpha` is not a real number.
   """
   report = select_clients_with_report(
-      distances, counts, available, budget, alpha=alpha, time_limit_s=time_limit_s, seed=seed,
-      num_starts=num_starts, method=method, max_solver_clients=max_solver_clients)
+    distances,
+    counts,
+    available,
+    budget,
+    alpha=alpha,
+    time_limit_s=time_limit_s,
+    seed=seed,
+    num_starts=num_starts,
+    method=method,
+    max_solver_clients=max_solver_clients,
+  )
   return report.indices, report.value
 
 
-def brute_force_select(distances: np.ndarray, counts: np.ndarray, available: np.ndarray,
-                       budget: int, *, alpha: float) -> tuple[np.ndarray, float]:
+def brute_force_select(
+  distances: np.ndarray, counts: np.ndarray, available: np.ndarray, budget: int, *, alpha: float
+) -> tuple[np.ndarray, float]:
   """Exact optimum by enumeration (the tests' oracle); at most 14 available clients.
 
   Returns:
@@ -739,8 +803,10 @@ def brute_force_select(distances: np.ndarray, counts: np.ndarray, available: np.
   """
   problem = _build_problem(distances, counts, available, budget, alpha, None)
   if problem.candidates.size > _MAX_BRUTE_FORCE_CLIENTS:
-    raise ValueError(f'brute_force_select handles at most {_MAX_BRUTE_FORCE_CLIENTS} '
-                     f'available clients, got {problem.candidates.size}.')
+    raise ValueError(
+      f'brute_force_select handles at most {_MAX_BRUTE_FORCE_CLIENTS} '
+      f'available clients, got {problem.candidates.size}.'
+    )
   best, best_value = None, -np.inf
   for subset in itertools.combinations(range(problem.candidates.size), problem.size):
     value = _local_value(problem, np.asarray(subset, np.int64))
@@ -779,12 +845,20 @@ class FedGSSampler(base.Sampler):
 
   weighting = 'num_examples'
 
-  def __init__(self, clients_per_round: int, *, seed: int,
-               features: np.ndarray | None = None,
-               distances: np.ndarray | None = None,
-               alpha: float = 1.0, time_limit_s: float = 1.0,
-               epsilon: float = 0.1, sigma2: float = 0.01, method: str = 'auto',
-               max_solver_clients: int = DEFAULT_MAX_SOLVER_CLIENTS):
+  def __init__(
+    self,
+    clients_per_round: int,
+    *,
+    seed: int,
+    features: np.ndarray | None = None,
+    distances: np.ndarray | None = None,
+    alpha: float = 1.0,
+    time_limit_s: float = 1.0,
+    epsilon: float = 0.1,
+    sigma2: float = 0.01,
+    method: str = 'auto',
+    max_solver_clients: int = DEFAULT_MAX_SOLVER_CLIENTS,
+  ):
     """Initialises the sampler.
 
     Args:
@@ -817,8 +891,9 @@ class FedGSSampler(base.Sampler):
     self.time_limit_s = float(time_limit_s)
     self._seed = int(seed)
     if features is not None:
-      self._distances = graph_distances(similarity_from_features(features),
-                                        epsilon=epsilon, sigma2=sigma2)
+      self._distances = graph_distances(
+        similarity_from_features(features), epsilon=epsilon, sigma2=sigma2
+      )
     else:
       self._distances = _validate_square(distances, 'distances').copy()
 
@@ -835,13 +910,19 @@ class FedGSSampler(base.Sampler):
       raise ValueError(f'population has {sizes.shape} sizes but the 3DG has {n} clients.')
     if self.clients_per_round > n:
       raise ValueError(
-          f'clients_per_round={self.clients_per_round} exceeds the population of N={n} '
-          f'clients; pass clients_per_round <= {n}.')
+        f'clients_per_round={self.clients_per_round} exceeds the population of N={n} '
+        f'clients; pass clients_per_round <= {n}.'
+      )
     return FedGSState(self._distances.copy(), np.zeros(n, np.int64), sizes.copy())
 
-  def select(self, state: FedGSState, round_num: int,
-             available: np.ndarray, *,
-             probe: contract.Probe | None = None) -> base.Selection:
+  def select(
+    self,
+    state: FedGSState,
+    round_num: int,
+    available: np.ndarray,
+    *,
+    probe: contract.Probe | None = None,
+  ) -> base.Selection:
     """Returns the maximiser found, weighted ``n_k / Σ_{j∈S} n_j``; pure.
 
     Its diagnostics (released as ``selection/fedgs_*``): ``objective``,
@@ -851,24 +932,33 @@ class FedGSSampler(base.Sampler):
     """
     del probe  # Selects without one.
     report = select_clients_with_report(
-        state.distances, state.counts, available, self.clients_per_round,
-        alpha=self.alpha, time_limit_s=self.time_limit_s, seed=(self._seed, int(round_num)),
-        method=self.method, max_solver_clients=self.max_solver_clients)
+      state.distances,
+      state.counts,
+      available,
+      self.clients_per_round,
+      alpha=self.alpha,
+      time_limit_s=self.time_limit_s,
+      seed=(self._seed, int(round_num)),
+      method=self.method,
+      max_solver_clients=self.max_solver_clients,
+    )
     clients = report.indices
     sizes = state.num_examples[clients].astype(np.float64)
     total = sizes.sum()
-    weights = (sizes / total if total > 0 else np.full(clients.size, 1.0 / clients.size))
+    weights = sizes / total if total > 0 else np.full(clients.size, 1.0 / clients.size)
     diagnostics = {
-        'fedgs_objective': float(report.value),
-        'fedgs_solver_ran': float(report.method_used == 'solver'),
-        'fedgs_proven_optimal': float(report.status == 'optimal'),
-        'fedgs_timed_out': float(report.timed_out),
+      'fedgs_objective': float(report.value),
+      'fedgs_solver_ran': float(report.method_used == 'solver'),
+      'fedgs_proven_optimal': float(report.status == 'optimal'),
+      'fedgs_timed_out': float(report.timed_out),
     }
-    return base.Selection(clients=clients, weights=weights.astype(np.float32),
-                          diagnostics=diagnostics)
+    return base.Selection(
+      clients=clients, weights=weights.astype(np.float32), diagnostics=diagnostics
+    )
 
-  def observe(self, state: FedGSState, selection: base.Selection,
-              signals: Mapping[str, np.ndarray]) -> FedGSState:
+  def observe(
+    self, state: FedGSState, selection: base.Selection, signals: Mapping[str, np.ndarray]
+  ) -> FedGSState:
     """Returns the state with ``v_k += 1`` for every selected client."""
     del signals
     counts = state.counts.copy()

@@ -137,15 +137,19 @@ def kl_matrix(soft_labels: np.ndarray, *, floor: float = DEFAULT_FLOOR) -> np.nd
     ValueError: If `soft_labels` is not a non-empty 3-D array of finite,
       non-negative values whose rows sum to 1, or `floor` is not in ``(0, 1)``.
   """
-  if (isinstance(floor, (bool, np.bool_)) or not isinstance(floor, numbers.Real)
-      or not 0.0 < float(floor) < 1.0):
+  if (
+    isinstance(floor, (bool, np.bool_))
+    or not isinstance(floor, numbers.Real)
+    or not 0.0 < float(floor) < 1.0
+  ):
     raise ValueError(f'floor must be a number in (0, 1), got {floor!r}; e.g. 1e-12.')
   floor = float(floor)
   labels = np.asarray(soft_labels)
   if labels.ndim != 3 or 0 in labels.shape:
     raise ValueError(
-        'soft_labels must be a non-empty 3-D array [clients N, public examples P, '
-        f'classes C], got shape {labels.shape}.')
+      'soft_labels must be a non-empty 3-D array [clients N, public examples P, '
+      f'classes C], got shape {labels.shape}.'
+    )
   if not (np.issubdtype(labels.dtype, np.floating) or np.issubdtype(labels.dtype, np.integer)):
     raise ValueError(f'soft_labels must be numeric, got dtype {labels.dtype}.')
   num_clients, num_examples, num_classes = labels.shape
@@ -153,7 +157,7 @@ def kl_matrix(soft_labels: np.ndarray, *, floor: float = DEFAULT_FLOOR) -> np.nd
   cross = np.zeros((num_clients, num_clients), np.float64)
   self_term = np.zeros(num_clients, np.float64)
   for start in range(0, num_examples, block):
-    p = np.array(labels[:, start:start + block], dtype=np.float64)
+    p = np.array(labels[:, start : start + block], dtype=np.float64)
     _check_probability_block(p, start)
     p /= p.sum(axis=2, keepdims=True)
     p = p.reshape(num_clients, -1)
@@ -172,17 +176,19 @@ def _check_probability_block(p: np.ndarray, start: int) -> None:
   if np.any(bad):
     client, example, _ = np.argwhere(bad)[0]
     raise ValueError(
-        f'soft_labels must be finite and non-negative; client {client} has '
-        f'{p[client, example].tolist()} on public example {start + example}. '
-        'Pass softmax outputs (probabilities).')
+      f'soft_labels must be finite and non-negative; client {client} has '
+      f'{p[client, example].tolist()} on public example {start + example}. '
+      'Pass softmax outputs (probabilities).'
+    )
   sums = p.sum(axis=2)
   off = np.abs(sums - 1.0) > _ROW_SUM_TOLERANCE
   if np.any(off):
     client, example = np.argwhere(off)[0]
     raise ValueError(
-        f'soft_labels[{client}, {start + example}] sums to {sums[client, example]:.6g}, '
-        f'not 1 (tolerance {_ROW_SUM_TOLERANCE}); pass softmax outputs '
-        '(probabilities over the classes), not logits or counts.')
+      f'soft_labels[{client}, {start + example}] sums to {sums[client, example]:.6g}, '
+      f'not 1 (tolerance {_ROW_SUM_TOLERANCE}); pass softmax outputs '
+      '(probabilities over the classes), not logits or counts.'
+    )
 
 
 def default_num_clusters(num_clients: int) -> int:
@@ -193,15 +199,20 @@ def default_num_clusters(num_clients: int) -> int:
 def _validate_num_clusters(num_clusters, num_clients: int) -> int:
   if num_clusters is None:
     return default_num_clusters(num_clients)
-  if (isinstance(num_clusters, (bool, np.bool_))
-      or not isinstance(num_clusters, (int, np.integer)) or num_clusters < 1):
+  if (
+    isinstance(num_clusters, (bool, np.bool_))
+    or not isinstance(num_clusters, (int, np.integer))
+    or num_clusters < 1
+  ):
     raise ValueError(
-        f'num_clusters must be a positive integer, got {num_clusters!r}; pass None for '
-        f'the default ceil(log2 N) = {default_num_clusters(num_clients)}.')
+      f'num_clusters must be a positive integer, got {num_clusters!r}; pass None for '
+      f'the default ceil(log2 N) = {default_num_clusters(num_clients)}.'
+    )
   if num_clusters > num_clients:
     raise ValueError(
-        f'num_clusters={num_clusters} exceeds the number of clients N={num_clients}; '
-        f'pass num_clusters <= {num_clients}.')
+      f'num_clusters={num_clusters} exceeds the number of clients N={num_clients}; '
+      f'pass num_clusters <= {num_clients}.'
+    )
   return int(num_clusters)
 
 
@@ -227,9 +238,14 @@ def canonical_labels(labels: np.ndarray) -> np.ndarray:
   values = np.asarray(labels)
   if values.ndim != 1 or values.shape[0] == 0:
     raise ValueError(f'cluster labels must be a non-empty 1-D array [N], got shape {values.shape}.')
-  if not (np.issubdtype(values.dtype, np.integer) or
-          (np.issubdtype(values.dtype, np.floating) and np.all(np.isfinite(values))
-           and np.all(values == np.round(values)))):
+  if not (
+    np.issubdtype(values.dtype, np.integer)
+    or (
+      np.issubdtype(values.dtype, np.floating)
+      and np.all(np.isfinite(values))
+      and np.all(values == np.round(values))
+    )
+  ):
     raise ValueError(f'cluster labels must be integers, got {values!r}.')
   _, first, inverse = np.unique(values, return_index=True, return_inverse=True)
   rank = np.empty(first.shape[0], np.int64)
@@ -237,8 +253,7 @@ def canonical_labels(labels: np.ndarray) -> np.ndarray:
   return rank[inverse.reshape(-1)]
 
 
-def cluster_clients(kl: np.ndarray, *, num_clusters: int | None = None,
-                    seed: int) -> np.ndarray:
+def cluster_clients(kl: np.ndarray, *, num_clusters: int | None = None, seed: int) -> np.ndarray:
   """k-means on the rows of the KL matrix; canonical labels.
 
   Args:
@@ -281,11 +296,13 @@ def cluster_clients(kl: np.ndarray, *, num_clusters: int | None = None,
   realised = int(labels.max()) + 1
   if realised < requested:
     warnings.warn(
-        f'k-means found only {realised} non-empty clusters of the {requested} asked '
-        f'for: the KL matrix has {distinct} distinct rows, and clients with equal rows '
-        f'(up to rounding) share a cluster. The labels are 0..{realised - 1}; pass '
-        f'num_clusters <= {realised} to silence this.',
-        RuntimeWarning, stacklevel=2)
+      f'k-means found only {realised} non-empty clusters of the {requested} asked '
+      f'for: the KL matrix has {distinct} distinct rows, and clients with equal rows '
+      f'(up to rounding) share a cluster. The labels are 0..{realised - 1}; pass '
+      f'num_clusters <= {realised} to silence this.',
+      RuntimeWarning,
+      stacklevel=2,
+    )
   return labels
 
 
@@ -325,8 +342,11 @@ def largest_remainder_allocation(counts: np.ndarray, budget: int) -> np.ndarray:
 
 
 def _parse_rate(sample_rate) -> fractions.Fraction:
-  if (isinstance(sample_rate, (bool, np.bool_)) or not isinstance(sample_rate, numbers.Real)
-      or not math.isfinite(float(sample_rate))):
+  if (
+    isinstance(sample_rate, (bool, np.bool_))
+    or not isinstance(sample_rate, numbers.Real)
+    or not math.isfinite(float(sample_rate))
+  ):
     raise ValueError(f'sample_rate must be a number in (0, 1], got {sample_rate!r}.')
   if isinstance(sample_rate, (fractions.Fraction, int, np.integer)):
     rate = fractions.Fraction(sample_rate)
@@ -334,13 +354,15 @@ def _parse_rate(sample_rate) -> fractions.Fraction:
     rate = fractions.Fraction(repr(float(sample_rate)))
   if not 0 < rate <= 1:
     raise ValueError(
-        f'sample_rate must be in (0, 1] (the fraction of each cluster drawn per round), '
-        f'got {sample_rate!r}.')
+      f'sample_rate must be in (0, 1] (the fraction of each cluster drawn per round), '
+      f'got {sample_rate!r}.'
+    )
   return rate
 
 
-def per_cluster_counts(cluster_sizes: np.ndarray, available_counts: np.ndarray,
-                       sample_rate) -> np.ndarray:
+def per_cluster_counts(
+  cluster_sizes: np.ndarray, available_counts: np.ndarray, sample_rate
+) -> np.ndarray:
   """``min(a_c, max(1, round(rate · |c|)))`` for clusters with ``a_c > 0``, else 0.
 
   Args:
@@ -399,10 +421,18 @@ class LeflSampler(base.Sampler):
 
   weighting = 'num_examples'
 
-  def __init__(self, clients_per_round: int, *, seed: int,
-               soft_labels: np.ndarray | None = None, kl: np.ndarray | None = None,
-               clusters: np.ndarray | None = None, num_clusters: int | None = None,
-               sample_rate: float | None = None, allocation: str = 'per_cluster'):
+  def __init__(
+    self,
+    clients_per_round: int,
+    *,
+    seed: int,
+    soft_labels: np.ndarray | None = None,
+    kl: np.ndarray | None = None,
+    clusters: np.ndarray | None = None,
+    num_clusters: int | None = None,
+    sample_rate: float | None = None,
+    allocation: str = 'per_cluster',
+  ):
     """Initializes the sampler and clusters the clients.
 
     Args:
@@ -426,25 +456,27 @@ class LeflSampler(base.Sampler):
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
       raise ValueError(f'seed must be an integer, got {seed!r}.')
     self.seed = int(seed)
-    given = [name for name, value in
-             (('soft_labels', soft_labels), ('kl', kl), ('clusters', clusters))
-             if value is not None]
+    given = [
+      name
+      for name, value in (('soft_labels', soft_labels), ('kl', kl), ('clusters', clusters))
+      if value is not None
+    ]
     if len(given) != 1:
-      raise ValueError(
-          'Give exactly one of soft_labels, kl and clusters, got '
-          f'{given or "none"}.')
+      raise ValueError(f'Give exactly one of soft_labels, kl and clusters, got {given or "none"}.')
     if allocation not in ALLOCATIONS:
       raise ValueError(f'Unknown allocation {allocation!r}; expected one of {ALLOCATIONS}.')
     self.allocation = allocation
     if allocation == 'proportional' and sample_rate is not None:
       raise ValueError(
-          f"sample_rate={sample_rate!r} applies to allocation='per_cluster' only; "
-          "'proportional' draws exactly min(clients_per_round, #available).")
+        f"sample_rate={sample_rate!r} applies to allocation='per_cluster' only; "
+        "'proportional' draws exactly min(clients_per_round, #available)."
+      )
     if clusters is not None:
       if num_clusters is not None:
         raise ValueError(
-            f'num_clusters={num_clusters!r} applies to clustering soft_labels or kl; '
-            'the given clusters fix the number of clusters.')
+          f'num_clusters={num_clusters!r} applies to clustering soft_labels or kl; '
+          'the given clusters fix the number of clusters.'
+        )
       labels = canonical_labels(clusters)
       kl32 = np.zeros((0, 0), np.float32)
     else:
@@ -454,14 +486,18 @@ class LeflSampler(base.Sampler):
     self.num_clients = int(labels.shape[0])
     if self.clients_per_round > self.num_clients:
       raise ValueError(
-          f'clients_per_round={self.clients_per_round} exceeds the N={self.num_clients} '
-          f'clients; pass clients_per_round <= {self.num_clients}.')
+        f'clients_per_round={self.clients_per_round} exceeds the N={self.num_clients} '
+        f'clients; pass clients_per_round <= {self.num_clients}.'
+      )
     self.cluster_labels = labels
     self.num_clusters = int(labels.max()) + 1
     self._kl = kl32
     if allocation == 'per_cluster':
-      self.sample_rate = (fractions.Fraction(self.clients_per_round, self.num_clients)
-                          if sample_rate is None else _parse_rate(sample_rate))
+      self.sample_rate = (
+        fractions.Fraction(self.clients_per_round, self.num_clients)
+        if sample_rate is None
+        else _parse_rate(sample_rate)
+      )
     else:
       self.sample_rate = None
 
@@ -475,10 +511,14 @@ class LeflSampler(base.Sampler):
     sizes = np.asarray(population.num_examples)
     if sizes.shape != (self.num_clients,):
       raise ValueError(
-          f'population has num_examples of shape {sizes.shape} but the sampler was '
-          f'built for N={self.num_clients} clients; pass the same clients, in the same order.')
-    if (not np.all(np.isfinite(sizes.astype(np.float64))) or np.any(sizes < 0)
-        or np.any(sizes != np.round(sizes))):
+        f'population has num_examples of shape {sizes.shape} but the sampler was '
+        f'built for N={self.num_clients} clients; pass the same clients, in the same order.'
+      )
+    if (
+      not np.all(np.isfinite(sizes.astype(np.float64)))
+      or np.any(sizes < 0)
+      or np.any(sizes != np.round(sizes))
+    ):
       raise ValueError('population.num_examples must be non-negative integers.')
     return LeflState(self.cluster_labels.copy(), self._kl.copy(), sizes.astype(np.int64))
 
@@ -489,16 +529,18 @@ class LeflSampler(base.Sampler):
     n = labels.shape[0] if labels.ndim == 1 else -1
     if n <= 0 or sizes.shape != (n,) or kl.shape not in ((n, n), (0, 0)):
       raise ValueError(
-          'state does not match a LeflState: expected cluster_labels [N], '
-          f'num_examples [N] and kl [N, N] or [0, 0], got shapes {labels.shape}, '
-          f'{sizes.shape}, {kl.shape}.')
+        'state does not match a LeflState: expected cluster_labels [N], '
+        f'num_examples [N] and kl [N, N] or [0, 0], got shapes {labels.shape}, '
+        f'{sizes.shape}, {kl.shape}.'
+      )
     labels = labels.astype(np.int64)
     if labels.min() < 0:
       raise ValueError('state.cluster_labels must be non-negative.')
     return LeflState(labels, kl, sizes.astype(np.int64))
 
-  def cluster_counts(self, state: LeflState, available: np.ndarray,
-                     round_num: int = 0) -> np.ndarray:
+  def cluster_counts(
+    self, state: LeflState, available: np.ndarray, round_num: int = 0
+  ) -> np.ndarray:
     """The number of clients each cluster contributes this round, ``int64[k]``.
 
     Deterministic (no draw); the sum is the realised cohort size. `round_num`
@@ -518,9 +560,14 @@ class LeflSampler(base.Sampler):
     budget = min(self.clients_per_round, int(active.sum()))
     return largest_remainder_allocation(active, budget)
 
-  def select(self, state: LeflState, round_num: int,
-             available: np.ndarray, *,
-             probe: contract.Probe | None = None) -> base.Selection:
+  def select(
+    self,
+    state: LeflState,
+    round_num: int,
+    available: np.ndarray,
+    *,
+    probe: contract.Probe | None = None,
+  ) -> base.Selection:
     """Draws each cluster's count uniformly among its available members; pure.
 
     Returns:
@@ -546,8 +593,9 @@ class LeflSampler(base.Sampler):
     weights = sizes / total if total > 0 else np.full(clients.size, 1.0 / clients.size)
     return base.Selection(clients=clients, weights=weights.astype(np.float32))
 
-  def observe(self, state: LeflState, selection: base.Selection,
-              signals: Mapping[str, np.ndarray]) -> LeflState:
+  def observe(
+    self, state: LeflState, selection: base.Selection, signals: Mapping[str, np.ndarray]
+  ) -> LeflState:
     """Returns `state` unchanged: LEFL is static after pre-processing."""
     del selection, signals
     return state

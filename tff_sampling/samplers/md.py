@@ -57,21 +57,22 @@ def validate_client_sizes(client_sizes: np.ndarray, num_draws: int = 1) -> np.nd
   """
   sizes = np.asarray(client_sizes)
   if sizes.ndim != 1 or sizes.shape[0] == 0:
-    raise ValueError(
-        f'client_sizes must be a non-empty 1-D array, got shape {sizes.shape}.')
+    raise ValueError(f'client_sizes must be a non-empty 1-D array, got shape {sizes.shape}.')
   if not (np.issubdtype(sizes.dtype, np.integer) or np.issubdtype(sizes.dtype, np.floating)):
     raise ValueError(f'client_sizes must be numeric, got dtype {sizes.dtype}.')
   bad = ~np.isfinite(sizes) | (sizes <= 0) | (sizes != np.round(sizes))
   if np.any(bad):
     index = int(np.flatnonzero(bad)[0])
     raise ValueError(
-        f'client_sizes must be positive integers (every client holds examples); '
-        f'got {sizes[index]!r} at index {index}.')
+      f'client_sizes must be positive integers (every client holds examples); '
+      f'got {sizes[index]!r} at index {index}.'
+    )
   # Checked in floating point first so that the int64 sum cannot overflow.
   if float(np.sum(sizes, dtype=np.float64)) * num_draws >= 2.0**62:
     raise ValueError(
-        f'num_draws * sum(client_sizes) = {num_draws} * {np.sum(sizes, dtype=np.float64):.4g} '
-        'is too large for int64 units.')
+      f'num_draws * sum(client_sizes) = {num_draws} * {np.sum(sizes, dtype=np.float64):.4g} '
+      'is too large for int64 units.'
+    )
   return sizes.astype(np.int64)
 
 
@@ -84,8 +85,8 @@ def validate_available(available: np.ndarray, num_clients: int, round_num: int) 
   mask = np.asarray(available)
   if mask.shape != (num_clients,):
     raise ValueError(
-        f'available must have shape ({num_clients},) (one flag per client), got '
-        f'{mask.shape}.')
+      f'available must have shape ({num_clients},) (one flag per client), got {mask.shape}.'
+    )
   mask = mask.astype(bool)
   if not np.any(mask):
     raise ValueError(f'No client is available in round {round_num}.')
@@ -108,9 +109,10 @@ def draw_categorical(rng: np.random.Generator, units: np.ndarray) -> np.ndarray:
   """
   cumulative = np.cumsum(units, axis=1, dtype=np.int64)
   positions = rng.integers(0, cumulative[:, -1])
-  return np.array([
-      np.searchsorted(row, position, side='right')
-      for row, position in zip(cumulative, positions)], dtype=np.int64)
+  return np.array(
+    [np.searchsorted(row, position, side='right') for row, position in zip(cumulative, positions)],
+    dtype=np.int64,
+  )
 
 
 class MDSampler(base.Sampler):
@@ -148,8 +150,9 @@ class MDSampler(base.Sampler):
     self._num_examples = validate_client_sizes(population.num_examples, self.num_draws)
     return ()
 
-  def select(self, state, round_num: int, available: np.ndarray, *,
-             probe: contract.Probe | None = None) -> base.Selection:
+  def select(
+    self, state, round_num: int, available: np.ndarray, *, probe: contract.Probe | None = None
+  ) -> base.Selection:
     """Draws round `round_num`'s ``num_draws`` clients among `available` ones.
 
     Raises:
@@ -164,5 +167,5 @@ class MDSampler(base.Sampler):
     rng = base.round_rng(self.seed, round_num, _COHORT_STREAM)
     clients = draw_categorical(rng, np.broadcast_to(units, (self.num_draws, units.shape[0])))
     return base.Selection(
-        clients=clients,
-        weights=np.full(self.num_draws, 1.0 / self.num_draws, np.float32))
+      clients=clients, weights=np.full(self.num_draws, 1.0 / self.num_draws, np.float32)
+    )

@@ -39,8 +39,9 @@ class PowerOfChoiceSampler(base.Sampler):
     validation.positive_int('num_candidates', num_candidates)
     if num_candidates < clients_per_round:
       raise ValueError(
-          f'num_candidates={num_candidates} must be at least clients_per_round='
-          f'{clients_per_round} (power of choice keeps the best of the candidates).')
+        f'num_candidates={num_candidates} must be at least clients_per_round='
+        f'{clients_per_round} (power of choice keeps the best of the candidates).'
+      )
     self.clients_per_round = int(clients_per_round)
     self.num_candidates = int(num_candidates)
     self.seed = int(seed)
@@ -51,33 +52,45 @@ class PowerOfChoiceSampler(base.Sampler):
       raise ValueError(f'Every client needs examples; sizes {sizes[sizes <= 0][:5]} found.')
     if self.clients_per_round > population.size:
       raise ValueError(
-          f'clients_per_round={self.clients_per_round} exceeds the population of '
-          f'{population.size} clients.')
+        f'clients_per_round={self.clients_per_round} exceeds the population of '
+        f'{population.size} clients.'
+      )
     return PowerOfChoiceState(num_examples=sizes)
 
-  def candidates(self, state: PowerOfChoiceState, round_num: int,
-                 available: np.ndarray) -> np.ndarray:
+  def candidates(
+    self, state: PowerOfChoiceState, round_num: int, available: np.ndarray
+  ) -> np.ndarray:
     """The round's candidates, in draw order."""
     pool = np.flatnonzero(np.asarray(available, dtype=bool))
     if pool.size == 0:
       raise ValueError(f'No client is available in round {round_num}.')
     weights = state.num_examples[pool].astype(np.float64)
     rng = base.round_rng(self.seed, round_num, _CANDIDATE_STREAM)
-    return rng.choice(pool, size=min(self.num_candidates, pool.size), replace=False,
-                      p=weights / weights.sum())
+    return rng.choice(
+      pool, size=min(self.num_candidates, pool.size), replace=False, p=weights / weights.sum()
+    )
 
-  def select(self, state: PowerOfChoiceState, round_num: int, available: np.ndarray, *,
-             probe: contract.Probe | None = None) -> base.Selection:
+  def select(
+    self,
+    state: PowerOfChoiceState,
+    round_num: int,
+    available: np.ndarray,
+    *,
+    probe: contract.Probe | None = None,
+  ) -> base.Selection:
     """Keeps the ``clients_per_round`` candidates with the highest `probe` losses."""
     if probe is None:
-      raise ValueError('PowerOfChoiceSampler needs the loss probe of the program loop '
-                       '(select(..., probe=client indices -> losses)).')
+      raise ValueError(
+        'PowerOfChoiceSampler needs the loss probe of the program loop '
+        '(select(..., probe=client indices -> losses)).'
+      )
     candidates = self.candidates(state, round_num, available)
     losses = np.asarray(probe(candidates), dtype=np.float64)
     if losses.shape != candidates.shape:
-      raise ValueError(f'The loss probe returned shape {losses.shape} for '
-                       f'{candidates.shape[0]} candidates.')
+      raise ValueError(
+        f'The loss probe returned shape {losses.shape} for {candidates.shape[0]} candidates.'
+      )
     # Non-finite losses rank last: a diverged client should not be preferred.
     losses = np.where(np.isfinite(losses), losses, -np.inf)
-    keep = np.argsort(-losses, kind='stable')[:min(self.clients_per_round, candidates.size)]
+    keep = np.argsort(-losses, kind='stable')[: min(self.clients_per_round, candidates.size)]
     return base.Selection(clients=candidates[np.sort(keep)])

@@ -34,8 +34,9 @@ class TargetSampler(base.Sampler):
       raise ValueError(f'{self.groups.size} group labels for {population.size} clients.')
     return ()
 
-  def select(self, state, round_num: int, available: np.ndarray, *,
-             probe: contract.Probe | None = None) -> base.Selection:
+  def select(
+    self, state, round_num: int, available: np.ndarray, *, probe: contract.Probe | None = None
+  ) -> base.Selection:
     del state, probe  # Stateless; selects without a probe.
     available = np.asarray(available, dtype=bool)
     rng = base.round_rng(self.seed, round_num, _STREAM)
@@ -46,5 +47,6 @@ class TargetSampler(base.Sampler):
         chosen.append(rng.choice(members))
     if not chosen:
       raise ValueError(f'No client is available in round {round_num}.')
-    return base.Selection(clients=np.array(chosen, np.int64),
-                          weights=np.full(len(chosen), 1.0 / len(chosen)))
+    return base.Selection(
+      clients=np.array(chosen, np.int64), weights=np.full(len(chosen), 1.0 / len(chosen))
+    )

@@ -26,12 +26,14 @@ class UniformSampler(base.Sampler):
   def initialize(self, population: base.Population) -> tuple[()]:
     if self.clients_per_round > population.size:
       raise ValueError(
-          f'clients_per_round={self.clients_per_round} exceeds the population of '
-          f'{population.size} clients; choose clients_per_round <= {population.size}.')
+        f'clients_per_round={self.clients_per_round} exceeds the population of '
+        f'{population.size} clients; choose clients_per_round <= {population.size}.'
+      )
     return ()
 
-  def select(self, state, round_num: int, available: np.ndarray, *,
-             probe: contract.Probe | None = None) -> base.Selection:
+  def select(
+    self, state, round_num: int, available: np.ndarray, *, probe: contract.Probe | None = None
+  ) -> base.Selection:
     del state, probe  # Stateless; selects without a probe.
     candidates = np.flatnonzero(np.asarray(available, dtype=bool))
     if candidates.size == 0:

@@ -80,9 +80,10 @@ _NUM_EXAMPLES = 'NUM_EXAMPLES'
 _RTOL = 1e-5
 
 _SIGNALS_HINT = (
-    'build the process with tff_sampling.learning.signals.build_fedavg_with_signals (its '
-    'clients receive each slot\'s weight: signals.selection_client_data), which '
-    'tff_sampling.program.run_experiment feeds the sampler\'s weights')
+  'build the process with tff_sampling.learning.signals.build_fedavg_with_signals (its '
+  "clients receive each slot's weight: signals.selection_client_data), which "
+  "tff_sampling.program.run_experiment feeds the sampler's weights"
+)
 
 
 def _weighting_name(client_weighting: Any) -> str:
@@ -90,8 +91,9 @@ def _weighting_name(client_weighting: Any) -> str:
   name = getattr(client_weighting, 'name', client_weighting)
   if name not in (_UNIFORM, _NUM_EXAMPLES):
     raise ValueError(
-        'client_weighting must be tff.learning.ClientWeighting.UNIFORM or NUM_EXAMPLES (the '
-        f'only ones build_weighted_fed_avg accepts in TFF 0.87), got {client_weighting!r}.')
+      'client_weighting must be tff.learning.ClientWeighting.UNIFORM or NUM_EXAMPLES (the '
+      f'only ones build_weighted_fed_avg accepts in TFF 0.87), got {client_weighting!r}.'
+    )
   return name
 
 
@@ -136,16 +138,19 @@ def required_client_weighting(sampler: base.Sampler):
     return None
   if kind == CUSTOM:
     raise ValueError(
-        f'{type(sampler).__name__} sets aggregation weights that no built-in '
-        f'tff.learning.ClientWeighting reproduces; {_SIGNALS_HINT}.')
+      f'{type(sampler).__name__} sets aggregation weights that no built-in '
+      f'tff.learning.ClientWeighting reproduces; {_SIGNALS_HINT}.'
+    )
   import tensorflow_federated as tff  # Local: the samplers package is NumPy-only.
+
   if kind == EQUAL:
     return tff.learning.ClientWeighting.UNIFORM
   return tff.learning.ClientWeighting.NUM_EXAMPLES
 
 
-def check_fed_avg_weighting(sampler: base.Sampler, client_weighting, *,
-                            fixed_local_steps: bool = False) -> None:
+def check_fed_avg_weighting(
+  sampler: base.Sampler, client_weighting, *, fixed_local_steps: bool = False
+) -> None:
   """Raises unless plain FedAvg with `client_weighting` applies the sampler's weights.
 
   Args:
@@ -169,15 +174,17 @@ def check_fed_avg_weighting(sampler: base.Sampler, client_weighting, *,
   needed = _UNIFORM if kind == EQUAL else _NUM_EXAMPLES
   if name != needed:
     raise ValueError(
-        f'{sampler_name} weights each slot {"equally (1/m)" if kind == EQUAL else "by n_k/Σn"}, '
-        f'but a FedAvg process built with client_weighting={name} replaces those weights with '
-        f'its own, which biases the aggregate. Build it with client_weighting='
-        f'tff.learning.ClientWeighting.{needed}, or {_SIGNALS_HINT}.')
+      f'{sampler_name} weights each slot {"equally (1/m)" if kind == EQUAL else "by n_k/Σn"}, '
+      f'but a FedAvg process built with client_weighting={name} replaces those weights with '
+      f'its own, which biases the aggregate. Build it with client_weighting='
+      f'tff.learning.ClientWeighting.{needed}, or {_SIGNALS_HINT}.'
+    )
   if kind == NUM_EXAMPLES and fixed_local_steps:
     raise ValueError(
-        f'{sampler_name} weights clients by n_k/Σn, but with a fixed number of local steps '
-        'ClientWeighting.NUM_EXAMPLES weighs every client the same; train whole epochs, or '
-        f'{_SIGNALS_HINT}.')
+      f'{sampler_name} weights clients by n_k/Σn, but with a fixed number of local steps '
+      'ClientWeighting.NUM_EXAMPLES weighs every client the same; train whole epochs, or '
+      f'{_SIGNALS_HINT}.'
+    )
 
 
 def _slot_weights(selection: base.Selection) -> np.ndarray | None:
@@ -186,16 +193,17 @@ def _slot_weights(selection: base.Selection) -> np.ndarray | None:
     return None
   weights = np.asarray(selection.weights, np.float64)
   if weights.shape != clients.shape:
-    raise ValueError(f'Selection has {clients.size} clients but weights of shape '
-                     f'{weights.shape}.')
+    raise ValueError(f'Selection has {clients.size} clients but weights of shape {weights.shape}.')
   if not np.all(np.isfinite(weights)) or np.any(weights < 0) or not np.sum(weights) > 0:
-    raise ValueError(f'Selection weights must be finite, non-negative and not all zero, got '
-                     f'{weights}.')
+    raise ValueError(
+      f'Selection weights must be finite, non-negative and not all zero, got {weights}.'
+    )
   return weights
 
 
-def _check_selection(selection: base.Selection, name: str,
-                     examples_trained: np.ndarray | None) -> None:
+def _check_selection(
+  selection: base.Selection, name: str, examples_trained: np.ndarray | None
+) -> None:
   """Raises unless plain FedAvg with weighting `name` applies the selection's weights."""
   weights = _slot_weights(selection)
   if weights is None:
@@ -207,15 +215,17 @@ def _check_selection(selection: base.Selection, name: str,
   else:
     if examples_trained is None:
       raise ValueError(
-          'With ClientWeighting.NUM_EXAMPLES, pass examples_trained (the examples each slot '
-          'trains on this round) so that the selection\'s weights can be checked against it.')
+        'With ClientWeighting.NUM_EXAMPLES, pass examples_trained (the examples each slot '
+        "trains on this round) so that the selection's weights can be checked against it."
+      )
     target = examples_trained / examples_trained.sum()
     what = 'NUM_EXAMPLES gives each slot a share ∝ the examples it trains on'
   if not np.allclose(share, target, rtol=_RTOL, atol=0.0):
     raise ValueError(
-        f'The selection\'s weights {np.round(share, 6).tolist()} (as shares) are not what a '
-        f'FedAvg process with client_weighting={name} applies ({what}: '
-        f'{np.round(target, 6).tolist()}); {_SIGNALS_HINT}.')
+      f"The selection's weights {np.round(share, 6).tolist()} (as shares) are not what a "
+      f'FedAvg process with client_weighting={name} applies ({what}: '
+      f'{np.round(target, 6).tolist()}); {_SIGNALS_HINT}.'
+    )
 
 
 def _examples(examples_trained, size: int) -> np.ndarray | None:
@@ -223,14 +233,19 @@ def _examples(examples_trained, size: int) -> np.ndarray | None:
     return None
   examples = np.asarray(examples_trained, np.float64)
   if examples.shape != (size,) or not np.all(examples > 0):
-    raise ValueError(f'examples_trained must hold one positive count per slot ({size}), got '
-                     f'{examples_trained!r}.')
+    raise ValueError(
+      f'examples_trained must hold one positive count per slot ({size}), got {examples_trained!r}.'
+    )
   return examples
 
 
-def fed_avg_datasets(selection: base.Selection, client_dataset: Callable[[int], Any],
-                     client_weighting, *,
-                     examples_trained: Sequence[float] | None = None) -> list[Any]:
+def fed_avg_datasets(
+  selection: base.Selection,
+  client_dataset: Callable[[int], Any],
+  client_weighting,
+  *,
+  examples_trained: Sequence[float] | None = None,
+) -> list[Any]:
   """The client data of one round of a plain `build_weighted_fed_avg` process.
 
   One dataset per slot, in slot order (a client drawn twice appears twice:
@@ -270,8 +285,13 @@ def fed_avg_datasets(selection: base.Selection, client_dataset: Callable[[int], 
   return [client_dataset(int(c)) for c in clients]
 
 
-def realised_weights(selection: base.Selection, client_weighting, num_clients: int, *,
-                     examples_trained: Sequence[float] | None = None) -> np.ndarray:
+def realised_weights(
+  selection: base.Selection,
+  client_weighting,
+  num_clients: int,
+  *,
+  examples_trained: Sequence[float] | None = None,
+) -> np.ndarray:
   """Each client's share of a plain FedAvg process's aggregate for this selection.
 
   What TFF's weighted mean does with the slots' weights ``c_k`` (1 for

@@ -1,0 +1,41 @@
+"""Lint, format and type checks, configured in pyproject.toml.
+
+They run as tests so that `./run test` (and CI) enforce them:
+
+* ``ruff check .``: pyflakes, pycodestyle, bugbear, import order, pyupgrade;
+* ``ruff format --check tff_sampling``: the library is formatted by ruff;
+* ``mypy``: the library's annotations are consistent (TensorFlow and TFF,
+  which ship no types, are ``Any``).
+
+To fix what they report: ``.venv/bin/ruff check --fix .``,
+``.venv/bin/ruff format tff_sampling`` and ``.venv/bin/mypy``.
+"""
+
+import os
+import subprocess
+import sys
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(tool, *args, tmp_path):
+  # Caches go to the test's temporary directory, not into the checkout.
+  env = dict(os.environ, RUFF_CACHE_DIR=str(tmp_path / 'ruff'))
+  return subprocess.run([sys.executable, '-m', tool, *args], cwd=_REPO, env=env,
+                        capture_output=True, text=True, timeout=600)
+
+
+def test_ruff_check(tmp_path):
+  proc = _run('ruff', 'check', '.', tmp_path=tmp_path)
+  assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
+
+
+def test_ruff_format_of_the_library(tmp_path):
+  proc = _run('ruff', 'format', '--check', '--diff', 'tff_sampling', tmp_path=tmp_path)
+  assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
+
+
+def test_mypy_on_the_library(tmp_path):
+  proc = _run('mypy', '--cache-dir', str(tmp_path / 'mypy'), tmp_path=tmp_path)
+  assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
+  assert 'Success: no issues found' in proc.stdout, proc.stdout
