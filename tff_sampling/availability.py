@@ -145,6 +145,8 @@ class Availability:
     round_num = _check_int('round_num', round_num, 0)
     phase = 1 + round_num % self.period  # k ∈ {1, …, T}
     if self.mode == 'YC':
+      # `build_availability` always sets both for YC.
+      assert self.num_labels is not None and self.label_membership is not None
       in_phase = np.zeros(self.num_clients, dtype=bool)
       label = phase * self.num_labels // self.period  # ⌊k Y / T⌋, exact
       if label < self.num_labels:

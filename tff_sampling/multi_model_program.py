@@ -219,7 +219,7 @@ class MultiModel:
     raise NotImplementedError('A multi-model process offers no probe (refused in start).')
 
   def evaluate(self, models) -> collections.OrderedDict:
-    metrics = collections.OrderedDict(
+    metrics: collections.OrderedDict[str, Any] = collections.OrderedDict(
       (f'model_{s}', self._evaluators[s](weights)) for s, weights in enumerate(models)
     )
     metrics['mean_accuracy'] = float(np.mean([m['accuracy'] for m in metrics.values()]))

@@ -88,7 +88,7 @@ positive norms):
 from __future__ import annotations
 
 import numbers
-from typing import NamedTuple
+from typing import NamedTuple, TypeAlias
 
 import numpy as np
 import tensorflow as tf
@@ -103,7 +103,7 @@ _COMPUTE_DTYPE = tf.float64
 # such a step moves probabilities by ~1e-16 and is not counted as a step used.
 _NEGLIGIBLE_RESCALING = float(np.sqrt(np.finfo(np.float64).eps))
 
-TensorLike = tf.Tensor | np.ndarray | float
+TensorLike: TypeAlias = tf.Tensor | np.ndarray | float
 
 
 class RescaledProbabilities(NamedTuple):

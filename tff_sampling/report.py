@@ -337,8 +337,8 @@ def _summarize_group(
   else:
     to_rounds = [results.rounds_to_target(run, target, ACCURACY_COLUMN) for run in runs]
     to_bits = [results.bits_to_target(run, target, ACCURACY_COLUMN) for run in runs]
-  seconds = [run.metrics[SECONDS_COLUMN] for run in runs if SECONDS_COLUMN in run.metrics]
-  seconds = np.concatenate(seconds) if seconds else np.zeros(0)
+  per_run_seconds = [run.metrics[SECONDS_COLUMN] for run in runs if SECONDS_COLUMN in run.metrics]
+  seconds = np.concatenate(per_run_seconds) if per_run_seconds else np.zeros(0)
   seconds = seconds[np.isfinite(seconds)]
   extras = {
     column: Stat.of(_mean_over_rounds(run.metrics[column]) for run in runs if column in run.metrics)
@@ -709,8 +709,8 @@ def _draw_curves(
       axes.fill_between(x, mean - std, mean + std, color=colours[label], alpha=0.2, linewidth=0)
   if on_bits:
     axes.set_xscale('log')
-    shown = np.concatenate(shown) if shown else np.zeros(0)
-    if shown.size and shown.max() > 10 * shown.min():
+    all_x = np.concatenate(shown) if shown else np.zeros(0)
+    if all_x.size and all_x.max() > 10 * all_x.min():
       # Decades only: labelled minor ticks would overlap. Within one decade the
       # minor labels are the only ones.
       axes.xaxis.set_minor_formatter(ticker.NullFormatter())
@@ -752,10 +752,11 @@ def write_plots(
   paths = plot_paths(output_dir)
   for path in paths:
     plotting.check_plot_path(path)
-  return tuple(
+  rounds_png, bits_png = (
     plotting.save_figure(make_curve_figure(groups, x_column, title=title, panels=panels), path)
     for x_column, path in zip((results.ROUND_COLUMN, results.BITS_COLUMN), paths)
   )
+  return rounds_png, bits_png
 
 
 def check_results_path(path: str | os.PathLike[str]) -> str:

@@ -27,7 +27,7 @@ be removed from it:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 import csv
 import errno
 import fcntl
@@ -228,8 +228,13 @@ class RunDirectory:
 
   # --- Checkpoints ----------------------------------------------------------------
 
+  def _checkpoints(self) -> tff.program.FileProgramStateManager:
+    """The checkpoint manager, which entering the `with` block creates."""
+    assert self.state_manager is not None  # Set on entering the with block.
+    return self.state_manager
+
   def versions(self) -> list[int]:
-    return asyncio.run(self.state_manager.get_versions()) or []
+    return asyncio.run(self._checkpoints().get_versions()) or []
 
   def resume(self, hparams: Mapping[str, Any], initial_state: Any) -> tuple[Any, int | None]:
     """``(program state, round resumed from)``; ``(initial_state, None)`` for a new run.
@@ -258,7 +263,7 @@ class RunDirectory:
         )
         continue
       try:
-        state = asyncio.run(self.state_manager.load(version, initial_state))
+        state = asyncio.run(self._checkpoints().load(version, initial_state))
       except Exception as e:  # pylint: disable=broad-except  # Any damage: a corrupt SavedModel.
         skipped.append(f'round {version} (damaged: {_first_line(e)})')
         continue
@@ -294,7 +299,7 @@ class RunDirectory:
 
   def save(self, state: Any, round_num: int) -> None:
     """Saves the program state of `round_num`, and flushes the TensorBoard events up to it."""
-    asyncio.run(self.state_manager.save(state, round_num))
+    asyncio.run(self._checkpoints().save(state, round_num))
     if self._tensorboard is not None:
       self._tensorboard.flush()
 
@@ -363,7 +368,11 @@ class HParams(dict):
   the values (e.g. through `program.ProgramConfig`) and is not written.
   """
 
-  def __init__(self, values: Mapping[str, Any] = (), defaults: Mapping[str, Any] = ()):
+  def __init__(
+    self,
+    values: Mapping[str, Any] | Iterable[tuple[str, Any]] = (),
+    defaults: Mapping[str, Any] | Iterable[tuple[str, Any]] = (),
+  ):
     super().__init__(values)
     self.defaults = dict(defaults)
 

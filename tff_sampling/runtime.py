@@ -89,7 +89,12 @@ class _LocalWorker:
     """The running worker's stub; starts the worker first if none runs."""
     with self._lock:
       workers_lib.check_not_shut_down()
-      if self._stub is not None and self._process.poll() is None and self._stub.is_ready:
+      if (
+        self._stub is not None
+        and self._process is not None  # Set with `_stub`.
+        and self._process.poll() is None
+        and self._stub.is_ready
+      ):
         return self._stub
       self._stop_locked(timeout_s=1.0)  # Died or unreachable: start afresh, as TFF does.
       port = portpicker.pick_unused_port()
@@ -473,11 +478,13 @@ class _Interrupts:
 
   def exit(self) -> None:
     """Stops the workers, prints the one line and ends the process (128 + signum)."""
+    signum = self.signum
+    assert signum is not None  # Called once a signal is recorded.
     in_main = threading.current_thread() is threading.main_thread()
     # Whoever comes second waits here until the process ends; from another
     # thread only briefly, in case the first is stuck (e.g. flushing a full pipe).
     if not self._exit_lock.acquire(timeout=-1 if in_main else 1.0):
-      os._exit(128 + self.signum)  # pylint: disable=protected-access
+      os._exit(128 + signum)  # pylint: disable=protected-access
     stop_all_workers_now()
     if in_main:
       for stream in (sys.stdout, sys.stderr):
@@ -485,8 +492,8 @@ class _Interrupts:
           stream.flush()
         except Exception:  # pylint: disable=broad-except
           pass
-    os.write(2, (interruption_message(self.signum) + '\n').encode())
-    os._exit(128 + self.signum)  # pylint: disable=protected-access
+    os.write(2, (interruption_message(signum) + '\n').encode())
+    os._exit(128 + signum)  # pylint: disable=protected-access
 
 
 def binary_main(main: Callable[[Sequence[str]], Any]) -> Callable[[Sequence[str]], Any]:

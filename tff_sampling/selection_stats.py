@@ -15,8 +15,11 @@ import numpy as np
 class Selection(Protocol):
   """What the analysis reads of a round's selection (`tff_sampling.samplers.Selection`)."""
 
-  clients: np.ndarray
-  weights: np.ndarray | None
+  @property
+  def clients(self) -> np.ndarray: ...
+
+  @property
+  def weights(self) -> np.ndarray | None: ...
 
 
 def selection_metrics(

@@ -89,8 +89,9 @@ class Task:
     """
     client_id = self.client_ids[client] if isinstance(client, (int, np.integer)) else client
     dataset = self.preprocess_client(self.train_data.create_tf_dataset_for_client(client_id), seed)
-    if validation.positive_int('steps', steps, optional=True) is not None:
-      dataset = dataset.repeat().take(int(steps))
+    num_steps = validation.positive_int('steps', steps, optional=True)
+    if num_steps is not None:
+      dataset = dataset.repeat().take(num_steps)
     return dataset
 
   def model_fn(self) -> tff.learning.models.VariableModel:

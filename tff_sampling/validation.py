@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -10,7 +10,9 @@ import numpy as np
 def is_positive_int(value: Any) -> bool:
   """Whether `value` is an integer (Python or NumPy, not a bool) greater than 0."""
   return (
-    not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, np.integer)) and value > 0
+    not isinstance(value, (bool, np.bool_))
+    and isinstance(value, (int, np.integer))
+    and bool(value > 0)
   )
 
 
@@ -24,6 +26,14 @@ def positive_number(name: str, value: Any) -> float:
   ):
     raise ValueError(f'{name} must be a positive finite number, got {value!r}.')
   return float(value)
+
+
+@overload
+def positive_int(name: str, value: Any, *, optional: Literal[False] = ...) -> int: ...
+
+
+@overload
+def positive_int(name: str, value: Any, *, optional: bool) -> int | None: ...
 
 
 def positive_int(name: str, value: Any, *, optional: bool = False) -> int | None:

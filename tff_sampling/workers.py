@@ -173,7 +173,7 @@ class _Launcher:
         ).start()
         self._pid = os.getpid()
       requests = self._requests
-    result = concurrent.futures.Future()
+    result: concurrent.futures.Future[subprocess.Popen] = concurrent.futures.Future()
     requests.put((list(args), kwargs, result))
     return result.result()
 
@@ -293,6 +293,7 @@ def check_reachable(address: str, timeout_s: float = 3.0) -> None:
   worker without limit.
   """
   match = _ADDRESS.match(check_address(address))
+  assert match is not None  # `check_address` accepted it.
   host, port = match['host'].strip('[]'), int(match['port'])
   try:
     socket.create_connection((host, port), timeout=timeout_s).close()
@@ -422,7 +423,7 @@ class WorkerPool:
     self._local = _local
     self._closed = False
     self._channels = []
-    self._contexts = {}  # Mergeable contexts by number of sub-rounds.
+    self._contexts: dict[int, Any] = {}  # Mergeable contexts by number of sub-rounds.
     try:
       if _local is None:  # Local workers may still be starting: waited for below.
         for address in addresses:

@@ -26,7 +26,7 @@ program loop (`tff_sampling.program.run_experiment`) makes it explicitly.
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, Protocol, TypeVar
 
 import tensorflow_federated as tff
 from tensorflow_federated.python.core.impl.compiler import building_blocks
@@ -102,7 +102,14 @@ def hinting_computation(computation: tff.Computation) -> tff.Computation:
   )
 
 
-_Process = TypeVar('_Process')
+class _HasNext(Protocol):
+  """A process with a ``next`` computation (what `with_secure_sum_hint` reads)."""
+
+  @property
+  def next(self) -> Any: ...
+
+
+_Process = TypeVar('_Process', bound=_HasNext)
 
 
 def with_secure_sum_hint(process: _Process, *, check: bool = True) -> _Process:

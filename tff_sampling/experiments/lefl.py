@@ -87,8 +87,8 @@ class LeflMethods:
 
 def default_target(groups: dict[str, list[results.Run]]) -> float:
   """90% of the best final accuracy (mean over seeds) among the methods."""
-  return 0.9 * max(
-    np.mean([r.last_finite('eval/accuracy') for r in runs]) for runs in groups.values()
+  return float(
+    0.9 * max(np.mean([r.last_finite('eval/accuracy') for r in runs]) for runs in groups.values())
   )
 
 

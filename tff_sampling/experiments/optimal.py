@@ -7,6 +7,7 @@ samplings over seeds).
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import tensorflow_federated as tff
@@ -51,7 +52,7 @@ class OptimalSampling:
   ) -> tff.learning.templates.LearningProcess:
     """The learning process in which the cohort uploads as `sampling` says."""
     mode = SAMPLING_MODES[sampling]
-    common = dict(
+    common: dict[str, Any] = dict(
       expected_clients=self.expected_clients,
       max_rescaling_steps=self.max_rescaling_steps,
       mode=mode,

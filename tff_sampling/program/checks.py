@@ -80,10 +80,10 @@ def check_diverged(
 
 
 def check_plain_process_weighting(
-  sampler: samplers_base.Sampler, client_weighting, config: ProgramConfig
+  sampler: samplers_base.Sampler | None, client_weighting, config: ProgramConfig
 ) -> None:
   """Raises unless a plain TFF process applies the sampler's aggregation weights."""
-  if not weighting.sampler_sets_weights(sampler):
+  if sampler is None or not weighting.sampler_sets_weights(sampler):
     return
   if client_weighting is None:
     raise ValueError(

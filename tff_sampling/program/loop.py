@@ -134,6 +134,7 @@ def run_rounds(
       trainer.process.next, f'The learning process of {config.output_dir}'
     )
     pool = config.worker_pool()  # Reachable workers, or an error before anything is written.
+    assert pool is not None  # The config asks for workers.
     logging.info(
       "Each round's clients are split over %d TFF workers: %s.",
       pool.size,
@@ -170,7 +171,7 @@ class _Rounds:
     self.population = samplers_base.Population(num_examples=np.asarray(self.clients.num_examples))
 
   def _initial_state(self) -> collections.OrderedDict:
-    state = collections.OrderedDict(
+    state: collections.OrderedDict[str, Any] = collections.OrderedDict(
       round=np.int64(0), cumulative_bits=np.int64(self.preprocessing.upload_bits)
     )
     if self.sampler is not None:
@@ -266,7 +267,9 @@ class _Rounds:
     result = self.trainer.round_output(output, len(selection.clients))
     state = collections.OrderedDict(state, round=np.int64(round_num), process=output.state)
     state['cumulative_bits'] = np.int64(int(state['cumulative_bits']) + result.round_bits)
-    released = collections.OrderedDict(round_seconds=time.monotonic() - round_start)
+    released: collections.OrderedDict[str, Any] = collections.OrderedDict(
+      round_seconds=time.monotonic() - round_start
+    )
     if self.sampler is not None:
       state['selection_counts'] = state['selection_counts'] + np.bincount(
         np.asarray(selection.clients, np.int64), minlength=self.population.size

@@ -71,7 +71,9 @@ class Trainer(Protocol):
 
   process: tff.templates.MeasuredProcess  # Its ``next`` runs once per round.
 
-  clients: Clients  # The population.
+  @property
+  def clients(self) -> Clients:
+    """The population."""
 
   def check(self, sampler: samplers_base.Sampler | None) -> None:
     """Raises ValueError if `sampler` cannot drive this process (before anything is written)."""
@@ -116,8 +118,8 @@ class SingleModel:
   def __post_init__(self):
     self._client_input = contract.takes_client_input(self.process)
     self._parameters = 0
-    self._loss_probe = None
-    self._evaluate = None
+    self._loss_probe: tff.Computation | None = None  # Built by `start`.
+    self._evaluate: evaluation.CentralEvaluator | None = None  # Built by `start`.
 
   @property
   def clients(self) -> Clients:
@@ -166,11 +168,13 @@ class SingleModel:
       data = signals_lib.selection_client_data(
         self._datasets(round_num, clients), [1.0] * len(clients)
       )
+      assert self._loss_probe is not None  # `start` built it.
       return np.asarray(self._loss_probe(weights, data))
 
     return losses
 
   def evaluate(self, model_weights: Any) -> Mapping[str, Any]:
+    assert self._evaluate is not None  # `start` built it.
     return self._evaluate(model_weights)
 
   def _datasets(self, round_num: int, clients: np.ndarray) -> list[tf.data.Dataset]:

@@ -136,7 +136,7 @@ import itertools
 import math
 import numbers
 import time
-from typing import NamedTuple
+from typing import Any, NamedTuple
 import warnings
 
 import numpy as np
@@ -599,7 +599,7 @@ def _solve_scip(problem: _Problem, warm_start: np.ndarray, deadline: float) -> _
   keep = np.flatnonzero(pair != 0)
   first, second, pair = first[keep], second[keep], pair[keep]
   y = [model.addVar(lb=0.0, ub=1.0, obj=c) for c in pair.tolist()]
-  partners = [[] for _ in range(n)]
+  partners: list[list[Any]] = [[] for _ in range(n)]  # SCIP variables.
   for var, i, j in zip(y, first.tolist(), second.tolist()):
     partners[i].append(var)
     partners[j].append(var)
@@ -895,6 +895,7 @@ class FedGSSampler(base.Sampler):
         similarity_from_features(features), epsilon=epsilon, sigma2=sigma2
       )
     else:
+      assert distances is not None  # Exactly one of the two is given.
       self._distances = _validate_square(distances, 'distances').copy()
 
   def initialize(self, population: base.Population) -> FedGSState:

@@ -87,7 +87,7 @@ from collections.abc import Mapping
 import fractions
 import math
 import numbers
-from typing import NamedTuple
+from typing import NamedTuple, cast
 import warnings
 
 import numpy as np
@@ -349,7 +349,8 @@ def _parse_rate(sample_rate) -> fractions.Fraction:
   ):
     raise ValueError(f'sample_rate must be a number in (0, 1], got {sample_rate!r}.')
   if isinstance(sample_rate, (fractions.Fraction, int, np.integer)):
-    rate = fractions.Fraction(sample_rate)
+    # NumPy registers its integers as `numbers.Integral`, which Fraction takes.
+    rate = fractions.Fraction(cast(numbers.Rational, sample_rate))
   else:
     rate = fractions.Fraction(repr(float(sample_rate)))
   if not 0 < rate <= 1:
@@ -480,7 +481,11 @@ class LeflSampler(base.Sampler):
       labels = canonical_labels(clusters)
       kl32 = np.zeros((0, 0), np.float32)
     else:
-      matrix = kl_matrix(soft_labels) if soft_labels is not None else _validate_kl(kl)
+      if soft_labels is not None:
+        matrix = kl_matrix(soft_labels)
+      else:
+        assert kl is not None  # Exactly one of soft_labels, kl and clusters is given.
+        matrix = _validate_kl(kl)
       labels = cluster_clients(matrix, num_clusters=num_clusters, seed=self.seed)
       kl32 = matrix.astype(np.float32)
     self.num_clients = int(labels.shape[0])
@@ -493,7 +498,7 @@ class LeflSampler(base.Sampler):
     self.num_clusters = int(labels.max()) + 1
     self._kl = kl32
     if allocation == 'per_cluster':
-      self.sample_rate = (
+      self.sample_rate: fractions.Fraction | None = (
         fractions.Fraction(self.clients_per_round, self.num_clients)
         if sample_rate is None
         else _parse_rate(sample_rate)

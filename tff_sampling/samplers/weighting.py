@@ -311,6 +311,7 @@ def realised_weights(
   """
   name = _weighting_name(client_weighting)
   clients = np.asarray(selection.clients, np.int64)
+  slot: np.ndarray | None
   if name == _UNIFORM:
     slot = np.ones(clients.size)
   else:
