@@ -14,6 +14,16 @@ if os.environ.get('CI'):
   hypothesis.settings.load_profile('ci')
 
 
+def pytest_xdist_auto_num_workers(config):
+  """``-n auto`` (pytest.ini): one worker per core, at most 4.
+
+  Each worker imports TensorFlow and TFF (about 1.5 GB); more than 4 gain
+  little, because many tests run TFF's multi-threaded C++ executor.
+  """
+  del config
+  return max(1, min(os.cpu_count() or 1, 4))
+
+
 @pytest.fixture(scope='session')
 def small_digits_task():
   """`digits` with 20 clients: a FedAvg round takes ~0.1 s."""

@@ -74,6 +74,7 @@ PARSE_CASES = [
     ('demo', 'target_accuracy', '7', r'in \(0, 1\] \(an accuracy as a fraction'),
     ('demo', 'target_accuracy', '0', r'in \(0, 1\] \(an accuracy as a fraction'),
     ('mmfl', 'expected_clients', 'nan', r'finite number > 0'),
+    ('mmfl', 'expected_clients', '0', r'finite number > 0'),
     ('mmfl', 'clients', '0', r'>= 1|positive'),
     ('mmfl', 'num_models', '0', r'>= 1|positive'),
     ('mmfl', 'seed', '-1', r'\[0, 4294967295\]'),

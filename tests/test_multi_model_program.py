@@ -2,9 +2,9 @@
 
 import dataclasses
 import os
-import subprocess
-import sys
+import re
 
+import fault_harness as fh
 import numpy as np
 import pytest
 
@@ -13,8 +13,6 @@ from tff_sampling import multi_model_program
 from tff_sampling import program
 from tff_sampling import results
 from tff_sampling.learning import multi_model
-
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope='module')
@@ -91,18 +89,12 @@ def test_suites_and_their_errors():
     suites.create_suite('mnist')
 
 
-def _run_module(*args):
-  return subprocess.run([sys.executable, '-m', 'bin.mmfl', *args], cwd=_REPO,
-                        capture_output=True, text=True, timeout=600)
-
-
-def test_binary_runs_every_sampling_and_prints_the_report_subprocess(tmp_path):
-  samplings = ','.join(multi_model.SAMPLINGS)
-  proc = _run_module('--suite=digits_noniid', '--num_models=2', '--clients=10',
-                     '--expected_clients=3', '--rounds=2', '--eval_every=1', '--client_epochs=1',
-                     f'--sampling={samplings}', f'--root_output_dir={tmp_path}')
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  table = proc.stdout.split('method')[1].splitlines()
+def test_binary_runs_every_sampling_and_prints_the_report(tmp_path, capfd):
+  common = dict(suite='digits_noniid', num_models=2, clients=10, expected_clients=3, rounds=2,
+                eval_every=1, client_epochs=1, root_output_dir=tmp_path)
+  outcome = fh.run_binary('mmfl', sampling=','.join(multi_model.SAMPLINGS), **common)
+  assert outcome.exit_code == 0, outcome
+  table = capfd.readouterr().out.split('method')[1].splitlines()
   rows = {line.split()[0]: line for line in table[2:] if line.strip()
           and line.split()[0] in multi_model.SAMPLINGS}
   assert set(rows) == set(multi_model.SAMPLINGS)
@@ -111,24 +103,20 @@ def test_binary_runs_every_sampling_and_prints_the_report_subprocess(tmp_path):
   run = results.load_run(tmp_path / 'digits_noniid_round_robin_seed0')
   assert run.hparams['sampling'] == 'round_robin' and list(run.rounds) == [0, 1, 2]
   # --report_only reads the runs back without training.
-  again = _run_module('--suite=digits_noniid', '--num_models=2', '--clients=10',
-                      '--expected_clients=3', '--rounds=2', '--eval_every=1',
-                      '--client_epochs=1', '--sampling=optimal', '--report_only',
-                      f'--root_output_dir={tmp_path}')
-  assert again.returncode == 0, again.stderr[-3000:]
-  assert rows['optimal'].split()[1] in again.stdout
+  again = fh.run_binary('mmfl', sampling='optimal', report_only='true', **common)
+  assert again.exit_code == 0, again
+  assert rows['optimal'].split()[1] in capfd.readouterr().out
 
 
+# --expected_clients=0 is refused while parsing (tests/test_faults_inputs.py).
 @pytest.mark.parametrize('flags,message', [
-    (['--expected_clients=0'], '--expected_clients must be a finite number > 0'),
-    (['--expected_clients=11'], '--expected_clients must be in (0, --clients=10], got 11.0'),
-    (['--sampling=optimal,best'], "--sampling has unknown method(s) ['best']"),
-    (['--suite=leaf', '--num_models=5', '--expected_clients=3'], "Suite 'leaf' has 2-3 models"),
+    (dict(expected_clients=11), '--expected_clients must be in (0, --clients=10], got 11.0'),
+    (dict(sampling='optimal,best'), "--sampling has unknown method(s) ['best']"),
+    (dict(suite='leaf', num_models=5, expected_clients=3), "Suite 'leaf' has 2-3 models"),
 ])
-def test_binary_bad_flags_subprocess(tmp_path, flags, message):
-  proc = _run_module('--clients=10', '--rounds=1', f'--root_output_dir={tmp_path}', *flags)
-  assert proc.returncode != 0
-  assert message in proc.stderr, proc.stderr[-2000:]
+def test_binary_bad_flags(tmp_path, flags, message):
+  outcome = fh.run_binary('mmfl', clients=10, rounds=1, root_output_dir=tmp_path, **flags)
+  fh.assert_one_line_error(outcome, re.escape(message))
 
 
 def test_workers_are_refused_clearly_not_ignored(suite, tmp_path):

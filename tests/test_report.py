@@ -6,8 +6,6 @@ standard deviations are sample standard deviations over seeds (ddof = 1).
 
 import json
 import os
-import subprocess
-import sys
 
 from absl.testing import flagsaver
 import fault_harness
@@ -277,15 +275,13 @@ def test_unknown_extra_column_lists_the_columns(root, tmp_path):
     report.summarize(groups, extra_columns=['selection/label_kl'])
 
 
-def test_binary_end_to_end(root, tmp_path):
+def test_binary_end_to_end(root, tmp_path, capfd):
   output_dir = tmp_path / 'out'
-  process = subprocess.run(
-      [sys.executable, '-m', 'bin.report', f'--run_dirs={root}/digits_optimal_*',
-       '--label_key=sampling', '--target_accuracy=0.5', '--max_round=2',
-       f'--output_dir={output_dir}'],
-      cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
-  assert process.returncode == 0, process.stderr
-  header, _, rows = parse_table('\n'.join(process.stdout.splitlines()[:3]))
+  outcome = fault_harness.run_binary(
+      'report', run_dirs=f'{root}/digits_optimal_*', label_key='sampling', target_accuracy=0.5,
+      max_round=2, output_dir=output_dir)
+  assert outcome.exit_code == 0, outcome
+  header, _, rows = parse_table('\n'.join(capfd.readouterr().out.splitlines()[:3]))
   # Bits in bit: the largest mean total (300 at round 2) is < 1e3.
   assert header[6:8] == ['rounds to 50%', 'bit to 50%']
   # Seconds of rounds 1-2: 1, 2, 1, 1, 2, 2: median 1.5.
