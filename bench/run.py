@@ -390,6 +390,7 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   runtime.quiet_library_logs()
+  runtime.plain_log_lines()
   machine = Machine.describe()
   sizes = Sizes.quick() if _QUICK.value else Sizes()
   start = time.monotonic()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 import contextlib
-import logging as logging_lib
 import os
 import sys
 import time
@@ -19,7 +18,6 @@ from typing import Any
 
 from absl import app
 from absl import flags
-from absl import logging
 
 import bin
 from bin import flag_checks
@@ -119,14 +117,6 @@ def define_seeds(default: int = 1) -> flags.FlagHolder[int]:
                               lower_bound=1)
 
 
-class _PlainFormatter(logging_lib.Formatter):
-  """Our log lines as written (``WARNING: …`` for warnings and errors): no absl prefix."""
-
-  def format(self, record: logging_lib.LogRecord) -> str:
-    message = super().format(record)
-    return message if record.levelno <= logging_lib.INFO else f'{record.levelname}: {message}'
-
-
 def begin_main(argv: Sequence[str]) -> float:
   """A binary's first step: rejects extra arguments, quiets logs (unless ``--verbose``).
 
@@ -140,7 +130,7 @@ def begin_main(argv: Sequence[str]) -> float:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   if not bin.VERBOSE.value:
     runtime.quiet_library_logs()
-    logging.get_absl_handler().setFormatter(_PlainFormatter())
+    runtime.plain_log_lines()
   return time.monotonic()
 
 

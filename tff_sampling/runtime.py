@@ -42,6 +42,7 @@ import threading
 import time
 from typing import Any
 
+from absl import logging as absl_logging
 import grpc
 import portpicker
 import psutil
@@ -337,6 +338,19 @@ def quiet_library_logs() -> None:
     logger = logging_lib.getLogger(name)
     if not any(isinstance(f, _OwnInfoOnly) for f in logger.filters):
       logger.addFilter(_OwnInfoOnly())
+
+
+class _PlainFormatter(logging_lib.Formatter):
+  """Our log lines as written (``WARNING: …`` for warnings and errors): no absl prefix."""
+
+  def format(self, record: logging_lib.LogRecord) -> str:
+    message = super().format(record)
+    return message if record.levelno <= logging_lib.INFO else f'{record.levelname}: {message}'
+
+
+def plain_log_lines() -> None:
+  """Drops absl's prefix (level, time, thread, file:line) from the lines it writes."""
+  absl_logging.get_absl_handler().setFormatter(_PlainFormatter())
 
 
 # --- SIGTERM and SIGINT in binaries ---------------------------------------------------
