@@ -25,25 +25,43 @@ only if this project wrote it, so hand-written files are never lost.
 Runs are grouped by ``--label_key`` (one group per value of that
 hyper-parameter) or, without it, by every hyper-parameter except the seed. The
 computation is `tff_sampling.report`.
+
+An experiment with a configuration file (``bin.experiment``) has its report
+regenerated from its committed raw metrics, with nothing else to give::
+
+    python -m bin.report --experiment=docs/experiments/<name>/experiment.flags
+
+which reads ``runs.jsonl.gz`` beside it (or ``--run_dirs``, e.g. while the runs
+are going) and writes ``results.md`` and the plots into that folder, around
+the verdicts of the claims the configuration fixed
+(`tff_sampling.evidence_report`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+import os
 import shlex
 import sys
 
 from absl import app
 from absl import flags
 
+from bin import experiment_config
 from bin import flag_checks
+from tff_sampling import evidence_report
 from tff_sampling import plotting
+from tff_sampling import raw_metrics
 from tff_sampling import report
 
 _RUN_DIRS = flags.DEFINE_list(
     'run_dirs', None,
     'Comma-separated run directories (<root_output_dir>/<experiment_name>); an entry may be a '
     'glob pattern such as results/emnist_* (quote it). Required.')
+_EXPERIMENT = flags.DEFINE_string(
+    'experiment', None,
+    'An experiment.flags file (bin.experiment): report it from the raw metrics beside it (or '
+    'from --run_dirs), with its verdicts, into its folder. The other flags do not apply.')
 _OUTPUT_DIR = flags.DEFINE_string(
     'output_dir', None,
     'Directory for results.md, accuracy_rounds.png and accuracy_bits.png (made if missing), '
@@ -92,9 +110,33 @@ def regenerate_command() -> str:
   return ' '.join(parts)
 
 
+def experiment_main() -> None:
+  """``--experiment``: the verdict report of one configured experiment."""
+  config = _EXPERIMENT.value
+  try:
+    spec = experiment_config.load(config)
+    folder = os.path.dirname(os.path.abspath(config))
+    if _RUN_DIRS.value:
+      runs = plotting.load_runs(_RUN_DIRS.value)
+    else:
+      runs = raw_metrics.read(os.path.join(folder, raw_metrics.FILENAME))
+    command = evidence_report.regenerate_command(config)
+    results_path, plot_paths = evidence_report.write(spec, runs, folder, command=command)
+  except (ValueError, FileNotFoundError) as e:
+    sys.exit(f'Error: {e}')
+  except OSError as e:
+    sys.exit(f'Error: Cannot write the report beside {config!r}: {e.strerror or e}.')
+  print(f'Wrote {results_path}')
+  for path in plot_paths:
+    print(f'Wrote {path}')
+
+
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  if _EXPERIMENT.value:
+    experiment_main()
+    return
   if not _RUN_DIRS.value:
     raise app.UsageError('--run_dirs is required.')
   if not _OUTPUT_DIR.value:

@@ -71,9 +71,11 @@ def make_figure(
       label = f'{label} (n={len(group)} seeds)'
     rounds, mean, std = results.aggregate(group, results.ROUND_COLUMN, y_column)
     (line,) = rounds_axes.plot(rounds, mean, label=label)
-    bits, bits_mean, bits_std = results.aggregate(group, results.BITS_COLUMN, y_column)
+    # Evaluated rounds only: a round's mean at that round's mean cumulative bits.
+    bits = results.mean_at_rounds(group, results.BITS_COLUMN, rounds)
+    bits_mean, bits_std = mean, std
     # Round 0 uploads nothing; a log axis cannot show 0 bits.
-    positive = bits > 0
+    positive = np.isfinite(bits) & (bits > 0)
     bits_axes.plot(bits[positive], bits_mean[positive], color=line.get_color(), label=label)
     if len(group) > 1:
       rounds_axes.fill_between(

@@ -277,7 +277,7 @@ def pivot_table(
         ]
       )
     )
-  return _pipe_table([label_header, *panels], [[_escape(label) for label in labels], *cells])
+  return pipe_table([label_header, *panels], [[_escape(label) for label in labels], *cells])
 
 
 def summarize(
@@ -462,12 +462,12 @@ def markdown_table(
     rows.append(row)
 
   columns = list(zip(*rows))
-  return _pipe_table(
+  return pipe_table(
     headers, [[label for (label,) in columns[0]]] + [_align_parts(column) for column in columns[1:]]
   )
 
 
-def _pipe_table(headers: Sequence[str], columns: Sequence[Sequence[str]]) -> str:
+def pipe_table(headers: Sequence[str], columns: Sequence[Sequence[str]]) -> str:
   """A pipe table of cell columns: the first left-aligned, the others right-aligned,
   padded so that the columns line up in the Markdown source."""
   widths = [max(len(h), *(len(c) for c in column)) for h, column in zip(headers, columns)]
@@ -696,9 +696,13 @@ def _draw_curves(
   on_bits = x_column != results.ROUND_COLUMN
   shown = []
   for label, runs in groups.items():
-    x, mean, std = results.aggregate(runs, x_column, y_column, ddof=DDOF)
+    # Only evaluated rounds are drawn: on the bits axis, a round's mean accuracy sits at
+    # that round's mean cumulative bits (no interpolation; every curve ends at its last
+    # evaluation).
+    x, mean, std = results.aggregate(runs, results.ROUND_COLUMN, y_column, ddof=DDOF)
     if on_bits:  # Round 0 uploads nothing; a log axis cannot show 0 bits.
-      keep = x > 0
+      x = results.mean_at_rounds(runs, x_column, x)
+      keep = np.isfinite(x) & (x > 0)
       x, mean, std = x[keep], mean[keep], std[keep]
     seeds = len(runs)
     shown.append(x)

@@ -493,6 +493,17 @@ def aggregate(
   return x, mean, std
 
 
+def mean_at_rounds(group: Sequence[Run], column: str, rounds: np.ndarray) -> np.ndarray:
+  """The mean over the runs of `column` at each of `rounds` (NaN where a run has no value)."""
+  values = np.full((len(group), len(rounds)), np.nan)
+  for i, run in enumerate(group):
+    at = np.searchsorted(run.rounds, np.asarray(rounds, np.int64))
+    inside = at < run.rounds.size
+    inside[inside] &= run.rounds[at[inside]] == np.asarray(rounds, np.int64)[inside]
+    values[i, inside] = run.column(column)[at[inside]]
+  return values.mean(axis=0)
+
+
 def _align_on_rounds(group: Sequence[Run], y_column: str) -> tuple[np.ndarray, np.ndarray]:
   present = [run.rounds[np.isfinite(run.column(y_column))] for run in group]
   common = present[0]

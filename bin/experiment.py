@@ -1,0 +1,214 @@
+"""Runs an experiment from its configuration file: tune, evaluate, export the raw metrics.
+
+    python -m bin.experiment --config=docs/experiments/<name>/experiment.flags \\
+        --runs_dir=/data/runs/<name> [--parallel=2] [--stage=all]
+
+The configuration (`bin.experiment_config`) fixes the methods, the
+learning-rate grid, the tuning seed, the reported seeds and the training
+binary's flags before anything runs. The stages:
+
+* ``tune``: every method at every rate of the grid, on the tuning seed;
+* ``evaluate``: every method on the reported seeds, at the rate whose tuning
+  run ended with the highest final accuracy (mean of the last ``final_k``
+  evaluations; a diverged run is out; ties go to the larger rate);
+* ``export``: every run's hyper-parameters and metrics into one compressed
+  file beside the configuration (``runs.jsonl.gz``, `tff_sampling.raw_metrics`),
+  from which ``python -m bin.report --experiment=<config>`` regenerates the
+  report without the runs.
+
+``all`` does the three in order. Each run is one call of ``bin.<binary>``
+(``--seeds=1``), in ``<runs_dir>/lr<rate>/``, its output in
+``<runs_dir>/logs/``; a finished or diverged run is not started again and an
+interrupted one resumes, so the command can be stopped and rerun at any time
+(e.g. under ``nohup``). ``--parallel=N`` runs N at once. The driver writes
+only inside ``--runs_dir`` and the raw metrics file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+import dataclasses
+import glob
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from absl import app
+from absl import flags
+
+from bin import experiment_config
+from tff_sampling import raw_metrics
+from tff_sampling import results
+from tff_sampling.experiments import evidence_spec
+
+_CONFIG = flags.DEFINE_string('config', None, 'The experiment.flags file. Required.')
+_RUNS_DIR = flags.DEFINE_string(
+  'runs_dir', None, 'Directory of the runs (default: results/experiments/<experiment name>).'
+)
+_STAGE = flags.DEFINE_enum('stage', 'all', ['all', 'tune', 'evaluate', 'export'], 'What to do.')
+_PARALLEL = flags.DEFINE_integer('parallel', 1, 'Runs trained at once.', lower_bound=1)
+_RAW_METRICS = flags.DEFINE_string(
+  'raw_metrics', None, 'Raw metrics file to export (default: runs.jsonl.gz beside --config).'
+)
+_CACHE_DIR = flags.DEFINE_string(
+  'cache_dir', None, "Passed to the binary: where this machine keeps TFF's dataset caches (a "
+  "machine's path, so never in the configuration).")
+_DRY_RUN = flags.DEFINE_bool('dry_run', False, 'Print the runs it would start, start none.')
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+  method: str
+  rate: float
+  seed: int
+
+  @property
+  def name(self) -> str:
+    return f'{evidence_spec.rate_directory(self.rate)}_{self.method}_seed{self.seed}'
+
+
+def command(spec: evidence_spec.ExperimentSpec, job: Job, runs_dir: str) -> list[str]:
+  """The ``bin.<binary>`` call that trains `job`."""
+  return [
+    sys.executable,
+    '-m',
+    f'bin.{spec.binary}',
+    *spec.binary_flags,
+    *([f'--cache_dir={_CACHE_DIR.value}'] if _CACHE_DIR.value else []),
+    f'--{experiment_config.BINARIES[spec.binary]}={job.method}',
+    f'--seed={job.seed}',
+    '--seeds=1',
+    f'--client_learning_rate={job.rate:g}',
+    f'--root_output_dir={os.path.join(runs_dir, evidence_spec.rate_directory(job.rate))}',
+  ]
+
+
+def find_run(spec: evidence_spec.ExperimentSpec, job: Job, runs_dir: str) -> results.Run | None:
+  """The run of `job` in `runs_dir`, if one was written."""
+  pattern = os.path.join(runs_dir, evidence_spec.rate_directory(job.rate), '*', 'metrics.csv')
+  for metrics_path in sorted(glob.glob(pattern)):
+    try:
+      run = results.load_run(os.path.dirname(metrics_path))
+    except ValueError:
+      continue  # A run that has not written its first row yet.
+    if run.hparams.get('seed') == job.seed and evidence_spec.run_method(run, spec) == job.method:
+      return run
+  return None
+
+
+def is_done(run: results.Run | None) -> bool:
+  """Finished all its rounds, or diverged (rerunning would diverge again)."""
+  if run is None:
+    return False
+  return (
+    evidence_spec.diverged(run) is not None
+    or int(run.rounds[-1]) >= int(run.hparams.get('rounds', 0))
+  )
+
+
+class _Stop(Exception):
+  pass
+
+
+def _raise_stop(signum, frame):  # pylint: disable=unused-argument
+  raise _Stop(signal.Signals(signum).name)
+
+
+def train(spec: evidence_spec.ExperimentSpec, jobs: Sequence[Job], runs_dir: str) -> None:
+  """Trains the jobs not yet done, `_PARALLEL` at a time; raises on a failed run."""
+  todo = [job for job in jobs if not is_done(find_run(spec, job, runs_dir))]
+  print(f'{len(jobs) - len(todo)} of {len(jobs)} runs done; {len(todo)} to train.', flush=True)
+  if _DRY_RUN.value:
+    for job in todo:
+      print(' '.join(command(spec, job, runs_dir)))
+    return
+  logs = os.path.join(runs_dir, 'logs')
+  os.makedirs(logs, exist_ok=True)
+  running: dict[subprocess.Popen, tuple[Job, float]] = {}
+  previous = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGINT)}
+  try:
+    while todo or running:
+      while todo and len(running) < _PARALLEL.value:
+        job = todo.pop(0)
+        with open(os.path.join(logs, f'{job.name}.log'), 'ab') as log:
+          process = subprocess.Popen(
+            command(spec, job, runs_dir), stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL)
+        running[process] = (job, time.monotonic())
+      time.sleep(1.0)
+      for process in [p for p in running if p.poll() is not None]:
+        job, start = running.pop(process)
+        run = find_run(spec, job, runs_dir)
+        if process.returncode != 0 and (run is None or evidence_spec.diverged(run) is None):
+          raise RuntimeError(
+            f'Run {job.name} failed (exit {process.returncode}); see '
+            f'{os.path.join(logs, job.name + ".log")}.'
+          )
+        at = evidence_spec.diverged(run) if run is not None else None
+        outcome = f'diverged in round {at}' if at is not None else 'finished'
+        print(f'{job.name}: {outcome} in {time.monotonic() - start:.0f} s', flush=True)
+  finally:
+    for process in running:
+      process.terminate()  # The binaries stop cleanly on SIGTERM and resume on rerun.
+    for process in running:
+      try:
+        process.wait(timeout=60)
+      except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    for s, handler in previous.items():
+      signal.signal(s, handler)
+
+
+def all_runs(spec: evidence_spec.ExperimentSpec, runs_dir: str) -> list[results.Run]:
+  """Every run of the experiment's methods in `runs_dir`."""
+  found = []
+  for rate in spec.learning_rates:
+    pattern = os.path.join(runs_dir, evidence_spec.rate_directory(rate), '*', 'metrics.csv')
+    for metrics_path in sorted(glob.glob(pattern)):
+      run = results.load_run(os.path.dirname(metrics_path))
+      if evidence_spec.run_method(run, spec) in spec.methods:
+        found.append(run)
+  return found
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  if not _CONFIG.value:
+    raise app.UsageError('--config is required (docs/experiments/<name>/experiment.flags).')
+  try:
+    spec = experiment_config.load(_CONFIG.value)
+  except (FileNotFoundError, ValueError) as e:
+    sys.exit(f'Error: {e}')
+  runs_dir = os.path.abspath(_RUNS_DIR.value or os.path.join('results', 'experiments', spec.name))
+  stage = _STAGE.value
+  try:
+    if stage in ('all', 'tune') and spec.tuned:
+      train(spec, [Job(m, r, spec.tuning_seed) for r in spec.learning_rates for m in spec.methods],
+            runs_dir)
+    if stage in ('all', 'evaluate'):
+      tuning = evidence_spec.tune(spec, all_runs(spec, runs_dir))
+      print('Learning rates: ' + ', '.join(f'{m} {r:g}' for m, r in tuning.chosen.items()))
+      train(spec, [Job(m, tuning.chosen[m], s) for s in spec.reported_seeds for m in spec.methods],
+            runs_dir)
+    if stage in ('all', 'export') and not _DRY_RUN.value:
+      runs = all_runs(spec, runs_dir)
+      unfinished = [r.name for r in runs if not is_done(r)]
+      if unfinished:
+        print(f'Note: unfinished runs exported as they are: {", ".join(unfinished)}')
+      path = raw_metrics.write(
+        runs,
+        _RAW_METRICS.value or os.path.join(os.path.dirname(_CONFIG.value), raw_metrics.FILENAME),
+        names=[os.path.relpath(r.path, runs_dir) for r in runs])
+      print(f'Wrote {len(runs)} runs to {path}')
+  except _Stop as e:
+    sys.exit(f'Stopped by {e}; rerun the same command to resume.')
+  except (RuntimeError, ValueError) as e:
+    sys.exit(f'Error: {e}')
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,120 @@
+"""An experiment's configuration file: an absl flagfile read into an `ExperimentSpec`.
+
+One file per experiment, ``docs/experiments/<name>/experiment.flags``, holds
+every setting before anything runs: the experiment's own flags below (methods,
+learning-rate grid, tuning seed, reported seeds, ``final_k``, targets, baseline,
+claims) and, after them, the training binary's flags, passed to it unchanged::
+
+    --binary=demo
+    --methods=optimal,uniform,full
+    --baseline=uniform
+    --learning_rates=0.2,0.1,0.05,0.025,0.0125
+    --tuning_seed=100
+    --seeds=5
+    --final_k=3
+    --targets=0.4,0.6
+    --claims=optimal>uniform:final,optimal<full:bits_to_0.6
+    # the binary's flags
+    --task=emnist_unbalanced_1
+    --rounds=150
+
+`load` reads it with absl's own flagfile reader into a private flag registry
+(the binary's flags are the ones this registry does not know), so the file
+never touches the global flags of the program reading it.
+"""
+
+from __future__ import annotations
+
+import os
+
+from absl import flags
+
+from tff_sampling.experiments import evidence_spec
+
+CONFIG_FILENAME = 'experiment.flags'
+# Training binary -> its flag selecting the methods.
+BINARIES = {
+  'demo': 'methods',
+  'clustered_sampling': 'sampling',
+  'fedgs': 'sampling',
+  'lefl': 'sampling',
+  'mmfl': 'sampling',
+}
+# Flags the driver sets per run; the file must leave them out.
+DRIVER_FLAGS = ('seed', 'seeds', 'client_learning_rate', 'root_output_dir', 'reset', 'cache_dir')
+
+
+def _registry() -> flags.FlagValues:
+  fv = flags.FlagValues()
+  flags.DEFINE_enum(
+    'binary', None, list(BINARIES), 'Training binary bin.<binary>.', flag_values=fv
+  )
+  flags.DEFINE_string('title', None, "The report's heading.", flag_values=fv)
+  flags.DEFINE_list('methods', None, 'Methods compared.', flag_values=fv)
+  flags.DEFINE_string('baseline', None, 'The method the others are compared with.', flag_values=fv)
+  flags.DEFINE_list(
+    'learning_rates', None, 'Client learning-rate grid (one value: no tuning).', flag_values=fv
+  )
+  flags.DEFINE_integer('tuning_seed', 100, 'Seed of the tuning runs.', flag_values=fv)
+  flags.DEFINE_integer('seeds', 5, 'Reported seeds 0..seeds-1.', flag_values=fv)
+  flags.DEFINE_integer(
+    'final_k', 3, 'Final accuracy: mean of the last k evaluations.', flag_values=fv
+  )
+  flags.DEFINE_list('targets', [], 'Accuracy targets.', flag_values=fv)
+  flags.DEFINE_list(
+    'claims', [], 'Claims <method><op><baseline>:<metric>[@margin].', flag_values=fv
+  )
+  flags.DEFINE_string(
+    'label_key', 'sampling', "Hyper-parameter naming a run's method.", flag_values=fv
+  )
+  return fv
+
+
+def _floats(name: str, values) -> tuple[float, ...]:
+  try:
+    return tuple(float(v) for v in values)
+  except ValueError:
+    raise ValueError(f'--{name}={",".join(values)}: give comma-separated numbers.') from None
+
+
+def load(path: str) -> evidence_spec.ExperimentSpec:
+  """Reads the configuration file `path`.
+
+  Raises:
+    FileNotFoundError: If it does not exist.
+    ValueError: With one line naming the file and the bad value.
+  """
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f'Experiment configuration {path!r} does not exist.')
+  fv = _registry()
+  try:
+    args = fv.read_flags_from_files(['config', f'--flagfile={path}'])
+    binary_flags = tuple(fv(args, known_only=True)[1:])
+    for name in ('binary', 'methods', 'baseline', 'learning_rates'):
+      if not fv[name].present and fv[name].value is None:
+        raise ValueError(f'--{name} is required')
+    for arg in binary_flags:
+      if not arg.startswith('--'):
+        raise ValueError(f'{arg!r} is not a --flag=value line')
+      name = arg[2:].split('=', 1)[0]
+      bare = name[2:] if name.startswith('no') else name  # absl's --nofoo for booleans.
+      if {name, bare} & {*DRIVER_FLAGS, BINARIES[fv.binary]}:
+        raise ValueError(f'--{name} is set per run by bin.experiment; leave it out')
+    name = os.path.basename(os.path.dirname(os.path.abspath(path)))
+    return evidence_spec.ExperimentSpec(
+      name=name,
+      title=fv.title or name,
+      binary=fv.binary,
+      binary_flags=binary_flags,
+      methods=tuple(fv.methods),
+      baseline=fv.baseline,
+      learning_rates=_floats('learning_rates', fv.learning_rates),
+      tuning_seed=fv.tuning_seed,
+      seeds=fv.seeds,
+      final_k=fv.final_k,
+      targets=_floats('targets', fv.targets),
+      claims=tuple(evidence_spec.parse_claim(c) for c in fv.claims),
+      label_key=fv.label_key,
+    )
+  except (flags.Error, ValueError) as e:
+    raise ValueError(f'{path}: {str(e).splitlines()[0]}') from None

@@ -1,0 +1,159 @@
+"""Tests for tff_sampling/evidence.py: summaries, paired intervals and verdicts.
+
+Every expected number is computed by hand (t quantiles from tables:
+t(0.975, 4) = 2.776445, t(0.975, 2) = 4.302653).
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+from tff_sampling import evidence
+from tff_sampling import results
+
+
+def make_run(rounds, accuracy, bits=None, name='r'):
+  rounds = np.asarray(rounds, np.int64)
+  metrics = {'eval/accuracy': np.asarray(accuracy, np.float64)}
+  if bits is not None:
+    metrics[results.BITS_COLUMN] = np.asarray(bits, np.float64)
+  return results.Run(path=name, hparams={'experiment_name': name}, metrics=metrics, rounds=rounds)
+
+
+NAN = math.nan
+# Evaluated at rounds 0, 5, 10 (rows 1-4 and 6-9 are training rounds without evaluation).
+RUN = make_run(
+  range(11),
+  [0.1, NAN, NAN, NAN, NAN, 0.3, NAN, NAN, NAN, NAN, 0.5],
+  bits=[0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100],
+)
+
+
+def test_final_mean_averages_the_last_k_evaluations():
+  assert evidence.final_mean(RUN, 1) == pytest.approx(0.5)
+  assert evidence.final_mean(RUN, 2) == pytest.approx(0.4)
+  assert evidence.final_mean(RUN, 10) == pytest.approx(0.3)  # All three evaluations.
+  with pytest.raises(ValueError, match='k must be >= 1'):
+    evidence.final_mean(RUN, 0)
+
+
+def test_curve_mean_is_the_trapezoid_area_over_the_span():
+  # ((0.1 + 0.3) / 2 * 5 + (0.3 + 0.5) / 2 * 5) / 10 = (1.0 + 2.0) / 10.
+  assert evidence.curve_mean(RUN) == pytest.approx(0.3)
+  # Uneven spacing: rounds 0, 2, 10 with 0, 1, 1: (1 * 2 / 2 + 1 * 8) / 10 = 0.9.
+  uneven = make_run([0, 2, 10], [0.0, 1.0, 1.0])
+  assert evidence.curve_mean(uneven) == pytest.approx(0.9)
+  with pytest.raises(ValueError, match='fewer than two'):
+    evidence.curve_mean(make_run([0], [0.5]))
+
+
+def test_to_target_is_censored_at_the_end_when_never_reached():
+  assert evidence.to_target(RUN, 0.3, bits=False) == (5.0, False)
+  assert evidence.to_target(RUN, 0.3, bits=True) == (50.0, False)
+  assert evidence.to_target(RUN, 0.9, bits=False) == (10.0, True)
+  assert evidence.to_target(RUN, 0.9, bits=True) == (100.0, True)
+  assert math.isnan(evidence.rounds_to_target(RUN, 0.9))
+
+
+def test_t_interval_by_hand():
+  # Mean 3, sample std sqrt(2.5) = 1.581139; half width 2.776445 * 1.581139 / sqrt(5).
+  low, high = evidence.t_interval([1, 2, 3, 4, 5])
+  assert low == pytest.approx(3 - 1.963243, abs=1e-6)
+  assert high == pytest.approx(3 + 1.963243, abs=1e-6)
+  assert all(math.isnan(v) for v in evidence.t_interval([1.0]))
+
+
+def test_paired_difference_pairs_common_finite_seeds_only():
+  method = {0: 0.5, 1: 0.6, 2: 0.7, 4: NAN}
+  baseline = {0: 0.4, 1: 0.4, 2: 0.5, 3: 0.9, 4: 0.1}
+  diff = evidence.paired_difference(method, baseline)
+  assert diff.seeds == (0, 1, 2)
+  assert diff.differences == pytest.approx((0.1, 0.2, 0.2))
+  # Mean 0.166667, std 0.057735, half width 4.302653 * 0.057735 / sqrt(3) = 0.143422.
+  assert diff.mean == pytest.approx(0.166667, abs=1e-6)
+  assert diff.low == pytest.approx(0.023245, abs=1e-6)
+  assert diff.high == pytest.approx(0.310089, abs=1e-6)
+  assert diff.n == 3
+
+
+def _diff(low, high):
+  return evidence.PairedDifference((0, 1, 2), (0.0, 0.0, 0.0), (low + high) / 2, low, high)
+
+
+@pytest.mark.parametrize(
+  'low, high, direction, margin, expected',
+  [
+    (0.1, 0.3, evidence.HIGHER, 0.0, evidence.REPRODUCED),
+    (0.1, 0.3, evidence.LOWER, 0.0, evidence.CONTRADICTED),
+    (-0.3, -0.1, evidence.LOWER, 0.0, evidence.REPRODUCED),
+    (-0.3, -0.1, evidence.HIGHER, 0.0, evidence.CONTRADICTED),
+    (-0.1, 0.3, evidence.HIGHER, 0.0, evidence.NO_DIFFERENCE),
+    (-0.1, 0.3, evidence.LOWER, 0.0, evidence.NO_DIFFERENCE),
+    (-0.01, 0.02, evidence.EQUAL, 0.03, evidence.REPRODUCED),
+    (0.04, 0.08, evidence.EQUAL, 0.03, evidence.CONTRADICTED),
+    (-0.08, -0.04, evidence.EQUAL, 0.03, evidence.CONTRADICTED),
+    (0.01, 0.05, evidence.EQUAL, 0.03, evidence.UNDECIDED),
+    (-0.05, 0.05, evidence.EQUAL, 0.03, evidence.UNDECIDED),
+  ],
+)
+def test_verdicts(low, high, direction, margin, expected):
+  assert evidence.verdict(_diff(low, high), direction, margin) == expected
+
+
+def test_verdict_needs_two_pairs_and_a_margin_for_equality():
+  one = evidence.paired_difference({0: 1.0}, {0: 0.0})
+  assert evidence.verdict(one, evidence.HIGHER) == evidence.TOO_FEW
+  with pytest.raises(ValueError, match='margin'):
+    evidence.verdict(_diff(0, 1), evidence.EQUAL)
+  with pytest.raises(ValueError, match='direction'):
+    evidence.verdict(_diff(0, 1), 'bigger')
+
+
+@pytest.mark.parametrize(
+  'outcome, direction, method_censored, baseline_censored, expected',
+  [
+    # Fewer bits claimed; the baseline never reached (its value is a lower bound): the
+    # true difference is even more negative, so "reproduced" stands.
+    (evidence.REPRODUCED, evidence.LOWER, False, True, evidence.REPRODUCED),
+    # The method never reached: its true value is larger, "reproduced" may be an artefact.
+    (evidence.REPRODUCED, evidence.LOWER, True, False, evidence.UNDECIDED),
+    (evidence.CONTRADICTED, evidence.LOWER, True, False, evidence.CONTRADICTED),
+    (evidence.CONTRADICTED, evidence.LOWER, False, True, evidence.UNDECIDED),
+    (evidence.REPRODUCED, evidence.HIGHER, True, False, evidence.REPRODUCED),
+    (evidence.REPRODUCED, evidence.HIGHER, False, True, evidence.UNDECIDED),
+    (evidence.REPRODUCED, evidence.EQUAL, False, True, evidence.UNDECIDED),
+    (evidence.NO_DIFFERENCE, evidence.LOWER, True, True, evidence.NO_DIFFERENCE),
+    (evidence.REPRODUCED, evidence.LOWER, False, False, evidence.REPRODUCED),
+  ],
+)
+def test_censored_verdicts(outcome, direction, method_censored, baseline_censored, expected):
+  assert (
+    evidence.censored_verdict(
+      outcome, direction, method_censored=method_censored, baseline_censored=baseline_censored
+    )
+    == expected
+  )
+
+
+def test_t_interval_covers_the_mean_95_percent_of_the_time():
+  # 4,000 samples of 5 normal draws (fixed generator): coverage is Binomial(4000, 0.95)/4000
+  # with sd 0.0034; [0.935, 0.965] is ±4.4 sd, so this fails by chance with p < 1e-4.
+  rng = np.random.default_rng([2026, 11, 24])
+  covered = 0
+  for _ in range(4000):
+    low, high = evidence.t_interval(rng.normal(1.5, 2.0, size=5))
+    covered += low <= 1.5 <= high
+  assert 0.935 <= covered / 4000 <= 0.965
+
+
+def test_a_paired_difference_finds_a_shift_hidden_by_the_spread_between_seeds():
+  # Seeds differ a lot (sd 0.1), the method adds 0.02 to every seed: unpaired intervals
+  # overlap, the paired one excludes 0.
+  baseline = dict(enumerate([0.50, 0.62, 0.41, 0.70, 0.55]))
+  method = {s: v + 0.02 + 0.001 * (s % 2) for s, v in baseline.items()}
+  diff = evidence.paired_difference(method, baseline)
+  assert evidence.verdict(diff, evidence.HIGHER) == evidence.REPRODUCED
+  low_m, high_m = evidence.t_interval(list(method.values()))
+  low_b, high_b = evidence.t_interval(list(baseline.values()))
+  assert low_m < high_b and low_b < high_m  # The unpaired intervals overlap.

@@ -1,0 +1,176 @@
+"""Tests for an experiment's configuration (bin/experiment_config.py) and its spec
+(tff_sampling/experiments/evidence_spec.py): claims, refusals, tuning, divergence."""
+
+import math
+import re
+import textwrap
+
+import fault_harness
+import numpy as np
+import pytest
+
+from bin import experiment_config
+from tff_sampling import evidence
+from tff_sampling import results
+from tff_sampling.experiments import evidence_spec
+
+CONFIG = """\
+# A comment line.
+--binary=demo
+--title=Demo check
+--methods=optimal,uniform
+--baseline=uniform
+--learning_rates=0.2,0.1
+--tuning_seed=50
+--seeds=5
+--final_k=2
+--targets=0.5
+--claims=optimal>uniform:final,optimal=uniform:auc@0.02,optimal<uniform:bits_to_0.5
+--task=digits
+--rounds=4
+"""
+
+
+def write_config(tmp_path, text=CONFIG, folder='my_experiment'):
+  path = tmp_path / folder / experiment_config.CONFIG_FILENAME
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_text(text)
+  return str(path)
+
+
+def test_load_splits_experiment_and_binary_flags(tmp_path):
+  spec = experiment_config.load(write_config(tmp_path))
+  assert spec.name == 'my_experiment'
+  assert spec.title == 'Demo check'
+  assert spec.binary == 'demo'
+  assert spec.binary_flags == ('--task=digits', '--rounds=4')
+  assert spec.methods == ('optimal', 'uniform')
+  assert spec.learning_rates == (0.2, 0.1)
+  assert spec.tuning_seed == 50 and spec.seeds == 5 and spec.final_k == 2
+  assert spec.targets == (0.5,)
+  assert [c.text for c in spec.claims] == [
+    'optimal>uniform:final',
+    'optimal=uniform:auc@0.02',
+    'optimal<uniform:bits_to_0.5',
+  ]
+  assert spec.claims[1].direction == evidence.EQUAL and spec.claims[1].margin == 0.02
+  assert spec.claims[2].target == 0.5
+  assert spec.tuned and list(spec.reported_seeds) == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize(
+  'change, message',
+  [
+    ('--seed=3\n', '--seed is set per run by bin.experiment'),
+    ('--client_learning_rate=0.1\n', '--client_learning_rate is set per run'),
+    ('--cache_dir=/data\n', '--cache_dir is set per run'),
+    ('--noreset\n', '--noreset is set per run'),
+    ('--tuning_seed=2\n', 'The tuning seed 2 is a reported seed'),
+    ('--claims=optimal>full:final\n', "names 'full'"),
+    ('--claims=optimal<uniform:rounds_to_0.9\n', 'add it to the targets'),
+    ('--claims=optimal=uniform:final\n', 'give its margin'),
+    ('--claims=optimal>uniform:best\n', "metric 'best'"),
+    ('--claims=optimal>>uniform:final\n', 'is not <method><op><baseline>'),
+    ('--baseline=full\n', "The baseline 'full' is not one of the methods"),
+    ('--learning_rates=0.1,fast\n', 'give comma-separated numbers'),
+    ('--learning_rates=0.1,-1\n', 'finite and > 0'),
+    ('--targets=50\n', 'in (0, 1]'),
+    ('--binary=train\n', 'binary'),
+  ],
+)
+def test_bad_configurations_are_refused_in_one_line(tmp_path, change, message):
+  path = write_config(tmp_path, CONFIG + change)
+  with pytest.raises(ValueError, match=re.escape(message)) as error:
+    experiment_config.load(path)
+  assert '\n' not in str(error.value) and path in str(error.value)
+
+
+def test_required_flags_and_missing_files(tmp_path):
+  with pytest.raises(ValueError, match='--methods is required'):
+    experiment_config.load(write_config(tmp_path, '--binary=demo\n'))
+  with pytest.raises(FileNotFoundError):
+    experiment_config.load(str(tmp_path / 'nowhere.flags'))
+
+
+def run_csv(accuracies, losses=None):
+  """Rows 0..n-1 evaluated every round; round 0 has no training metrics."""
+  lines = ['key,eval/accuracy,train/loss,round_seconds']
+  for r, a in enumerate(accuracies):
+    loss = '' if r == 0 else (losses[r] if losses else 1.0)
+    seconds = '' if r == 0 else 1.0
+    lines.append(f'{r},{a},{loss},{seconds}')
+  return '\n'.join(lines) + '\n'
+
+
+def test_tune_picks_the_best_rate_and_leaves_diverged_runs_out(tmp_path):
+  spec = experiment_config.load(write_config(tmp_path))
+  made = []
+  rows = {
+    # method, rate: final accuracies (final_k = 2 averages the last two).
+    ('optimal', 0.2): ([0.1, 0.5, 0.7], None),  # 0.6
+    ('optimal', 0.1): ([0.1, 0.4, 0.6], None),  # 0.5
+    ('uniform', 0.2): ([0.1, 0.9, 0.9], [None, 1.0, 'nan']),  # NaN loss in round 2: diverged.
+    ('uniform', 0.1): ([0.1, 0.2, 0.4], None),  # 0.3
+  }
+  for (method, rate), (accuracy, losses) in rows.items():
+    made.append(
+      fault_harness.write_run(
+        tmp_path / f'lr{rate:g}',
+        f'{method}_seed50',
+        {'sampling': method, 'seed': 50, 'client_learning_rate': rate, 'rounds': 2},
+        run_csv(accuracy, losses),
+      )
+    )
+  tuning = evidence_spec.tune(spec, [results.load_run(d) for d in made])
+  assert tuning.chosen == {'optimal': 0.2, 'uniform': 0.1}
+  assert tuning.scores[('optimal', 0.2)] == pytest.approx(0.6)
+  assert tuning.scores[('optimal', 0.1)] == pytest.approx(0.5)
+  assert tuning.diverged_at == {('uniform', 0.2): 2}
+  assert math.isnan(tuning.scores[('uniform', 0.2)])
+  # Without runs for a method, tuning says what to do.
+  with pytest.raises(ValueError, match="Method 'uniform' has no finished tuning run"):
+    evidence_spec.tune(spec, [results.load_run(d) for d in made[:2]])
+
+
+def test_ties_go_to_the_larger_rate(tmp_path):
+  spec = experiment_config.load(write_config(tmp_path))
+  made = [
+    fault_harness.write_run(
+      tmp_path / f'lr{rate:g}',
+      f'{method}_seed50',
+      {'sampling': method, 'seed': 50, 'client_learning_rate': rate, 'rounds': 2},
+      run_csv([0.1, 0.5, 0.5]),
+    )
+    for method in ('optimal', 'uniform')
+    for rate in (0.1, 0.2)
+  ]
+  tuning = evidence_spec.tune(spec, [results.load_run(d) for d in made])
+  assert tuning.chosen == {'optimal': 0.2, 'uniform': 0.2}
+
+
+def _run(metrics, rounds):
+  return results.Run(
+    path='x',
+    hparams={},
+    metrics={k: np.asarray(v, np.float64) for k, v in metrics.items()},
+    rounds=np.asarray(rounds, np.int64),
+  )
+
+
+def test_diverged_reads_the_signs_the_loop_stops_on():
+  nan, inf = math.nan, math.inf
+  assert evidence_spec.diverged(_run({'train/loss': [nan, 1, 2], 'round_seconds': [nan, 1, 1]},
+                                     [0, 1, 2])) is None
+  assert evidence_spec.diverged(_run({'train/loss': [nan, 1, nan], 'round_seconds': [nan, 1, 1]},
+                                     [0, 1, 2])) == 2
+  assert evidence_spec.diverged(_run({'eval/loss': [2, inf]}, [0, 5])) == 5
+  assert evidence_spec.diverged(
+    _run({'process/finalizer/update_non_finite': [nan, 0, 1]}, [0, 1, 2])) == 2
+
+
+def test_a_run_without_tuning_uses_its_one_rate(tmp_path):
+  text = CONFIG.replace('--learning_rates=0.2,0.1', '--learning_rates=0.1').replace(
+    '--tuning_seed=50', '--tuning_seed=0')
+  spec = experiment_config.load(write_config(tmp_path, textwrap.dedent(text)))
+  assert not spec.tuned
+  assert evidence_spec.tune(spec, []).chosen == {'optimal': 0.1, 'uniform': 0.1}

@@ -1,0 +1,132 @@
+"""bin.experiment end to end on `digits`, and every committed experiment report
+regenerated exactly from its committed raw metrics."""
+
+import glob
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bin import experiment_config
+from tff_sampling import evidence
+from tff_sampling import evidence_report
+from tff_sampling import raw_metrics
+from tff_sampling import results
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COMMITTED = sorted(
+  os.path.dirname(p)
+  for p in glob.glob(
+    os.path.join(REPO, 'docs', 'experiments', '*', experiment_config.CONFIG_FILENAME)
+  )
+)
+
+CONFIG = """\
+--binary=demo
+--title=Driver check
+--methods=uniform,full
+--baseline=uniform
+--learning_rates=0.3,0.05
+--tuning_seed=7
+--seeds=2
+--final_k=2
+--targets=0.2
+--claims=full>uniform:final,full<uniform:rounds_to_0.2
+--task=digits
+--num_clients=20
+--clients_per_round=5
+--rounds=2
+--eval_every=1
+--checkpoint_every=2
+"""
+
+
+def _files(root):
+  return {
+    os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs
+  }
+
+
+def _driver(*args):
+  return subprocess.run(
+    [sys.executable, '-m', 'bin.experiment', *args],
+    cwd=REPO, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL,
+  )
+
+
+def test_tune_evaluate_export_report_and_rerun(tmp_path):
+  folder = tmp_path / 'docs' / 'experiments' / 'driver_check'
+  folder.mkdir(parents=True)
+  config = folder / experiment_config.CONFIG_FILENAME
+  config.write_text(CONFIG)
+  runs_dir = tmp_path / 'runs'
+  done = _driver(f'--config={config}', f'--runs_dir={runs_dir}', '--parallel=2')
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert '0 of 4 runs done; 4 to train.' in done.stdout  # Tuning: 2 methods x 2 rates.
+
+  # The chosen rate is the one whose tuning run has the higher mean of its last 2
+  # evaluations, read here straight from the run directories.
+  spec = experiment_config.load(str(config))
+  chosen = {}
+  for method in spec.methods:
+    scores = {}
+    for rate in spec.learning_rates:
+      (run_path,) = glob.glob(str(runs_dir / f'lr{rate:g}' / f'*_{method}_seed7'))
+      accuracy = results.load_run(run_path).column('eval/accuracy')
+      scores[rate] = accuracy[-2:].mean()
+    chosen[method] = max(scores, key=lambda r: (scores[r], r))
+  assert f'Learning rates: uniform {chosen["uniform"]:g}, full {chosen["full"]:g}' in done.stdout
+  for method, rate in chosen.items():
+    for seed in (0, 1):
+      assert glob.glob(str(runs_dir / f'lr{rate:g}' / f'*_{method}_seed{seed}'))
+
+  # Only the runs directory and the raw metrics file were written.
+  assert _files(folder) == {'experiment.flags', 'runs.jsonl.gz'}
+  archived = raw_metrics.read(folder / 'runs.jsonl.gz')
+  assert len(archived) == 8 and all(r.path.split('#')[1].startswith('lr') for r in archived)
+
+  # A rerun trains nothing and leaves the runs as they were.
+  before = {p: os.path.getmtime(p) for p in glob.glob(str(runs_dir / 'lr*' / '*' / 'metrics.csv'))}
+  again = _driver(f'--config={config}', f'--runs_dir={runs_dir}')
+  assert again.returncode == 0, again.stderr[-2000:]
+  assert again.stdout.count('runs done; 0 to train.') == 2
+  assert before == {p: os.path.getmtime(p) for p in before}
+
+  # The report from the raw metrics equals the report from the run directories.
+  from_file = evidence_report.results_markdown(
+    spec, archived, command=evidence_report.regenerate_command(config))
+  from_dirs = evidence_report.results_markdown(
+    spec,
+    [results.load_run(os.path.dirname(p)) for p in before],
+    command=evidence_report.regenerate_command(config),
+  )
+  assert from_file == from_dirs
+  assert 'python -m bin.report --experiment=docs/experiments/driver_check/experiment.flags' in (
+    from_file)
+  assert f'**{evidence.NO_DIFFERENCE}**' in from_file or f'**{evidence.REPRODUCED}**' in from_file
+
+
+def test_a_failing_run_stops_the_driver_with_its_log(tmp_path):
+  folder = tmp_path / 'bad'
+  folder.mkdir()
+  config = folder / experiment_config.CONFIG_FILENAME
+  # clients_per_round above the population: the binary refuses it before training.
+  config.write_text(CONFIG.replace('--clients_per_round=5', '--clients_per_round=50'))
+  done = _driver(f'--config={config}', f'--runs_dir={tmp_path / "runs"}')
+  assert done.returncode != 0
+  assert 'failed (exit' in done.stderr and '.log' in done.stderr
+  assert not (folder / 'runs.jsonl.gz').exists()
+
+
+@pytest.mark.parametrize('folder', COMMITTED, ids=[os.path.basename(f) for f in COMMITTED])
+def test_committed_report_regenerates_exactly(folder):
+  archive = os.path.join(folder, raw_metrics.FILENAME)
+  if not os.path.exists(archive):
+    pytest.skip(f'{os.path.basename(folder)}: configured, its runs are not in yet')
+  config = os.path.join(folder, experiment_config.CONFIG_FILENAME)
+  spec = experiment_config.load(config)
+  text = evidence_report.results_markdown(
+    spec, raw_metrics.read(archive), command=evidence_report.regenerate_command(config))
+  with open(os.path.join(folder, 'results.md'), encoding='utf-8') as f:
+    assert f.read() == text

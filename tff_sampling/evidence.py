@@ -1,0 +1,229 @@
+"""Statistics that decide: per-run summaries, paired differences and verdicts.
+
+An experiment compares methods that share seeds: run ``(method, s)`` and run
+``(baseline, s)`` draw the same cohorts, data order and initial model (common
+random numbers), so the per-seed difference ``method − baseline`` removes the
+seed's own luck. For every claim this module gives
+
+* the per-seed values of a summary of each run (`final_mean`, `curve_mean`,
+  `rounds_to_target`, `bits_to_target`);
+* the paired difference over the seeds both runs have, with its t-based 95%
+  confidence interval (`paired_difference`);
+* a verdict (`verdict`) against the direction the paper claims:
+  ``reproduced`` (the interval excludes 0 on the paper's side),
+  ``contradicted`` (it excludes 0 on the other side), or ``no difference
+  detected`` (it covers 0; the interval's width says what was ruled out). A
+  claim of equivalence ("as good as") is reproduced only if the whole interval
+  lies within ± a margin fixed beforehand, contradicted if it lies wholly
+  outside, and ``undecided`` otherwise.
+
+Summaries read only evaluated rounds: nothing is interpolated between two
+evaluations.
+
+Pure NumPy/SciPy; no I/O, no flags.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+import dataclasses
+import math
+
+import numpy as np
+from scipy import stats
+
+from tff_sampling import results
+
+ACCURACY_COLUMN = 'eval/accuracy'
+CONFIDENCE = 0.95
+
+# The paper's claimed direction of ``method − baseline``.
+HIGHER = 'higher'
+LOWER = 'lower'
+EQUAL = 'equal'
+DIRECTIONS = (HIGHER, LOWER, EQUAL)
+
+REPRODUCED = 'reproduced'
+CONTRADICTED = 'contradicted'
+NO_DIFFERENCE = 'no difference detected'
+UNDECIDED = 'undecided'  # An equivalence claim whose interval straddles the margin.
+TOO_FEW = 'too few seeds'
+
+
+def evaluated(run: results.Run, column: str = ACCURACY_COLUMN) -> tuple[np.ndarray, np.ndarray]:
+  """The ``(rounds, values)`` of `column` at the rounds where it has a finite value."""
+  values = run.column(column)
+  keep = np.isfinite(values)
+  return run.rounds[keep], values[keep]
+
+
+def final_mean(run: results.Run, k: int, column: str = ACCURACY_COLUMN) -> float:
+  """Mean of the last `k` evaluations of `column` (fewer if the run has fewer).
+
+  Raises:
+    ValueError: If `k` < 1 or the run has no evaluation.
+  """
+  if k < 1:
+    raise ValueError(f'k must be >= 1, got {k}.')
+  _, values = evaluated(run, column)
+  if not values.size:
+    raise ValueError(f'{run.name} has no evaluated {column!r}.')
+  return float(values[-k:].mean())
+
+
+def curve_mean(run: results.Run, column: str = ACCURACY_COLUMN) -> float:
+  """Area under `column` against rounds, over the evaluated span, divided by its length.
+
+  The trapezoid rule between consecutive evaluations, so it is the mean of
+  the piecewise-linear curve through the evaluated points: a run that learns
+  sooner scores higher even when the final values agree.
+
+  Raises:
+    ValueError: If the run has fewer than two evaluations.
+  """
+  rounds, values = evaluated(run, column)
+  if rounds.size < 2:
+    raise ValueError(f'{run.name} has fewer than two evaluations of {column!r}.')
+  widths = np.diff(rounds).astype(np.float64)
+  area = float(np.sum(widths * (values[1:] + values[:-1]) / 2.0))
+  return area / float(rounds[-1] - rounds[0])
+
+
+def rounds_to_target(run: results.Run, target: float, column: str = ACCURACY_COLUMN) -> float:
+  """First evaluated round with ``column >= target``; NaN if never."""
+  found = results.rounds_to_target(run, target, column)
+  return math.nan if found is None else float(found)
+
+
+def bits_to_target(run: results.Run, target: float, column: str = ACCURACY_COLUMN) -> float:
+  """Cumulative uploaded bits at `rounds_to_target`; NaN if never."""
+  found = results.bits_to_target(run, target, column)
+  return math.nan if found is None else float(found)
+
+
+def to_target(
+  run: results.Run, target: float, *, bits: bool, column: str = ACCURACY_COLUMN
+) -> tuple[float, bool]:
+  """Rounds (or uploaded bits) to `target`, censored at the run's end if never reached.
+
+  Returns:
+    ``(value, censored)``: the first evaluated round with ``column >= target``
+    (or the cumulative bits then) and False; or, if the run never reaches it,
+    its last round (or its total bits), a lower bound of the true value, and True.
+  """
+  found = bits_to_target(run, target, column) if bits else rounds_to_target(run, target, column)
+  if math.isfinite(found):
+    return found, False
+  if bits:
+    return run.last_finite(results.BITS_COLUMN), True
+  return float(run.rounds[-1]), True
+
+
+def censored_verdict(
+  outcome: str, direction: str, *, method_censored: bool, baseline_censored: bool
+) -> str:
+  """`verdict`'s outcome on values some of which are censored (lower bounds).
+
+  A censored value is below the truth. For a claim that the method is *lower*
+  (fewer rounds or bits), censoring the baseline only shrinks the difference,
+  so a verdict in the claim's favour stands, while censoring the method could
+  make it: such a verdict becomes `UNDECIDED`; symmetrically for *higher*.
+  Equality claims are undecided under any censoring.
+  """
+  if outcome in (TOO_FEW, NO_DIFFERENCE):
+    return outcome
+  if direction == EQUAL:
+    return UNDECIDED if (method_censored or baseline_censored) else outcome
+  # Which side's censoring can only favour the claim.
+  favouring = method_censored if direction == LOWER else baseline_censored
+  opposing = baseline_censored if direction == LOWER else method_censored
+  if outcome == REPRODUCED and favouring:
+    return UNDECIDED
+  if outcome == CONTRADICTED and opposing:
+    return UNDECIDED
+  return outcome
+
+
+@dataclasses.dataclass(frozen=True)
+class PairedDifference:
+  """``method − baseline`` over the seeds both have a finite value for.
+
+  Attributes:
+    seeds: The paired seeds, increasing.
+    differences: The per-seed differences, in `seeds` order.
+    mean: Their mean (NaN if none).
+    low, high: The t-based `CONFIDENCE` interval of the mean difference
+      (NaN with fewer than two pairs).
+  """
+
+  seeds: tuple[int, ...]
+  differences: tuple[float, ...]
+  mean: float
+  low: float
+  high: float
+
+  @property
+  def n(self) -> int:
+    return len(self.seeds)
+
+  @property
+  def width(self) -> float:
+    return self.high - self.low
+
+
+def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
+  """The two-sided t interval of the mean of `values`; NaNs for fewer than two."""
+  x = np.asarray(values, dtype=np.float64)
+  if x.size < 2:
+    return math.nan, math.nan
+  half = float(stats.t.ppf(0.5 + confidence / 2.0, x.size - 1)) * float(x.std(ddof=1))
+  half /= math.sqrt(x.size)
+  mean = float(x.mean())
+  return mean - half, mean + half
+
+
+def paired_difference(
+  method: Mapping[int, float], baseline: Mapping[int, float]
+) -> PairedDifference:
+  """The paired difference of two ``seed -> value`` maps (finite values only)."""
+  seeds = tuple(
+    sorted(
+      s for s in method if s in baseline and math.isfinite(method[s]) and math.isfinite(baseline[s])
+    )
+  )
+  differences = tuple(float(method[s] - baseline[s]) for s in seeds)
+  mean = float(np.mean(differences)) if differences else math.nan
+  low, high = t_interval(differences)
+  return PairedDifference(seeds, differences, mean, low, high)
+
+
+def verdict(difference: PairedDifference, direction: str, margin: float = 0.0) -> str:
+  """The verdict on a claim that ``method − baseline`` is `direction`.
+
+  Args:
+    difference: The paired difference.
+    direction: `HIGHER`, `LOWER` or `EQUAL`.
+    margin: For `EQUAL` only: the largest difference counted as "equal" (> 0).
+
+  Returns:
+    `REPRODUCED`, `CONTRADICTED`, `NO_DIFFERENCE` (`UNDECIDED` for `EQUAL`)
+    or `TOO_FEW` (fewer than two pairs).
+  """
+  if direction not in DIRECTIONS:
+    raise ValueError(f'direction must be one of {", ".join(DIRECTIONS)}, got {direction!r}.')
+  if direction == EQUAL and not margin > 0:
+    raise ValueError(f'An equivalence claim needs a margin > 0, got {margin!r}.')
+  if difference.n < 2:
+    return TOO_FEW
+  low, high = difference.low, difference.high
+  if direction == EQUAL:
+    if -margin <= low and high <= margin:
+      return REPRODUCED
+    if low > margin or high < -margin:
+      return CONTRADICTED
+    return UNDECIDED
+  if low > 0:
+    return REPRODUCED if direction == HIGHER else CONTRADICTED
+  if high < 0:
+    return REPRODUCED if direction == LOWER else CONTRADICTED
+  return NO_DIFFERENCE

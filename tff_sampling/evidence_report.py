@@ -1,0 +1,419 @@
+"""An experiment's results.md built around its verdicts, from its spec and raw metrics.
+
+`write` takes an `ExperimentSpec` (`tff_sampling.experiments.evidence_spec`)
+and the experiment's runs (usually read from its committed raw metrics file,
+`tff_sampling.raw_metrics`) and writes, into the spec's report folder:
+
+* ``results.md``: the verdict of every claim (paired difference over the
+  reported seeds, its 95% t-interval and n; `tff_sampling.evidence`), each
+  method's summaries over seeds, the per-seed values, the tuning table (the
+  tuning seed's final accuracy for every method and rate, the chosen rate in
+  bold), and the training binary's flags;
+* ``accuracy_rounds.png`` and ``accuracy_bits.png`` of the reported runs,
+  drawn at evaluated rounds only.
+
+The text depends only on the spec and the runs' metrics, so regenerating it
+from the same raw metrics gives the same bytes (tested for every committed
+report).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+import dataclasses
+import math
+import os
+import shlex
+
+import numpy as np
+
+from tff_sampling import evidence
+from tff_sampling import report
+from tff_sampling import results
+from tff_sampling.experiments import evidence_spec
+
+_MISSING = '—'
+
+
+@dataclasses.dataclass(frozen=True)
+class MethodRuns:
+  """The reported runs of one method (one per reported seed found), at its chosen rate."""
+
+  method: str
+  rate: float
+  runs: dict[int, results.Run]
+
+  @property
+  def label(self) -> str:
+    return f'{self.method} (lr {self.rate:g})'
+
+
+def reported_runs(
+  spec: evidence_spec.ExperimentSpec,
+  runs: Sequence[results.Run],
+  tuning: evidence_spec.TuningResult,
+) -> dict[str, MethodRuns]:
+  """Method -> its runs on the reported seeds at its chosen rate."""
+  chosen: dict[str, MethodRuns] = {m: MethodRuns(m, tuning.chosen[m], {}) for m in spec.methods}
+  for run in runs:
+    method = evidence_spec.run_method(run, spec)
+    seed = run.hparams.get('seed')
+    if (
+      method in chosen
+      and isinstance(seed, int)
+      and seed in spec.reported_seeds
+      and evidence_spec.run_rate(run) == chosen[method].rate
+    ):
+      chosen[method].runs[int(seed)] = run
+  return chosen
+
+
+def metric_values(
+  spec: evidence_spec.ExperimentSpec, runs: Mapping[int, results.Run], metric: str
+) -> dict[int, float]:
+  """Seed -> the run's value of a claim metric (NaN where a target is never reached)."""
+  values = {}
+  for seed, run in runs.items():
+    if metric == evidence_spec.FINAL:
+      values[seed] = evidence.final_mean(run, spec.final_k)
+    elif metric == evidence_spec.CURVE:
+      values[seed] = evidence.curve_mean(run)
+    elif metric.startswith(evidence_spec.ROUNDS_TO):
+      values[seed] = evidence.rounds_to_target(run, float(metric[len(evidence_spec.ROUNDS_TO) :]))
+    elif metric.startswith(evidence_spec.BITS_TO):
+      values[seed] = evidence.bits_to_target(run, float(metric[len(evidence_spec.BITS_TO) :]))
+    else:
+      raise ValueError(f'Unknown metric {metric!r}.')
+  return values
+
+
+def _metric_name(spec: evidence_spec.ExperimentSpec, metric: str) -> str:
+  if metric == evidence_spec.FINAL:
+    return f'final accuracy (mean of last {spec.final_k} evaluations)'
+  if metric == evidence_spec.CURVE:
+    return 'mean accuracy over the rounds (area under the curve / rounds)'
+  if metric.startswith(evidence_spec.ROUNDS_TO):
+    return f'rounds to {report.target_text(float(metric[len(evidence_spec.ROUNDS_TO) :]))}'
+  return f'uploaded Mbit to {report.target_text(float(metric[len(evidence_spec.BITS_TO) :]))}'
+
+
+def _scale(metric: str) -> float:
+  return 1e6 if metric.startswith(evidence_spec.BITS_TO) else 1.0
+
+
+def _fmt(value: float, metric: str) -> str:
+  if not math.isfinite(value):
+    return (
+      'never' if metric.startswith((evidence_spec.ROUNDS_TO, evidence_spec.BITS_TO)) else _MISSING
+    )
+  value /= _scale(metric)
+  if metric.startswith(evidence_spec.ROUNDS_TO):
+    return f'{value:.1f}'
+  if metric.startswith(evidence_spec.BITS_TO):
+    return f'{value:.1f}'
+  return f'{value:.4f}'
+
+
+def _mean_text(values: Mapping[int, float], metric: str) -> str:
+  finite = [v for v in values.values() if math.isfinite(v)]
+  if not finite:
+    return f'never (0/{len(values)})' if values else _MISSING
+  text = _fmt(float(np.mean(finite)), metric)
+  if len(finite) < len(values):
+    text += f' ({len(finite)}/{len(values)})'
+  return text
+
+
+def censored_values(
+  spec: evidence_spec.ExperimentSpec, runs: Mapping[int, results.Run], metric: str
+) -> tuple[dict[int, float], set[int]]:
+  """Seed -> value of a claim metric, with a never-reached target censored at the run's
+  end (`evidence.to_target`); and the censored seeds."""
+  if not metric.startswith((evidence_spec.ROUNDS_TO, evidence_spec.BITS_TO)):
+    return metric_values(spec, runs, metric), set()
+  bits = metric.startswith(evidence_spec.BITS_TO)
+  prefix = evidence_spec.BITS_TO if bits else evidence_spec.ROUNDS_TO
+  values, censored = {}, set()
+  for seed, run in runs.items():
+    values[seed], was_censored = evidence.to_target(run, float(metric[len(prefix) :]), bits=bits)
+    if was_censored:
+      censored.add(seed)
+  return values, censored
+
+
+def _claim_mean(values: Mapping[int, float], censored: set[int], metric: str) -> str:
+  if not values:
+    return _MISSING
+  text = _fmt(float(np.mean(list(values.values()))), metric)
+  if censored:
+    text = f'≥ {text} ({len(values) - len(censored)}/{len(values)} reach)'
+  return text
+
+
+def verdict_table(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, MethodRuns]) -> str:
+  """One row per claim: means, the paired difference with its 95% interval, the verdict."""
+  rows = []
+  for claim in spec.claims:
+    method, method_censored = censored_values(spec, chosen[claim.method].runs, claim.metric)
+    baseline, baseline_censored = censored_values(spec, chosen[claim.baseline].runs, claim.metric)
+    diff = evidence.paired_difference(method, baseline)
+    outcome = evidence.censored_verdict(
+      evidence.verdict(diff, claim.direction, claim.margin),
+      claim.direction,
+      method_censored=bool(method_censored & set(diff.seeds)),
+      baseline_censored=bool(baseline_censored & set(diff.seeds)),
+    )
+    scale = _scale(claim.metric)
+    if diff.n >= 2:
+      interval = f'{diff.mean / scale:+.4g} [{diff.low / scale:+.4g}, {diff.high / scale:+.4g}]'
+      width = f'{diff.width / scale:.4g}'
+    elif diff.n == 1:
+      interval, width = f'{diff.mean / scale:+.4g}', _MISSING
+    else:
+      interval, width = _MISSING, _MISSING
+    rows.append(
+      [
+        f'`{claim.text}`',
+        _metric_name(spec, claim.metric),
+        _claim_mean(method, method_censored, claim.metric),
+        _claim_mean(baseline, baseline_censored, claim.metric),
+        str(diff.n),
+        interval,
+        width,
+        f'**{outcome}**',
+      ]
+    )
+  headers = [
+    'claim',
+    'metric',
+    'method',
+    'baseline',
+    'seeds',
+    'difference [95% CI]',
+    'CI width',
+    'verdict',
+  ]
+  return report.pipe_table(headers, [list(c) for c in zip(*rows)])
+
+
+def summary_table(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, MethodRuns]) -> str:
+  """Per method: mean ± sample std over seeds of every summary."""
+  metrics = [evidence_spec.FINAL, evidence_spec.CURVE]
+  for target in spec.targets:
+    metrics += [f'{evidence_spec.ROUNDS_TO}{target:g}', f'{evidence_spec.BITS_TO}{target:g}']
+  rows = []
+  for m in chosen.values():
+    row = [m.label, str(len(m.runs))]
+    for metric in metrics:
+      values = metric_values(spec, m.runs, metric)
+      finite = np.array([v for v in values.values() if math.isfinite(v)])
+      if not finite.size:
+        row.append(f'never (0/{len(values)})' if values else _MISSING)
+        continue
+      text = _fmt(float(finite.mean()), metric)
+      if finite.size > 1:
+        text += f' ± {_fmt(float(finite.std(ddof=1)), metric)}'
+      if finite.size < len(values):
+        text += f' ({finite.size}/{len(values)})'
+      row.append(text)
+    bits = [r.last_finite(results.BITS_COLUMN) for r in m.runs.values()]
+    row.append(f'{np.mean(bits) / 1e6:.1f}' if bits else _MISSING)
+    seconds = np.concatenate(
+      [
+        r.column(report.SECONDS_COLUMN)
+        for r in m.runs.values()
+        if report.SECONDS_COLUMN in r.metrics
+      ]
+      or [np.zeros(0)]
+    )
+    seconds = seconds[np.isfinite(seconds)]
+    row.append(f'{np.median(seconds):.2f}' if seconds.size else _MISSING)
+    rows.append(row)
+  headers = ['method', 'seeds'] + [_metric_name(spec, m) for m in metrics]
+  headers += ['total Mbit (mean)', 's/round (median)']
+  return report.pipe_table(headers, [list(c) for c in zip(*rows)])
+
+
+def per_seed_table(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, MethodRuns]) -> str:
+  """Final accuracy and the curve mean of every reported run."""
+  seeds = list(spec.reported_seeds)
+  rows = []
+  for m in chosen.values():
+    for metric in (evidence_spec.FINAL, evidence_spec.CURVE):
+      values = metric_values(spec, m.runs, metric)
+      rows.append(
+        [m.label, metric] + [_fmt(values[s], metric) if s in values else _MISSING for s in seeds]
+      )
+  headers = ['method', 'summary'] + [f'seed {s}' for s in seeds]
+  return report.pipe_table(headers, [list(c) for c in zip(*rows)])
+
+
+def tuning_table(spec: evidence_spec.ExperimentSpec, tuning: evidence_spec.TuningResult) -> str:
+  """The tuning seed's final accuracy per method and rate; the chosen rate in bold."""
+  rows = []
+  for method in spec.methods:
+    row = [method]
+    for rate in spec.learning_rates:
+      key = (method, rate)
+      if key in tuning.diverged_at:
+        cell = f'diverged (round {tuning.diverged_at[key]})'
+      elif key in tuning.scores:
+        cell = f'{tuning.scores[key]:.4f}'
+      else:
+        cell = _MISSING
+      if tuning.chosen.get(method) == rate:
+        cell = f'**{cell}**'
+      row.append(cell)
+    rows.append(row)
+  headers = ['method'] + [f'lr {r:g}' for r in spec.learning_rates]
+  return report.pipe_table(headers, [list(c) for c in zip(*rows)])
+
+
+def regenerate_command(config: str | os.PathLike[str]) -> str:
+  """The ``bin.report`` command results.md shows: from ``docs/`` for a committed
+  experiment (so the text does not depend on where the command ran), else as given."""
+  parts = os.path.abspath(os.fspath(config)).split(os.sep)
+  shown = '/'.join(parts[-4:]) if parts[-4:-2] == ['docs', 'experiments'] else os.fspath(config)
+  return f'python -m bin.report --experiment={shlex.quote(shown)}'
+
+
+def results_markdown(
+  spec: evidence_spec.ExperimentSpec,
+  runs: Sequence[results.Run],
+  *,
+  command: str,
+) -> str:
+  """The text of results.md."""
+  tuning = evidence_spec.tune(spec, runs)
+  chosen = reported_runs(spec, runs, tuning)
+  missing = [
+    f'{m.method} seed {s}' for m in chosen.values() for s in spec.reported_seeds if s not in m.runs
+  ]
+  unfinished = [
+    f'{r.name} ({m.method}, seed {s}: round {int(r.rounds[-1])} of {r.hparams.get("rounds")})'
+    for m in chosen.values()
+    for s, r in sorted(m.runs.items())
+    if int(r.rounds[-1]) < int(r.hparams.get('rounds', 0))
+  ]
+  parts = [
+    report.MARKER,
+    '',
+    f'# {spec.title}',
+    '',
+    'Regenerate this file and its plots with:',
+    '',
+    '```sh',
+    command,
+    '```',
+    '',
+  ]
+  parts += [
+    f'Seeds {spec.reported_seeds.start}-{spec.reported_seeds.stop - 1} are reported; each method '
+    'runs at its own client learning rate, chosen on the tuning seed '
+    f'{spec.tuning_seed} (below). Within a seed, every method draws the same cohorts, client '
+    'data order and initial model. *final accuracy* is the mean of the last '
+    f'{spec.final_k} evaluations of each run; *mean accuracy over the rounds* is the area under '
+    'the accuracy-vs-rounds curve (trapezoids between evaluations) divided by the rounds.',
+    '',
+    '## Verdicts',
+    '',
+    'Paired over the seeds both methods have: the mean of the per-seed differences '
+    '`method − baseline` and its two-sided 95% t-interval. A run that never reaches a target '
+    'counts with its last round (or its total bits), a lower bound marked ≥; a verdict that such '
+    'a bound could have produced is *undecided*. *reproduced*: the interval excludes 0 on '
+    'the side the claim states (for `=`: '
+    'it lies within ± the margin); *contradicted*: it lies wholly on the other side (for `=`: '
+    'wholly outside the margin); *no difference detected*: it covers 0; *undecided*: (`=`) '
+    'it straddles the margin, or a censored value decides it.',
+    '',
+    verdict_table(spec, chosen) if spec.claims else '(no claims)',
+    '',
+  ]
+  if missing or unfinished:
+    parts += [
+      '**Incomplete:** '
+      + '; '.join(
+        ([f'missing runs: {", ".join(missing)}'] if missing else [])
+        + ([f'unfinished: {", ".join(unfinished)}'] if unfinished else [])
+      )
+      + '. The numbers are those of the rounds written so far.',
+      '',
+    ]
+  parts += [
+    '## Summaries over seeds',
+    '',
+    'Mean ± sample standard deviation over the reported seeds; a to-target cell averages the '
+    'seeds that reach the target (reached/seeds). *total Mbit*: cumulative uploaded bits at '
+    'the last round.',
+    '',
+    summary_table(spec, chosen),
+    '',
+    '## Per seed',
+    '',
+    per_seed_table(spec, chosen),
+    '',
+    f'![accuracy vs round]({report.ROUNDS_PLOT_FILENAME})',
+    '',
+    f'![accuracy vs cumulative uploaded bits]({report.BITS_PLOT_FILENAME})',
+    '',
+    'The curves join the evaluated rounds only (mean over seeds, ± one standard deviation); '
+    "on the bits axis each point is a round's mean accuracy at that round's mean cumulative "
+    'uploaded bits, so every curve ends at its last evaluation.',
+    '',
+  ]
+  if spec.tuned:
+    parts += [
+      f'## Tuning (seed {spec.tuning_seed})',
+      '',
+      f'Final accuracy (mean of the last {spec.final_k} evaluations) of the tuning runs; the '
+      'chosen rate is in bold (the highest; a diverged run is out; ties go to the larger rate).',
+      '',
+      tuning_table(spec, tuning),
+      '',
+    ]
+  parts += [
+    '## Settings',
+    '',
+    f'Training binary `bin.{spec.binary}`, with these flags in every run (the driver adds the '
+    'method, seed, client learning rate and output directory):',
+    '',
+    '```',
+    *spec.binary_flags,
+    '```',
+    '',
+  ]
+  return '\n'.join(parts)
+
+
+def write(
+  spec: evidence_spec.ExperimentSpec,
+  runs: Sequence[results.Run],
+  output_dir: str | os.PathLike[str],
+  *,
+  command: str,
+) -> tuple[str, tuple[str, str]]:
+  """Writes results.md and the plots into `output_dir`; returns their paths.
+
+  Raises:
+    ValueError: As `evidence_spec.tune`, or if a path holds a file this
+      project did not write.
+  """
+  text = results_markdown(spec, runs, command=command)
+  tuning = evidence_spec.tune(spec, runs)
+  groups = {
+    m.label: [m.runs[s] for s in sorted(m.runs)]
+    for m in reported_runs(spec, runs, tuning).values()
+    if m.runs
+  }
+  output_dir = os.path.abspath(os.fspath(output_dir))
+  results_path = report.check_results_path(os.path.join(output_dir, report.RESULTS_FILENAME))
+  plots = report.write_plots(groups, output_dir, title=spec.title)
+  temporary = f'{results_path}.tmp{os.getpid()}'
+  try:
+    with open(temporary, 'w', encoding='utf-8') as f:
+      f.write(text)
+    os.replace(temporary, results_path)
+  finally:
+    if os.path.exists(temporary):
+      os.remove(temporary)
+  return results_path, plots

@@ -1,0 +1,262 @@
+"""What an experiment that decides a paper's claims fixes before it runs.
+
+An `ExperimentSpec` names the binary that trains, its flags, the methods and
+their learning-rate grid, the seed that tunes and the seeds that are reported,
+how a run is summarised (mean of the last ``final_k`` evaluations, targets)
+and the paper's claims, each a `Claim` to be decided by a paired interval
+(`tff_sampling.evidence`). The command-line form is an absl flagfile read by
+``python -m bin.experiment`` and ``python -m bin.report``.
+
+Run layout under a runs directory: ``lr<rate>/<prefix>_<method>_seed<seed>``,
+one folder per learning rate holding every run trained at that rate (the
+tuning seed's runs for every rate of the grid, the reported seeds' runs at
+each method's chosen rate).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+import dataclasses
+import math
+import re
+
+import numpy as np
+
+from tff_sampling import evidence
+from tff_sampling import results
+
+# Claim metrics; ``rounds_to_<t>`` / ``bits_to_<t>`` take an accuracy target of the spec.
+FINAL = 'final'
+CURVE = 'auc'
+ROUNDS_TO = 'rounds_to_'
+BITS_TO = 'bits_to_'
+_CLAIM = re.compile(
+  r'^(?P<method>[A-Za-z0-9_.-]+)(?P<op>[<>=])(?P<baseline>[A-Za-z0-9_.-]+)'
+  r':(?P<metric>[A-Za-z0-9_.]+)(@(?P<margin>[0-9.eE+-]+))?$'
+)
+_OPS = {'>': evidence.HIGHER, '<': evidence.LOWER, '=': evidence.EQUAL}
+_SYMBOLS = {v: k for k, v in _OPS.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+  """A paper's claim about ``method − baseline`` in one metric.
+
+  Attributes:
+    method, baseline: Method names of the spec.
+    metric: `FINAL`, `CURVE`, ``rounds_to_<target>`` or ``bits_to_<target>``.
+    direction: `evidence.HIGHER`, `LOWER` or `EQUAL`.
+    margin: For `EQUAL`: the largest difference that counts as equal.
+    text: The claim as written (``optimal>uniform:final``).
+  """
+
+  method: str
+  baseline: str
+  metric: str
+  direction: str
+  margin: float = 0.0
+
+  @property
+  def text(self) -> str:
+    margin = f'@{self.margin:g}' if self.direction == evidence.EQUAL else ''
+    return f'{self.method}{_SYMBOLS[self.direction]}{self.baseline}:{self.metric}{margin}'
+
+  @property
+  def target(self) -> float | None:
+    for prefix in (ROUNDS_TO, BITS_TO):
+      if self.metric.startswith(prefix):
+        return float(self.metric[len(prefix) :])
+    return None
+
+
+def parse_claim(text: str) -> Claim:
+  """``<method><op><baseline>:<metric>[@margin]``, op one of ``>``, ``<``, ``=``.
+
+  Raises:
+    ValueError: Naming the text and the form it should have.
+  """
+  match = _CLAIM.match(text.strip())
+  if not match:
+    raise ValueError(
+      f'Claim {text!r} is not <method><op><baseline>:<metric>[@margin] with op one of >, <, = '
+      "(e.g. 'optimal>uniform:final' or 'optimal=full:final@0.02')."
+    )
+  direction = _OPS[match['op']]
+  margin = float(match['margin']) if match['margin'] else 0.0
+  if direction == evidence.EQUAL and not margin > 0:
+    raise ValueError(f'Claim {text!r} claims equality: give its margin, e.g. {text}@0.02.')
+  if direction != evidence.EQUAL and match['margin']:
+    raise ValueError(f'Claim {text!r}: a margin belongs to an equality claim (=) only.')
+  metric = match['metric']
+  if metric not in (FINAL, CURVE) and not (
+    metric.startswith(ROUNDS_TO) or metric.startswith(BITS_TO)
+  ):
+    raise ValueError(
+      f'Claim {text!r}: metric {metric!r} is not {FINAL}, {CURVE}, '
+      f'{ROUNDS_TO}<target> or {BITS_TO}<target>.'
+    )
+  return Claim(match['method'], match['baseline'], metric, direction, margin)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentSpec:
+  """Everything an experiment fixes before it runs.
+
+  Attributes:
+    name: The experiment's name (its report folder's).
+    title: The report's heading.
+    binary: The training binary, ``bin.<binary>``.
+    binary_flags: Its flags (``--name=value``), shared by every run.
+    methods: The methods compared (values of the binary's method flag).
+    baseline: The method every other is compared with in the report.
+    learning_rates: Client learning-rate grid; one value means no tuning.
+    tuning_seed: The seed the grid is run with (never a reported seed).
+    seeds: Reported seeds ``0 … seeds − 1``.
+    final_k: A run's final accuracy is the mean of its last ``final_k`` evaluations.
+    targets: Accuracy targets of the rounds/bits-to-target summaries.
+    claims: The paper's claims.
+    label_key: The hyper-parameter naming a run's method.
+  """
+
+  name: str
+  title: str
+  binary: str
+  binary_flags: tuple[str, ...]
+  methods: tuple[str, ...]
+  baseline: str
+  learning_rates: tuple[float, ...]
+  tuning_seed: int
+  seeds: int
+  final_k: int
+  targets: tuple[float, ...]
+  claims: tuple[Claim, ...]
+  label_key: str = 'sampling'
+
+  def __post_init__(self):
+    if not self.methods:
+      raise ValueError('An experiment needs at least one method.')
+    if self.baseline not in self.methods:
+      raise ValueError(f'The baseline {self.baseline!r} is not one of the methods {self.methods}.')
+    if not self.learning_rates or any(
+      not (math.isfinite(r) and r > 0) for r in self.learning_rates
+    ):
+      raise ValueError(f'Learning rates must be finite and > 0, got {self.learning_rates}.')
+    if self.seeds < 1 or self.final_k < 1:
+      raise ValueError(f'seeds and final_k must be >= 1, got {self.seeds}, {self.final_k}.')
+    if self.tuning_seed in range(self.seeds) and len(self.learning_rates) > 1:
+      raise ValueError(
+        f'The tuning seed {self.tuning_seed} is a reported seed (0-{self.seeds - 1}); '
+        'tune on another seed.'
+      )
+    for target in self.targets:
+      if not 0 < target <= 1:
+        raise ValueError(f'Targets are accuracies in (0, 1], got {target}.')
+    for claim in self.claims:
+      for name in (claim.method, claim.baseline):
+        if name not in self.methods:
+          raise ValueError(f'Claim {claim.text!r} names {name!r}, not one of {self.methods}.')
+      if claim.target is not None and claim.target not in self.targets:
+        raise ValueError(
+          f'Claim {claim.text!r} uses target {claim.target:g}; add it to the targets first.'
+        )
+
+  @property
+  def tuned(self) -> bool:
+    return len(self.learning_rates) > 1
+
+  @property
+  def reported_seeds(self) -> range:
+    return range(self.seeds)
+
+
+def rate_directory(rate: float) -> str:
+  """The runs directory's sub-folder of one learning rate."""
+  return f'lr{rate:g}'
+
+
+def run_rate(run: results.Run) -> float:
+  return float(run.hparams['client_learning_rate'])
+
+
+def run_method(run: results.Run, spec: ExperimentSpec) -> str:
+  return str(run.hparams.get(spec.label_key))
+
+
+def diverged(run: results.Run) -> int | None:
+  """The round a run diverged in, or None.
+
+  The signs `tff_sampling.program.check_diverged` stops a run on, as far as
+  ``metrics.csv`` keeps them: an infinite loss, a ``…non_finite…``
+  measurement above 0, or a NaN training loss in a row that released the
+  round's training metrics (a NaN cell reads like an empty one, so only such
+  rows tell them apart).
+  """
+  released = np.isfinite(run.metrics.get('round_seconds', np.zeros(run.rounds.size)))
+  bad = np.zeros(run.rounds.size, bool)
+  for name, values in run.metrics.items():
+    leaf = name.rsplit('/', 1)[-1]
+    if leaf == 'loss':
+      bad |= np.isinf(values)
+      if name.startswith('train/'):
+        bad |= released & np.isnan(values)
+    elif 'non_finite' in leaf:
+      bad |= np.nan_to_num(values, nan=0.0) > 0
+  rows = np.flatnonzero(bad)
+  return int(run.rounds[rows[0]]) if rows.size else None
+
+
+@dataclasses.dataclass(frozen=True)
+class TuningResult:
+  """The tuning seed's score of every (method, rate) and each method's chosen rate.
+
+  Attributes:
+    scores: (method, rate) -> mean of the last ``final_k`` evaluations; NaN
+      for a run that diverged (`diverged_at` says when) or is missing.
+    diverged_at: (method, rate) -> round of divergence, for diverged runs.
+    chosen: method -> the rate with the highest score (ties: the larger rate).
+  """
+
+  scores: Mapping[tuple[str, float], float]
+  diverged_at: Mapping[tuple[str, float], int]
+  chosen: Mapping[str, float]
+
+
+def tune(spec: ExperimentSpec, runs: Sequence[results.Run]) -> TuningResult:
+  """Chooses each method's learning rate from the tuning seed's runs.
+
+  Without a grid (one rate) every method gets that rate.
+
+  Raises:
+    ValueError: If a method has no finished, non-diverged tuning run.
+  """
+  if not spec.tuned:
+    (rate,) = spec.learning_rates
+    return TuningResult({}, {}, dict.fromkeys(spec.methods, rate))
+  scores: dict[tuple[str, float], float] = {}
+  diverged_at: dict[tuple[str, float], int] = {}
+  for run in runs:
+    if run.hparams.get('seed') != spec.tuning_seed:
+      continue
+    key = (run_method(run, spec), run_rate(run))
+    if key[0] not in spec.methods or key[1] not in spec.learning_rates:
+      continue
+    at = diverged(run)
+    if at is not None:
+      diverged_at[key] = at
+      scores[key] = math.nan
+    else:
+      scores[key] = evidence.final_mean(run, spec.final_k)
+  chosen = {}
+  for method in spec.methods:
+    candidates = [
+      (scores[(method, rate)], rate)
+      for rate in spec.learning_rates
+      if math.isfinite(scores.get((method, rate), math.nan))
+    ]
+    if not candidates:
+      raise ValueError(
+        f'Method {method!r} has no finished tuning run that did not diverge; run '
+        'python -m bin.experiment --stage=tune first, or widen the learning-rate grid.'
+      )
+    chosen[method] = max(candidates)[1]
+  return TuningResult(scores, diverged_at, chosen)
