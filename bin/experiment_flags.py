@@ -68,7 +68,8 @@ _TASK_OPTION_FLAGS = {
     'num_clients': flags.DEFINE_integer(
         'num_clients', None, 'Clients of a generated task.', lower_bound=1),
     'dirichlet_alpha': flags.DEFINE_float(
-        'dirichlet_alpha', None, 'digits, cifar10: Dirichlet label-skew concentration.'),
+        'dirichlet_alpha', None,
+        'digits, cifar10, emnist_skewed: Dirichlet label-skew concentration.'),
     'size_sigma': flags.DEFINE_float(
         'size_sigma', None, 'digits: log-normal sigma of client sizes.'),
     'eval_fraction': flags.DEFINE_float(
@@ -76,6 +77,9 @@ _TASK_OPTION_FLAGS = {
     'preset': flags.DEFINE_string(
         'preset', None, "digits: 'default', 'unbalanced', 'shards' (one digit per client) or "
         "'two_labels' (two digits per client, equal sizes)."),
+    'partition': flags.DEFINE_string(
+        'partition', None, "emnist_skewed: 'dirichlet' (label proportions ~ Dirichlet("
+        "--dirichlet_alpha)), 'shards' (one label per client) or 'two_labels'."),
     'model': flags.DEFINE_string('model', None, 'Model variant of the task.'),
     'mlp_hidden': flags.DEFINE_list('mlp_hidden', None, 'digits: hidden layer widths.'),
     'alpha': flags.DEFINE_float(

@@ -180,6 +180,29 @@ def mcmahan_2nn(num_classes: int, seed: int) -> tf.keras.Model:
   return tf.keras.Model(inputs, logits, name='mcmahan_2nn')
 
 
+def image_ffnn(num_classes: int, seed: int, hidden: Sequence[int] = (128,)) -> tf.keras.Model:
+  """A fully connected ReLU network on 28x28x1 images (flattened), logits out.
+
+  With ``hidden=(128,)``, LEFL's FEMNIST model (784-128-62): 108,478
+  parameters for 62 classes.
+
+  Args:
+    num_classes: Number of output logits.
+    seed: Seed of the initial weights.
+    hidden: Widths of the hidden layers.
+
+  Returns:
+    An uncompiled `tf.keras.Model` mapping ``float32[B, 28, 28, 1]`` to logits.
+  """
+  seeds = _SeedStream(seed)
+  inputs = tf.keras.Input(shape=(28, 28, 1), dtype=tf.float32)
+  x = tf.keras.layers.Flatten()(inputs)
+  for width in hidden:
+    x = tf.keras.layers.Dense(width, activation='relu', kernel_initializer=seeds.glorot())(x)
+  logits = tf.keras.layers.Dense(num_classes, kernel_initializer=seeds.glorot())(x)
+  return tf.keras.Model(inputs, logits, name='image_ffnn')
+
+
 def char_gru(
     vocab_size: int, seed: int, embedding_dim: int = 256, units: int = 256
 ) -> tf.keras.Model:

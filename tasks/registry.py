@@ -31,6 +31,7 @@ _CONSTRUCTORS: dict[str, Callable[..., Task]] = {
     'digits': digits.create_digits_task,
     'synthetic': synthetic.create_synthetic_task,
     'emnist': emnist.create_emnist_task,
+    'emnist_skewed': emnist.create_emnist_skewed_task,
     'emnist_unbalanced_1': emnist.unbalanced_task_constructor(1),
     'emnist_unbalanced_2': emnist.unbalanced_task_constructor(2),
     'emnist_unbalanced_3': emnist.unbalanced_task_constructor(3),

@@ -12,7 +12,7 @@ COMMON = ('client_batch_size', 'client_epochs', 'max_client_examples', 'seed', '
 
 
 def test_names_and_options():
-  assert task_names() == ('digits', 'synthetic', 'emnist', 'emnist_unbalanced_1',
+  assert task_names() == ('digits', 'synthetic', 'emnist', 'emnist_skewed', 'emnist_unbalanced_1',
                           'emnist_unbalanced_2', 'emnist_unbalanced_3', 'shakespeare', 'cifar100',
                           'cifar10')
   for name in task_names():
@@ -20,6 +20,8 @@ def test_names_and_options():
   for name in ('emnist', 'shakespeare', 'cifar100'):
     assert {'cache_dir', 'max_eval_examples', 'model'} <= set(task_options(name))
   assert 'only_digits' in task_options('emnist')
+  assert {'only_digits', 'num_clients', 'partition', 'dirichlet_alpha', 'model'} <= set(
+      task_options('emnist_skewed'))
   assert 'sequence_length' in task_options('shakespeare')
   assert {'crop_size', 'distort_images'} <= set(task_options('cifar100'))
   assert {'alpha', 'beta', 'num_clients'} <= set(task_options('synthetic'))
@@ -50,8 +52,10 @@ def test_option_of_another_task():
   with pytest.raises(ValueError) as error:
     get_task('digits', only_digits=False)
   message = str(error.value)
-  assert ("Task 'digits' does not accept option(s) 'only_digits' (an option of: emnist, "
-          'emnist_unbalanced_1, emnist_unbalanced_2, emnist_unbalanced_3)') in message
+  assert (
+      "Task 'digits' does not accept option(s) 'only_digits' (an option of: emnist, "
+      'emnist_skewed, emnist_unbalanced_1, emnist_unbalanced_2, emnist_unbalanced_3)'
+  ) in message
   assert 'its options are: client_batch_size, client_epochs' in message
   with pytest.raises(ValueError, match=r"'crop_size' \(an option of: cifar100\)"):
     get_task('shakespeare', crop_size=24)

@@ -239,3 +239,42 @@ def test_a_cache_path_with_uri_characters_loads(cache_dir, tmp_path):
   reference = get_task('emnist', cache_dir=cache_dir, only_digits=True)
   assert list(task.client_ids) == list(reference.client_ids)
   np.testing.assert_array_equal(task.client_label_histograms, reference.client_label_histograms)
+
+
+def _examples(dataset, x='x', y='y'):
+  return sorted((np.asarray(e[x]).reshape(-1).tobytes(), int(e[y]))
+                for e in dataset.as_numpy_iterator())
+
+
+def test_emnist_skewed_redeals_every_real_example_once(cache_dir):
+  task = get_task('emnist_skewed', cache_dir=cache_dir, only_digits=True, num_clients=4,
+                  partition='dirichlet', dirichlet_alpha=0.5, model='ffnn', seed=3)
+  writers = get_task('emnist', cache_dir=cache_dir, only_digits=True, max_eval_examples=None)
+  assert task.num_clients == 4 and task.num_classes == 10
+  assert sorted(task.client_num_examples) == [7, 8, 8, 8]  # 31 examples, equal shares.
+  dealt = []
+  for i, client_id in enumerate(task.client_ids):
+    rows = _examples(task.train_data.create_tf_dataset_for_client(client_id))
+    np.testing.assert_array_equal(
+        task.client_label_histograms[i], np.bincount([y for _, y in rows], minlength=10))
+    dealt += rows
+  pooled = [row for c in writers.client_ids for row in _examples(
+      writers.train_data.create_tf_dataset_for_client(c), 'pixels', 'label')]
+  assert sorted(dealt) == sorted(pooled)  # The writers' own images and labels, each once.
+  # Evaluation is the writers' test split, as for `emnist`.
+  assert _examples(task.eval_data, 'pixels', 'label') == _examples(
+      writers.eval_data, 'pixels', 'label')
+  batch = next(iter(task.client_dataset(0, 0)))
+  assert batch['x'].shape[1:] == (28, 28, 1)
+  assert task.keras_model_fn(0)(batch['x']).shape == (len(batch['y']), 10)
+  assert task.keras_model_fn(0).count_params() == 784 * 128 + 128 + 128 * 10 + 10
+  again = get_task('emnist_skewed', cache_dir=cache_dir, only_digits=True, num_clients=4,
+                   partition='dirichlet', dirichlet_alpha=0.5, seed=3)
+  np.testing.assert_array_equal(again.client_label_histograms, task.client_label_histograms)
+
+
+def test_emnist_skewed_refuses_options_that_do_not_apply(cache_dir):
+  with pytest.raises(ValueError, match='dirichlet_alpha applies to partition=dirichlet only'):
+    get_task('emnist_skewed', cache_dir=cache_dir, partition='shards', dirichlet_alpha=0.1)
+  with pytest.raises(ValueError, match='num_clients=99 exceeds the 10 pooled examples'):
+    get_task('emnist_skewed', cache_dir=cache_dir, num_clients=99)
