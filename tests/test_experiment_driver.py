@@ -81,6 +81,16 @@ def test_tune_evaluate_export_report_and_rerun(tmp_path):
     for seed in (0, 1):
       assert glob.glob(str(runs_dir / f'lr{rate:g}' / f'*_{method}_seed{seed}'))
 
+  # Common random numbers: within a seed both methods drew the same cohorts (whatever their
+  # rates), across seeds they did not.
+  def counts(method, seed):
+    (path,) = glob.glob(str(runs_dir / f'lr{chosen[method]:g}' / f'*_{method}_seed{seed}'))
+    return results.load_run(path).selection_counts
+
+  for seed in (0, 1):
+    assert list(counts('uniform', seed)) == list(counts('full', seed))
+  assert list(counts('uniform', 0)) != list(counts('uniform', 1))
+
   # Only the runs directory and the raw metrics file were written.
   assert _files(folder) == {'experiment.flags', 'runs.jsonl.gz'}
   archived = raw_metrics.read(folder / 'runs.jsonl.gz')

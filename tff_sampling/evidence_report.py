@@ -94,11 +94,11 @@ def _metric_name(spec: evidence_spec.ExperimentSpec, metric: str) -> str:
     return 'mean accuracy over the rounds (area under the curve / rounds)'
   if metric.startswith(evidence_spec.ROUNDS_TO):
     return f'rounds to {report.target_text(float(metric[len(evidence_spec.ROUNDS_TO) :]))}'
-  return f'uploaded Mbit to {report.target_text(float(metric[len(evidence_spec.BITS_TO) :]))}'
+  return f'uploaded Gbit to {report.target_text(float(metric[len(evidence_spec.BITS_TO) :]))}'
 
 
 def _scale(metric: str) -> float:
-  return 1e6 if metric.startswith(evidence_spec.BITS_TO) else 1.0
+  return 1e9 if metric.startswith(evidence_spec.BITS_TO) else 1.0
 
 
 def _fmt(value: float, metric: str) -> str:
@@ -110,18 +110,8 @@ def _fmt(value: float, metric: str) -> str:
   if metric.startswith(evidence_spec.ROUNDS_TO):
     return f'{value:.1f}'
   if metric.startswith(evidence_spec.BITS_TO):
-    return f'{value:.1f}'
+    return f'{value:.4g}'
   return f'{value:.4f}'
-
-
-def _mean_text(values: Mapping[int, float], metric: str) -> str:
-  finite = [v for v in values.values() if math.isfinite(v)]
-  if not finite:
-    return f'never (0/{len(values)})' if values else _MISSING
-  text = _fmt(float(np.mean(finite)), metric)
-  if len(finite) < len(values):
-    text += f' ({len(finite)}/{len(values)})'
-  return text
 
 
 def censored_values(
@@ -217,7 +207,7 @@ def summary_table(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, Metho
         text += f' ({finite.size}/{len(values)})'
       row.append(text)
     bits = [r.last_finite(results.BITS_COLUMN) for r in m.runs.values()]
-    row.append(f'{np.mean(bits) / 1e6:.1f}' if bits else _MISSING)
+    row.append(f'{np.mean(bits) / 1e9:.4g}' if bits else _MISSING)
     seconds = np.concatenate(
       [
         r.column(report.SECONDS_COLUMN)
@@ -230,7 +220,7 @@ def summary_table(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, Metho
     row.append(f'{np.median(seconds):.2f}' if seconds.size else _MISSING)
     rows.append(row)
   headers = ['method', 'seeds'] + [_metric_name(spec, m) for m in metrics]
-  headers += ['total Mbit (mean)', 's/round (median)']
+  headers += ['total Gbit (mean)', 's/round (median)']
   return report.pipe_table(headers, [list(c) for c in zip(*rows)])
 
 
@@ -343,7 +333,7 @@ def results_markdown(
     '## Summaries over seeds',
     '',
     'Mean ± sample standard deviation over the reported seeds; a to-target cell averages the '
-    'seeds that reach the target (reached/seeds). *total Mbit*: cumulative uploaded bits at '
+    'seeds that reach the target (reached/seeds). *total Gbit*: cumulative uploaded bits at '
     'the last round.',
     '',
     summary_table(spec, chosen),
