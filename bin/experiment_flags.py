@@ -102,9 +102,11 @@ _TASK_OPTION_FLAGS = {
     'size_profile': flags.DEFINE_enum(
         'size_profile', None, ['fraboni', 'balanced'], 'cifar10: client size profile.'),
     'size_group_clients': flags.DEFINE_list(
-        'size_group_clients', None, 'cifar10: clients per size group (overrides the profile).'),
+        'size_group_clients', None,
+        'cifar10, emnist_skewed: clients per size group (cifar10: overrides the profile).'),
     'size_group_examples': flags.DEFINE_list(
-        'size_group_examples', None, 'cifar10: examples per client of each size group.'),
+        'size_group_examples', None,
+        'cifar10, emnist_skewed: examples per client of each size group.'),
     'unbalance_seed': flags.DEFINE_integer(
         'unbalance_seed', None, 'emnist_unbalanced_*: seed of the unbalancing.',
         lower_bound=0, upper_bound=2**32 - 1),

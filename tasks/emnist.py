@@ -283,6 +283,8 @@ def create_emnist_skewed_task(
     num_clients: int = 100,
     partition: str = 'dirichlet',
     dirichlet_alpha: float | None = None,
+    size_group_clients: Sequence[int] | None = None,
+    size_group_examples: Sequence[int] | None = None,
 ) -> Task:
   """Builds ``emnist_skewed``: real FEMNIST examples re-split into label-skewed clients.
 
@@ -304,6 +306,14 @@ def create_emnist_skewed_task(
     num_clients: Number of clients.
     partition: ``'dirichlet'``, ``'shards'`` or ``'two_labels'``.
     dirichlet_alpha: The concentration, for ``'dirichlet'`` only (default 0.1).
+    size_group_clients, size_group_examples: For ``'dirichlet'``: unequal client
+      sizes as groups (``size_group_clients[g]`` clients of
+      ``size_group_examples[g]`` examples, as ``cifar10``'s size profile), drawn
+      from a seeded random subset of the pool of that total. E.g. Fraboni et
+      al.'s 10/30/30/20/10 clients with sizes in ratio 1 : 2.5 : 5 : 7.5 : 10 is
+      ``(10, 30, 30, 20, 10)`` × ``(25, 62, 125, 187, 250)`` on the 105-writer
+      slice (12,100 of its 14,708 examples). Both or neither; `num_clients`
+      must then equal their clients.
 
   Returns:
     The `Task`; training batches ``OrderedDict(x=float32[B, 28, 28, 1], y=int32[B])``.
@@ -328,15 +338,26 @@ def create_emnist_skewed_task(
       partition=partition,
       dirichlet_alpha=None if partition != 'dirichlet' else _common.check_float(
           'dirichlet_alpha', 0.1 if dirichlet_alpha is None else dirichlet_alpha))
+  profile = _check_size_profile(options, size_group_clients, size_group_examples)
   database, train_data, test_data, num_classes, split = _load(options)
   pixels, labels = _pooled_examples(database, split, tuple(train_data.client_ids), num_classes)
   if options['num_clients'] > labels.size:
     raise ValueError(f'num_clients={num_clients} exceeds the {labels.size} pooled examples; '
                      'use fewer clients.')
   rng = np.random.default_rng([options['seed'], 2])
+  if profile is not None:
+    if profile.sum() > labels.size:
+      raise ValueError(
+          f'The size profile needs {profile.sum()} training examples, the pool has '
+          f'{labels.size}; reduce size_group_clients or size_group_examples.')
+    subset = np.sort(rng.choice(labels.size, int(profile.sum()), replace=False))
+    pixels, labels = pixels[subset], labels[subset]
   if partition == 'dirichlet':
-    sizes = np.full(options['num_clients'], labels.size // options['num_clients'], np.int64)
-    sizes[:labels.size % options['num_clients']] += 1
+    if profile is not None:
+      sizes = profile
+    else:
+      sizes = np.full(options['num_clients'], labels.size // options['num_clients'], np.int64)
+      sizes[:labels.size % options['num_clients']] += 1
     members = digits.dirichlet_partition(
         labels, sizes, options['dirichlet_alpha'], rng, num_classes)
   else:
@@ -363,6 +384,29 @@ def create_emnist_skewed_task(
       statistics=(sizes, _common.label_histograms(train['y'], offsets, num_classes)),
       num_classes=num_classes,
   )
+
+
+def _check_size_profile(
+    options: dict[str, Any], group_clients: Any, group_examples: Any) -> np.ndarray | None:
+  """Records the size-profile options; returns the client sizes, or None for equal sizes."""
+  options.update(size_group_clients=None, size_group_examples=None)
+  if group_clients is None and group_examples is None:
+    return None
+  if group_clients is None or group_examples is None:
+    raise ValueError('Give both size_group_clients and size_group_examples, or neither.')
+  if options['partition'] != 'dirichlet':
+    raise ValueError(
+        f"A size profile applies to partition='dirichlet' only, got {options['partition']!r}.")
+  clients = _common.check_int_tuple('size_group_clients', group_clients)
+  examples = _common.check_int_tuple('size_group_examples', group_examples)
+  if len(clients) != len(examples):
+    raise ValueError(f'size_group_clients {clients} and size_group_examples {examples} '
+                     'must have the same length.')
+  if sum(clients) != options['num_clients']:
+    raise ValueError(f'size_group_clients {clients} give {sum(clients)} clients, '
+                     f"num_clients is {options['num_clients']}; make them agree.")
+  options.update(size_group_clients=clients, size_group_examples=examples)
+  return np.repeat(np.asarray(examples, np.int64), np.asarray(clients, np.int64))
 
 
 # --------------------------------------------------------------------------

@@ -278,3 +278,18 @@ def test_emnist_skewed_refuses_options_that_do_not_apply(cache_dir):
     get_task('emnist_skewed', cache_dir=cache_dir, partition='shards', dirichlet_alpha=0.1)
   with pytest.raises(ValueError, match='num_clients=99 exceeds the 10 pooled examples'):
     get_task('emnist_skewed', cache_dir=cache_dir, num_clients=99)
+
+
+def test_emnist_skewed_size_profile(cache_dir):
+  task = get_task('emnist_skewed', cache_dir=cache_dir, only_digits=True, num_clients=3,
+                  size_group_clients=(2, 1), size_group_examples=(4, 10))
+  np.testing.assert_array_equal(task.client_num_examples, [4, 4, 10])
+  assert task.options['size_group_clients'] == (2, 1)
+  with pytest.raises(ValueError, match='needs 40 training examples, the pool has 31'):
+    get_task('emnist_skewed', cache_dir=cache_dir, only_digits=True, num_clients=2,
+             size_group_clients=(2,), size_group_examples=(20,))
+  with pytest.raises(ValueError, match='num_clients is 100; make them agree'):
+    get_task('emnist_skewed', cache_dir=cache_dir, size_group_clients=(2,),
+             size_group_examples=(2,))
+  with pytest.raises(ValueError, match='Give both'):
+    get_task('emnist_skewed', cache_dir=cache_dir, size_group_clients=(2,))
