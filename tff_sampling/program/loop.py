@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow_federated as tff
 
 from tff_sampling import communication
+from tff_sampling import results
 from tff_sampling import run_dir
 from tff_sampling import runtime
 from tff_sampling import selection_stats
@@ -192,13 +193,22 @@ class _Rounds:
     eval_metrics: Mapping[str, Any] = {}
     if first_round == 1:
       eval_metrics = self._round_zero(state)
+    monitor = checks.LearningMonitor(
+      self.config.output_dir,
+      getattr(getattr(self.trainer, 'task', None), 'num_classes', None),
+      self._initial_loss(eval_metrics),
+    )
     start = time.monotonic()
     for round_num in range(first_round, self.config.rounds + 1):
       state, released = self._round(round_num, state)
-      eval_metrics = released.get('eval', eval_metrics)
+      if 'eval' in released:
+        eval_metrics = released['eval']
+        monitor.after_evaluation(round_num, eval_metrics)
     model_weights = self.trainer.model_weights(state['process'])
     if not eval_metrics:  # Resumed at the very end: report the saved model.
       eval_metrics = self.trainer.evaluate(model_weights)
+    elif first_round <= self.config.rounds:
+      monitor.at_end(self.config.rounds, eval_metrics)
     return ExperimentResult(
       final_round=max(first_round - 1, self.config.rounds),
       resumed_from=resumed_from,
@@ -207,6 +217,16 @@ class _Rounds:
       seconds=time.monotonic() - start,
       model_weights=model_weights,
     )
+
+  def _initial_loss(self, round_zero: Mapping[str, Any]) -> float | None:
+    """The initial model's evaluation loss: this run's round 0, or a resumed run's."""
+    if 'loss' in round_zero:
+      return float(np.asarray(round_zero['loss']))
+    try:
+      loss = results.load_run(self.config.output_dir).column('eval/loss')
+    except (FileNotFoundError, KeyError, ValueError):
+      return None
+    return float(loss[0]) if loss.size and np.isfinite(loss[0]) else None
 
   def _round_zero(self, state) -> Mapping[str, Any]:
     """Releases the initial model's evaluation (and the pre-processing's bits)."""
