@@ -164,17 +164,21 @@ def _local_context() -> sync_execution_context.SyncExecutionContext:
   )
 
 
-class _UnusedSecureSumAssertFilter(logging_lib.Filter):
-  """Drops TensorFlow's reports of the unused bound checks of TFF's secure sums.
+class _TffNoiseFilter(logging_lib.Filter):
+  """Drops two kinds of TensorFlow log records that this library's own work causes.
 
-  `tff.aggregators.SecureSumFactory` (through TFF's
-  ``primitives.secure_quantized_sum``) calls ``tf.debugging.assert_less_equal``
-  on its bounds without using the result, so every graph it builds is followed,
-  when garbage-collected, by a multi-line ``ERROR:tensorflow: Object was never
-  used ... assert_less_equal`` report: about a hundred per run, none of them an
-  error of the caller's. This filter drops exactly those reports (an unused op
-  named ``assert_less_equal…``); every other TensorFlow message, including such
-  reports of other ops, still shows.
+  * The reports of the unused bound checks of TFF's secure sums.
+    `tff.aggregators.SecureSumFactory` (through TFF's
+    ``primitives.secure_quantized_sum``) calls ``tf.debugging.assert_less_equal``
+    on its bounds without using the result, so every graph it builds is
+    followed, when garbage-collected, by a multi-line ``ERROR:tensorflow:
+    Object was never used ... assert_less_equal`` report: dozens per run, none
+    of them an error of the caller's.
+  * ``INFO:tensorflow:Assets written to: .../checkpoints/...``, one per
+    checkpoint TFF's program-state manager saves.
+
+  Every other TensorFlow message, including "never used" reports of other ops,
+  still shows.
   """
 
   def filter(self, record: logging_lib.LogRecord) -> bool:
@@ -182,19 +186,19 @@ class _UnusedSecureSumAssertFilter(logging_lib.Filter):
       message = record.getMessage()
     except (TypeError, ValueError):
       return True
-    return not (
-      'Object was never used' in message and "<tf.Operation 'assert_less_equal" in message
-    )
+    if 'Object was never used' in message and "<tf.Operation 'assert_less_equal" in message:
+      return False
+    return not (record.levelno <= logging_lib.INFO and message.startswith('Assets written to:'))
 
 
-_UNUSED_ASSERT_FILTER = _UnusedSecureSumAssertFilter()
+_NOISE_FILTER = _TffNoiseFilter()
 
 
-def quiet_secure_sum_reports() -> None:
-  """Installs `_UnusedSecureSumAssertFilter` on TensorFlow's logger (idempotent)."""
+def quiet_tensorflow_noise() -> None:
+  """Installs `_TffNoiseFilter` on TensorFlow's logger (idempotent)."""
   logger = logging_lib.getLogger('tensorflow')
-  if _UNUSED_ASSERT_FILTER not in logger.filters:
-    logger.addFilter(_UNUSED_ASSERT_FILTER)
+  if _NOISE_FILTER not in logger.filters:
+    logger.addFilter(_NOISE_FILTER)
 
 
 def use_secure_sum_simulation() -> None:
@@ -209,10 +213,10 @@ def use_secure_sum_simulation() -> None:
   ``OptimalSamplingFactory(secure=True)`` (the program loop and `binary_main`
   do); it is harmless for computations without secure sums. Idempotent. It
   also silences the secure sums' unused-assert reports
-  (`quiet_secure_sum_reports`).
+  (`quiet_tensorflow_noise`).
   """
   global _SECURE_CONTEXT_SET
-  quiet_secure_sum_reports()
+  quiet_tensorflow_noise()
   if not _SECURE_CONTEXT_SET:
     # Replacing TFF's default context stops the worker it started, if any ran
     # a computation already (e.g. a pre-processing round): bound that wait.

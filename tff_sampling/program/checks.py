@@ -141,8 +141,9 @@ class LearningMonitor:
       self._warn(
         round_num,
         f'The evaluation loss is {loss:.4g} in round {round_num}, {loss / initial:.0f}x its '
-        f'round-0 value {initial:.4g}: the run is not learning (not diverged to inf/NaN, so it '
-        'goes on). The learning rate is the likely cause: lower the client or server rate.',
+        f'round-0 value {initial:.4g}: the model is getting worse, not better (a finite blow-up, '
+        'so the run goes on). The learning rate is the likely cause: lower the client or server '
+        'rate.',
       )
 
   def at_end(self, round_num: int, eval_metrics: Mapping[str, Any]) -> None:

@@ -6,7 +6,6 @@ for what the loop leaves to the process's side.
 
 from __future__ import annotations
 
-import asyncio
 import collections
 from collections.abc import Mapping, Sequence
 import contextlib
@@ -22,6 +21,7 @@ from tff_sampling import results
 from tff_sampling import run_dir
 from tff_sampling import runtime
 from tff_sampling import selection_stats
+from tff_sampling import sync
 from tff_sampling import workers as workers_lib
 from tff_sampling.program import checks
 from tff_sampling.program import progress
@@ -239,7 +239,7 @@ class _Rounds:
       released['downlink'] = collections.OrderedDict(
         preprocessing_bits=self.preprocessing.download_bits
       )
-    asyncio.run(self.release_manager.release(released, 0))
+    sync.run(self.release_manager.release(released, 0))
     return eval_metrics
 
   def _active_clients(self, round_num: int) -> tuple[np.ndarray, int]:
@@ -306,7 +306,7 @@ class _Rounds:
     model_weights = self.trainer.model_weights(state['process'])
     if round_num % self.config.eval_every == 0 or round_num == self.config.rounds:
       released['eval'] = self.trainer.evaluate(model_weights)
-    asyncio.run(self.release_manager.release(released, round_num))
+    sync.run(self.release_manager.release(released, round_num))
     checks.check_diverged(round_num, model_weights, released)
     if round_num % self.config.checkpoint_every == 0 or round_num == self.config.rounds:
       self.directory.save(state, round_num)
