@@ -304,3 +304,20 @@ def test_tensorflow_noise_filter_drops_only_the_secure_sum_reports_and_checkpoin
   runtime.quiet_tensorflow_noise()
   runtime.quiet_tensorflow_noise()
   assert logging.getLogger('tensorflow').filters.count(runtime._NOISE_FILTER) == 1
+
+
+def test_sync_run_works_with_and_without_a_running_event_loop():
+  import asyncio
+
+  from tff_sampling import sync
+
+  async def answer():
+    await asyncio.sleep(0)
+    return 42
+
+  assert sync.run(answer()) == 42
+
+  async def inside_a_loop():  # As in a Jupyter kernel, where asyncio.run would refuse.
+    return sync.run(answer())
+
+  assert asyncio.run(inside_a_loop()) == 42

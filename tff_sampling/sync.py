@@ -23,5 +23,8 @@ def run(coroutine: Coroutine[Any, Any, _T]) -> _T:
     asyncio.get_running_loop()
   except RuntimeError:  # No loop running in this thread: the ordinary case.
     return asyncio.run(coroutine)
+  def run_in_thread() -> _T:
+    return asyncio.run(coroutine)
+
   with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix='tff-sampling-sync') as pool:
-    return pool.submit(asyncio.run, coroutine).result()
+    return pool.submit(run_in_thread).result()
