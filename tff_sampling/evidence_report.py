@@ -28,6 +28,7 @@ import shlex
 import numpy as np
 
 from tff_sampling import evidence
+from tff_sampling import files
 from tff_sampling import report
 from tff_sampling import results
 from tff_sampling.experiments import evidence_spec
@@ -398,12 +399,5 @@ def write(
   output_dir = os.path.abspath(os.fspath(output_dir))
   results_path = report.check_results_path(os.path.join(output_dir, report.RESULTS_FILENAME))
   plots = report.write_plots(groups, output_dir, title=spec.title)
-  temporary = f'{results_path}.tmp{os.getpid()}'
-  try:
-    with open(temporary, 'w', encoding='utf-8') as f:
-      f.write(text)
-    os.replace(temporary, results_path)
-  finally:
-    if os.path.exists(temporary):
-      os.remove(temporary)
+  files.write_atomically(results_path, text)
   return results_path, plots

@@ -23,6 +23,7 @@ def run(coroutine: Coroutine[Any, Any, _T]) -> _T:
     asyncio.get_running_loop()
   except RuntimeError:  # No loop running in this thread: the ordinary case.
     return asyncio.run(coroutine)
+
   def run_in_thread() -> _T:
     return asyncio.run(coroutine)
 
