@@ -210,8 +210,9 @@ class TuningResult:
   """The tuning seed's score of every (method, rate) and each method's chosen rate.
 
   Attributes:
-    scores: (method, rate) -> mean of the last ``final_k`` evaluations; NaN
-      for a run that diverged (`diverged_at` says when) or is missing.
+    scores: (method, rate) -> mean of the last ``final_k`` evaluations of a
+      finished run; NaN for a run that diverged (`diverged_at` says when);
+      absent for a run that is missing or still training.
     diverged_at: (method, rate) -> round of divergence, for diverged runs.
     chosen: method -> the rate with the highest score (ties: the larger rate).
   """
@@ -244,8 +245,9 @@ def tune(spec: ExperimentSpec, runs: Sequence[results.Run]) -> TuningResult:
     if at is not None:
       diverged_at[key] = at
       scores[key] = math.nan
-    else:
+    elif int(run.rounds[-1]) >= int(run.hparams.get('rounds', 0)):
       scores[key] = evidence.final_mean(run, spec.final_k)
+    # An unfinished tuning run (still training) does not score yet.
   chosen = {}
   for method in spec.methods:
     candidates = [
