@@ -56,6 +56,11 @@ def test_load_splits_experiment_and_binary_flags(tmp_path):
   assert spec.claims[1].direction == evidence.EQUAL and spec.claims[1].margin == 0.02
   assert spec.claims[2].target == 0.5
   assert spec.tuned and list(spec.reported_seeds) == [0, 1, 2, 3, 4]
+  assert spec.extra_columns == ()
+  with_columns = experiment_config.load(
+      write_config(tmp_path, CONFIG + '--extra_columns=a/b,c\n', folder='other'))
+  assert with_columns.extra_columns == ('a/b', 'c')
+  assert with_columns.binary_flags == spec.binary_flags
 
 
 @pytest.mark.parametrize(

@@ -207,6 +207,14 @@ def summary_table(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, Metho
       if finite.size < len(values):
         text += f' ({finite.size}/{len(values)})'
       row.append(text)
+    for column in spec.extra_columns:
+      per_run = [_mean_over_rounds(r, column) for r in m.runs.values()]
+      finite = np.array([v for v in per_run if math.isfinite(v)])
+      if not finite.size:
+        row.append(_MISSING)
+      else:
+        std = f' ± {finite.std(ddof=1):.3f}' if finite.size > 1 else ''
+        row.append(f'{finite.mean():.3f}{std}')
     bits = [r.last_finite(results.BITS_COLUMN) for r in m.runs.values()]
     row.append(f'{np.mean(bits) / 1e9:.4g}' if bits else _MISSING)
     seconds = np.concatenate(
@@ -221,8 +229,17 @@ def summary_table(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, Metho
     row.append(f'{np.median(seconds):.2f}' if seconds.size else _MISSING)
     rows.append(row)
   headers = ['method', 'seeds'] + [_metric_name(spec, m) for m in metrics]
+  headers += [f'{column} (mean/round)' for column in spec.extra_columns]
   headers += ['total Gbit (mean)', 's/round (median)']
   return report.pipe_table(headers, [list(c) for c in zip(*rows)])
+
+
+def _mean_over_rounds(run: results.Run, column: str) -> float:
+  values = run.metrics.get(column)
+  if values is None:
+    return math.nan
+  finite = values[np.isfinite(values)]
+  return float(finite.mean()) if finite.size else math.nan
 
 
 def per_seed_table(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, MethodRuns]) -> str:

@@ -116,6 +116,9 @@ class ExperimentSpec:
     targets: Accuracy targets of the rounds/bits-to-target summaries.
     claims: The paper's claims.
     label_key: The hyper-parameter naming a run's method.
+    extra_columns: ``metrics.csv`` columns the report summarises too (mean over
+      a run's rounds, then over seeds), e.g. the improvement factor α; never
+      part of a verdict.
   """
 
   name: str
@@ -131,6 +134,7 @@ class ExperimentSpec:
   targets: tuple[float, ...]
   claims: tuple[Claim, ...]
   label_key: str = 'sampling'
+  extra_columns: tuple[str, ...] = ()
 
   def __post_init__(self):
     if not self.methods:
