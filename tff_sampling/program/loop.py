@@ -170,6 +170,7 @@ class _Rounds:
     self.preprocessing = preprocessing_bits or communication.PreprocessingBits(0, 0)
     self.clients = trainer.clients
     self.population = samplers_base.Population(num_examples=np.asarray(self.clients.num_examples))
+    self._initial_client_learning_rate = 0.0  # η₀ of a decaying rate, read by `run`.
 
   def _initial_state(self) -> collections.OrderedDict:
     state: collections.OrderedDict[str, Any] = collections.OrderedDict(
@@ -189,6 +190,10 @@ class _Rounds:
       progress.ProgressReleaseManager(self.config.rounds), *self.release_managers
     )
     self.trainer.start(state['process'], getattr(self.sampler, 'probe_signal', None))
+    if self.config.client_learning_rate_decay is not None:
+      # η₀, the process's own rate, read from a fresh state (a resumed state holds a decayed one).
+      initial_hparams = self.trainer.process.get_hparams(self.trainer.process.initialize())
+      self._initial_client_learning_rate = float(initial_hparams['client_work']['learning_rate'])
     first_round = int(state['round']) + 1
     eval_metrics: Mapping[str, Any] = {}
     if first_round == 1:
@@ -275,6 +280,13 @@ class _Rounds:
   def _round(self, round_num: int, state) -> tuple[collections.OrderedDict, Mapping[str, Any]]:
     """Trains, releases and (when due) checkpoints round `round_num`."""
     round_start = time.monotonic()
+    learning_rate = None
+    if self.config.client_learning_rate_decay is not None:
+      decay = self.config.client_learning_rate_decay
+      learning_rate = self._initial_client_learning_rate * decay ** (round_num - 1)
+      state = collections.OrderedDict(
+        state, process=self.trainer.with_client_learning_rate(state['process'], learning_rate)
+      )
     available, redraws = self._active_clients(round_num)
     selection = self._select(round_num, state, available)
     data = self.trainer.client_data(round_num, selection)
@@ -290,6 +302,8 @@ class _Rounds:
     released: collections.OrderedDict[str, Any] = collections.OrderedDict(
       round_seconds=time.monotonic() - round_start
     )
+    if learning_rate is not None:
+      released['client_learning_rate'] = learning_rate
     if self.sampler is not None:
       state['selection_counts'] = state['selection_counts'] + np.bincount(
         np.asarray(selection.clients, np.int64), minlength=self.population.size
