@@ -78,7 +78,7 @@ def test_demo_two_rounds_subprocess(tmp_path):
      r'--synthetic_alpha does not apply to --task=digits \(it applies to: synthetic\); '
      r"the flags of task 'digits' are --client_batch_size, --data_seed"),
     (dict(cache_dir='/tmp'), r'--cache_dir does not apply to --task=digits \(it applies to: '
-                             r'emnist, emnist_unbalanced_1, .*, cifar100\)'),
+                             r'emnist, emnist_skewed, emnist_unbalanced_1, .*, cifar100\)'),
     (dict(dirichlet_alpha='-1'), 'dirichlet_alpha'),
     (dict(task='emnist', cache_dir='{tmp}/empty'), r'emnist_all\.sqlite.*cache_dir'),
 ])
