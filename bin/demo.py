@@ -58,7 +58,7 @@ def main(argv: Sequence[str]) -> None:
     if ef.TASK.value == 'digits':
       cf.apply_defaults({'preset': 'unbalanced'})  # The demo's population (not a global default).
     task = ef.task_from_flags()
-    method = optimal_flags.optimal_sampling()
+    method = optimal_flags.optimal_sampling(ef.CLIENTS_PER_ROUND.value)
     groups = experiments.run_comparison(
         task, ef.comparison(_METHODS.value, _SEEDS.value), ef.run_settings(),
         make_process=lambda sampling, seed: method.make_process(task, sampling, seed),

@@ -67,6 +67,10 @@ def _registry() -> flags.FlagValues:
   flags.DEFINE_string(
     'label_key', 'sampling', "Hyper-parameter naming a run's method.", flag_values=fv
   )
+  flags.DEFINE_list(
+    'extra_columns', [], 'metrics.csv columns the report summarises (mean per round).',
+    flag_values=fv,
+  )
   return fv
 
 
@@ -115,6 +119,7 @@ def load(path: str) -> evidence_spec.ExperimentSpec:
       targets=_floats('targets', fv.targets),
       claims=tuple(evidence_spec.parse_claim(c) for c in fv.claims),
       label_key=fv.label_key,
+      extra_columns=tuple(fv.extra_columns),
     )
   except (flags.Error, ValueError) as e:
     raise ValueError(f'{path}: {str(e).splitlines()[0]}') from None

@@ -27,6 +27,10 @@ from tff_sampling import program
 TASK = flags.DEFINE_enum('task', 'digits', list(tasks.task_names()), 'The task.')
 CLIENTS_PER_ROUND = flags.DEFINE_integer(
     'clients_per_round', 10, 'Cohort size: clients drawn per round.', lower_bound=1)
+CLIENT_LEARNING_RATE_DECAY = flags.DEFINE_float(
+    'client_learning_rate_decay', None,
+    'γ in (0, 1]: round t trains with --client_learning_rate · γ^(t−1) (FedGS: 0.998); unset: '
+    'a constant rate.')
 CLIENT_STEPS = flags.DEFINE_integer(
     'client_steps', None,
     'If set, every client takes exactly this many local batches per round (its stream '
@@ -212,7 +216,8 @@ def run_settings() -> experiments.RunSettings:
   """The `RunSettings` of the flags."""
   return cf.run_settings(client_steps=CLIENT_STEPS.value, workers=tuple(WORKERS.value),
                          local_workers=LOCAL_WORKERS.value,
-                         clients_per_call=CLIENTS_PER_CALL.value)
+                         clients_per_call=CLIENTS_PER_CALL.value,
+                         client_learning_rate_decay=CLIENT_LEARNING_RATE_DECAY.value)
 
 
 def comparison(methods: Sequence[str], num_seeds: int,

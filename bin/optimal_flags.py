@@ -19,8 +19,21 @@ flag_checks.check_number('expected_clients', low=0.0, low_open=True,
                          hint='expected uploads per round, such as 3')
 
 
-def optimal_sampling() -> optimal.OptimalSampling:
-  """The `optimal.OptimalSampling` of the flags."""
+def full_participation_note(cohort: int) -> str | None:
+  """The note a run gets when ``m >= cohort``: every client uploads (p = 1), or None."""
+  m = EXPECTED_CLIENTS.value
+  if m < cohort:
+    return None
+  return (f'Note: --expected_clients={m:g} is at least the cohort of {cohort}: every cohort '
+          'client uploads (p = 1) whatever the sampling, i.e. full participation.')
+
+
+def optimal_sampling(cohort: int | None = None) -> optimal.OptimalSampling:
+  """The `optimal.OptimalSampling` of the flags; prints `full_participation_note` once
+  if `cohort` is given and ``m >= cohort``."""
+  note = None if cohort is None else full_participation_note(cohort)
+  if note:
+    print(note, flush=True)
   return optimal.OptimalSampling(
       algorithm=ALGORITHM.value, expected_clients=EXPECTED_CLIENTS.value,
       max_rescaling_steps=MAX_RESCALING_STEPS.value,

@@ -50,7 +50,7 @@ _SAMPLING = flags.DEFINE_enum('sampling', 'optimal', list(optimal.SAMPLING_MODES
 def main(argv: Sequence[str]) -> None:
   cf.begin_main(argv)
   ef.apply_task_defaults(PAPER_DEFAULTS)
-  method = optimal_flags.optimal_sampling()
+  method = optimal_flags.optimal_sampling(ef.CLIENTS_PER_ROUND.value)
   ef.run_uniform_cohorts(
       f'{ef.TASK.value}_{method.algorithm}_{_SAMPLING.value}_seed{cf.SEED.value}',
       make_process=lambda task: method.make_process(task, _SAMPLING.value, cf.SEED.value),

@@ -23,7 +23,6 @@ import sys
 
 from absl import app
 from absl import flags
-from absl import logging
 
 from tff_sampling import plotting
 
@@ -71,7 +70,7 @@ def main(argv: Sequence[str]) -> None:
     sys.exit(f'Error: Cannot write --output={_OUTPUT.value!r}: '
              f'{getattr(e, "strerror", None) or e}; give the path of a PNG file in a writable '
              'directory.')
-  logging.info('Wrote %s', path)
+  print(f'Wrote {path}')
 
 
 if __name__ == '__main__':

@@ -171,13 +171,7 @@ def mcmahan_2nn(num_classes: int, seed: int) -> tf.keras.Model:
   Returns:
     An uncompiled `tf.keras.Model` mapping ``float32[B, 28, 28, 1]`` to logits.
   """
-  seeds = _SeedStream(seed)
-  inputs = tf.keras.Input(shape=(28, 28, 1), dtype=tf.float32)
-  x = tf.keras.layers.Flatten()(inputs)
-  for _ in range(2):
-    x = tf.keras.layers.Dense(200, activation='relu', kernel_initializer=seeds.glorot())(x)
-  logits = tf.keras.layers.Dense(num_classes, kernel_initializer=seeds.glorot())(x)
-  return tf.keras.Model(inputs, logits, name='mcmahan_2nn')
+  return _image_dense(num_classes, seed, (200, 200), 'mcmahan_2nn')
 
 
 def image_ffnn(num_classes: int, seed: int, hidden: Sequence[int] = (128,)) -> tf.keras.Model:
@@ -194,13 +188,20 @@ def image_ffnn(num_classes: int, seed: int, hidden: Sequence[int] = (128,)) -> t
   Returns:
     An uncompiled `tf.keras.Model` mapping ``float32[B, 28, 28, 1]`` to logits.
   """
+  return _image_dense(num_classes, seed, tuple(hidden), 'image_ffnn')
+
+
+def _image_dense(
+    num_classes: int, seed: int, hidden: tuple[int, ...], name: str
+) -> tf.keras.Model:
+  """Flatten a 28x28x1 image, ReLU dense layers of widths `hidden`, dense logits."""
   seeds = _SeedStream(seed)
   inputs = tf.keras.Input(shape=(28, 28, 1), dtype=tf.float32)
   x = tf.keras.layers.Flatten()(inputs)
   for width in hidden:
     x = tf.keras.layers.Dense(width, activation='relu', kernel_initializer=seeds.glorot())(x)
   logits = tf.keras.layers.Dense(num_classes, kernel_initializer=seeds.glorot())(x)
-  return tf.keras.Model(inputs, logits, name='image_ffnn')
+  return tf.keras.Model(inputs, logits, name=name)
 
 
 def char_gru(

@@ -421,11 +421,69 @@ def _dp_mean():
      'record aggregation factory'),
     (lambda: tff.aggregators.SecureModularSumFactory(2**16),
      'SecureModularSumFactory is not known to return the sum'),
+    (lambda: tff.aggregators.HadamardTransformFactory(tff.aggregators.UnweightedMeanFactory()),
+     'UnweightedMeanFactory returns a mean .*inside tff.aggregators.HadamardTransformFactory'),
+    (lambda: tff.learning.ddp_secure_aggregator(0.0, 4),
+     'returns a mean .*pass the sum they wrap instead.*DistributedDpSumFactory'),
+    (lambda: tff.learning.compression_aggregator(weighted=False),
+     'returns a mean .*EncodedSumFactory.quantize_above_threshold'),
+    (lambda: tff.learning.secure_aggregator(weighted=False), 'returns a mean'),
 ])
 def test_inner_factories_that_do_not_sum_are_refused(make_inner, match):
   with pytest.raises(TypeError, match=match) as info:
     OptimalSamplingFactory(_M, inner_factory=make_inner())
   assert 'Accepted: tff.aggregators.SumFactory, SecureSumFactory' in str(info.value)
+
+
+# --- TFF's sum-preserving wrappers and distributed DP, composed underneath. -------------
+# Full participation (m >= cohort): the aggregate is deterministic, the weighted mean of
+# the updates up to the wrapper's own rounding. _VECTORS are multiples of 1/8 and
+# _WEIGHTS integers, so each record w_i U_i is a multiple of 1/8: a discretisation with
+# scale 2^10 represents it exactly.
+
+
+def test_rotations_return_the_sum():
+  # Rotate (random signs, then a Hadamard or Fourier transform), sum, rotate back: exact
+  # in real arithmetic; in float32 each coordinate of the 8-padded record (|.| <= 9) picks
+  # up O(log2(8) * 2^-24 * 9 * 8) ~ 1e-5 at most, far below any fraction of the answer.
+  for make in (tff.aggregators.HadamardTransformFactory,
+               tff.aggregators.DiscreteFourierTransformFactory):
+    result, _ = _full_participation_round(
+        OptimalSamplingFactory(_M, inner_factory=make(tff.aggregators.SumFactory())))
+    np.testing.assert_allclose(result, _oracle(_VECTORS), rtol=0, atol=1e-5)
+
+
+def test_discretisation_and_modular_secure_sum_return_the_sum():
+  from tensorflow_federated.python.aggregators import discretization
+  from tensorflow_federated.python.aggregators import modular_clipping
+  plain = discretization.DiscretizationFactory(tff.aggregators.SumFactory(), scale_factor=2.0**10)
+  # The secure-aggregation pipeline's shape: integers, summed modulo 2^20 by the secure
+  # modular sum inside the modular clipping (the records, 2^10 * |w_i U_i| <= 2^14, wrap
+  # nowhere).
+  modular = discretization.DiscretizationFactory(
+      modular_clipping.ModularClippingSumFactory(
+          -2**19, 2**19, tff.aggregators.SecureModularSumFactory(2**19, symmetric_range=True)),
+      scale_factor=2.0**10)
+  for inner in (plain, modular):
+    result, _ = _full_participation_round(OptimalSamplingFactory(_M, inner_factory=inner))
+    np.testing.assert_allclose(result, _oracle(_VECTORS), rtol=_RTOL, atol=_ATOL)
+
+
+def test_distributed_dp_sum_without_noise_returns_the_sum_to_its_quantisation():
+  from tensorflow_federated.python.aggregators import distributed_dp
+
+  def error(bits):
+    inner = distributed_dp.DistributedDpSumFactory(
+        noise_multiplier=0.0, expected_clients_per_round=4, bits=bits, l2_clip=100.0)
+    result, _ = _full_participation_round(OptimalSamplingFactory(_M, inner_factory=inner))
+    return np.max(np.abs(result - _oracle(_VECTORS)))
+
+  # Noise off, the records (norms <= 9) below the clip: only the stochastic rounding to
+  # the bits' grid is left. A mean instead of a sum would be off by 3/4 of the answer
+  # (max |oracle| = 1.05); the error is below 1% of it, and it shrinks with more bits.
+  fine, coarse = error(20), error(12)
+  assert fine < 0.01 * 1.05
+  assert fine < coarse
 
 
 def test_the_refused_mean_would_have_been_a_fraction_of_the_answer():

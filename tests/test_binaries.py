@@ -78,7 +78,7 @@ def test_demo_two_rounds_subprocess(tmp_path):
      r'--synthetic_alpha does not apply to --task=digits \(it applies to: synthetic\); '
      r"the flags of task 'digits' are --client_batch_size, --data_seed"),
     (dict(cache_dir='/tmp'), r'--cache_dir does not apply to --task=digits \(it applies to: '
-                             r'emnist, emnist_unbalanced_1, .*, cifar100\)'),
+                             r'emnist, emnist_skewed, emnist_unbalanced_1, .*, cifar100\)'),
     (dict(dirichlet_alpha='-1'), 'dirichlet_alpha'),
     (dict(task='emnist', cache_dir='{tmp}/empty'), r'emnist_all\.sqlite.*cache_dir'),
 ])
@@ -303,3 +303,34 @@ def test_lefl_binary_rejects_more_clusters_than_clients(tmp_path):
   outcome = fh.run_binary('lefl', rounds=1, sampling='lefl', pretrain_epochs=1,
                           public_examples=20, num_clusters=101, root_output_dir=tmp_path)
   fh.assert_one_line_error(outcome, 'num_clusters=101 exceeds the number of clients N=100')
+
+
+def test_a_run_that_learns_nothing_says_so_and_goes_on(tmp_path, capsys):
+  # lr 1000 on digits: the loss blows up (finite) and the accuracy sits at chance. The run
+  # is not stopped (exit 0), but warns once for each and records both in warnings.txt.
+  outcome = fh.run_binary('optimal_sampling', task='digits', rounds=10, sampling='full',
+                          client_learning_rate=1000, eval_every=5, num_clients=20,
+                          clients_per_round=5, expected_clients=50,
+                          root_output_dir=tmp_path, experiment_name='blowup')
+  assert outcome.exit_code == 0, outcome
+  run = results.load_run(tmp_path / 'blowup')
+  loss, initial = run.last_finite('eval/loss'), run.column('eval/loss')[0]
+  assert loss > 10 * initial
+  lines = (tmp_path / 'blowup' / 'warnings.txt').read_text().splitlines()
+  # Measured: loss 492.6 at round 5 (209x the initial 2.36), accuracy 0.1003 at round 10.
+  assert len(lines) == 2, lines
+  assert lines[0].startswith('round 5: The evaluation loss is')  # Once, at its first sign.
+  assert 'x its round-0 value' in lines[0] and 'learning rate is the likely cause' in lines[0]
+  assert run.last_finite('eval/accuracy') <= 0.11
+  assert lines[1].startswith('round 10: The evaluation accuracy is')
+  assert 'chance level for 10 classes' in lines[1]
+  # --expected_clients=50 with a cohort of 5: said once, before training.
+  out = capsys.readouterr().out
+  assert out.count('--expected_clients=50 is at least the cohort of 5') == 1
+
+
+def test_a_run_that_learns_writes_no_warnings(tmp_path):
+  outcome = fh.run_binary('optimal_sampling', task='digits', rounds=2, sampling='optimal',
+                          root_output_dir=tmp_path, experiment_name='fine')
+  assert outcome.exit_code == 0, outcome
+  assert not (tmp_path / 'fine' / 'warnings.txt').exists()

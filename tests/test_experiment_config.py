@@ -56,6 +56,11 @@ def test_load_splits_experiment_and_binary_flags(tmp_path):
   assert spec.claims[1].direction == evidence.EQUAL and spec.claims[1].margin == 0.02
   assert spec.claims[2].target == 0.5
   assert spec.tuned and list(spec.reported_seeds) == [0, 1, 2, 3, 4]
+  assert spec.extra_columns == ()
+  with_columns = experiment_config.load(
+      write_config(tmp_path, CONFIG + '--extra_columns=a/b,c\n', folder='other'))
+  assert with_columns.extra_columns == ('a/b', 'c')
+  assert with_columns.binary_flags == spec.binary_flags
 
 
 @pytest.mark.parametrize(
@@ -127,6 +132,13 @@ def test_tune_picks_the_best_rate_and_leaves_diverged_runs_out(tmp_path):
   assert tuning.scores[('optimal', 0.1)] == pytest.approx(0.5)
   assert tuning.diverged_at == {('uniform', 0.2): 2}
   assert math.isnan(tuning.scores[('uniform', 0.2)])
+  # A tuning run still training does not score (rounds 2 planned, 1 written).
+  unfinished = fault_harness.write_run(
+      tmp_path / 'lr0.05', 'optimal_seed50',
+      {'sampling': 'optimal', 'seed': 50, 'client_learning_rate': 0.2, 'rounds': 2},
+      run_csv([0.1, 0.99]))
+  partial = evidence_spec.tune(spec, [*map(results.load_run, made), results.load_run(unfinished)])
+  assert partial.scores[('optimal', 0.2)] == pytest.approx(0.6)
   # Without runs for a method, tuning says what to do.
   with pytest.raises(ValueError, match="Method 'uniform' has no finished tuning run"):
     evidence_spec.tune(spec, [results.load_run(d) for d in made[:2]])

@@ -103,6 +103,13 @@ def test_tune_evaluate_export_report_and_rerun(tmp_path):
   assert again.stdout.count('runs done; 0 to train.') == 2
   assert before == {p: os.path.getmtime(p) for p in before}
 
+  # A configuration edited after its runs started is refused, naming the setting.
+  config.write_text(CONFIG.replace('--rounds=2', '--rounds=3'))
+  edited = _driver(f'--config={config}', f'--runs_dir={runs_dir}')
+  assert edited.returncode != 0
+  assert 'was trained with rounds=2, but the configuration says --rounds=3' in edited.stderr
+  config.write_text(CONFIG)
+
   # The report from the raw metrics equals the report from the run directories.
   from_file = evidence_report.results_markdown(
     spec, archived, command=evidence_report.regenerate_command(config))

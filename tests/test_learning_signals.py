@@ -164,3 +164,13 @@ def test_loss_probe_evaluates_the_weights_it_is_given(small_digits_task, process
     np.testing.assert_allclose(losses, expected, rtol=1e-5)
   # All-zero weights predict uniformly over 10 labels: the loss is ln 10 exactly.
   np.testing.assert_allclose(losses, np.log(10.0), rtol=1e-6)
+
+
+def test_the_client_learning_rate_is_a_tff_hyperparameter(process):
+  # TFF's get_hparams/set_hparams reach the clients' optimizer (what a decaying rate uses).
+  state = process.initialize()
+  hparams = process.get_hparams(state)
+  assert float(hparams['client_work']['learning_rate']) == pytest.approx(0.1)
+  hparams['client_work']['learning_rate'] = np.float32(0.025)
+  state = process.set_hparams(state, hparams)
+  assert float(process.get_hparams(state)['client_work']['learning_rate']) == pytest.approx(0.025)

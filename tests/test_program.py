@@ -303,3 +303,46 @@ def test_model_weights_of_falls_back_to_the_computation():
       return ('computed', state)
 
   assert program.model_weights_of(_Process(), {'weights': 1}) == ('computed', {'weights': 1})
+
+
+def test_client_learning_rate_decay_sets_each_rounds_rate_through_tff_hparams(
+    small_digits_task, process, tmp_path):
+  # FedGS's schedule: round t trains at 0.1 · 0.5^(t−1), set with the process's own
+  # set_hparams; the rate is released each round and a resumed run continues the schedule.
+  decaying = _config(tmp_path / 'decay', 3, client_learning_rate_decay=0.5, checkpoint_every=1)
+  result = program.run_experiment(
+      small_digits_task, process, samplers.UniformSampler(_COHORT, seed=0), decaying)
+  run = results.load_run(tmp_path / 'decay')
+  np.testing.assert_allclose(run.column('client_learning_rate')[1:], [0.1, 0.05, 0.025])
+  # Equal to setting the rate by hand before each round (same cohorts and data).
+  manual = process.set_model_weights(
+      process.initialize(), small_digits_task.initial_model_weights(0))
+  sampler = samplers.UniformSampler(_COHORT, seed=0)
+  sampler_state = sampler.initialize(samplers.Population(small_digits_task.client_num_examples))
+  for round_num, rate in zip((1, 2, 3), (0.1, 0.05, 0.025)):
+    hparams = process.get_hparams(manual)
+    hparams['client_work']['learning_rate'] = np.float32(rate)
+    manual = process.set_hparams(manual, hparams)
+    clients = sampler.select(sampler_state, round_num, np.ones(20, bool)).clients
+    data = [small_digits_task.client_dataset(
+        int(c), program.client_shuffle_seed(0, round_num, int(c))) for c in clients]
+    manual = process.next(manual, data).state
+  for a, b in zip(result.model_weights.trainable, process.get_model_weights(manual).trainable):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+  # A constant rate (no decay) gives a different model: the schedule did act.
+  constant = program.run_experiment(
+      small_digits_task, process, samplers.UniformSampler(_COHORT, seed=0),
+      _config(tmp_path / 'constant', 3))
+  assert not np.allclose(constant.model_weights.trainable[0], result.model_weights.trainable[0])
+  # Resumed after round 2, round 3 is trained at 0.025 again (η₀ from a fresh state).
+  program.run_experiment(small_digits_task, process, samplers.UniformSampler(_COHORT, seed=0),
+                         _config(tmp_path / 'resumed', 2, client_learning_rate_decay=0.5))
+  program.run_experiment(small_digits_task, process, samplers.UniformSampler(_COHORT, seed=0),
+                         _config(tmp_path / 'resumed', 3, client_learning_rate_decay=0.5))
+  assert _rows(tmp_path / 'resumed') == _rows(tmp_path / 'decay')
+
+
+@pytest.mark.parametrize('decay', [0, 1.5, -0.5, True])
+def test_client_learning_rate_decay_must_be_in_0_1(decay, tmp_path):
+  with pytest.raises(ValueError, match='client_learning_rate_decay must be in'):
+    program.ProgramConfig(output_dir=str(tmp_path), rounds=3, client_learning_rate_decay=decay)

@@ -55,6 +55,9 @@ def test_snippet_runs(page, index, tmp_path):
                         text=True, timeout=600)
   assert proc.returncode == 0, f'{page} snippet {index}:\n' + proc.stderr[-3000:]
   assert proc.stdout.strip(), f'{page} snippet {index} prints its result'
+  # Quiet as a library: none of the multi-line reports TFF's secure sums leave behind.
+  assert 'Object was never used' not in proc.stderr, f'{page} snippet {index}'
+  assert 'ERROR:tensorflow' not in proc.stderr, f'{page} snippet {index}:\n' + proc.stderr[-3000:]
 
 
 def _slug(heading):

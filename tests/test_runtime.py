@@ -283,3 +283,41 @@ def test_no_signal_handler_is_installed_on_import():
   proc = subprocess.run([sys.executable, '-c', code], cwd=_REPO, capture_output=True,
                         text=True, timeout=300)
   assert proc.stdout.split() == ['True', 'True'], proc.stderr[-2000:]
+
+
+def test_tensorflow_noise_filter_drops_only_the_secure_sum_reports_and_checkpoint_info():
+
+  noise = runtime._TffNoiseFilter()
+
+  def record(level, message):
+    return logging.LogRecord('tensorflow', level, __file__, 1, message, None, None)
+
+  unused_assert = ("==================================\nObject was never used (type <class "
+                   "'tensorflow.python.framework.ops.Operation'>):\n<tf.Operation "
+                   "'assert_less_equal/Assert/AssertGuard/Identity' type=Identity>")
+  assert not noise.filter(record(logging.ERROR, unused_assert))
+  assert not noise.filter(record(logging.INFO, 'Assets written to: /r/checkpoints/x/assets'))
+  # Everything else passes: other unused ops, warnings, the user's own errors.
+  assert noise.filter(record(logging.ERROR, unused_assert.replace('assert_less_equal', 'my_op')))
+  assert noise.filter(record(logging.WARNING, 'Assets written to: /somewhere'))
+  assert noise.filter(record(logging.ERROR, 'Something the user must see'))
+  runtime.quiet_tensorflow_noise()
+  runtime.quiet_tensorflow_noise()
+  assert logging.getLogger('tensorflow').filters.count(runtime._NOISE_FILTER) == 1
+
+
+def test_sync_run_works_with_and_without_a_running_event_loop():
+  import asyncio
+
+  from tff_sampling import sync
+
+  async def answer():
+    await asyncio.sleep(0)
+    return 42
+
+  assert sync.run(answer()) == 42
+
+  async def inside_a_loop():  # As in a Jupyter kernel, where asyncio.run would refuse.
+    return sync.run(answer())
+
+  assert asyncio.run(inside_a_loop()) == 42

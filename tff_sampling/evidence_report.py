@@ -28,6 +28,7 @@ import shlex
 import numpy as np
 
 from tff_sampling import evidence
+from tff_sampling import files
 from tff_sampling import report
 from tff_sampling import results
 from tff_sampling.experiments import evidence_spec
@@ -206,6 +207,14 @@ def summary_table(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, Metho
       if finite.size < len(values):
         text += f' ({finite.size}/{len(values)})'
       row.append(text)
+    for column in spec.extra_columns:
+      per_run = [_mean_over_rounds(r, column) for r in m.runs.values()]
+      finite = np.array([v for v in per_run if math.isfinite(v)])
+      if not finite.size:
+        row.append(_MISSING)
+      else:
+        std = f' ± {finite.std(ddof=1):.3f}' if finite.size > 1 else ''
+        row.append(f'{finite.mean():.3f}{std}')
     bits = [r.last_finite(results.BITS_COLUMN) for r in m.runs.values()]
     row.append(f'{np.mean(bits) / 1e9:.4g}' if bits else _MISSING)
     seconds = np.concatenate(
@@ -220,8 +229,17 @@ def summary_table(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, Metho
     row.append(f'{np.median(seconds):.2f}' if seconds.size else _MISSING)
     rows.append(row)
   headers = ['method', 'seeds'] + [_metric_name(spec, m) for m in metrics]
+  headers += [f'{column} (mean/round)' for column in spec.extra_columns]
   headers += ['total Gbit (mean)', 's/round (median)']
   return report.pipe_table(headers, [list(c) for c in zip(*rows)])
+
+
+def _mean_over_rounds(run: results.Run, column: str) -> float:
+  values = run.metrics.get(column)
+  if values is None:
+    return math.nan
+  finite = values[np.isfinite(values)]
+  return float(finite.mean()) if finite.size else math.nan
 
 
 def per_seed_table(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, MethodRuns]) -> str:
@@ -398,12 +416,5 @@ def write(
   output_dir = os.path.abspath(os.fspath(output_dir))
   results_path = report.check_results_path(os.path.join(output_dir, report.RESULTS_FILENAME))
   plots = report.write_plots(groups, output_dir, title=spec.title)
-  temporary = f'{results_path}.tmp{os.getpid()}'
-  try:
-    with open(temporary, 'w', encoding='utf-8') as f:
-      f.write(text)
-    os.replace(temporary, results_path)
-  finally:
-    if os.path.exists(temporary):
-      os.remove(temporary)
+  files.write_atomically(results_path, text)
   return results_path, plots

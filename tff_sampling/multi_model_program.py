@@ -199,6 +199,12 @@ class MultiModel:
     )
     return state
 
+  def with_client_learning_rate(self, state: Any, learning_rate: float) -> Any:
+    raise ValueError(
+      'A client learning-rate decay is not available for multi-model runs (each model has its '
+      'own process state); leave client_learning_rate_decay unset.'
+    )
+
   def model_weights(self, state: Any) -> list[tff.learning.models.ModelWeights]:
     return list(state['models'])
 

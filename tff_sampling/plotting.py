@@ -16,6 +16,7 @@ from matplotlib.backends import backend_agg
 import numpy as np
 import PIL.Image
 
+from tff_sampling import files
 from tff_sampling import results
 
 METRIC_COLUMNS = {'accuracy': 'eval/accuracy', 'loss': 'eval/loss'}
@@ -168,13 +169,8 @@ def save_figure(fig: mpl_figure.Figure, output_path: str | os.PathLike[str], dpi
   """
   path = check_plot_path(output_path)
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  temporary = f'{path}.tmp{os.getpid()}'
-  try:
+  with files.replacing(path) as temporary:
     fig.savefig(temporary, format='png', dpi=dpi, metadata=PLOT_MARKER)
-    os.replace(temporary, path)
-  finally:
-    if os.path.exists(temporary):
-      os.remove(temporary)
   return path
 
 

@@ -27,6 +27,7 @@ import os
 
 import numpy as np
 
+from tff_sampling import files
 from tff_sampling import results
 
 # Where a run was written or read its data from: not part of what it measured.
@@ -107,14 +108,7 @@ def write(
   """
   data = dumps(runs, names)
   path = os.path.abspath(os.fspath(path))
-  temporary = f'{path}.tmp{os.getpid()}'
-  try:
-    with open(temporary, 'wb') as f:
-      f.write(data)
-    os.replace(temporary, path)
-  finally:
-    if os.path.exists(temporary):
-      os.remove(temporary)
+  files.write_atomically(path, data)
   return path
 
 

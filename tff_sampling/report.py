@@ -48,6 +48,7 @@ from matplotlib import ticker
 from matplotlib.backends import backend_agg
 import numpy as np
 
+from tff_sampling import files
 from tff_sampling import plotting
 from tff_sampling import results
 
@@ -943,14 +944,7 @@ def write_report(
   for path in plot_paths(output_dir):
     plotting.check_plot_path(path)
   written_plots = write_plots(groups, output_dir, title=title, panels=panels)
-  temporary = f'{results_path}.tmp{os.getpid()}'
-  try:
-    with open(temporary, 'w', encoding='utf-8') as f:
-      f.write(text)
-    os.replace(temporary, results_path)
-  finally:
-    if os.path.exists(temporary):
-      os.remove(temporary)
+  files.write_atomically(results_path, text)
   return Report(
     table=table,
     summaries=tuple(summaries),

@@ -26,7 +26,6 @@ be removed from it:
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable, Mapping
 import csv
 import errno
@@ -41,6 +40,7 @@ import numpy as np
 import tensorflow_federated as tff
 
 from tff_sampling import results
+from tff_sampling import sync
 
 MARKER_FILENAME = '.tff_sampling_run'
 HPARAMS_FILENAME = results.HPARAMS_FILENAME
@@ -234,7 +234,7 @@ class RunDirectory:
     return self.state_manager
 
   def versions(self) -> list[int]:
-    return asyncio.run(self._checkpoints().get_versions()) or []
+    return sync.run(self._checkpoints().get_versions()) or []
 
   def resume(self, hparams: Mapping[str, Any], initial_state: Any) -> tuple[Any, int | None]:
     """``(program state, round resumed from)``; ``(initial_state, None)`` for a new run.
@@ -263,7 +263,7 @@ class RunDirectory:
         )
         continue
       try:
-        state = asyncio.run(self._checkpoints().load(version, initial_state))
+        state = sync.run(self._checkpoints().load(version, initial_state))
       except Exception as e:  # pylint: disable=broad-except  # Any damage: a corrupt SavedModel.
         skipped.append(f'round {version} (damaged: {_first_line(e)})')
         continue
@@ -299,7 +299,7 @@ class RunDirectory:
 
   def save(self, state: Any, round_num: int) -> None:
     """Saves the program state of `round_num`, and flushes the TensorBoard events up to it."""
-    asyncio.run(self._checkpoints().save(state, round_num))
+    sync.run(self._checkpoints().save(state, round_num))
     if self._tensorboard is not None:
       self._tensorboard.flush()
 

@@ -164,6 +164,43 @@ def _local_context() -> sync_execution_context.SyncExecutionContext:
   )
 
 
+class _TffNoiseFilter(logging_lib.Filter):
+  """Drops two kinds of TensorFlow log records that this library's own work causes.
+
+  * The reports of the unused bound checks of TFF's secure sums.
+    `tff.aggregators.SecureSumFactory` (through TFF's
+    ``primitives.secure_quantized_sum``) calls ``tf.debugging.assert_less_equal``
+    on its bounds without using the result, so every graph it builds is
+    followed, when garbage-collected, by a multi-line ``ERROR:tensorflow:
+    Object was never used ... assert_less_equal`` report: dozens per run, none
+    of them an error of the caller's.
+  * ``INFO:tensorflow:Assets written to: .../checkpoints/...``, one per
+    checkpoint TFF's program-state manager saves.
+
+  Every other TensorFlow message, including "never used" reports of other ops,
+  still shows.
+  """
+
+  def filter(self, record: logging_lib.LogRecord) -> bool:
+    try:
+      message = record.getMessage()
+    except (TypeError, ValueError):
+      return True
+    if 'Object was never used' in message and "<tf.Operation 'assert_less_equal" in message:
+      return False
+    return not (record.levelno <= logging_lib.INFO and message.startswith('Assets written to:'))
+
+
+_NOISE_FILTER = _TffNoiseFilter()
+
+
+def quiet_tensorflow_noise() -> None:
+  """Installs `_TffNoiseFilter` on TensorFlow's logger (idempotent)."""
+  logger = logging_lib.getLogger('tensorflow')
+  if _NOISE_FILTER not in logger.filters:
+    logger.addFilter(_NOISE_FILTER)
+
+
 def use_secure_sum_simulation() -> None:
   """Installs this project's default TFF context: secure sums simulated, worker ours.
 
@@ -174,9 +211,12 @@ def use_secure_sum_simulation() -> None:
   context (`_local_context`) with a worker that dies with this process. Call it
   once before running a computation built with
   ``OptimalSamplingFactory(secure=True)`` (the program loop and `binary_main`
-  do); it is harmless for computations without secure sums. Idempotent.
+  do); it is harmless for computations without secure sums. Idempotent. It
+  also silences the secure sums' unused-assert reports
+  (`quiet_tensorflow_noise`).
   """
   global _SECURE_CONTEXT_SET
+  quiet_tensorflow_noise()
   if not _SECURE_CONTEXT_SET:
     # Replacing TFF's default context stops the worker it started, if any ran
     # a computation already (e.g. a pre-processing round): bound that wait.

@@ -16,14 +16,18 @@ constructed; they read the factory's configuration, never run it:
 * The inner factory must be a `tff.aggregators.UnweightedAggregationFactory`:
   the weights are already applied. `tff.aggregators.MeanFactory` (a weighted
   mean) and every other weighted factory are refused.
-* Accepted sums:
+* Accepted sums (``DistributedDpSumFactory``, ``DiscretizationFactory`` and
+  ``ModularClippingSumFactory`` are TFF 0.87 classes not exported under
+  ``tff.aggregators``: import their modules from
+  ``tensorflow_federated.python.aggregators``):
   - `tff.aggregators.SumFactory`, `tff.aggregators.SecureSumFactory` (clips
     each value to its range and quantises to 32 bits),
     `tff.aggregators.EncodedSumFactory` (compression, e.g.
     ``EncodedSumFactory.quantize_above_threshold(bits, threshold)``).
   - `tff.aggregators.DifferentiallyPrivateFactory` whose DP query sums the
-    round's records: `tfp.GaussianSumQuery` or
-    `tfp.QuantileAdaptiveClipSumQuery` (tensorflow_privacy), with a record
+    round's records: `tfp.GaussianSumQuery`, `tfp.QuantileAdaptiveClipSumQuery`,
+    `tfp.DistributedSkellamSumQuery` or `tfp.DistributedDiscreteGaussianSumQuery`
+    (tensorflow_privacy), with a record
     aggregation factory that is itself accepted. `dp_gaussian_sum_factory`
     builds the fixed-clip one. The presets ``gaussian_fixed``,
     ``gaussian_adaptive``, ``tree_aggregation`` and ``tree_adaptive`` wrap
@@ -32,19 +36,38 @@ constructed; they read the factory's configuration, never run it:
     ``(w_i / p_i) · U_i``: the clip bounds each upload, which is what the
     privacy guarantee needs, but clipping scaled values biases the estimate
     more the smaller ``p_i`` is.
-  - TFF's wrappers around an accepted factory: ``tff.aggregators.
+  - ``DistributedDpSumFactory`` (distributed DP: clipping,
+    rotation, discretisation, noise and a secure modular sum, then the sum
+    decoded), the sum inside ``tff.learning.ddp_secure_aggregator``.
+  - TFF's sum-preserving wrappers around an accepted factory, recognised by
+    recursing into the factory they wrap: the rotations
+    `tff.aggregators.HadamardTransformFactory` and
+    `DiscreteFourierTransformFactory` (rotate, sum, rotate back),
+    ``DiscretizationFactory`` (scale and round to integers, sum, scale back),
+    ``ModularClippingSumFactory`` (the sum modulo its range, inside which
+    `tff.aggregators.SecureModularSumFactory` is a sum too), and ``tff.aggregators.
     clipping_factory``, ``zeroing_factory`` and ``concat_factory`` (their
     unweighted forms). Inside, they too act on the scaled values; to clip or
     zero the client updates ``U_i`` themselves, wrap `OptimalSamplingFactory`
     instead: ``tff.aggregators.clipping_factory(C, OptimalSamplingFactory(m))``.
   - Any class registered with `register_sum_factory` (your declaration that
     its instances return the sum of their client values).
-* Everything else is refused, naming what is accepted.
+* Everything else is refused, naming what is accepted. The aggregators
+  ``tff.learning.ddp_secure_aggregator``, ``compression_aggregator``,
+  ``secure_aggregator`` and ``dp_aggregator`` return *means* (their sums
+  wrapped in `tff.aggregators.UnweightedMeanFactory` or `MeanFactory`) and are
+  refused with the sum factory to pass instead.
 """
 
 from __future__ import annotations
 
 import tensorflow_federated as tff
+
+# Not exported as tff.aggregators.* in TFF 0.87, but the building blocks of its
+# distributed-DP and secure-aggregation pipelines (tff.learning.ddp_secure_aggregator).
+from tensorflow_federated.python.aggregators import discretization
+from tensorflow_federated.python.aggregators import distributed_dp
+from tensorflow_federated.python.aggregators import modular_clipping
 import tensorflow_privacy as tfp
 
 from tff_sampling import validation
@@ -58,7 +81,12 @@ _SUM_FACTORIES = (
 
 # DP queries whose noised result is the sum of this round's clipped records
 # plus noise (no normalisation, no accumulation over rounds).
-_SUM_QUERIES = (tfp.GaussianSumQuery, tfp.QuantileAdaptiveClipSumQuery)
+_SUM_QUERIES = (
+  tfp.GaussianSumQuery,
+  tfp.QuantileAdaptiveClipSumQuery,
+  tfp.DistributedSkellamSumQuery,
+  tfp.DistributedDiscreteGaussianSumQuery,
+)
 
 # TFF 0.87 builds these wrappers as classes local to a function, a new class per
 # call, so they are recognised by module and qualified name; the wrapped factory
@@ -74,15 +102,35 @@ _WRAPPERS = {
   ): 'concat_factory',
 }
 
+# TFF 0.87's wrappers that return the sum of what their inner factory sums (kept
+# in ``_inner_agg_factory``).
+_SUM_PRESERVING_WRAPPERS = (
+  tff.aggregators.HadamardTransformFactory,
+  tff.aggregators.DiscreteFourierTransformFactory,
+  discretization.DiscretizationFactory,
+  modular_clipping.ModularClippingSumFactory,
+)
+
 _REGISTERED: set[type] = set()
 
 ACCEPTED = (
-  'tff.aggregators.SumFactory, SecureSumFactory or EncodedSumFactory; '
-  'DifferentiallyPrivateFactory with a sum query (tfp.GaussianSumQuery or '
-  'tfp.QuantileAdaptiveClipSumQuery, e.g. '
+  'tff.aggregators.SumFactory, SecureSumFactory, EncodedSumFactory or '
+  'DistributedDpSumFactory; DifferentiallyPrivateFactory with a sum query '
+  '(tfp.GaussianSumQuery, QuantileAdaptiveClipSumQuery, DistributedSkellamSumQuery or '
+  'DistributedDiscreteGaussianSumQuery, e.g. '
   'tff_sampling.aggregators.dp_gaussian_sum_factory(noise_multiplier, clip)); '
-  'clipping_factory/zeroing_factory/concat_factory around one of these; or a class '
-  'registered with tff_sampling.aggregators.register_sum_factory'
+  'HadamardTransformFactory, DiscreteFourierTransformFactory, DiscretizationFactory, '
+  'ModularClippingSumFactory (with SecureModularSumFactory inside), clipping_factory, '
+  'zeroing_factory or concat_factory around one of these; or a class registered with '
+  'tff_sampling.aggregators.register_sum_factory'
+)
+# What to pass instead of the means that tff.learning's aggregator builders return.
+_MEAN_ADVICE = (
+  '; tff.learning.ddp_secure_aggregator, compression_aggregator, secure_aggregator and '
+  'dp_aggregator return such means: pass the sum they wrap instead, e.g. '
+  'distributed_dp.DistributedDpSumFactory(noise_multiplier, expected_clients_per_round, '
+  'bits, l2_clip) (from tensorflow_federated.python.aggregators) or '
+  'tff.aggregators.EncodedSumFactory.quantize_above_threshold(bits, threshold)'
 )
 
 
@@ -140,26 +188,40 @@ def _wrapped_factory(factory):
 def _describe(factory) -> str:
   cls = type(factory)
   wrapper = _WRAPPERS.get((cls.__module__, cls.__qualname__))
-  return f'tff.aggregators.{wrapper}' if wrapper else f'{cls.__module__}.{cls.__qualname__}'
+  if wrapper:
+    return f'tff.aggregators.{wrapper}'
+  if getattr(tff.aggregators, cls.__name__, None) is cls:
+    return f'tff.aggregators.{cls.__name__}'
+  return f'{cls.__module__}.{cls.__qualname__}'
 
 
-def _refusal(factory, reason: str) -> str:
-  """The reason a factory is refused, or '' if it sums."""
+def _refusal(factory, reason: str, *, modular: bool = False) -> str:
+  """The reason a factory is refused, or '' if it sums.
+
+  `modular`: inside a `ModularClippingSumFactory`, whose range makes a modular
+  sum the sum.
+  """
   if isinstance(factory, tff.aggregators.WeightedAggregationFactory):
-    kind = (
-      'a weighted mean'
-      if isinstance(factory, tff.aggregators.MeanFactory)
-      else 'a weighted aggregation'
-    )
-    return f'{_describe(factory)} is {kind}{reason}'
+    if isinstance(factory, tff.aggregators.MeanFactory):
+      return f'{_describe(factory)} is a weighted mean{reason}{_MEAN_ADVICE}'
+    return f'{_describe(factory)} is a weighted aggregation{reason}'
   if not isinstance(factory, tff.aggregators.UnweightedAggregationFactory):
     return f'{factory!r} is not a tff.aggregators.UnweightedAggregationFactory{reason}'
-  if isinstance(factory, (*_REGISTERED, *_SUM_FACTORIES)):
+  if isinstance(factory, (*_REGISTERED, *_SUM_FACTORIES, distributed_dp.DistributedDpSumFactory)):
     return ''
+  if modular and isinstance(factory, tff.aggregators.SecureModularSumFactory):
+    return ''
+  if isinstance(factory, _SUM_PRESERVING_WRAPPERS):
+    inner = factory._inner_agg_factory  # pylint: disable=protected-access
+    return _refusal(
+      inner,
+      f' (inside {_describe(factory)}{reason})',
+      modular=isinstance(factory, modular_clipping.ModularClippingSumFactory),
+    )
   if isinstance(factory, tff.aggregators.UnweightedMeanFactory):
     return (
       f'tff.aggregators.UnweightedMeanFactory returns a mean (the sum divided by the '
-      f'number of clients){reason}'
+      f'number of clients){reason}{_MEAN_ADVICE}'
     )
   if isinstance(factory, tff.aggregators.DifferentiallyPrivateFactory):
     query = factory._query  # pylint: disable=protected-access

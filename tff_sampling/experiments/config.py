@@ -98,7 +98,8 @@ class RunSettings:
 
   Attributes:
     root_output_dir: Directory of the run directories.
-    rounds, eval_every, checkpoint_every, client_steps: As `program.ProgramConfig`'s.
+    rounds, eval_every, checkpoint_every, client_steps, client_learning_rate_decay: As
+      `program.ProgramConfig`'s.
     reset: Delete a run's earlier output first (only a directory this project
       created for a run); otherwise an existing run resumes.
     workers, local_workers, clients_per_call: As `program.ProgramConfig`'s.
@@ -112,6 +113,7 @@ class RunSettings:
   eval_every: int = 1
   checkpoint_every: int = 1
   client_steps: int | None = None
+  client_learning_rate_decay: float | None = None
   reset: bool = False
   workers: tuple[str, ...] = ()
   local_workers: int = 0
@@ -140,6 +142,7 @@ class RunSettings:
       rounds=self.rounds,
       seed=seed,
       client_steps=self.client_steps,
+      client_learning_rate_decay=self.client_learning_rate_decay,
       eval_every=self.eval_every,
       checkpoint_every=self.checkpoint_every,
       hparams=hparams,

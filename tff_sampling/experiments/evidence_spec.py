@@ -116,6 +116,9 @@ class ExperimentSpec:
     targets: Accuracy targets of the rounds/bits-to-target summaries.
     claims: The paper's claims.
     label_key: The hyper-parameter naming a run's method.
+    extra_columns: ``metrics.csv`` columns the report summarises too (mean over
+      a run's rounds, then over seeds), e.g. the improvement factor α; never
+      part of a verdict.
   """
 
   name: str
@@ -131,6 +134,7 @@ class ExperimentSpec:
   targets: tuple[float, ...]
   claims: tuple[Claim, ...]
   label_key: str = 'sampling'
+  extra_columns: tuple[str, ...] = ()
 
   def __post_init__(self):
     if not self.methods:
@@ -210,8 +214,9 @@ class TuningResult:
   """The tuning seed's score of every (method, rate) and each method's chosen rate.
 
   Attributes:
-    scores: (method, rate) -> mean of the last ``final_k`` evaluations; NaN
-      for a run that diverged (`diverged_at` says when) or is missing.
+    scores: (method, rate) -> mean of the last ``final_k`` evaluations of a
+      finished run; NaN for a run that diverged (`diverged_at` says when);
+      absent for a run that is missing or still training.
     diverged_at: (method, rate) -> round of divergence, for diverged runs.
     chosen: method -> the rate with the highest score (ties: the larger rate).
   """
@@ -244,8 +249,9 @@ def tune(spec: ExperimentSpec, runs: Sequence[results.Run]) -> TuningResult:
     if at is not None:
       diverged_at[key] = at
       scores[key] = math.nan
-    else:
+    elif int(run.rounds[-1]) >= int(run.hparams.get('rounds', 0)):
       scores[key] = evidence.final_mean(run, spec.final_k)
+    # An unfinished tuning run (still training) does not score yet.
   chosen = {}
   for method in spec.methods:
     candidates = [

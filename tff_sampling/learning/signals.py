@@ -294,7 +294,10 @@ def build_signals_client_work(
     measurements = tff.federated_zip(measurements)
     return tff.templates.MeasuredProcessOutput(inner_output.state, result, measurements)
 
-  return tff.learning.templates.ClientWorkProcess(inner.initialize, next_fn)
+  # TFF's own hyper-parameters of the client work (the optimizer's learning rate).
+  return tff.learning.templates.ClientWorkProcess(
+    inner.initialize, next_fn, get_hparams_fn=inner.get_hparams, set_hparams_fn=inner.set_hparams
+  )
 
 
 def build_fedavg_with_signals(

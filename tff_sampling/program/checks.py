@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 import math
+import os
 from typing import Any
 
+from absl import logging
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -95,3 +97,72 @@ def check_plain_process_weighting(
   weighting.check_fed_avg_weighting(
     sampler, client_weighting, fixed_local_steps=config.client_steps is not None
   )
+
+
+# A finite blow-up: the evaluation loss this many times its round-0 value.
+LOSS_BLOWUP_FACTOR = 10.0
+# Accuracy at chance: at most this many times 1 / number of classes ...
+CHANCE_FACTOR = 1.1
+# ... after at least this many rounds.
+CHANCE_MIN_ROUNDS = 10
+WARNINGS_FILENAME = 'warnings.txt'
+
+
+class LearningMonitor:
+  """Says when a run that does not diverge learns nothing, without stopping it.
+
+  A run the user chose goes on; `check_diverged` stops only non-finite runs.
+  This warns once (a log line, and a line in ``<run>/warnings.txt``) when the
+  evaluation loss exceeds `LOSS_BLOWUP_FACTOR` times its round-0 value (a
+  finite blow-up: usually a learning rate far too large), and at the end when
+  the final evaluation accuracy is at chance (at most `CHANCE_FACTOR` / number
+  of classes after `CHANCE_MIN_ROUNDS` rounds). Evaluations without a scalar
+  ``loss`` / ``accuracy`` (several models) are not checked.
+  """
+
+  def __init__(self, output_dir: str, num_classes: int | None, initial_loss: float | None):
+    self._path = os.path.join(output_dir, WARNINGS_FILENAME)
+    self._num_classes = num_classes
+    self._initial_loss = initial_loss
+    self._warned_loss = False
+
+  def _warn(self, round_num: int, message: str) -> None:
+    logging.warning('%s', message)
+    with open(self._path, 'a', encoding='utf-8') as f:
+      f.write(f'round {round_num}: {message}\n')
+
+  def after_evaluation(self, round_num: int, eval_metrics: Mapping[str, Any]) -> None:
+    loss = _scalar(eval_metrics, 'loss')
+    initial = self._initial_loss
+    if self._warned_loss or loss is None or not initial or not math.isfinite(loss):
+      return
+    if loss > LOSS_BLOWUP_FACTOR * initial:
+      self._warned_loss = True
+      self._warn(
+        round_num,
+        f'The evaluation loss is {loss:.4g} in round {round_num}, {loss / initial:.0f}x its '
+        f'round-0 value {initial:.4g}: the model is getting worse, not better (a finite blow-up, '
+        'so the run goes on). The learning rate is the likely cause: lower the client or server '
+        'rate.',
+      )
+
+  def at_end(self, round_num: int, eval_metrics: Mapping[str, Any]) -> None:
+    accuracy = _scalar(eval_metrics, 'accuracy')
+    if accuracy is None or not self._num_classes or round_num < CHANCE_MIN_ROUNDS:
+      return
+    chance = 1.0 / self._num_classes
+    if accuracy <= CHANCE_FACTOR * chance:
+      self._warn(
+        round_num,
+        f'The evaluation accuracy is {accuracy:.4f} after {round_num} rounds, chance level for '
+        f'{self._num_classes} classes ({chance:.4f}): the run learned nothing. Check the '
+        'learning rate (too large or too small) and the data.',
+      )
+
+
+def _scalar(metrics: Mapping[str, Any], name: str) -> float | None:
+  value = metrics.get(name) if isinstance(metrics, Mapping) else None
+  try:
+    return None if value is None else float(np.asarray(value))
+  except (TypeError, ValueError):
+    return None

@@ -52,6 +52,11 @@ class ProgramConfig:
     clients_per_call: With workers, cut each round into slices of at most
       this many clients run in turn, which bounds a worker's memory for large
       cohorts (`WorkerPool`'s ``clients_per_call``).
+    client_learning_rate_decay: If set, ``γ`` in (0, 1]: round ``t`` trains
+      with the client learning rate ``η₀ · γ^(t−1)`` (FedGS's schedule, γ =
+      0.998), set through the process's ``set_hparams`` (TFF's own
+      hyper-parameter API: ``hparams['client_work']['learning_rate']``), so
+      any `tff.learning` process that exposes it works.
   """
 
   output_dir: str
@@ -65,6 +70,7 @@ class ProgramConfig:
   workers: tuple[str, ...] = ()
   local_workers: int = 0
   clients_per_call: int | None = None
+  client_learning_rate_decay: float | None = None
 
   def __post_init__(self):
     names = ('rounds', 'eval_every', 'checkpoint_every', 'keep_checkpoints')
@@ -85,6 +91,13 @@ class ProgramConfig:
       )
     for address in self.workers:
       workers_lib.check_address(address)
+    decay = self.client_learning_rate_decay
+    if decay is not None and not (
+      isinstance(decay, (int, float, np.floating))
+      and not isinstance(decay, bool)
+      and 0 < decay <= 1
+    ):
+      raise ValueError(f'client_learning_rate_decay must be in (0, 1] (e.g. 0.998), got {decay!r}.')
     if self.clients_per_call is not None:
       if not self.workers and not self.local_workers:
         raise ValueError(

@@ -6,7 +6,6 @@ for what the loop leaves to the process's side.
 
 from __future__ import annotations
 
-import asyncio
 import collections
 from collections.abc import Mapping, Sequence
 import contextlib
@@ -18,9 +17,11 @@ import numpy as np
 import tensorflow_federated as tff
 
 from tff_sampling import communication
+from tff_sampling import results
 from tff_sampling import run_dir
 from tff_sampling import runtime
 from tff_sampling import selection_stats
+from tff_sampling import sync
 from tff_sampling import workers as workers_lib
 from tff_sampling.program import checks
 from tff_sampling.program import progress
@@ -169,6 +170,7 @@ class _Rounds:
     self.preprocessing = preprocessing_bits or communication.PreprocessingBits(0, 0)
     self.clients = trainer.clients
     self.population = samplers_base.Population(num_examples=np.asarray(self.clients.num_examples))
+    self._initial_client_learning_rate = 0.0  # η₀ of a decaying rate, read by `run`.
 
   def _initial_state(self) -> collections.OrderedDict:
     state: collections.OrderedDict[str, Any] = collections.OrderedDict(
@@ -188,17 +190,30 @@ class _Rounds:
       progress.ProgressReleaseManager(self.config.rounds), *self.release_managers
     )
     self.trainer.start(state['process'], getattr(self.sampler, 'probe_signal', None))
+    if self.config.client_learning_rate_decay is not None:
+      # η₀, the process's own rate, read from a fresh state (a resumed state holds a decayed one).
+      initial_hparams = self.trainer.process.get_hparams(self.trainer.process.initialize())
+      self._initial_client_learning_rate = float(initial_hparams['client_work']['learning_rate'])
     first_round = int(state['round']) + 1
     eval_metrics: Mapping[str, Any] = {}
     if first_round == 1:
       eval_metrics = self._round_zero(state)
+    monitor = checks.LearningMonitor(
+      self.config.output_dir,
+      getattr(getattr(self.trainer, 'task', None), 'num_classes', None),
+      self._initial_loss(eval_metrics),
+    )
     start = time.monotonic()
     for round_num in range(first_round, self.config.rounds + 1):
       state, released = self._round(round_num, state)
-      eval_metrics = released.get('eval', eval_metrics)
+      if 'eval' in released:
+        eval_metrics = released['eval']
+        monitor.after_evaluation(round_num, eval_metrics)
     model_weights = self.trainer.model_weights(state['process'])
     if not eval_metrics:  # Resumed at the very end: report the saved model.
       eval_metrics = self.trainer.evaluate(model_weights)
+    elif first_round <= self.config.rounds:
+      monitor.at_end(self.config.rounds, eval_metrics)
     return ExperimentResult(
       final_round=max(first_round - 1, self.config.rounds),
       resumed_from=resumed_from,
@@ -207,6 +222,16 @@ class _Rounds:
       seconds=time.monotonic() - start,
       model_weights=model_weights,
     )
+
+  def _initial_loss(self, round_zero: Mapping[str, Any]) -> float | None:
+    """The initial model's evaluation loss: this run's round 0, or a resumed run's."""
+    if 'loss' in round_zero:
+      return float(np.asarray(round_zero['loss']))
+    try:
+      loss = results.load_run(self.config.output_dir).column('eval/loss')
+    except (FileNotFoundError, KeyError, ValueError):
+      return None
+    return float(loss[0]) if loss.size and np.isfinite(loss[0]) else None
 
   def _round_zero(self, state) -> Mapping[str, Any]:
     """Releases the initial model's evaluation (and the pre-processing's bits)."""
@@ -219,7 +244,7 @@ class _Rounds:
       released['downlink'] = collections.OrderedDict(
         preprocessing_bits=self.preprocessing.download_bits
       )
-    asyncio.run(self.release_manager.release(released, 0))
+    sync.run(self.release_manager.release(released, 0))
     return eval_metrics
 
   def _active_clients(self, round_num: int) -> tuple[np.ndarray, int]:
@@ -255,6 +280,13 @@ class _Rounds:
   def _round(self, round_num: int, state) -> tuple[collections.OrderedDict, Mapping[str, Any]]:
     """Trains, releases and (when due) checkpoints round `round_num`."""
     round_start = time.monotonic()
+    learning_rate = None
+    if self.config.client_learning_rate_decay is not None:
+      decay = self.config.client_learning_rate_decay
+      learning_rate = self._initial_client_learning_rate * decay ** (round_num - 1)
+      state = collections.OrderedDict(
+        state, process=self.trainer.with_client_learning_rate(state['process'], learning_rate)
+      )
     available, redraws = self._active_clients(round_num)
     selection = self._select(round_num, state, available)
     data = self.trainer.client_data(round_num, selection)
@@ -270,6 +302,8 @@ class _Rounds:
     released: collections.OrderedDict[str, Any] = collections.OrderedDict(
       round_seconds=time.monotonic() - round_start
     )
+    if learning_rate is not None:
+      released['client_learning_rate'] = learning_rate
     if self.sampler is not None:
       state['selection_counts'] = state['selection_counts'] + np.bincount(
         np.asarray(selection.clients, np.int64), minlength=self.population.size
@@ -286,7 +320,7 @@ class _Rounds:
     model_weights = self.trainer.model_weights(state['process'])
     if round_num % self.config.eval_every == 0 or round_num == self.config.rounds:
       released['eval'] = self.trainer.evaluate(model_weights)
-    asyncio.run(self.release_manager.release(released, round_num))
+    sync.run(self.release_manager.release(released, round_num))
     checks.check_diverged(round_num, model_weights, released)
     if round_num % self.config.checkpoint_every == 0 or round_num == self.config.rounds:
       self.directory.save(state, round_num)

@@ -84,6 +84,9 @@ class Trainer(Protocol):
   def model_weights(self, state: Any) -> Any:
     """The global model(s) in `state`: `check_diverged`'s and `evaluate`'s argument."""
 
+  def with_client_learning_rate(self, state: Any, learning_rate: float) -> Any:
+    """`state` with the clients' learning rate set (ValueError where it cannot be)."""
+
   def start(self, state: Any, probe_signal: str | None) -> None:
     """Builds the probe (if asked) and the evaluators; logs what is trained."""
 
@@ -140,6 +143,24 @@ class SingleModel:
 
   def model_weights(self, state: Any) -> tff.learning.models.ModelWeights:
     return checks.model_weights_of(self.process, state)
+
+  def with_client_learning_rate(self, state: Any, learning_rate: float) -> Any:
+    """`state` with the clients' learning rate set, through TFF's ``set_hparams``.
+
+    Raises:
+      ValueError: If the process has no ``client_work`` learning rate in its
+        hyper-parameters.
+    """
+    hparams = self.process.get_hparams(state)
+    client_work = hparams.get('client_work') if isinstance(hparams, Mapping) else None
+    if not isinstance(client_work, Mapping) or 'learning_rate' not in client_work:
+      raise ValueError(
+        'A client learning-rate decay needs a process whose get_hparams() holds '
+        "['client_work']['learning_rate'] (TFF's FedAvg builders and this project's do); "
+        f'this one has {hparams!r}.'
+      )
+    client_work = dict(client_work, learning_rate=np.float32(learning_rate))
+    return self.process.set_hparams(state, dict(hparams, client_work=client_work))
 
   def start(self, state: Any, probe_signal: str | None) -> None:
     if probe_signal is not None:  # contract.LOSS, the only probe (checked).
