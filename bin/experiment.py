@@ -77,7 +77,7 @@ def command(spec: evidence_spec.ExperimentSpec, job: Job, runs_dir: str) -> list
     f'bin.{spec.binary}',
     *spec.binary_flags,
     *([f'--cache_dir={_CACHE_DIR.value}'] if _CACHE_DIR.value else []),
-    f'--{experiment_config.BINARIES[spec.binary]}={job.method}',
+    f'--{spec.method_flag}={job.method}',
     f'--seed={job.seed}',
     '--seeds=1',
     f'--client_learning_rate={job.rate:g}',

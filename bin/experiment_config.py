@@ -8,7 +8,7 @@ claims) and, after them, the training binary's flags, passed to it unchanged::
     --binary=demo
     --methods=optimal,uniform,full
     --baseline=uniform
-    --learning_rates=0.2,0.1,0.05,0.025,0.0125
+    --learning_rates=0.2,0.1,0.05,0.025,0.0125    # or optimal:0.1,uniform:0.05,full:0.1
     --tuning_seed=100
     --seeds=5
     --final_k=3
@@ -53,7 +53,10 @@ def _registry() -> flags.FlagValues:
   flags.DEFINE_list('methods', None, 'Methods compared.', flag_values=fv)
   flags.DEFINE_string('baseline', None, 'The method the others are compared with.', flag_values=fv)
   flags.DEFINE_list(
-    'learning_rates', None, 'Client learning-rate grid (one value: no tuning).', flag_values=fv
+    'learning_rates', None,
+    'Client learning-rate grid (one value: no tuning), or one fixed rate per method as '
+    '<method>:<rate>,... (no tuning; e.g. the rates another experiment tuned).',
+    flag_values=fv,
   )
   flags.DEFINE_integer('tuning_seed', 100, 'Seed of the tuning runs.', flag_values=fv)
   flags.DEFINE_integer('seeds', 5, 'Reported seeds 0..seeds-1.', flag_values=fv)
@@ -65,7 +68,13 @@ def _registry() -> flags.FlagValues:
     'claims', [], 'Claims <method><op><baseline>:<metric>[@margin].', flag_values=fv
   )
   flags.DEFINE_string(
-    'label_key', 'sampling', "Hyper-parameter naming a run's method.", flag_values=fv
+    'method_flag', None,
+    "The binary's flag the driver sets to each method (default: the binary's method flag, "
+    'e.g. --sampling; --method_flag=alpha compares values of --alpha).', flag_values=fv
+  )
+  flags.DEFINE_string(
+    'label_key', None, "Hyper-parameter naming a run's method (default: --method_flag if given, else sampling).",
+    flag_values=fv
   )
   flags.DEFINE_list(
     'extra_columns', [], 'metrics.csv columns the report summarises (mean per round).',
@@ -79,6 +88,22 @@ def _floats(name: str, values) -> tuple[float, ...]:
     return tuple(float(v) for v in values)
   except ValueError:
     raise ValueError(f'--{name}={",".join(values)}: give comma-separated numbers.') from None
+
+
+def _rates(values) -> tuple[tuple[float, ...], tuple[tuple[str, float], ...]]:
+  """``--learning_rates``: ``(grid, ())`` or, for ``m:r,...``, ``(distinct rates, fixed)``."""
+  if not any(':' in v for v in values):
+    return _floats('learning_rates', values), ()
+  fixed = []
+  for value in values:
+    method, colon, rate = value.partition(':')
+    if not colon:
+      raise ValueError(
+        f'--learning_rates={",".join(values)}: give every method a rate (<method>:<rate>) or '
+        'none (a grid).'
+      )
+    fixed.append((method.strip(), _floats('learning_rates', [rate])[0]))
+  return tuple(sorted({r for _, r in fixed}, reverse=True)), tuple(fixed)
 
 
 def load(path: str) -> evidence_spec.ExperimentSpec:
@@ -97,14 +122,16 @@ def load(path: str) -> evidence_spec.ExperimentSpec:
     for name in ('binary', 'methods', 'baseline', 'learning_rates'):
       if not fv[name].present and fv[name].value is None:
         raise ValueError(f'--{name} is required')
+    method_flag = fv.method_flag or BINARIES[fv.binary]
     for arg in binary_flags:
       if not arg.startswith('--'):
         raise ValueError(f'{arg!r} is not a --flag=value line')
       name = arg[2:].split('=', 1)[0]
       bare = name[2:] if name.startswith('no') else name  # absl's --nofoo for booleans.
-      if {name, bare} & {*DRIVER_FLAGS, BINARIES[fv.binary]}:
+      if {name, bare} & {*DRIVER_FLAGS, method_flag}:
         raise ValueError(f'--{name} is set per run by bin.experiment; leave it out')
     name = os.path.basename(os.path.dirname(os.path.abspath(path)))
+    learning_rates, fixed_rates = _rates(fv.learning_rates)
     return evidence_spec.ExperimentSpec(
       name=name,
       title=fv.title or name,
@@ -112,14 +139,16 @@ def load(path: str) -> evidence_spec.ExperimentSpec:
       binary_flags=binary_flags,
       methods=tuple(fv.methods),
       baseline=fv.baseline,
-      learning_rates=_floats('learning_rates', fv.learning_rates),
+      learning_rates=learning_rates,
       tuning_seed=fv.tuning_seed,
       seeds=fv.seeds,
       final_k=fv.final_k,
       targets=_floats('targets', fv.targets),
       claims=tuple(evidence_spec.parse_claim(c) for c in fv.claims),
-      label_key=fv.label_key,
+      label_key=fv.label_key or fv.method_flag or 'sampling',
+      method_flag=method_flag,
       extra_columns=tuple(fv.extra_columns),
+      fixed_rates=fixed_rates,
     )
   except (flags.Error, ValueError) as e:
     raise ValueError(f'{path}: {str(e).splitlines()[0]}') from None

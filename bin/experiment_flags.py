@@ -75,7 +75,7 @@ _TASK_OPTION_FLAGS = {
         'dirichlet_alpha', None,
         'digits, cifar10, emnist_skewed: Dirichlet label-skew concentration.'),
     'size_sigma': flags.DEFINE_float(
-        'size_sigma', None, 'digits: log-normal sigma of client sizes.'),
+        'size_sigma', None, 'digits, emnist_skewed: log-normal sigma of client sizes.'),
     'eval_fraction': flags.DEFINE_float(
         'eval_fraction', None, 'Fraction of generated data held out for evaluation.'),
     'preset': flags.DEFINE_string(

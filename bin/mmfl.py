@@ -13,7 +13,8 @@ gets ``p`` with secure sums only (``--max_rescaling_steps`` rescaling steps);
 ``random`` and ``round_robin`` are the baselines (`tff_sampling.learning.multi_model`).
 
 Suites (`tasks.multi_model`): ``digits_noniid`` (offline: ``S`` digits tasks
-with Dirichlet α from 0.05 to 10), ``digits_synthetic`` (offline: digits +
+with Dirichlet α from 0.05 to 10), ``femnist_noniid`` (the same on the real
+FEMNIST digits, LEFL's FFNN, ``--cache_dir``), ``digits_synthetic`` (offline: digits +
 Synthetic(0.5, 0.5)), ``leaf`` (FEMNIST, Shakespeare, CIFAR-100 from TFF's
 cache, ``--cache_dir``), ``femnist_models`` (FEMNIST's CNN and 2NN on the same
 writers, ``--cache_dir``).

@@ -251,6 +251,7 @@ def create_emnist_task(
 
 SKEWED_PARTITIONS = ('dirichlet', 'shards', 'two_labels')
 SKEWED_MODELS = (*MODELS, 'ffnn')
+SKEWED_MIN_SIZE = 10  # Smallest client of a log-normal size draw (`size_sigma`).
 
 
 def _pooled_examples(database: str, split: str, client_ids: Sequence[str],
@@ -285,6 +286,7 @@ def create_emnist_skewed_task(
     dirichlet_alpha: float | None = None,
     size_group_clients: Sequence[int] | None = None,
     size_group_examples: Sequence[int] | None = None,
+    size_sigma: float | None = None,
 ) -> Task:
   """Builds ``emnist_skewed``: real FEMNIST examples re-split into label-skewed clients.
 
@@ -314,6 +316,10 @@ def create_emnist_skewed_task(
       ``(10, 30, 30, 20, 10)`` × ``(25, 62, 125, 187, 250)`` on the 105-writer
       slice (12,100 of its 14,708 examples). Both or neither; `num_clients`
       must then equal their clients.
+    size_sigma: For ``'dirichlet'``: client sizes ``~ LogNormal(0, size_sigma)``
+      over the whole pool (`tasks.digits.lognormal_sizes`, at least
+      `SKEWED_MIN_SIZE` examples each) instead of equal sizes; not with a size
+      profile.
 
   Returns:
     The `Task`; training batches ``OrderedDict(x=float32[B, 28, 28, 1], y=int32[B])``.
@@ -339,6 +345,12 @@ def create_emnist_skewed_task(
       dirichlet_alpha=None if partition != 'dirichlet' else _common.check_float(
           'dirichlet_alpha', 0.1 if dirichlet_alpha is None else dirichlet_alpha))
   profile = _check_size_profile(options, size_group_clients, size_group_examples)
+  if size_sigma is not None and (partition != 'dirichlet' or profile is not None):
+    raise ValueError(
+        f'size_sigma={size_sigma!r} applies to partition=dirichlet without size groups; '
+        'leave it unset.')
+  options['size_sigma'] = None if size_sigma is None else _common.check_float(
+      'size_sigma', size_sigma)
   database, train_data, test_data, num_classes, split = _load(options)
   pixels, labels = _pooled_examples(database, split, tuple(train_data.client_ids), num_classes)
   if options['num_clients'] > labels.size:
@@ -355,6 +367,9 @@ def create_emnist_skewed_task(
   if partition == 'dirichlet':
     if profile is not None:
       sizes = profile
+    elif options['size_sigma'] is not None:
+      sizes = digits.lognormal_sizes(
+          labels.size, options['num_clients'], options['size_sigma'], SKEWED_MIN_SIZE, rng)
     else:
       sizes = np.full(options['num_clients'], labels.size // options['num_clients'], np.int64)
       sizes[:labels.size % options['num_clients']] += 1

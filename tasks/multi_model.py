@@ -9,6 +9,11 @@ Client ``i`` of the population is client ``i`` of every task of the suite
   sizes (log-normal σ = `SIZE_SIGMA` = 1.55: the largest 10% of 120 clients
   hold 51% of the examples on average over 20 seeds, the slides' 52.6%).
   Task ``s`` is partitioned with seed ``seed + s``.
+* ``femnist_noniid`` (TFF's cached FEMNIST digits; the slides' setting on real
+  images): ``S`` tasks, each the real FEMNIST digit examples pooled and dealt to
+  the ``N`` clients (``emnist_skewed``) with the Dirichlet ``α_s`` and log-normal
+  sizes of ``digits_noniid``, classified by LEFL's 784-128-10 FFNN; task ``s``
+  is partitioned with seed ``seed + s``.
 * ``digits_synthetic`` (offline; two different models): ``digits`` (MLP)
   and ``synthetic`` (logistic regression on Synthetic(0.5, 0.5)).
 * ``leaf`` (TFF's cached LEAF data): FEMNIST, Shakespeare and CIFAR-100 (the
@@ -26,7 +31,7 @@ from tasks import registry
 from tasks.base import Task
 from tff_sampling import multi_model_program
 
-SUITES = ('digits_noniid', 'digits_synthetic', 'leaf', 'femnist_models')
+SUITES = ('digits_noniid', 'femnist_noniid', 'digits_synthetic', 'leaf', 'femnist_models')
 NONIID_ALPHAS = (0.05, 0.1, 0.3, 1.0, 10.0)
 SIZE_SIGMA = 1.55
 _LEAF = ('emnist', 'shakespeare', 'cifar100')
@@ -54,12 +59,12 @@ def create_suite(
 
   Args:
     name: One of `SUITES`.
-    num_models: ``S``; ``None`` takes the suite's default (5, 2, 3, 2).
+    num_models: ``S``; ``None`` takes the suite's default (5, 5, 2, 3, 2).
     num_clients: ``N``, the population size.
     seed: Data seed (partitions and evaluation splits).
     client_epochs: Local epochs of every task.
     client_batch_size: Local batch size of every task.
-    cache_dir: TFF dataset cache (``leaf`` and ``femnist_models``).
+    cache_dir: TFF dataset cache (``femnist_noniid``, ``leaf``, ``femnist_models``).
 
   Raises:
     ValueError: For an unknown suite, a model count the suite cannot give, or
@@ -67,9 +72,11 @@ def create_suite(
   """
   if name not in SUITES:
     raise ValueError(f'Unknown suite {name!r}; choose from {", ".join(SUITES)}.')
-  default = {'digits_noniid': 5, 'digits_synthetic': 2, 'leaf': 3, 'femnist_models': 2}[name]
+  default = {'digits_noniid': 5, 'femnist_noniid': 5, 'digits_synthetic': 2, 'leaf': 3,
+             'femnist_models': 2}[name]
   num_models = default if num_models is None else num_models
-  limits = {'digits_noniid': (1, 20), 'digits_synthetic': (2, 2), 'leaf': (2, 3),
+  limits = {'digits_noniid': (1, 20), 'femnist_noniid': (1, 20), 'digits_synthetic': (2, 2),
+            'leaf': (2, 3),
             'femnist_models': (2, 2)}[name]
   if isinstance(num_models, bool) or not isinstance(num_models, (int, np.integer)) \
       or not limits[0] <= num_models <= limits[1]:
@@ -79,6 +86,12 @@ def create_suite(
   if name == 'digits_noniid':
     return [registry.get_task('digits', num_clients=num_clients, seed=seed + s,
                               dirichlet_alpha=alpha, size_sigma=SIZE_SIGMA, **common)
+            for s, alpha in enumerate(noniid_alphas(num_models))]
+  if name == 'femnist_noniid':
+    return [registry.get_task('emnist_skewed', num_clients=num_clients, seed=seed + s,
+                              cache_dir=cache_dir, only_digits=True, model='ffnn',
+                              partition='dirichlet', dirichlet_alpha=alpha,
+                              size_sigma=SIZE_SIGMA, **common)
             for s, alpha in enumerate(noniid_alphas(num_models))]
   if name == 'digits_synthetic':
     return [registry.get_task('digits', num_clients=num_clients, seed=seed, **common),

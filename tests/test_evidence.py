@@ -48,6 +48,15 @@ def test_curve_mean_is_the_trapezoid_area_over_the_span():
     evidence.curve_mean(make_run([0], [0.5]))
 
 
+def test_lowest_is_the_smallest_evaluated_loss():
+  run = results.Run(
+    path='r', hparams={}, rounds=np.arange(4, dtype=np.int64),
+    metrics={'eval/loss': np.array([2.0, NAN, 0.7, 0.9])})
+  assert evidence.lowest(run) == pytest.approx(0.7)  # Not the last (0.9), not the gap.
+  with pytest.raises(KeyError, match='no column'):
+    evidence.lowest(make_run([0, 1], [0.1, 0.2]))
+
+
 def test_to_target_is_censored_at_the_end_when_never_reached():
   assert evidence.to_target(RUN, 0.3, bits=False) == (5.0, False)
   assert evidence.to_target(RUN, 0.3, bits=True) == (50.0, False)

@@ -75,6 +75,9 @@ def test_load_splits_experiment_and_binary_flags(tmp_path):
     ('--claims=optimal<uniform:rounds_to_0.9\n', 'add it to the targets'),
     ('--claims=optimal=uniform:final\n', 'give its margin'),
     ('--claims=optimal>uniform:best\n', "metric 'best'"),
+    ('--learning_rates=optimal:0.1\n', 'give exactly one for each method'),
+    ('--learning_rates=optimal:0.1,0.05\n', 'give every method a rate'),
+    ('--learning_rates=optimal:0.1,uniform:fast\n', 'give comma-separated numbers'),
     ('--claims=optimal>>uniform:final\n', 'is not <method><op><baseline>'),
     ('--baseline=full\n', "The baseline 'full' is not one of the methods"),
     ('--learning_rates=0.1,fast\n', 'give comma-separated numbers'),
@@ -186,3 +189,33 @@ def test_a_run_without_tuning_uses_its_one_rate(tmp_path):
   spec = experiment_config.load(write_config(tmp_path, textwrap.dedent(text)))
   assert not spec.tuned
   assert evidence_spec.tune(spec, []).chosen == {'optimal': 0.1, 'uniform': 0.1}
+
+
+def test_fixed_rates_per_method_need_no_tuning(tmp_path):
+  text = CONFIG.replace('--learning_rates=0.2,0.1', '--learning_rates=optimal:0.1,uniform:0.03')
+  text = text.replace('--tuning_seed=50', '--tuning_seed=0')  # Free: nothing is tuned.
+  spec = experiment_config.load(write_config(tmp_path, text))
+  assert not spec.tuned
+  assert spec.learning_rates == (0.1, 0.03)
+  assert evidence_spec.tune(spec, []).chosen == {'optimal': 0.1, 'uniform': 0.03}
+
+
+def test_best_loss_claims_parse():
+  claim = evidence_spec.parse_claim('fedgs<uniform:best_loss')
+  assert claim.metric == evidence_spec.BEST_LOSS and claim.direction == evidence.LOWER
+
+
+def test_method_flag_compares_values_of_another_flag(tmp_path):
+  text = CONFIG.replace('--binary=demo', '--binary=fedgs\n--method_flag=alpha').replace(
+    '--methods=optimal,uniform', '--methods=0,1').replace('--baseline=uniform', '--baseline=0')
+  text = text.replace('--claims=', '# ') + '--sampling=fedgs\n'
+  spec = experiment_config.load(write_config(tmp_path, text))
+  assert spec.method_flag == 'alpha' and spec.label_key == 'alpha'
+  assert spec.binary_flags[-1] == '--sampling=fedgs'  # The binary's own method flag is free.
+  run = results.Run(path='r', hparams={'alpha': 1.0}, metrics={}, rounds=np.zeros(1, np.int64))
+  assert evidence_spec.run_method(run, spec) == '1'  # The recorded 1.0 is method '1'.
+  with pytest.raises(ValueError, match='--alpha is set per run'):
+    experiment_config.load(write_config(tmp_path, text + '--alpha=2\n', folder='other'))
+  # The default: the binary's method flag, runs labelled by their `sampling`.
+  default = experiment_config.load(write_config(tmp_path, CONFIG, folder='third'))
+  assert default.method_flag == 'methods' and default.label_key == 'sampling'

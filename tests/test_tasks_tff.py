@@ -16,6 +16,7 @@ import tensorflow as tf
 import tff_sqlite_fixtures as fixtures
 
 from tasks import get_task
+from tasks import digits
 from tasks import models
 from tasks import shakespeare
 
@@ -271,6 +272,26 @@ def test_emnist_skewed_redeals_every_real_example_once(cache_dir):
   again = get_task('emnist_skewed', cache_dir=cache_dir, only_digits=True, num_clients=4,
                    partition='dirichlet', dirichlet_alpha=0.5, seed=3)
   np.testing.assert_array_equal(again.client_label_histograms, task.client_label_histograms)
+
+
+def test_emnist_skewed_log_normal_sizes(cache_dir):
+  task = get_task('emnist_skewed', cache_dir=cache_dir, only_digits=True, num_clients=3,
+                  size_sigma=1.55, seed=1)
+  sizes = np.asarray(task.client_num_examples)
+  rng = np.random.default_rng([1, 2])  # The task's partition generator.
+  np.testing.assert_array_equal(sizes, digits.lognormal_sizes(31, 3, 1.55, 10, rng))
+  assert sizes.sum() == 31 and sizes.min() >= 10  # Every pooled example, 10 at least each.
+  with pytest.raises(ValueError, match='size_sigma=1.0 applies to partition=dirichlet'):
+    get_task('emnist_skewed', cache_dir=cache_dir, partition='shards', size_sigma=1.0)
+
+
+def test_femnist_noniid_suite_deals_each_task_with_its_own_skew(cache_dir):
+  from tasks import multi_model as suites  # pylint: disable=g-import-not-at-top
+  tasks = suites.create_suite('femnist_noniid', num_models=2, num_clients=3, cache_dir=cache_dir)
+  assert [t.options['dirichlet_alpha'] for t in tasks] == [0.05, 10.0]
+  assert [t.options['seed'] for t in tasks] == [0, 1]
+  assert all(t.num_clients == 3 and sum(t.client_num_examples) == 31 for t in tasks)
+  assert all(t.options['size_sigma'] == 1.55 and t.options['model'] == 'ffnn' for t in tasks)
 
 
 def test_emnist_skewed_refuses_options_that_do_not_apply(cache_dir):

@@ -6,7 +6,7 @@ random numbers), so the per-seed difference ``method − baseline`` removes the
 seed's own luck. For every claim this module gives
 
 * the per-seed values of a summary of each run (`final_mean`, `curve_mean`,
-  `rounds_to_target`, `bits_to_target`);
+  `lowest` loss, `rounds_to_target`, `bits_to_target`);
 * the paired difference over the seeds both runs have, with its t-based 95%
   confidence interval (`paired_difference`);
 * a verdict (`verdict`) against the direction the paper claims:
@@ -35,6 +35,7 @@ from scipy import stats
 from tff_sampling import results
 
 ACCURACY_COLUMN = 'eval/accuracy'
+LOSS_COLUMN = 'eval/loss'
 CONFIDENCE = 0.95
 
 # The paper's claimed direction of ``method − baseline``.
@@ -87,6 +88,18 @@ def curve_mean(run: results.Run, column: str = ACCURACY_COLUMN) -> float:
   widths = np.diff(rounds).astype(np.float64)
   area = float(np.sum(widths * (values[1:] + values[:-1]) / 2.0))
   return area / float(rounds[-1] - rounds[0])
+
+
+def lowest(run: results.Run, column: str = LOSS_COLUMN) -> float:
+  """The lowest evaluated value of `column`: e.g. FedGS's "optimal test loss".
+
+  Raises:
+    ValueError: If the run has no evaluation.
+  """
+  _, values = evaluated(run, column)
+  if not values.size:
+    raise ValueError(f'{run.name} has no evaluated {column!r}.')
+  return float(values.min())
 
 
 def rounds_to_target(run: results.Run, target: float, column: str = ACCURACY_COLUMN) -> float:

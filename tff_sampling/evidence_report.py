@@ -79,6 +79,8 @@ def metric_values(
       values[seed] = evidence.final_mean(run, spec.final_k)
     elif metric == evidence_spec.CURVE:
       values[seed] = evidence.curve_mean(run)
+    elif metric == evidence_spec.BEST_LOSS:
+      values[seed] = evidence.lowest(run)
     elif metric.startswith(evidence_spec.ROUNDS_TO):
       values[seed] = evidence.rounds_to_target(run, float(metric[len(evidence_spec.ROUNDS_TO) :]))
     elif metric.startswith(evidence_spec.BITS_TO):
@@ -93,6 +95,8 @@ def _metric_name(spec: evidence_spec.ExperimentSpec, metric: str) -> str:
     return f'final accuracy (mean of last {spec.final_k} evaluations)'
   if metric == evidence_spec.CURVE:
     return 'mean accuracy over the rounds (area under the curve / rounds)'
+  if metric == evidence_spec.BEST_LOSS:
+    return 'lowest evaluation loss'
   if metric.startswith(evidence_spec.ROUNDS_TO):
     return f'rounds to {report.target_text(float(metric[len(evidence_spec.ROUNDS_TO) :]))}'
   return f'uploaded Gbit to {report.target_text(float(metric[len(evidence_spec.BITS_TO) :]))}'
@@ -187,9 +191,17 @@ def verdict_table(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, Metho
   return report.pipe_table(headers, [list(c) for c in zip(*rows)])
 
 
+def _summaries(spec: evidence_spec.ExperimentSpec) -> list[str]:
+  """Final accuracy, the curve mean, and the lowest loss where a claim is about it."""
+  metrics = [evidence_spec.FINAL, evidence_spec.CURVE]
+  if any(claim.metric == evidence_spec.BEST_LOSS for claim in spec.claims):
+    metrics.append(evidence_spec.BEST_LOSS)
+  return metrics
+
+
 def summary_table(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, MethodRuns]) -> str:
   """Per method: mean ± sample std over seeds of every summary."""
-  metrics = [evidence_spec.FINAL, evidence_spec.CURVE]
+  metrics = _summaries(spec)
   for target in spec.targets:
     metrics += [f'{evidence_spec.ROUNDS_TO}{target:g}', f'{evidence_spec.BITS_TO}{target:g}']
   rows = []
@@ -243,11 +255,11 @@ def _mean_over_rounds(run: results.Run, column: str) -> float:
 
 
 def per_seed_table(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, MethodRuns]) -> str:
-  """Final accuracy and the curve mean of every reported run."""
+  """Final accuracy and the curve mean (and lowest loss, `_summaries`) of every reported run."""
   seeds = list(spec.reported_seeds)
   rows = []
   for m in chosen.values():
-    for metric in (evidence_spec.FINAL, evidence_spec.CURVE):
+    for metric in _summaries(spec):
       values = metric_values(spec, m.runs, metric)
       rows.append(
         [m.label, metric] + [_fmt(values[s], metric) if s in values else _MISSING for s in seeds]
@@ -315,11 +327,17 @@ def results_markdown(
     '```',
     '',
   ]
+  if spec.tuned:
+    rates = f'at its own client learning rate, chosen on the tuning seed {spec.tuning_seed} (below)'
+  elif spec.fixed_rates:
+    rates = 'at the client learning rate the configuration fixes for it (beside its name)'
+  else:
+    rates = f'at client learning rate {spec.learning_rates[0]:g}'
   parts += [
     f'Seeds {spec.reported_seeds.start}-{spec.reported_seeds.stop - 1} are reported; each method '
-    'runs at its own client learning rate, chosen on the tuning seed '
-    f'{spec.tuning_seed} (below). Within a seed, every method draws the same cohorts, client '
-    'data order and initial model. *final accuracy* is the mean of the last '
+    f'runs {rates}. Within a seed, every method starts from the same initial model and client '
+    'data order, and draws the same cohorts unless it chooses them itself (a server-side '
+    'sampler). *final accuracy* is the mean of the last '
     f'{spec.final_k} evaluations of each run; *mean accuracy over the rounds* is the area under '
     'the accuracy-vs-rounds curve (trapezoids between evaluations) divided by the rounds.',
     '',

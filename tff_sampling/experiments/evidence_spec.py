@@ -28,6 +28,7 @@ from tff_sampling import results
 # Claim metrics; ``rounds_to_<t>`` / ``bits_to_<t>`` take an accuracy target of the spec.
 FINAL = 'final'
 CURVE = 'auc'
+BEST_LOSS = 'best_loss'
 ROUNDS_TO = 'rounds_to_'
 BITS_TO = 'bits_to_'
 _CLAIM = re.compile(
@@ -44,7 +45,8 @@ class Claim:
 
   Attributes:
     method, baseline: Method names of the spec.
-    metric: `FINAL`, `CURVE`, ``rounds_to_<target>`` or ``bits_to_<target>``.
+    metric: `FINAL`, `CURVE`, `BEST_LOSS` (the lowest evaluation loss),
+      ``rounds_to_<target>`` or ``bits_to_<target>``.
     direction: `evidence.HIGHER`, `LOWER` or `EQUAL`.
     margin: For `EQUAL`: the largest difference that counts as equal.
     text: The claim as written (``optimal>uniform:final``).
@@ -88,11 +90,11 @@ def parse_claim(text: str) -> Claim:
   if direction != evidence.EQUAL and match['margin']:
     raise ValueError(f'Claim {text!r}: a margin belongs to an equality claim (=) only.')
   metric = match['metric']
-  if metric not in (FINAL, CURVE) and not (
+  if metric not in (FINAL, CURVE, BEST_LOSS) and not (
     metric.startswith(ROUNDS_TO) or metric.startswith(BITS_TO)
   ):
     raise ValueError(
-      f'Claim {text!r}: metric {metric!r} is not {FINAL}, {CURVE}, '
+      f'Claim {text!r}: metric {metric!r} is not {FINAL}, {CURVE}, {BEST_LOSS}, '
       f'{ROUNDS_TO}<target> or {BITS_TO}<target>.'
     )
   return Claim(match['method'], match['baseline'], metric, direction, margin)
@@ -110,15 +112,22 @@ class ExperimentSpec:
     methods: The methods compared (values of the binary's method flag).
     baseline: The method every other is compared with in the report.
     learning_rates: Client learning-rate grid; one value means no tuning.
+      With `fixed_rates`, the distinct rates of those.
     tuning_seed: The seed the grid is run with (never a reported seed).
     seeds: Reported seeds ``0 … seeds − 1``.
     final_k: A run's final accuracy is the mean of its last ``final_k`` evaluations.
     targets: Accuracy targets of the rounds/bits-to-target summaries.
     claims: The paper's claims.
     label_key: The hyper-parameter naming a run's method.
+    method_flag: The binary's flag set to each method (``sampling``; ``alpha``
+      to compare values of FedGS's α).
     extra_columns: ``metrics.csv`` columns the report summarises too (mean over
       a run's rounds, then over seeds), e.g. the improvement factor α; never
       part of a verdict.
+    fixed_rates: ``(method, rate)`` for every method: no tuning, each method
+      trains at its own rate, fixed by the configuration (e.g. the rates
+      another experiment's tuning chose, as FedGS tunes once under full
+      availability and keeps the rates for every availability mode).
   """
 
   name: str
@@ -134,11 +143,24 @@ class ExperimentSpec:
   targets: tuple[float, ...]
   claims: tuple[Claim, ...]
   label_key: str = 'sampling'
+  method_flag: str = 'sampling'
   extra_columns: tuple[str, ...] = ()
+  fixed_rates: tuple[tuple[str, float], ...] = ()
 
   def __post_init__(self):
     if not self.methods:
       raise ValueError('An experiment needs at least one method.')
+    if self.fixed_rates:
+      named = [m for m, _ in self.fixed_rates]
+      if sorted(named) != sorted(self.methods):
+        raise ValueError(
+          f'Fixed learning rates name {named}; give exactly one for each method {self.methods}.'
+        )
+      rates = tuple(sorted({r for _, r in self.fixed_rates}, reverse=True))
+      if tuple(self.learning_rates) != rates:
+        raise ValueError(
+          f'With fixed rates the learning rates are {rates}, got {self.learning_rates}.'
+        )
     if self.baseline not in self.methods:
       raise ValueError(f'The baseline {self.baseline!r} is not one of the methods {self.methods}.')
     if not self.learning_rates or any(
@@ -147,7 +169,7 @@ class ExperimentSpec:
       raise ValueError(f'Learning rates must be finite and > 0, got {self.learning_rates}.')
     if self.seeds < 1 or self.final_k < 1:
       raise ValueError(f'seeds and final_k must be >= 1, got {self.seeds}, {self.final_k}.')
-    if self.tuning_seed in range(self.seeds) and len(self.learning_rates) > 1:
+    if self.tuning_seed in range(self.seeds) and self.tuned:
       raise ValueError(
         f'The tuning seed {self.tuning_seed} is a reported seed (0-{self.seeds - 1}); '
         'tune on another seed.'
@@ -166,7 +188,8 @@ class ExperimentSpec:
 
   @property
   def tuned(self) -> bool:
-    return len(self.learning_rates) > 1
+    """Whether the methods' rates are chosen by tuning runs (a grid, not fixed)."""
+    return len(self.learning_rates) > 1 and not self.fixed_rates
 
   @property
   def reported_seeds(self) -> range:
@@ -182,8 +205,22 @@ def run_rate(run: results.Run) -> float:
   return float(run.hparams['client_learning_rate'])
 
 
+def _same_method(method: str, recorded) -> bool:
+  """Whether a recorded hyper-parameter names `method` (``'1'`` names 1.0 too)."""
+  if method == str(recorded):
+    return True
+  if isinstance(recorded, (int, float)) and not isinstance(recorded, bool):
+    try:
+      return float(method) == float(recorded)
+    except ValueError:
+      return False
+  return False
+
+
 def run_method(run: results.Run, spec: ExperimentSpec) -> str:
-  return str(run.hparams.get(spec.label_key))
+  """The spec's method that `run` trained (its `label_key` value as text if none)."""
+  recorded = run.hparams.get(spec.label_key)
+  return next((m for m in spec.methods if _same_method(m, recorded)), str(recorded))
 
 
 def diverged(run: results.Run) -> int | None:
@@ -229,11 +266,13 @@ class TuningResult:
 def tune(spec: ExperimentSpec, runs: Sequence[results.Run]) -> TuningResult:
   """Chooses each method's learning rate from the tuning seed's runs.
 
-  Without a grid (one rate) every method gets that rate.
+  Without a grid, every method gets its fixed rate (or the one rate).
 
   Raises:
     ValueError: If a method has no finished, non-diverged tuning run.
   """
+  if spec.fixed_rates:
+    return TuningResult({}, {}, dict(spec.fixed_rates))
   if not spec.tuned:
     (rate,) = spec.learning_rates
     return TuningResult({}, {}, dict.fromkeys(spec.methods, rate))
