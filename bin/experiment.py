@@ -7,7 +7,8 @@ The configuration (`bin.experiment_config`) fixes the methods, the
 learning-rate grid, the tuning seed, the reported seeds and the training
 binary's flags before anything runs. The stages:
 
-* ``tune``: every method at every rate of the grid, on the tuning seed;
+* ``tune``: every method at every rate of the grid, on the tuning seed, and
+  past the grid's edge where a method's best rate is there (``--extend_grid``);
 * ``evaluate``: every method on the reported seeds, at the rate whose tuning
   run ended with the highest final accuracy (mean of the last ``final_k``
   evaluations; a diverged run is out; ties go to the larger rate);
@@ -199,7 +200,13 @@ def train(spec: evidence_spec.ExperimentSpec, jobs: Sequence[Job], runs_dir: str
 def all_runs(spec: evidence_spec.ExperimentSpec, runs_dir: str) -> list[results.Run]:
   """Every run of the experiment's methods in `runs_dir`."""
   found = []
-  for rate in spec.learning_rates:
+  rates = set()
+  for folder in glob.glob(os.path.join(runs_dir, 'lr*')):
+    try:
+      rates.add(float(os.path.basename(folder)[2:]))
+    except ValueError:
+      continue  # Not a rate's folder.
+  for rate in sorted(rates, reverse=True):  # The grid's and any tried past its edges.
     pattern = os.path.join(runs_dir, evidence_spec.rate_directory(rate), '*', 'metrics.csv')
     for metrics_path in sorted(glob.glob(pattern)):
       run = results.load_run(os.path.dirname(metrics_path))
@@ -223,8 +230,17 @@ def main(argv: Sequence[str]) -> None:
     if stage in ('all', 'tune') and spec.tuned:
       train(spec, [Job(m, r, spec.tuning_seed) for r in spec.learning_rates for m in spec.methods],
             runs_dir)
+      tuning = evidence_spec.tune(spec, all_runs(spec, runs_dir))
+      while tuning.pending and not _DRY_RUN.value:
+        print('Past the grid: ' + ', '.join(f'{m} {r:g}' for m, r in tuning.pending.items()))
+        train(spec, [Job(m, r, spec.tuning_seed) for m, r in tuning.pending.items()], runs_dir)
+        tuning = evidence_spec.tune(spec, all_runs(spec, runs_dir))
     if stage in ('all', 'evaluate'):
       tuning = evidence_spec.tune(spec, all_runs(spec, runs_dir))
+      if tuning.pending:
+        raise ValueError(
+          'Tuning is not done: ' + ', '.join(f'{m} at {r:g}' for m, r in tuning.pending.items())
+          + ' still to train; run --stage=tune first.')
       print('Learning rates: ' + ', '.join(f'{m} {r:g}' for m, r in tuning.chosen.items()))
       train(spec, [Job(m, tuning.chosen[m], s) for s in spec.reported_seeds for m in spec.methods],
             runs_dir)

@@ -58,6 +58,11 @@ def _registry() -> flags.FlagValues:
     '<method>:<rate>,... (no tuning; e.g. the rates another experiment tuned).',
     flag_values=fv,
   )
+  flags.DEFINE_integer(
+    'extend_grid', 0,
+    "Rates a method's tuning may add past the grid's edge when its best rate is there, one at "
+    'a time at the ratio of the last two (e.g. 0.0033 past 0.03, 0.01).', flag_values=fv
+  )
   flags.DEFINE_integer('tuning_seed', 100, 'Seed of the tuning runs.', flag_values=fv)
   flags.DEFINE_integer('seeds', 5, 'Reported seeds 0..seeds-1.', flag_values=fv)
   flags.DEFINE_integer(
@@ -149,6 +154,7 @@ def load(path: str) -> evidence_spec.ExperimentSpec:
       method_flag=method_flag,
       extra_columns=tuple(fv.extra_columns),
       fixed_rates=fixed_rates,
+      extend_grid=fv.extend_grid,
     )
   except (flags.Error, ValueError) as e:
     raise ValueError(f'{path}: {str(e).splitlines()[0]}') from None

@@ -219,3 +219,43 @@ def test_method_flag_compares_values_of_another_flag(tmp_path):
   # The default: the binary's method flag, runs labelled by their `sampling`.
   default = experiment_config.load(write_config(tmp_path, CONFIG, folder='third'))
   assert default.method_flag == 'methods' and default.label_key == 'sampling'
+
+
+def test_beyond_keeps_the_grids_ratio():
+  assert evidence_spec.beyond(0.01, 0.03) == 0.0033
+  assert evidence_spec.beyond(0.1, 0.03) == 0.33
+  assert evidence_spec.beyond(0.0125, 0.025) == 0.0063  # 0.00625000…01 to two digits.
+
+
+def test_tuning_extends_past_the_edge_until_the_best_rate_is_inside(tmp_path):
+  spec = experiment_config.load(write_config(tmp_path, CONFIG + '--extend_grid=2\n'))
+  assert spec.extend_grid == 2
+  made = {}
+
+  def add(method, rate, final):
+    made[(method, rate)] = results.load_run(fault_harness.write_run(
+      tmp_path / f'lr{rate:g}', f'{method}_seed50',
+      {'sampling': method, 'seed': 50, 'client_learning_rate': rate, 'rounds': 2},
+      run_csv([0.1, final, final])))
+
+  # Grid 0.2, 0.1: optimal is best at the top edge, uniform at the bottom edge.
+  add('optimal', 0.2, 0.6), add('optimal', 0.1, 0.5)
+  add('uniform', 0.2, 0.3), add('uniform', 0.1, 0.4)
+  tuning = evidence_spec.tune(spec, list(made.values()))
+  assert tuning.pending == {'optimal': 0.4, 'uniform': 0.05}  # Past each edge, ratio 2.
+  assert tuning.chosen == {'optimal': 0.2, 'uniform': 0.1}  # Provisional.
+  # optimal is worse past the edge: 0.2 is inside now. uniform is better again at 0.05,
+  # so it goes one further, to 0.025, and stops there: two extensions at most.
+  add('optimal', 0.4, 0.55), add('uniform', 0.05, 0.45)
+  tuning = evidence_spec.tune(spec, list(made.values()))
+  assert tuning.pending == {'uniform': 0.025}
+  add('uniform', 0.025, 0.47)
+  tuning = evidence_spec.tune(spec, list(made.values()))
+  assert tuning.pending == {}
+  assert tuning.chosen == {'optimal': 0.2, 'uniform': 0.025}  # Still at the edge: limit reached.
+  assert tuning.tried == {'optimal': (0.4, 0.2, 0.1), 'uniform': (0.2, 0.1, 0.05, 0.025)}
+  # Without extension the same runs give the grid's choice; extra rates are ignored.
+  plain = evidence_spec.tune(experiment_config.load(write_config(tmp_path, folder='plain')),
+                             list(made.values()))
+  assert plain.chosen == {'optimal': 0.2, 'uniform': 0.1} and not plain.pending
+  assert ('uniform', 0.05) not in plain.scores

@@ -270,10 +270,11 @@ def per_seed_table(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, Meth
 
 def tuning_table(spec: evidence_spec.ExperimentSpec, tuning: evidence_spec.TuningResult) -> str:
   """The tuning seed's final accuracy per method and rate; the chosen rate in bold."""
+  rates = sorted({r for tried in tuning.tried.values() for r in tried}, reverse=True)
   rows = []
   for method in spec.methods:
     row = [method]
-    for rate in spec.learning_rates:
+    for rate in rates:
       key = (method, rate)
       if key in tuning.diverged_at:
         cell = f'diverged (round {tuning.diverged_at[key]})'
@@ -283,9 +284,11 @@ def tuning_table(spec: evidence_spec.ExperimentSpec, tuning: evidence_spec.Tunin
         cell = _MISSING
       if tuning.chosen.get(method) == rate:
         cell = f'**{cell}**'
+      elif rate not in tuning.tried.get(method, ()):
+        cell = ''  # Past the grid's edge for another method only.
       row.append(cell)
     rows.append(row)
-  headers = ['method'] + [f'lr {r:g}' for r in spec.learning_rates]
+  headers = ['method'] + [f'lr {r:g}' for r in rates]
   return report.pipe_table(headers, [list(c) for c in zip(*rows)])
 
 
@@ -392,7 +395,13 @@ def results_markdown(
       f'## Tuning (seed {spec.tuning_seed})',
       '',
       f'Final accuracy (mean of the last {spec.final_k} evaluations) of the tuning runs; the '
-      'chosen rate is in bold (the highest; a diverged run is out; ties go to the larger rate).',
+      'chosen rate is in bold (the highest; a diverged run is out; ties go to the larger rate).'
+      + (
+        f' The grid is {", ".join(f"{r:g}" for r in spec.learning_rates)}; a method whose best '
+        'rate was at its edge was also run past it at the same ratio, up to '
+        f'{spec.extend_grid} more rate(s), until its best rate was inside.'
+        if spec.extend_grid else ''
+      ),
       '',
       tuning_table(spec, tuning),
       '',

@@ -146,6 +146,7 @@ class ExperimentSpec:
   method_flag: str = 'sampling'
   extra_columns: tuple[str, ...] = ()
   fixed_rates: tuple[tuple[str, float], ...] = ()
+  extend_grid: int = 0
 
   def __post_init__(self):
     if not self.methods:
@@ -167,6 +168,8 @@ class ExperimentSpec:
       not (math.isfinite(r) and r > 0) for r in self.learning_rates
     ):
       raise ValueError(f'Learning rates must be finite and > 0, got {self.learning_rates}.')
+    if self.extend_grid < 0:
+      raise ValueError(f'extend_grid must be >= 0, got {self.extend_grid}.')
     if self.seeds < 1 or self.final_k < 1:
       raise ValueError(f'seeds and final_k must be >= 1, got {self.seeds}, {self.final_k}.')
     if self.tuning_seed in range(self.seeds) and self.tuned:
@@ -246,6 +249,14 @@ def diverged(run: results.Run) -> int | None:
   return int(run.rounds[rows[0]]) if rows.size else None
 
 
+def beyond(edge: float, neighbour: float) -> float:
+  """The next rate past `edge`, away from `neighbour`, at the same ratio (2 significant digits).
+
+  E.g. past 0.01 from 0.03: 0.0033; past 0.1 from 0.03: 0.33.
+  """
+  return float(f'{edge * edge / neighbour:.2g}')
+
+
 @dataclasses.dataclass(frozen=True)
 class TuningResult:
   """The tuning seed's score of every (method, rate) and each method's chosen rate.
@@ -256,16 +267,38 @@ class TuningResult:
       absent for a run that is missing or still training.
     diverged_at: (method, rate) -> round of divergence, for diverged runs.
     chosen: method -> the rate with the highest score (ties: the larger rate).
+    tried: method -> the rates its choice was made from, largest first: the
+      grid, and the extensions past its edges (`ExperimentSpec.extend_grid`).
+    pending: method -> the rate to train next on the tuning seed before its
+      choice is final (its best rate so far is at the edge of those tried, and
+      extensions are left); empty when tuning is done.
   """
 
   scores: Mapping[tuple[str, float], float]
   diverged_at: Mapping[tuple[str, float], int]
   chosen: Mapping[str, float]
+  tried: Mapping[str, tuple[float, ...]] = dataclasses.field(default_factory=dict)
+  pending: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+
+def _best(method: str, rates: Sequence[float], scores: Mapping[tuple[str, float], float]):
+  """The rate of the highest finite score (ties: the larger rate), or None."""
+  candidates = [
+    (scores[(method, rate)], rate)
+    for rate in rates
+    if math.isfinite(scores.get((method, rate), math.nan))
+  ]
+  return max(candidates)[1] if candidates else None
 
 
 def tune(spec: ExperimentSpec, runs: Sequence[results.Run]) -> TuningResult:
   """Chooses each method's learning rate from the tuning seed's runs.
 
+  Each method's best rate on the grid; if it is the grid's smallest or largest
+  rate and ``spec.extend_grid`` allows, the rate past that edge (`beyond`) is
+  tried too, and so on until the best rate is inside the rates tried (the
+  paper's rule, Chen et al. App. F). A rate past the edge whose run is not
+  finished yet is `TuningResult.pending`, and the choice so far is provisional.
   Without a grid, every method gets its fixed rate (or the one rate).
 
   Raises:
@@ -282,7 +315,7 @@ def tune(spec: ExperimentSpec, runs: Sequence[results.Run]) -> TuningResult:
     if run.hparams.get('seed') != spec.tuning_seed:
       continue
     key = (run_method(run, spec), run_rate(run))
-    if key[0] not in spec.methods or key[1] not in spec.learning_rates:
+    if key[0] not in spec.methods:
       continue
     at = diverged(run)
     if at is not None:
@@ -291,17 +324,26 @@ def tune(spec: ExperimentSpec, runs: Sequence[results.Run]) -> TuningResult:
     elif int(run.rounds[-1]) >= int(run.hparams.get('rounds', 0)):
       scores[key] = evidence.final_mean(run, spec.final_k)
     # An unfinished tuning run (still training) does not score yet.
-  chosen = {}
+  chosen, tried, pending = {}, {}, {}
   for method in spec.methods:
-    candidates = [
-      (scores[(method, rate)], rate)
-      for rate in spec.learning_rates
-      if math.isfinite(scores.get((method, rate), math.nan))
-    ]
-    if not candidates:
+    rates = sorted(spec.learning_rates, reverse=True)
+    best = _best(method, rates, scores)
+    for _ in range(spec.extend_grid):
+      if best is None or len(rates) < 2 or best not in (rates[0], rates[-1]):
+        break
+      step = beyond(rates[0], rates[1]) if best == rates[0] else beyond(rates[-1], rates[-2])
+      if (method, step) not in scores:
+        pending[method] = step
+        break
+      rates = sorted([*rates, step], reverse=True)
+      best = _best(method, rates, scores)
+    if best is None:
       raise ValueError(
         f'Method {method!r} has no finished tuning run that did not diverge; run '
         'python -m bin.experiment --stage=tune first, or widen the learning-rate grid.'
       )
-    chosen[method] = max(candidates)[1]
-  return TuningResult(scores, diverged_at, chosen)
+    chosen[method], tried[method] = best, tuple(rates)
+  return TuningResult(
+    {k: v for k, v in scores.items() if k[1] in tried.get(k[0], ())},
+    {k: v for k, v in diverged_at.items() if k[1] in tried.get(k[0], ())},
+    chosen, tried, pending)
