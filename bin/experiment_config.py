@@ -34,6 +34,7 @@ from tff_sampling.experiments import evidence_spec
 CONFIG_FILENAME = 'experiment.flags'
 # Training binary -> its flag selecting the methods.
 BINARIES = {
+  'benchmark': 'sampling',
   'demo': 'methods',
   'clustered_sampling': 'sampling',
   'fedgs': 'sampling',

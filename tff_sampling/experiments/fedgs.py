@@ -15,6 +15,7 @@ from matplotlib.backends import backend_agg
 import numpy as np
 import tensorflow_federated as tff
 
+from tff_sampling import evidence
 from tff_sampling import plotting
 from tff_sampling import results
 from tff_sampling import samplers
@@ -147,7 +148,7 @@ class FedGSMethods:
 
 def best_loss(run: results.Run) -> float:
   """The lowest evaluated test loss of a run (the paper's "optimal testing loss")."""
-  return float(np.nanmin(run.metrics['eval/loss']))
+  return evidence.lowest(run)
 
 
 def loss_table(table: Mapping[str, Mapping[str, list[results.Run]]]) -> str:

@@ -309,12 +309,16 @@ def build_fedavg_with_signals(
   sketch_seed: int = 0,
   proximal_strength: float = 0.0,
   client_losses: bool = False,
+  model_aggregator: tff.aggregators.WeightedAggregationFactory | None = None,
 ) -> tff.learning.templates.LearningProcess:
   """FedAvg whose clients use sampler weights and report signals by slot.
 
   Composed with `tff.learning.templates.compose_learning_process` from TFF's
-  broadcast distributor, `build_signals_client_work`, TFF's weighted mean, and
-  TFF's SGD finalizer. ``next(state, [client_data(ds, slot, weight), …])``;
+  broadcast distributor, `build_signals_client_work`, `model_aggregator`
+  (default: TFF's weighted mean), and TFF's SGD finalizer. With
+  ``model_aggregator=OptimalSamplingFactory(m)`` the sampler's cohort trains
+  and only about ``m`` of its updates are uploaded (optimal sampling of the
+  uploads, unbiased for the sampler's weighted mean). ``next(state, [client_data(ds, slot, weight), …])``;
   the sketches are ``metrics['client_work']['signals']['update_sketch']``
   (``sketch_size=None``: no sketches), the losses before training
   ``…['signals']['loss']`` (with `client_losses`); see `build_signals_client_work`.
@@ -344,7 +348,9 @@ def build_fedavg_with_signals(
     initial_model_weights_fn,
     tff.learning.templates.build_broadcast_process(model_weights_type),
     client_work,
-    tff.aggregators.MeanFactory().create(update_type, tff.TensorType(np.float32)),
+    (model_aggregator or tff.aggregators.MeanFactory()).create(
+      update_type, tff.TensorType(np.float32)
+    ),
     tff.learning.templates.build_apply_optimizer_finalizer(
       tff.learning.optimizers.build_sgdm(server_learning_rate), model_weights_type
     ),
