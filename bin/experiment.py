@@ -12,6 +12,9 @@ binary's flags before anything runs. The stages:
 * ``evaluate``: every method on the reported seeds, at the rate whose tuning
   run ended with the highest final accuracy (mean of the last ``final_k``
   evaluations; a diverged run is out; ties go to the larger rate);
+  An experiment with ``--learning_rates_from=<sibling>`` tunes nothing: each
+  method runs at the rate the sibling's tuning chose (its runs directory
+  beside ``--runs_dir``, else its committed raw metrics);
 * ``export``: every run's hyper-parameters and metrics into one compressed
   file beside the configuration (``runs.jsonl.gz``, `tff_sampling.raw_metrics`),
   from which ``python -m bin.report --experiment=<config>`` regenerates the
@@ -215,6 +218,20 @@ def all_runs(spec: evidence_spec.ExperimentSpec, runs_dir: str) -> list[results.
   return found
 
 
+def sibling_runs(source: evidence_spec.ExperimentSpec, runs_dir: str) -> list[results.Run]:
+  """The runs of experiment `source`: its runs directory beside `runs_dir`, else its raw metrics."""
+  folder = os.path.join(os.path.dirname(runs_dir), source.name)
+  if os.path.isdir(folder):
+    return all_runs(source, folder)
+  archive = os.path.join(
+    os.path.dirname(experiment_config.sibling(_CONFIG.value, source.name)), raw_metrics.FILENAME)
+  if not os.path.isfile(archive):
+    raise FileNotFoundError(
+      f'Experiment {source.name!r} has neither runs in {folder} nor raw metrics in {archive}: run it '
+      'first (its tuning chooses the rates).')
+  return raw_metrics.read(archive)
+
+
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
@@ -222,9 +239,12 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError('--config is required (docs/experiments/<name>/experiment.flags).')
   try:
     spec = experiment_config.load(_CONFIG.value)
+    runs_dir = os.path.abspath(
+      _RUNS_DIR.value or os.path.join('results', 'experiments', spec.name))
+    spec = experiment_config.borrow_rates(
+      spec, _CONFIG.value, lambda source: sibling_runs(source, runs_dir))
   except (FileNotFoundError, ValueError) as e:
     sys.exit(f'Error: {e}')
-  runs_dir = os.path.abspath(_RUNS_DIR.value or os.path.join('results', 'experiments', spec.name))
   stage = _STAGE.value
   try:
     if stage in ('all', 'tune') and spec.tuned:

@@ -59,6 +59,13 @@ def _registry() -> flags.FlagValues:
     '<method>:<rate>,... (no tuning; e.g. the rates another experiment tuned).',
     flag_values=fv,
   )
+  flags.DEFINE_string(
+    'learning_rates_from', None,
+    "Instead of --learning_rates: every method's rate as chosen by the tuning of this sibling "
+    'experiment (docs/experiments/<name>), e.g. the same task under full availability; '
+    '<name>:<method> gives every method that one method\'s rate.',
+    flag_values=fv,
+  )
   flags.DEFINE_integer(
     'extend_grid', 0,
     "Rates a method's tuning may add past the grid's edge when its best rate is there, one at "
@@ -125,9 +132,11 @@ def load(path: str) -> evidence_spec.ExperimentSpec:
   try:
     args = fv.read_flags_from_files(['config', f'--flagfile={path}'])
     binary_flags = tuple(fv(args, known_only=True)[1:])
-    for name in ('binary', 'methods', 'baseline', 'learning_rates'):
+    for name in ('binary', 'methods', 'baseline'):
       if not fv[name].present and fv[name].value is None:
         raise ValueError(f'--{name} is required')
+    if (fv.learning_rates is None) == (fv.learning_rates_from is None):
+      raise ValueError('give either --learning_rates or --learning_rates_from')
     method_flag = fv.method_flag or BINARIES[fv.binary]
     for arg in binary_flags:
       if not arg.startswith('--'):
@@ -137,7 +146,7 @@ def load(path: str) -> evidence_spec.ExperimentSpec:
       if {name, bare} & {*DRIVER_FLAGS, method_flag}:
         raise ValueError(f'--{name} is set per run by bin.experiment; leave it out')
     name = os.path.basename(os.path.dirname(os.path.abspath(path)))
-    learning_rates, fixed_rates = _rates(fv.learning_rates)
+    learning_rates, fixed_rates = _rates(fv.learning_rates) if fv.learning_rates else ((), ())
     return evidence_spec.ExperimentSpec(
       name=name,
       title=fv.title or name,
@@ -156,6 +165,37 @@ def load(path: str) -> evidence_spec.ExperimentSpec:
       extra_columns=tuple(fv.extra_columns),
       fixed_rates=fixed_rates,
       extend_grid=fv.extend_grid,
+      rates_from=fv.learning_rates_from or '',
     )
   except (flags.Error, ValueError) as e:
     raise ValueError(f'{path}: {str(e).splitlines()[0]}') from None
+
+
+def sibling(config: str, name: str) -> str:
+  """The configuration file of experiment `name`, beside `config`'s folder."""
+  return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(config))), name,
+                      CONFIG_FILENAME)
+
+
+def borrow_rates(
+  spec: evidence_spec.ExperimentSpec, config: str, sibling_runs
+) -> evidence_spec.ExperimentSpec:
+  """`spec` with the rates its sibling's tuning chose (``--learning_rates_from``), if it has one.
+
+  Args:
+    spec: As `load` read it from `config`.
+    config: Its configuration file.
+    sibling_runs: ``spec -> runs``: the sibling experiment's runs (its runs
+      directory, or its committed raw metrics).
+
+  Raises:
+    FileNotFoundError, ValueError: If the sibling, its runs or its tuning are missing.
+  """
+  if not spec.rates_from:
+    return spec
+  name = spec.rates_from.partition(':')[0]
+  source = load(sibling(config, name))
+  if source.rates_from:
+    raise ValueError(f'{config}: {name} borrows its rates too; name the one that tunes.')
+  return evidence_spec.with_borrowed_rates(
+    spec, evidence_spec.tune(source, sibling_runs(source)))

@@ -115,6 +115,9 @@ def experiment_main() -> None:
   config = _EXPERIMENT.value
   try:
     spec = experiment_config.load(config)
+    spec = experiment_config.borrow_rates(spec, config, lambda source: raw_metrics.read(
+        os.path.join(os.path.dirname(experiment_config.sibling(config, source.name)),
+                     raw_metrics.FILENAME)))
     folder = os.path.dirname(os.path.abspath(config))
     if _RUN_DIRS.value:
       runs = plotting.load_runs(_RUN_DIRS.value)

@@ -1,6 +1,7 @@
 """Tests for an experiment's configuration (bin/experiment_config.py) and its spec
 (tff_sampling/experiments/evidence_spec.py): claims, refusals, tuning, divergence."""
 
+import dataclasses
 import math
 import re
 import textwrap
@@ -259,3 +260,39 @@ def test_tuning_extends_past_the_edge_until_the_best_rate_is_inside(tmp_path):
                              list(made.values()))
   assert plain.chosen == {'optimal': 0.2, 'uniform': 0.1} and not plain.pending
   assert ('uniform', 0.05) not in plain.scores
+
+
+def test_rates_borrowed_from_a_sibling_experiments_tuning(tmp_path):
+  # The sibling tunes (grid 0.2, 0.1); this one runs every method at the sibling's choice.
+  write_config(tmp_path, CONFIG, folder='ideal')
+  text = CONFIG.replace('--learning_rates=0.2,0.1', '--learning_rates_from=ideal')
+  borrowing = write_config(tmp_path, text, folder='skewed')
+  spec = experiment_config.load(borrowing)
+  assert spec.rates_from == 'ideal' and not spec.tuned
+  with pytest.raises(ValueError, match='resolve them first'):
+    evidence_spec.tune(spec, [])
+  runs = [results.load_run(fault_harness.write_run(
+      tmp_path / 'runs' / f'lr{rate:g}', f'{method}_seed50',
+      {'sampling': method, 'seed': 50, 'client_learning_rate': rate, 'rounds': 2},
+      run_csv([0.1, final, final])))
+      for method, rate, final in (('optimal', 0.2, 0.6), ('optimal', 0.1, 0.5),
+                                  ('uniform', 0.2, 0.3), ('uniform', 0.1, 0.4))]
+  seen = []
+
+  def sibling_runs(source):
+    seen.append(source.name)
+    return runs
+
+  resolved = experiment_config.borrow_rates(spec, borrowing, sibling_runs)
+  assert seen == ['ideal']
+  assert dict(resolved.fixed_rates) == {'optimal': 0.2, 'uniform': 0.1}
+  assert evidence_spec.tune(resolved, []).chosen == {'optimal': 0.2, 'uniform': 0.1}
+  one = experiment_config.borrow_rates(
+    dataclasses.replace(spec, rates_from='ideal:uniform'), borrowing, sibling_runs)
+  assert dict(one.fixed_rates) == {'optimal': 0.1, 'uniform': 0.1}  # uniform's rate for all.
+  # Unfinished tuning, or both ways of giving rates, are refused in one line.
+  with pytest.raises(ValueError, match='tuned no rate|no finished tuning run'):
+    experiment_config.borrow_rates(spec, borrowing, lambda source: runs[:2])
+  with pytest.raises(ValueError, match='either --learning_rates or --learning_rates_from'):
+    experiment_config.load(write_config(
+        tmp_path, CONFIG + '--learning_rates_from=ideal\n', folder='both'))

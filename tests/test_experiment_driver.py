@@ -123,6 +123,19 @@ def test_tune_evaluate_export_report_and_rerun(tmp_path):
     from_file)
   assert f'**{evidence.NO_DIFFERENCE}**' in from_file or f'**{evidence.REPRODUCED}**' in from_file
 
+  # A sibling that borrows this tuning trains every method at the rate chosen here, read from
+  # the committed raw metrics (no runs directory of this name beside its own).
+  sibling = tmp_path / 'docs' / 'experiments' / 'driver_borrow'
+  sibling.mkdir()
+  (sibling / experiment_config.CONFIG_FILENAME).write_text(CONFIG.replace(
+    '--learning_rates=0.3,0.05', '--learning_rates_from=driver_check'))
+  borrowed = _driver(f'--config={sibling / experiment_config.CONFIG_FILENAME}',
+                     f'--runs_dir={tmp_path / "borrow_runs"}', '--dry_run')
+  assert borrowed.returncode == 0, borrowed.stderr[-2000:]
+  assert f'Learning rates: uniform {chosen["uniform"]:g}, full {chosen["full"]:g}' in (
+    borrowed.stdout)
+  assert borrowed.stdout.count('--client_learning_rate=') == 4  # 2 methods x 2 seeds, no tuning.
+
 
 def test_a_failing_run_stops_the_driver_with_its_log(tmp_path):
   folder = tmp_path / 'bad'

@@ -332,6 +332,12 @@ def results_markdown(
   ]
   if spec.tuned:
     rates = f'at its own client learning rate, chosen on the tuning seed {spec.tuning_seed} (below)'
+  elif spec.rates_from:
+    name, _, one = spec.rates_from.partition(':')
+    rates = (
+      f'at the client learning rate the tuning of [{name}](../{name}/results.md) chose for '
+      + (f'its method {one}' if one else 'it') + ' (beside its name)'
+    )
   elif spec.fixed_rates:
     rates = 'at the client learning rate the configuration fixes for it (beside its name)'
   else:

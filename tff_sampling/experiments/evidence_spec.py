@@ -147,10 +147,13 @@ class ExperimentSpec:
   extra_columns: tuple[str, ...] = ()
   fixed_rates: tuple[tuple[str, float], ...] = ()
   extend_grid: int = 0
+  rates_from: str = ''
 
   def __post_init__(self):
     if not self.methods:
       raise ValueError('An experiment needs at least one method.')
+    if self.rates_from and not self.fixed_rates:
+      return  # Resolved by `with_borrowed_rates` before anything runs or reports.
     if self.fixed_rates:
       named = [m for m, _ in self.fixed_rates]
       if sorted(named) != sorted(self.methods):
@@ -197,6 +200,27 @@ class ExperimentSpec:
   @property
   def reported_seeds(self) -> range:
     return range(self.seeds)
+
+
+def with_borrowed_rates(spec: ExperimentSpec, source: TuningResult) -> ExperimentSpec:
+  """`spec` with each method's rate fixed to the one `source` (its sibling's tuning) chose.
+
+  Raises:
+    ValueError: If the sibling's tuning is not done, or lacks one of the methods.
+  """
+  if source.pending:
+    raise ValueError(
+      f'The tuning of {spec.rates_from} is not done ('
+      + ', '.join(f'{m} at {r:g}' for m, r in source.pending.items())
+      + ' still to train); run its --stage=tune first.')
+  _, _, one = spec.rates_from.partition(':')  # 'name:method': that method's rate for all.
+  wanted = {m: one or m for m in spec.methods}
+  missing = sorted({w for w in wanted.values() if w not in source.chosen})
+  if missing:
+    raise ValueError(f'{spec.rates_from} tuned no rate for {", ".join(missing)}.')
+  fixed = tuple((m, source.chosen[wanted[m]]) for m in spec.methods)
+  return dataclasses.replace(
+    spec, fixed_rates=fixed, learning_rates=tuple(sorted({r for _, r in fixed}, reverse=True)))
 
 
 def rate_directory(rate: float) -> str:
@@ -304,6 +328,10 @@ def tune(spec: ExperimentSpec, runs: Sequence[results.Run]) -> TuningResult:
   Raises:
     ValueError: If a method has no finished, non-diverged tuning run.
   """
+  if spec.rates_from and not spec.fixed_rates:
+    raise ValueError(
+      f'{spec.name} takes its rates from {spec.rates_from}: resolve them first '
+      '(bin.experiment_config.borrow_rates).')
   if spec.fixed_rates:
     return TuningResult({}, {}, dict(spec.fixed_rates))
   if not spec.tuned:
