@@ -1,8 +1,8 @@
 """Regenerates an experiment's results table and plots from its run directories.
 
     python -m bin.report \\
-        --run_dirs='/work/exp/femnist_optimal/emnist_*' --label_key=sampling \\
-        --target_accuracy=0.5 --output_dir=docs/experiments/femnist_optimal \\
+        --run_dirs='<runs>/emnist_*' --label_key=sampling \\
+        --target_accuracy=0.5 --output_dir=<report folder> \\
         --extra_columns=selection/weight_variance,process/aggregator/improvement_factor
 
 writes into ``--output_dir``:
