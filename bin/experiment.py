@@ -111,6 +111,18 @@ def check_settings(spec: evidence_spec.ExperimentSpec, run: results.Run) -> None
   """
   for arg in spec.binary_flags:
     name, _, value = arg[2:].partition('=')
+    if name == 'availability' and 'availability_beta' in run.hparams:
+      # Recorded as mode and β apart; the flag gives the mode, optionally with β (``LN-0.5``).
+      mode, _, beta = value.partition('-')
+      same = mode.upper() == str(run.hparams['availability']) and (
+        not beta or _same_value(beta, run.hparams['availability_beta']))
+      if not same:
+        raise ValueError(
+          f'{run.path} was trained with availability {run.hparams["availability"]} (β '
+          f'{run.hparams["availability_beta"]:g}), but the configuration says '
+          f'--availability={value}: use another --runs_dir for the new configuration, or '
+          'restore it.')
+      continue
     if name in run.hparams and not _same_value(value, run.hparams[name]):
       raise ValueError(
         f'{run.path} was trained with {name}={run.hparams[name]!r}, but the configuration says '

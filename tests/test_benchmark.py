@@ -1,4 +1,9 @@
-"""Tests for tff_sampling/experiments/benchmark.py and bin/benchmark.py."""
+"""Tests for tff_sampling/experiments/benchmark.py, bin/benchmark.py and bin/benchmark_grid.py."""
+
+import os
+import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -60,3 +65,45 @@ def test_binary_runs_each_kind_and_uploads_about_m(tmp_path):
   active = full.column('availability/active_clients')[1:]
   np.testing.assert_array_equal(full.column('cohort_size')[1:], active)
   assert np.all(active < 100)
+
+
+def test_every_sampler_kind_runs_in_process(tmp_path):
+  # The samplers the quick grid leaves out: sketches, a loss probe, pre-processing.
+  outcome = fh.run_binary(
+    'benchmark', task='digits', availability='IDL', rounds=2, eval_every=2,
+    sampling='clustered_similarity+optimal,power_of_choice,power_of_choice_all,lefl,'
+             'clustered_size', clients_per_round=3, training_cohort=6, seeds=1,
+    root_output_dir=tmp_path)
+  assert outcome.exit_code == 0, outcome
+  lefl = results.load_run(str(tmp_path / 'digits_IDL_lefl_seed0'))
+  # LEFL's soft-label upload is counted before round 1, so its round-0 bits are not zero.
+  assert lefl.column(results.BITS_COLUMN)[0] > 0
+  similarity = results.load_run(str(tmp_path / 'digits_IDL_clustered_similarity+optimal_seed0'))
+  np.testing.assert_array_equal(similarity.column('cohort_size')[1:], 6)
+
+
+def test_quick_grid_writes_its_page_inside_its_runs_dir_only(tmp_path):
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  quick = os.path.join(repo, 'docs', 'benchmark', 'quick')
+  before = fh.TreeSnapshot(quick)
+  runs_dir = tmp_path / 'quick'
+  done = subprocess.run(
+    [sys.executable, '-m', 'bin.benchmark_grid', '--quick', f'--runs_dir={runs_dir}',
+     '--parallel=2'], cwd=repo, capture_output=True, text=True, timeout=1200,
+    stdin=subprocess.DEVNULL)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert before.changes() == []  # The quick grid's own files are untouched.
+  page = (runs_dir / 'benchmark.md').read_text()
+  spec = experiment_config.load(os.path.join(quick, 'digits_LN', 'experiment.flags'))
+  rows = [line for line in page.splitlines() if re.match(r'\| \d+\. ', line)]
+  assert sorted(re.match(r'\| \d+\. (\S+) ', r).group(1) for r in rows) == sorted(spec.methods)
+  assert all(re.search(r'\|\s+2 \|', r) for r in rows)  # Two seeds each.
+  assert '(baseline)' in page and 'accuracy at' in page
+  assert (runs_dir / 'configs' / 'digits_LN' / 'accuracy_bits.png').is_file()
+  # The report stage alone regenerates the same page from the raw metrics.
+  again = subprocess.run(
+    [sys.executable, '-m', 'bin.benchmark_grid', '--quick', f'--runs_dir={runs_dir}',
+     '--stage=report'], cwd=repo, capture_output=True, text=True, timeout=600,
+    stdin=subprocess.DEVNULL)
+  assert again.returncode == 0, again.stderr[-2000:]
+  assert (runs_dir / 'benchmark.md').read_text() == page

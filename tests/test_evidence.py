@@ -57,6 +57,14 @@ def test_lowest_is_the_smallest_evaluated_loss():
     evidence.lowest(make_run([0, 1], [0.1, 0.2]))
 
 
+def test_accuracy_at_bits_is_the_last_evaluation_within_the_budget():
+  # Evaluations at rounds 0, 5, 10 with 0, 50 and 100 bits spent.
+  assert evidence.accuracy_at_bits(RUN, 100) == pytest.approx(0.5)
+  assert evidence.accuracy_at_bits(RUN, 99) == pytest.approx(0.3)  # Round 10 cost 100.
+  assert evidence.accuracy_at_bits(RUN, 50) == pytest.approx(0.3)
+  assert evidence.accuracy_at_bits(RUN, 0) == pytest.approx(0.1)  # Round 0 uploads nothing.
+
+
 def test_to_target_is_censored_at_the_end_when_never_reached():
   assert evidence.to_target(RUN, 0.3, bits=False) == (5.0, False)
   assert evidence.to_target(RUN, 0.3, bits=True) == (50.0, False)

@@ -296,3 +296,19 @@ def test_rates_borrowed_from_a_sibling_experiments_tuning(tmp_path):
   with pytest.raises(ValueError, match='either --learning_rates or --learning_rates_from'):
     experiment_config.load(write_config(
         tmp_path, CONFIG + '--learning_rates_from=ideal\n', folder='both'))
+
+
+def test_a_runs_availability_is_checked_as_mode_and_beta(tmp_path):
+  from bin import experiment  # pylint: disable=g-import-not-at-top
+  run = results.load_run(fault_harness.write_run(
+    tmp_path, 'r', {'sampling': 'uniform', 'seed': 0, 'availability': 'LN',
+                    'availability_beta': 0.5}, run_csv([0.1, 0.2])))
+  for given in ('LN-0.5', 'LN', 'ln-0.50'):
+    spec = experiment_config.load(write_config(
+      tmp_path, CONFIG + f'--availability={given}\n', folder=f'ok_{given}'))
+    experiment.check_settings(spec, run)  # Same mode and β: accepted.
+  for given in ('LN-0.3', 'YC-0.5', 'IDL'):
+    spec = experiment_config.load(write_config(
+      tmp_path, CONFIG + f'--availability={given}\n', folder=f'bad_{given}'))
+    with pytest.raises(ValueError, match=f'trained with availability LN .* says --availability={given}'):
+      experiment.check_settings(spec, run)

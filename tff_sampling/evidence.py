@@ -114,6 +114,24 @@ def bits_to_target(run: results.Run, target: float, column: str = ACCURACY_COLUM
   return math.nan if found is None else float(found)
 
 
+def accuracy_at_bits(run: results.Run, budget: float, column: str = ACCURACY_COLUMN) -> float:
+  """`column` at the last evaluation whose cumulative uploaded bits are within `budget`.
+
+  The accuracy a run had bought with `budget` uploaded bits (round 0, before any
+  upload, if even its first evaluated round cost more).
+
+  Raises:
+    ValueError: If the run has no evaluation.
+  """
+  rounds, values = evaluated(run, column)
+  if not values.size:
+    raise ValueError(f'{run.name} has no evaluated {column!r}.')
+  bits = run.column(results.BITS_COLUMN)
+  spent = np.array([bits[np.flatnonzero(run.rounds == r)[0]] for r in rounds])
+  within = np.flatnonzero(np.nan_to_num(spent, nan=np.inf) <= budget)
+  return float(values[within[-1]]) if within.size else float(values[0])
+
+
 def to_target(
   run: results.Run, target: float, *, bits: bool, column: str = ACCURACY_COLUMN
 ) -> tuple[float, bool]:

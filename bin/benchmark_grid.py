@@ -1,0 +1,133 @@
+"""Runs the benchmark grid and renders its page: which sampler wins where.
+
+    nohup python -m bin.benchmark_grid --runs_dir=<runs> --cache_dir=<cache> --parallel=2 &
+    python -m bin.benchmark_grid --stage=report          # docs/benchmark.md, no training
+    python -m bin.benchmark_grid --quick --runs_dir=/tmp/quick   # minutes; writes only there
+
+The grid is a folder of cells, ``docs/benchmark/<cell>/experiment.flags``: each
+one task (regime) under one availability mode, every method of ``bin.benchmark``
+on the same seeds (`tff_sampling.experiments.benchmark`). ``--stage=train``
+runs every cell with ``python -m bin.experiment`` (cells that tune first, then
+those that borrow their rates; resumable: a finished run is never trained
+again), exporting each cell's raw metrics beside its configuration.
+``--stage=report`` renders ``docs/benchmark.md`` from those raw metrics alone
+(`tff_sampling.benchmark_report`), with ``docs/benchmark/summary.md`` (the
+hand-written "which sampler should I use") at its top. ``all`` does both.
+
+``--quick`` runs the small grid of ``docs/benchmark/quick`` (one regime, a few
+rounds, 2 seeds) on copies of its configurations inside ``--runs_dir``, and
+writes its page there too: nothing outside ``--runs_dir`` changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+import glob
+import os
+import shutil
+import subprocess
+import sys
+
+from absl import app
+from absl import flags
+
+from bin import experiment_config
+from tff_sampling import benchmark_report
+from tff_sampling import raw_metrics
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GRID = os.path.join(_REPO, 'docs', 'benchmark')
+QUICK_GRID = os.path.join(GRID, 'quick')
+PAGE = os.path.join(_REPO, 'docs', 'benchmark.md')
+SUMMARY = 'summary.md'
+
+_RUNS_DIR = flags.DEFINE_string(
+  'runs_dir', None, 'Directory of the runs, one sub-folder per cell (required to train).')
+_CACHE_DIR = flags.DEFINE_string('cache_dir', None, "TFF's dataset caches (passed to the runs).")
+_PARALLEL = flags.DEFINE_integer('parallel', 1, 'Runs trained at once.', lower_bound=1)
+_STAGE = flags.DEFINE_enum('stage', 'all', ['all', 'train', 'report'], 'What to do.')
+_QUICK = flags.DEFINE_bool('quick', False, 'The small grid, inside --runs_dir only.')
+
+
+def cell_configs(grid: str) -> list[str]:
+  """The grid's configuration files: cells that tune first, then those that borrow rates."""
+  configs = sorted(glob.glob(os.path.join(grid, '*', experiment_config.CONFIG_FILENAME)))
+  if not configs:
+    raise ValueError(f'No cell configuration (*/{experiment_config.CONFIG_FILENAME}) in {grid}.')
+  return sorted(configs, key=lambda c: bool(experiment_config.load(c).rates_from))
+
+
+def _archive(config: str) -> str:
+  return os.path.join(os.path.dirname(config), raw_metrics.FILENAME)
+
+
+def train(configs: Sequence[str], runs_dir: str) -> None:
+  """Runs every cell with the experiment driver; raises if one fails."""
+  for config in configs:
+    name = os.path.basename(os.path.dirname(config))
+    print(f'=== {name}', flush=True)
+    done = subprocess.run(
+      [sys.executable, '-m', 'bin.experiment', f'--config={config}',
+       f'--runs_dir={os.path.join(runs_dir, name)}', f'--parallel={_PARALLEL.value}',
+       *([f'--cache_dir={_CACHE_DIR.value}'] if _CACHE_DIR.value else [])],
+      cwd=_REPO, stdin=subprocess.DEVNULL, check=False)
+    if done.returncode != 0:
+      raise RuntimeError(f'Cell {name} failed (exit {done.returncode}); rerun to resume.')
+
+
+def load_cells(configs: Sequence[str]) -> list[benchmark_report.Cell]:
+  """Every cell's spec (rates resolved) and runs, from the raw metrics beside each config."""
+  cells = []
+  for config in sorted(configs):
+    spec = experiment_config.borrow_rates(
+      experiment_config.load(config), config,
+      lambda source: raw_metrics.read(
+        _archive(experiment_config.sibling(config, source.name))))
+    cells.append(benchmark_report.Cell(spec, raw_metrics.read(_archive(config)),
+                                       os.path.dirname(config)))
+  return cells
+
+
+def _quick_configs(runs_dir: str) -> list[str]:
+  """Copies of the quick grid's configurations inside `runs_dir` (its raw metrics go there)."""
+  copies = os.path.join(runs_dir, 'configs')
+  for config in glob.glob(os.path.join(QUICK_GRID, '*', experiment_config.CONFIG_FILENAME)):
+    target = os.path.join(copies, os.path.basename(os.path.dirname(config)))
+    os.makedirs(target, exist_ok=True)
+    shutil.copyfile(config, os.path.join(target, experiment_config.CONFIG_FILENAME))
+  return cell_configs(copies)
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  try:
+    if _QUICK.value:
+      if not _RUNS_DIR.value:
+        raise ValueError('--quick writes only inside --runs_dir: give one.')
+      runs_dir = os.path.abspath(_RUNS_DIR.value)
+      configs = _quick_configs(runs_dir)
+      page, summary = os.path.join(runs_dir, 'benchmark.md'), None
+      command = f'python -m bin.benchmark_grid --quick --runs_dir={_RUNS_DIR.value} --stage=report'
+    else:
+      configs = cell_configs(GRID)
+      page, summary = PAGE, os.path.join(GRID, SUMMARY)
+      command = 'python -m bin.benchmark_grid --stage=report'
+    if _STAGE.value in ('all', 'train'):
+      if not _RUNS_DIR.value:
+        raise ValueError('--runs_dir is required to train.')
+      train(configs, os.path.abspath(_RUNS_DIR.value))
+    if _STAGE.value in ('all', 'report'):
+      preface = ''
+      if summary and os.path.isfile(summary):
+        with open(summary, encoding='utf-8') as f:
+          preface = f.read()
+      for path in benchmark_report.write(load_cells(configs), page, command=command,
+                                         preface=preface):
+        print(f'Wrote {path}')
+  except (ValueError, FileNotFoundError, RuntimeError) as e:
+    sys.exit(f'Error: {e}')
+
+
+if __name__ == '__main__':
+  app.run(main)
