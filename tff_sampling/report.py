@@ -41,6 +41,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import dataclasses
 import math
 import os
+import textwrap
 from typing import Any
 
 from matplotlib import figure as mpl_figure
@@ -676,15 +677,20 @@ def make_curve_figure(
   for axes, (panel, panel_groups) in zip(all_axes, panels.items()):
     _draw_curves(axes, panel_groups, x_column, y_column, colours)
     if panel:
-      axes.set_title(panel)
+      axes.set_title(_wrapped(panel, fig.get_figwidth() / columns))
   for axes in all_axes[len(panels) :]:
     axes.set_visible(False)
   if len({tuple(groups_) for groups_ in panels.values()}) == 1:
     for axes in all_axes[1 : len(panels)]:  # The same groups everywhere: one legend says it.
       axes.get_legend().remove()
   if title:
-    fig.suptitle(title)
+    fig.suptitle(_wrapped(title, fig.get_figwidth()))
   return fig
+
+
+def _wrapped(title: str, inches: float) -> str:
+  """`title` broken into lines that fit `inches` of figure width (~11 characters per inch)."""
+  return textwrap.fill(title, width=int(11 * inches))
 
 
 def _draw_curves(
