@@ -202,27 +202,6 @@ class ExperimentSpec:
     return range(self.seeds)
 
 
-def with_borrowed_rates(spec: ExperimentSpec, source: TuningResult) -> ExperimentSpec:
-  """`spec` with each method's rate fixed to the one `source` (its sibling's tuning) chose.
-
-  Raises:
-    ValueError: If the sibling's tuning is not done, or lacks one of the methods.
-  """
-  if source.pending:
-    raise ValueError(
-      f'The tuning of {spec.rates_from} is not done ('
-      + ', '.join(f'{m} at {r:g}' for m, r in source.pending.items())
-      + ' still to train); run its --stage=tune first.')
-  _, _, one = spec.rates_from.partition(':')  # 'name:method': that method's rate for all.
-  wanted = {m: one or m for m in spec.methods}
-  missing = sorted({w for w in wanted.values() if w not in source.chosen})
-  if missing:
-    raise ValueError(f'{spec.rates_from} tuned no rate for {", ".join(missing)}.')
-  fixed = tuple((m, source.chosen[wanted[m]]) for m in spec.methods)
-  return dataclasses.replace(
-    spec, fixed_rates=fixed, learning_rates=tuple(sorted({r for _, r in fixed}, reverse=True)))
-
-
 def rate_directory(rate: float) -> str:
   """The runs directory's sub-folder of one learning rate."""
   return f'lr{rate:g}'
@@ -375,3 +354,24 @@ def tune(spec: ExperimentSpec, runs: Sequence[results.Run]) -> TuningResult:
     {k: v for k, v in scores.items() if k[1] in tried.get(k[0], ())},
     {k: v for k, v in diverged_at.items() if k[1] in tried.get(k[0], ())},
     chosen, tried, pending)
+
+
+def with_borrowed_rates(spec: ExperimentSpec, source: TuningResult) -> ExperimentSpec:
+  """`spec` with each method's rate fixed to the one `source` (its sibling's tuning) chose.
+
+  Raises:
+    ValueError: If the sibling's tuning is not done, or lacks one of the methods.
+  """
+  if source.pending:
+    raise ValueError(
+      f'The tuning of {spec.rates_from} is not done ('
+      + ', '.join(f'{m} at {r:g}' for m, r in source.pending.items())
+      + ' still to train); run its --stage=tune first.')
+  _, _, one = spec.rates_from.partition(':')  # 'name:method': that method's rate for all.
+  wanted = {m: one or m for m in spec.methods}
+  missing = sorted({w for w in wanted.values() if w not in source.chosen})
+  if missing:
+    raise ValueError(f'{spec.rates_from} tuned no rate for {", ".join(missing)}.')
+  fixed = tuple((m, source.chosen[wanted[m]]) for m in spec.methods)
+  return dataclasses.replace(
+    spec, fixed_rates=fixed, learning_rates=tuple(sorted({r for _, r in fixed}, reverse=True)))
