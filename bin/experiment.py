@@ -80,7 +80,11 @@ def command(spec: evidence_spec.ExperimentSpec, job: Job, runs_dir: str) -> list
     '-m',
     f'bin.{spec.binary}',
     *spec.binary_flags,
-    *([f'--cache_dir={_CACHE_DIR.value}'] if _CACHE_DIR.value else []),
+    *(
+      [f'--cache_dir={_CACHE_DIR.value}']
+      if _CACHE_DIR.value and experiment_config.takes_cache_dir(spec)
+      else []
+    ),
     f'--{spec.method_flag}={job.method}',
     f'--seed={job.seed}',
     '--seeds=1',
@@ -89,52 +93,11 @@ def command(spec: evidence_spec.ExperimentSpec, job: Job, runs_dir: str) -> list
   ]
 
 
-def _same_value(flag_value: str, recorded) -> bool:
-  """Whether a flag's text and a recorded hyper-parameter say the same."""
-  if isinstance(recorded, bool):
-    return flag_value.lower() in (('true', '1') if recorded else ('false', '0'))
-  if isinstance(recorded, (int, float)):
-    try:
-      return float(flag_value) == float(recorded)
-    except ValueError:
-      return False
-  if isinstance(recorded, (list, tuple)):
-    return [v.strip() for v in flag_value.split(',')] == [str(v) for v in recorded]
-  return flag_value == str(recorded)
-
-
-def check_settings(spec: evidence_spec.ExperimentSpec, run: results.Run) -> None:
-  """Raises ValueError if `run` was trained with other values of the configuration's flags.
-
-  A configuration edited after its runs started would otherwise count the old runs as
-  done, and the report would show settings they were not trained with.
-  """
-  for arg in spec.binary_flags:
-    name, _, value = arg[2:].partition('=')
-    if name == 'availability' and 'availability_beta' in run.hparams:
-      # Recorded as mode and β apart; the flag gives the mode, optionally with β (``LN-0.5``).
-      mode, _, beta = value.partition('-')
-      same = mode.upper() == str(run.hparams['availability']) and (
-        not beta or _same_value(beta, run.hparams['availability_beta']))
-      if not same:
-        raise ValueError(
-          f'{run.path} was trained with availability {run.hparams["availability"]} (β '
-          f'{run.hparams["availability_beta"]:g}), but the configuration says '
-          f'--availability={value}: use another --runs_dir for the new configuration, or '
-          'restore it.')
-      continue
-    if name in run.hparams and not _same_value(value, run.hparams[name]):
-      raise ValueError(
-        f'{run.path} was trained with {name}={run.hparams[name]!r}, but the configuration says '
-        f'--{name}={value}: use another --runs_dir for the new configuration, or restore it.'
-      )
-
-
 def find_run(spec: evidence_spec.ExperimentSpec, job: Job, runs_dir: str) -> results.Run | None:
   """The run of `job` in `runs_dir`, if one was written (its settings checked).
 
   Raises:
-    ValueError: As `check_settings`.
+    ValueError: As `experiment_config.check_settings`.
   """
   pattern = os.path.join(runs_dir, evidence_spec.rate_directory(job.rate), '*', 'metrics.csv')
   for metrics_path in sorted(glob.glob(pattern)):
@@ -143,7 +106,7 @@ def find_run(spec: evidence_spec.ExperimentSpec, job: Job, runs_dir: str) -> res
     except ValueError:
       continue  # A run that has not written its first row yet.
     if run.hparams.get('seed') == job.seed and evidence_spec.run_method(run, spec) == job.method:
-      check_settings(spec, run)
+      experiment_config.check_settings(spec, run)
       return run
   return None
 

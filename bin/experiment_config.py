@@ -29,6 +29,7 @@ import os
 
 from absl import flags
 
+from tff_sampling import results
 from tff_sampling.experiments import evidence_spec
 
 CONFIG_FILENAME = 'experiment.flags'
@@ -199,3 +200,54 @@ def borrow_rates(
     raise ValueError(f'{config}: {name} borrows its rates too; name the one that tunes.')
   return evidence_spec.with_borrowed_rates(
     spec, evidence_spec.tune(source, sibling_runs(source)))
+
+
+def _same_value(flag_value: str, recorded) -> bool:
+  """Whether a flag's text and a recorded hyper-parameter say the same."""
+  if isinstance(recorded, bool):
+    return flag_value.lower() in (('true', '1') if recorded else ('false', '0'))
+  if isinstance(recorded, (int, float)):
+    try:
+      return float(flag_value) == float(recorded)
+    except ValueError:
+      return False
+  if isinstance(recorded, (list, tuple)):
+    return [v.strip() for v in flag_value.split(',')] == [str(v) for v in recorded]
+  return flag_value == str(recorded)
+
+
+def check_settings(spec: evidence_spec.ExperimentSpec, run: results.Run) -> None:
+  """Raises ValueError if `run` was trained with other values of the configuration's flags.
+
+  A configuration edited after its runs started would otherwise count the old runs as
+  done, and the report would show settings they were not trained with.
+  """
+  for arg in spec.binary_flags:
+    name, _, value = arg[2:].partition('=')
+    if name == 'availability' and 'availability_beta' in run.hparams:
+      # Recorded as mode and β apart; the flag gives the mode, optionally with β (``LN-0.5``).
+      mode, _, beta = value.partition('-')
+      same = mode.upper() == str(run.hparams['availability']) and (
+        not beta or _same_value(beta, run.hparams['availability_beta']))
+      if not same:
+        raise ValueError(
+          f'{run.path} was trained with availability {run.hparams["availability"]} (β '
+          f'{run.hparams["availability_beta"]:g}), but the configuration says '
+          f'--availability={value}: use another --runs_dir for the new configuration, or '
+          'restore it.')
+      continue
+    if name in run.hparams and not _same_value(value, run.hparams[name]):
+      raise ValueError(
+        f'{run.path} was trained with {name}={run.hparams[name]!r}, but the configuration says '
+        f'--{name}={value}: use another --runs_dir for the new configuration, or restore it.'
+      )
+
+
+def takes_cache_dir(spec: evidence_spec.ExperimentSpec) -> bool:
+  """Whether the configuration's task reads TFF's dataset cache (the binaries refuse
+  ``--cache_dir`` for a task that does not, e.g. the offline ``synthetic``)."""
+  task = next((a.split('=', 1)[1] for a in spec.binary_flags if a.startswith('--task=')), None)
+  if task is None:
+    return True  # E.g. bin.mmfl's suites, which take it whatever they hold.
+  import tasks  # pylint: disable=g-import-not-at-top  (TensorFlow: only when it matters)
+  return 'cache_dir' in tasks.task_options(task)

@@ -299,16 +299,24 @@ def test_rates_borrowed_from_a_sibling_experiments_tuning(tmp_path):
 
 
 def test_a_runs_availability_is_checked_as_mode_and_beta(tmp_path):
-  from bin import experiment  # pylint: disable=g-import-not-at-top
   run = results.load_run(fault_harness.write_run(
     tmp_path, 'r', {'sampling': 'uniform', 'seed': 0, 'availability': 'LN',
                     'availability_beta': 0.5}, run_csv([0.1, 0.2])))
   for given in ('LN-0.5', 'LN', 'ln-0.50'):
     spec = experiment_config.load(write_config(
       tmp_path, CONFIG + f'--availability={given}\n', folder=f'ok_{given}'))
-    experiment.check_settings(spec, run)  # Same mode and β: accepted.
+    experiment_config.check_settings(spec, run)  # Same mode and β: accepted.
   for given in ('LN-0.3', 'YC-0.5', 'IDL'):
     spec = experiment_config.load(write_config(
       tmp_path, CONFIG + f'--availability={given}\n', folder=f'bad_{given}'))
     with pytest.raises(ValueError, match=f'trained with availability LN .* says --availability={given}'):
-      experiment.check_settings(spec, run)
+      experiment_config.check_settings(spec, run)
+
+
+def test_the_cache_dir_goes_only_to_tasks_that_read_it(tmp_path):
+  offline = experiment_config.load(write_config(tmp_path, CONFIG.replace(
+    '--task=digits', '--task=synthetic'), folder='offline'))
+  cached = experiment_config.load(write_config(tmp_path, CONFIG.replace(
+    '--task=digits', '--task=emnist_skewed'), folder='cached'))
+  assert not experiment_config.takes_cache_dir(offline)
+  assert experiment_config.takes_cache_dir(cached)
