@@ -140,7 +140,11 @@ def test_verdict_needs_two_pairs_and_a_margin_for_equality():
     (evidence.REPRODUCED, evidence.HIGHER, True, False, evidence.REPRODUCED),
     (evidence.REPRODUCED, evidence.HIGHER, False, True, evidence.UNDECIDED),
     (evidence.REPRODUCED, evidence.EQUAL, False, True, evidence.UNDECIDED),
-    (evidence.NO_DIFFERENCE, evidence.LOWER, True, True, evidence.NO_DIFFERENCE),
+    # Neither reached (both lower bounds): the interval of the bounds says nothing about the
+    # true difference, which a censored value may hide in either direction.
+    (evidence.NO_DIFFERENCE, evidence.LOWER, True, True, evidence.UNDECIDED),
+    (evidence.NO_DIFFERENCE, evidence.LOWER, False, True, evidence.UNDECIDED),
+    (evidence.NO_DIFFERENCE, evidence.HIGHER, False, False, evidence.NO_DIFFERENCE),
     (evidence.REPRODUCED, evidence.LOWER, False, False, evidence.REPRODUCED),
   ],
 )

@@ -159,10 +159,14 @@ def censored_verdict(
   (fewer rounds or bits), censoring the baseline only shrinks the difference,
   so a verdict in the claim's favour stands, while censoring the method could
   make it: such a verdict becomes `UNDECIDED`; symmetrically for *higher*.
-  Equality claims are undecided under any censoring.
+  Equality claims are undecided under any censoring, and so is *no difference
+  detected*: a censored value may hide a difference (two runs that never reach
+  the target differ by 0 in their bounds, whatever their true values).
   """
-  if outcome in (TOO_FEW, NO_DIFFERENCE):
+  if outcome == TOO_FEW:
     return outcome
+  if outcome == NO_DIFFERENCE:
+    return UNDECIDED if (method_censored or baseline_censored) else outcome
   if direction == EQUAL:
     return UNDECIDED if (method_censored or baseline_censored) else outcome
   # Which side's censoring can only favour the claim.

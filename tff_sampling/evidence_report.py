@@ -359,7 +359,7 @@ def results_markdown(
     'the side the claim states (for `=`: '
     'it lies within ± the margin); *contradicted*: it lies wholly on the other side (for `=`: '
     'wholly outside the margin); *no difference detected*: it covers 0; *undecided*: (`=`) '
-    'it straddles the margin, or a censored value decides it.',
+    'it straddles the margin, or a censored value decides it or could hide a difference.',
     '',
     verdict_table(spec, chosen) if spec.claims else '(no claims)',
     '',
