@@ -77,12 +77,14 @@ def train(configs: Sequence[str], runs_dir: str) -> None:
 
 def load_cells(configs: Sequence[str]) -> list[benchmark_report.Cell]:
   """Every cell's spec (rates resolved) and runs, from the raw metrics beside each config."""
+  def sibling_runs(config: str):
+    return lambda source: raw_metrics.read(
+      _archive(experiment_config.sibling(config, source.name)))
+
   cells = []
   for config in sorted(configs):
     spec = experiment_config.borrow_rates(
-      experiment_config.load(config), config,
-      lambda source: raw_metrics.read(
-        _archive(experiment_config.sibling(config, source.name))))
+      experiment_config.load(config), config, sibling_runs(config))
     cells.append(benchmark_report.Cell(spec, raw_metrics.read(_archive(config)),
                                        os.path.dirname(config)))
   return cells

@@ -202,7 +202,8 @@ def sibling_runs(source: evidence_spec.ExperimentSpec, runs_dir: str) -> list[re
     os.path.dirname(experiment_config.sibling(_CONFIG.value, source.name)), raw_metrics.FILENAME)
   if not os.path.isfile(archive):
     raise FileNotFoundError(
-      f'Experiment {source.name!r} has neither runs in {folder} nor raw metrics in {archive}: run it '
+      f'Experiment {source.name!r} has neither runs in {folder} nor raw metrics in {archive}: '
+      'run it '
       'first (its tuning chooses the rates).')
   return raw_metrics.read(archive)
 

@@ -87,7 +87,8 @@ def _registry() -> flags.FlagValues:
     'e.g. --sampling; --method_flag=alpha compares values of --alpha).', flag_values=fv
   )
   flags.DEFINE_string(
-    'label_key', None, "Hyper-parameter naming a run's method (default: --method_flag if given, else sampling).",
+    'label_key', None,
+    "Hyper-parameter naming a run's method (default: --method_flag if given, else sampling).",
     flag_values=fv
   )
   flags.DEFINE_list(

@@ -5,10 +5,10 @@ import re
 import subprocess
 import sys
 
+import fault_harness as fh
 import numpy as np
 import pytest
 
-import fault_harness as fh
 from bin import experiment_config
 from tff_sampling import communication
 from tff_sampling import results

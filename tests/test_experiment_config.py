@@ -309,7 +309,8 @@ def test_a_runs_availability_is_checked_as_mode_and_beta(tmp_path):
   for given in ('LN-0.3', 'YC-0.5', 'IDL'):
     spec = experiment_config.load(write_config(
       tmp_path, CONFIG + f'--availability={given}\n', folder=f'bad_{given}'))
-    with pytest.raises(ValueError, match=f'trained with availability LN .* says --availability={given}'):
+    with pytest.raises(ValueError,
+                       match=f'trained with availability LN .* says --availability={given}'):
       experiment_config.check_settings(spec, run)
 
 

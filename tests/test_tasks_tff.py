@@ -15,8 +15,8 @@ import pytest
 import tensorflow as tf
 import tff_sqlite_fixtures as fixtures
 
-from tasks import get_task
 from tasks import digits
+from tasks import get_task
 from tasks import models
 from tasks import shakespeare
 

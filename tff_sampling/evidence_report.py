@@ -336,7 +336,8 @@ def results_markdown(
     name, _, one = spec.rates_from.partition(':')
     rates = (
       f'at the client learning rate the tuning of [{name}](../{name}/results.md) chose for '
-      + (f'its method {one}' if one else 'it') + ' (beside its name)'
+      + (f'its method {one}' if one else 'it')
+      + ' (beside its name)'
     )
   elif spec.fixed_rates:
     rates = 'at the client learning rate the configuration fixes for it (beside its name)'
@@ -406,7 +407,8 @@ def results_markdown(
         f' The grid is {", ".join(f"{r:g}" for r in spec.learning_rates)}; a method whose best '
         'rate was at its edge was also run past it at the same ratio, up to '
         f'{spec.extend_grid} more rate(s), until its best rate was inside.'
-        if spec.extend_grid else ''
+        if spec.extend_grid
+        else ''
       ),
       '',
       tuning_table(spec, tuning),

@@ -138,7 +138,7 @@ class BenchmarkMethods:
   def sampler_factory(
     self, task: Task
   ) -> tuple[Callable[[str, int], samplers.Sampler], dict[tuple[str, int], Any]]:
-    """``(method, seed) -> sampler``, and the pre-processing bits LEFL records per (method, seed)."""
+    """``(method, seed) -> sampler``, and the pre-processing bits LEFL records by (method, seed)."""
     graphs: dict[int | None, np.ndarray] = {}
     costs: dict[tuple[str, int], communication.PreprocessingBits] = {}
 

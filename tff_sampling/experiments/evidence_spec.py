@@ -310,7 +310,8 @@ def tune(spec: ExperimentSpec, runs: Sequence[results.Run]) -> TuningResult:
   if spec.rates_from and not spec.fixed_rates:
     raise ValueError(
       f'{spec.name} takes its rates from {spec.rates_from}: resolve them first '
-      '(bin.experiment_config.borrow_rates).')
+      '(bin.experiment_config.borrow_rates).'
+    )
   if spec.fixed_rates:
     return TuningResult({}, {}, dict(spec.fixed_rates))
   if not spec.tuned:
@@ -353,7 +354,10 @@ def tune(spec: ExperimentSpec, runs: Sequence[results.Run]) -> TuningResult:
   return TuningResult(
     {k: v for k, v in scores.items() if k[1] in tried.get(k[0], ())},
     {k: v for k, v in diverged_at.items() if k[1] in tried.get(k[0], ())},
-    chosen, tried, pending)
+    chosen,
+    tried,
+    pending,
+  )
 
 
 def with_borrowed_rates(spec: ExperimentSpec, source: TuningResult) -> ExperimentSpec:
@@ -366,7 +370,8 @@ def with_borrowed_rates(spec: ExperimentSpec, source: TuningResult) -> Experimen
     raise ValueError(
       f'The tuning of {spec.rates_from} is not done ('
       + ', '.join(f'{m} at {r:g}' for m, r in source.pending.items())
-      + ' still to train); run its --stage=tune first.')
+      + ' still to train); run its --stage=tune first.'
+    )
   _, _, one = spec.rates_from.partition(':')  # 'name:method': that method's rate for all.
   wanted = {m: one or m for m in spec.methods}
   missing = sorted({w for w in wanted.values() if w not in source.chosen})
@@ -374,4 +379,5 @@ def with_borrowed_rates(spec: ExperimentSpec, source: TuningResult) -> Experimen
     raise ValueError(f'{spec.rates_from} tuned no rate for {", ".join(missing)}.')
   fixed = tuple((m, source.chosen[wanted[m]]) for m in spec.methods)
   return dataclasses.replace(
-    spec, fixed_rates=fixed, learning_rates=tuple(sorted({r for _, r in fixed}, reverse=True)))
+    spec, fixed_rates=fixed, learning_rates=tuple(sorted({r for _, r in fixed}, reverse=True))
+  )

@@ -318,7 +318,8 @@ def build_fedavg_with_signals(
   (default: TFF's weighted mean), and TFF's SGD finalizer. With
   ``model_aggregator=OptimalSamplingFactory(m)`` the sampler's cohort trains
   and only about ``m`` of its updates are uploaded (optimal sampling of the
-  uploads, unbiased for the sampler's weighted mean). ``next(state, [client_data(ds, slot, weight), …])``;
+  uploads, unbiased for the sampler's weighted mean).
+  ``next(state, [client_data(ds, slot, weight), …])``;
   the sketches are ``metrics['client_work']['signals']['update_sketch']``
   (``sketch_size=None``: no sketches), the losses before training
   ``…['signals']['loss']`` (with `client_losses`); see `build_signals_client_work`.
