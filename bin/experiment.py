@@ -193,6 +193,14 @@ def all_runs(spec: evidence_spec.ExperimentSpec, runs_dir: str) -> list[results.
   return found
 
 
+def _tuning_done(spec: evidence_spec.ExperimentSpec, runs_dir: str) -> bool:
+  """Whether every method's tuning is finished, past the grid included."""
+  try:
+    return not evidence_spec.tune(spec, all_runs(spec, runs_dir)).pending
+  except ValueError:
+    return False
+
+
 def sibling_runs(source: evidence_spec.ExperimentSpec, runs_dir: str) -> list[results.Run]:
   """The runs of experiment `source`: its runs directory beside `runs_dir`, else its raw metrics."""
   folder = os.path.join(os.path.dirname(runs_dir), source.name)
@@ -226,6 +234,9 @@ def main(argv: Sequence[str]) -> None:
     if stage in ('all', 'tune') and spec.tuned:
       train(spec, [Job(m, r, spec.tuning_seed) for r in spec.learning_rates for m in spec.methods],
             runs_dir)
+      if _DRY_RUN.value and not _tuning_done(spec, runs_dir):
+        print('The evaluation runs are listed once the tuning runs are done.')
+        return
       tuning = evidence_spec.tune(spec, all_runs(spec, runs_dir))
       while tuning.pending and not _DRY_RUN.value:
         print('Past the grid: ' + ', '.join(f'{m} {r:g}' for m, r in tuning.pending.items()))
