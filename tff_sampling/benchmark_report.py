@@ -106,15 +106,6 @@ def rows(cell: Cell) -> tuple[list[Row], float]:
     if not method.runs:
       continue
     finals, budgets = _by_seed(method.runs, final), _by_seed(method.runs, at_budget)
-    seconds = np.concatenate(
-      [
-        r.column(report.SECONDS_COLUMN)
-        for r in method.runs.values()
-        if report.SECONDS_COLUMN in r.metrics
-      ]
-      or [np.zeros(0)]
-    )
-    seconds = seconds[np.isfinite(seconds)]
     out.append(
       Row(
         label=method.label,
@@ -135,7 +126,7 @@ def rows(cell: Cell) -> tuple[list[Row], float]:
         total_bits=float(
           np.mean([r.last_finite(results.BITS_COLUMN) for r in method.runs.values()])
         ),
-        seconds=float(np.median(seconds)) if seconds.size else math.nan,
+        seconds=evidence_report.median_round_seconds(method.runs.values()),
       )
     )
   out.sort(key=lambda row: -float(np.mean(row.final)))

@@ -19,7 +19,7 @@ report).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 import dataclasses
 import math
 import os
@@ -229,21 +229,23 @@ def summary_table(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, Metho
         row.append(f'{finite.mean():.3f}{std}')
     bits = [r.last_finite(results.BITS_COLUMN) for r in m.runs.values()]
     row.append(f'{np.mean(bits) / 1e9:.4g}' if bits else _MISSING)
-    seconds = np.concatenate(
-      [
-        r.column(report.SECONDS_COLUMN)
-        for r in m.runs.values()
-        if report.SECONDS_COLUMN in r.metrics
-      ]
-      or [np.zeros(0)]
-    )
-    seconds = seconds[np.isfinite(seconds)]
-    row.append(f'{np.median(seconds):.2f}' if seconds.size else _MISSING)
+    seconds = median_round_seconds(m.runs.values())
+    row.append(f'{seconds:.2f}' if math.isfinite(seconds) else _MISSING)
     rows.append(row)
   headers = ['method', 'seeds'] + [_metric_name(spec, m) for m in metrics]
   headers += [f'{column} (mean/round)' for column in spec.extra_columns]
   headers += ['total Gbit (mean)', 's/round (median)']
   return report.pipe_table(headers, [list(c) for c in zip(*rows)])
+
+
+def median_round_seconds(runs: Iterable[results.Run]) -> float:
+  """The median of the runs' seconds per round (NaN if none recorded)."""
+  seconds = np.concatenate(
+    [r.column(report.SECONDS_COLUMN) for r in runs if report.SECONDS_COLUMN in r.metrics]
+    or [np.zeros(0)]
+  )
+  seconds = seconds[np.isfinite(seconds)]
+  return float(np.median(seconds)) if seconds.size else math.nan
 
 
 def _mean_over_rounds(run: results.Run, column: str) -> float:
