@@ -48,6 +48,11 @@ _TRAINING_COHORT = flags.DEFINE_integer(
 _MAX_RESCALING_STEPS = flags.DEFINE_integer(
   'max_rescaling_steps', 4, '+optimal: rescaling steps of the secure protocol.', lower_bound=0)
 _FEDGS_ALPHA = flags.DEFINE_float('fedgs_alpha', 1.0, 'fedgs: weight α of graph dispersion.')
+_FEDGS_SOLVER = flags.DEFINE_enum(
+  'fedgs_solver', 'heuristic', ['heuristic', 'auto', 'solver'],
+  'fedgs: how each selection is optimised: the greedy + swap heuristic (deterministic), or '
+  'SCIP after it (auto, solver; as bin.fedgs --solver), whose result depends on the machine '
+  'when it stops at --fedgs_solver_time_limit.')
 _FEDGS_SOLVER_TIME_LIMIT = flags.DEFINE_float(
   'fedgs_solver_time_limit', 1.0, "fedgs: the selection solver's limit in seconds.")
 _PUBLIC_DATA = flags.DEFINE_enum(
@@ -73,7 +78,8 @@ def benchmark_methods() -> benchmark.BenchmarkMethods:
     m, _TRAINING_COHORT.value or 3 * m, cf.CLIENT_LEARNING_RATE.value,
     server_learning_rate=cf.SERVER_LEARNING_RATE.value, client_steps=ef.CLIENT_STEPS.value,
     max_rescaling_steps=_MAX_RESCALING_STEPS.value, fedgs_alpha=_FEDGS_ALPHA.value,
-    fedgs_solver_time_limit=_FEDGS_SOLVER_TIME_LIMIT.value, public_inputs=public_inputs)
+    fedgs_solver=_FEDGS_SOLVER.value, fedgs_solver_time_limit=_FEDGS_SOLVER_TIME_LIMIT.value,
+    public_inputs=public_inputs)
 
 
 def summary(groups: dict[str, list[results.Run]]) -> str:

@@ -96,7 +96,12 @@ class BenchmarkMethods:
     client_learning_rate, server_learning_rate: FedAvg's SGD step sizes.
     client_steps: Local batches per client and round (``None``: the task's epochs).
     max_rescaling_steps: The secure protocol's rescaling steps (Algorithm 2).
-    fedgs_alpha, fedgs_solver_time_limit: FedGS's α and its solver's limit (s).
+    fedgs_alpha: FedGS's α.
+    fedgs_solver, fedgs_solver_time_limit: How FedGS optimises each selection
+      (``'heuristic'``, the default here, is deterministic; ``'auto'`` and
+      ``'solver'`` run SCIP, which on 100 or more available clients often stops
+      at the wall-clock limit, so its cohort depends on the machine), and the
+      limit in seconds.
     sketch_size: clustered_similarity: length of the update sketches.
     public_inputs: lefl: ``(task, seed) -> float32[P, …]`` public unlabeled inputs.
     lefl_allocation: lefl: ``'proportional'`` (equal cohort) or ``'per_cluster'``.
@@ -109,6 +114,7 @@ class BenchmarkMethods:
   client_steps: int | None = None
   max_rescaling_steps: int = 4
   fedgs_alpha: float = 1.0
+  fedgs_solver: str = 'heuristic'
   fedgs_solver_time_limit: float = 1.0
   sketch_size: int = 1024
   public_inputs: Callable[[Task, int], np.ndarray] | None = None
@@ -156,6 +162,7 @@ class BenchmarkMethods:
           count,
           self.client_learning_rate,
           alpha=self.fedgs_alpha,
+          solver=self.fedgs_solver,
           solver_time_limit=self.fedgs_solver_time_limit,
         ).make_sampler(task, sampler, seed, graphs)
       if self.public_inputs is None:
