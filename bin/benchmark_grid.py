@@ -33,7 +33,6 @@ from absl import flags
 
 from bin import experiment_config
 from tff_sampling import benchmark_report
-from tff_sampling import raw_metrics
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRID = os.path.join(_REPO, 'docs', 'benchmark')
@@ -57,10 +56,6 @@ def cell_configs(grid: str) -> list[str]:
   return sorted(configs, key=lambda c: bool(experiment_config.load(c).rates_from))
 
 
-def _archive(config: str) -> str:
-  return os.path.join(os.path.dirname(config), raw_metrics.FILENAME)
-
-
 def train(configs: Sequence[str], runs_dir: str) -> None:
   """Runs every cell with the experiment driver; raises if one fails."""
   for config in configs:
@@ -77,17 +72,11 @@ def train(configs: Sequence[str], runs_dir: str) -> None:
 
 def load_cells(configs: Sequence[str]) -> list[benchmark_report.Cell]:
   """Every cell's spec (rates resolved) and runs, from the raw metrics beside each config."""
-  def sibling_runs(config: str):
-    return lambda source: raw_metrics.read(
-      _archive(experiment_config.sibling(config, source.name)))
-
-  cells = []
-  for config in sorted(configs):
-    spec = experiment_config.borrow_rates(
-      experiment_config.load(config), config, sibling_runs(config))
-    cells.append(benchmark_report.Cell(spec, raw_metrics.read(_archive(config)),
-                                       os.path.dirname(config)))
-  return cells
+  return [
+    benchmark_report.Cell(experiment_config.load_committed(config),
+                          experiment_config.committed_runs(config), os.path.dirname(config))
+    for config in sorted(configs)
+  ]
 
 
 def _quick_configs(runs_dir: str) -> list[str]:

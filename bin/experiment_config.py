@@ -25,10 +25,15 @@ never touches the global flags of the program reading it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+import glob
 import os
+import shlex
 
 from absl import flags
 
+from tff_sampling import evidence_report
+from tff_sampling import raw_metrics
 from tff_sampling import results
 from tff_sampling.experiments import evidence_spec
 
@@ -201,6 +206,57 @@ def borrow_rates(
     raise ValueError(f'{config}: {name} borrows its rates too; name the one that tunes.')
   return evidence_spec.with_borrowed_rates(
     spec, evidence_spec.tune(source, sibling_runs(source)))
+
+
+def committed_runs(config: str) -> list[results.Run]:
+  """The raw metrics committed beside `config` (``runs.jsonl.gz``).
+
+  Raises:
+    FileNotFoundError: If there are none (the experiment has not run).
+  """
+  return raw_metrics.read(
+    os.path.join(os.path.dirname(os.path.abspath(config)), raw_metrics.FILENAME))
+
+
+def load_committed(config: str) -> evidence_spec.ExperimentSpec:
+  """`load`, with borrowed rates resolved from the sibling's committed raw metrics."""
+  return borrow_rates(
+    load(config), config, lambda source: committed_runs(sibling(config, source.name)))
+
+
+def expand_configs(entries: Sequence[str]) -> list[str]:
+  """``--experiments``: paths, and glob patterns replaced by their sorted matches.
+
+  Raises:
+    FileNotFoundError: If an entry matches nothing.
+  """
+  configs = []
+  for entry in entries:
+    matches = sorted(glob.glob(entry)) if glob.has_magic(entry) else [entry]
+    if not matches:
+      raise FileNotFoundError(f'--experiments entry {entry!r} matches no file.')
+    configs += matches
+  return configs
+
+
+def summary_text(summary: str, entries: Sequence[str], *, title: str | None,
+                 relative_to: str | None) -> str:
+  """The family summary of the experiments `entries` name, to be written at `summary`."""
+  members = []
+  for config in expand_configs(entries):
+    results_md = os.path.join(os.path.dirname(os.path.abspath(config)), 'results.md')
+    members.append(evidence_report.Member(
+        load_committed(config), committed_runs(config),
+        os.path.relpath(results_md, os.path.dirname(os.path.abspath(summary)))))
+  command = ['python -m bin.report', f'--summary={shlex.quote(summary)}',
+             f'--experiments={shlex.quote(",".join(entries))}']
+  if relative_to:
+    command.append(f'--relative_to={shlex.quote(relative_to)}')
+  if title:
+    command.append(f'--title={shlex.quote(title)}')
+  return evidence_report.family_markdown(
+      members, title=title or 'Experiments side by side', command=' '.join(command),
+      relative_to=relative_to)
 
 
 def _same_value(flag_value: str, recorded) -> bool:

@@ -34,7 +34,12 @@ regenerated from its committed raw metrics, with nothing else to give::
 which reads ``runs.jsonl.gz`` beside it (or ``--run_dirs``, e.g. while the runs
 are going) and writes ``results.md`` and the plots into that folder, around
 the verdicts of the claims the configuration fixed
-(`tff_sampling.evidence_report`).
+(`tff_sampling.evidence_report`). Several configured experiments (e.g. one task
+under every availability mode) are put side by side, from their committed raw
+metrics, with::
+
+    python -m bin.report --summary=docs/experiments/<family>_summary.md \\
+        --experiments='docs/experiments/<family>_*/experiment.flags' --relative_to=<name>
 """
 
 from __future__ import annotations
@@ -50,8 +55,8 @@ from absl import flags
 from bin import experiment_config
 from bin import flag_checks
 from tff_sampling import evidence_report
+from tff_sampling import files
 from tff_sampling import plotting
-from tff_sampling import raw_metrics
 from tff_sampling import report
 
 _RUN_DIRS = flags.DEFINE_list(
@@ -62,6 +67,20 @@ _EXPERIMENT = flags.DEFINE_string(
     'experiment', None,
     'An experiment.flags file (bin.experiment): report it from the raw metrics beside it (or '
     'from --run_dirs), with its verdicts, into its folder. The other flags do not apply.')
+_SUMMARY = flags.DEFINE_string(
+    'summary', None,
+    'A Markdown file to write the family summary of --experiments into: their verdicts in '
+    'one table, and each summary (final accuracy, mean accuracy, lowest loss), client rate and '
+    'seconds per round as method x experiment. The other flags but --relative_to and --title '
+    'do not apply.')
+_EXPERIMENTS = flags.DEFINE_list(
+    'experiments', None,
+    'With --summary: the experiment.flags files, in column order; an entry may be a glob '
+    'pattern (quote it; its matches in sorted order).')
+_RELATIVE_TO = flags.DEFINE_string(
+    'relative_to', None,
+    "With --summary: an experiment's name; every other cell also gives its change against that "
+    "experiment's value for the same method, e.g. each availability mode against IDL.")
 _OUTPUT_DIR = flags.DEFINE_string(
     'output_dir', None,
     'Directory for results.md, accuracy_rounds.png and accuracy_bits.png (made if missing), '
@@ -114,15 +133,12 @@ def experiment_main() -> None:
   """``--experiment``: the verdict report of one configured experiment."""
   config = _EXPERIMENT.value
   try:
-    spec = experiment_config.load(config)
-    spec = experiment_config.borrow_rates(spec, config, lambda source: raw_metrics.read(
-        os.path.join(os.path.dirname(experiment_config.sibling(config, source.name)),
-                     raw_metrics.FILENAME)))
+    spec = experiment_config.load_committed(config)
     folder = os.path.dirname(os.path.abspath(config))
     if _RUN_DIRS.value:
       runs = plotting.load_runs(_RUN_DIRS.value)
     else:
-      runs = raw_metrics.read(os.path.join(folder, raw_metrics.FILENAME))
+      runs = experiment_config.committed_runs(config)
     command = evidence_report.regenerate_command(config)
     results_path, plot_paths = evidence_report.write(spec, runs, folder, command=command)
   except (ValueError, FileNotFoundError) as e:
@@ -134,11 +150,31 @@ def experiment_main() -> None:
     print(f'Wrote {path}')
 
 
+def summary_main() -> None:
+  """``--summary``: several configured experiments side by side."""
+  if not _EXPERIMENTS.value:
+    raise app.UsageError('--summary needs --experiments (experiment.flags files or patterns).')
+  path = _SUMMARY.value
+  try:
+    text = experiment_config.summary_text(path, _EXPERIMENTS.value, title=_TITLE.value,
+                                          relative_to=_RELATIVE_TO.value)
+    path = report.check_results_path(path)
+    files.write_atomically(path, text)
+  except (ValueError, FileNotFoundError) as e:
+    sys.exit(f'Error: {e}')
+  except OSError as e:
+    sys.exit(f'Error: Cannot write --summary={_SUMMARY.value!r}: {e.strerror or e}.')
+  print(f'Wrote {path}')
+
+
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   if _EXPERIMENT.value:
     experiment_main()
+    return
+  if _SUMMARY.value:
+    summary_main()
     return
   if not _RUN_DIRS.value:
     raise app.UsageError('--run_dirs is required.')

@@ -145,8 +145,23 @@ def _claim_mean(values: Mapping[int, float], censored: set[int], metric: str) ->
   return text
 
 
-def verdict_table(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, MethodRuns]) -> str:
-  """One row per claim: means, the paired difference with its 95% interval, the verdict."""
+_VERDICT_HEADERS = [
+  'claim',
+  'metric',
+  'method',
+  'baseline',
+  'seeds',
+  'difference [95% CI]',
+  'CI width',
+  'verdict',
+]
+
+
+def verdict_rows(
+  spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, MethodRuns]
+) -> list[list[str]]:
+  """One row per claim (`_VERDICT_HEADERS`): means, the paired difference with its 95%
+  interval, the verdict."""
   rows = []
   for claim in spec.claims:
     method, method_censored = censored_values(spec, chosen[claim.method].runs, claim.metric)
@@ -178,17 +193,13 @@ def verdict_table(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, Metho
         f'**{outcome}**',
       ]
     )
-  headers = [
-    'claim',
-    'metric',
-    'method',
-    'baseline',
-    'seeds',
-    'difference [95% CI]',
-    'CI width',
-    'verdict',
-  ]
-  return report.pipe_table(headers, [list(c) for c in zip(*rows)])
+  return rows
+
+
+def verdict_table(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, MethodRuns]) -> str:
+  """One row per claim: means, the paired difference with its 95% interval, the verdict."""
+  rows = verdict_rows(spec, chosen)
+  return report.pipe_table(_VERDICT_HEADERS, [list(c) for c in zip(*rows)])
 
 
 def _summaries(spec: evidence_spec.ExperimentSpec) -> list[str]:
@@ -455,3 +466,128 @@ def write(
   plots = report.write_plots(groups, output_dir, title=spec.title)
   files.write_atomically(results_path, text)
   return results_path, plots
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+  """One experiment of a family: its spec (rates resolved), runs and results.md link."""
+
+  spec: evidence_spec.ExperimentSpec
+  runs: Sequence[results.Run]
+  link: str
+
+
+def _short_names(names: Sequence[str]) -> list[str]:
+  """The names without their common ``<prefix>_`` (``fedgs_synthetic_IDL`` -> ``IDL``)."""
+  prefix = os.path.commonprefix(list(names)) if len(names) > 1 else ''
+  prefix = prefix[: prefix.rfind('_') + 1]
+  return [n[len(prefix) :] or n for n in names]
+
+
+def family_markdown(
+  members: Sequence[Member], *, title: str, command: str, relative_to: str | None = None
+) -> str:
+  """The text of a family summary: several experiments' verdicts and summaries side by side.
+
+  Args:
+    members: The experiments, in the order of the columns.
+    title: The heading.
+    command: The command that regenerates the text.
+    relative_to: An experiment's name: every other cell of a summary also
+      gives its relative change against that experiment's value for the same
+      method (e.g. each availability mode against ideal availability).
+
+  Raises:
+    ValueError: If `relative_to` names no member, or as `evidence_spec.tune`.
+  """
+  names = [m.spec.name for m in members]
+  if relative_to is not None and relative_to not in names:
+    raise ValueError(f'relative_to={relative_to!r} is none of the experiments {names}.')
+  short = dict(zip(names, _short_names(names)))
+  chosen = {}
+  for m in members:
+    chosen[m.spec.name] = reported_runs(m.spec, m.runs, evidence_spec.tune(m.spec, m.runs))
+  methods = list(dict.fromkeys(method for m in members for method in m.spec.methods))
+  parts = [
+    report.MARKER,
+    '',
+    f'# {title}',
+    '',
+    'Regenerate this file with:',
+    '',
+    '```sh',
+    command,
+    '```',
+    '',
+    "Each experiment's own `results.md` (linked) holds its settings, tuning and per-seed "
+    'values and says how its verdicts are decided; this page puts the experiments side by side.',
+    '',
+    '## Verdicts',
+    '',
+  ]
+  rows = [
+    [f'[{short[m.spec.name]}]({m.link})', *row]
+    for m in members
+    for row in verdict_rows(m.spec, chosen[m.spec.name])
+  ]
+  headers = ['experiment', *_VERDICT_HEADERS]
+  parts += [report.pipe_table(headers, [list(c) for c in zip(*rows)]) if rows else '(no claims)']
+  metrics = list(dict.fromkeys(metric for m in members for metric in _summaries(m.spec)))
+  for metric in metrics:
+    means = {}
+    cells = {}
+    for m in members:
+      for method in methods:
+        runs = chosen[m.spec.name].get(method)
+        values = metric_values(m.spec, runs.runs, metric) if runs else {}
+        finite = np.array([v for v in values.values() if math.isfinite(v)])
+        if not finite.size:
+          cells[m.spec.name, method] = _MISSING
+          continue
+        means[m.spec.name, method] = float(finite.mean())
+        text = _fmt(float(finite.mean()), metric)
+        if finite.size > 1:
+          text += f' ± {_fmt(float(finite.std(ddof=1)), metric)}'
+        cells[m.spec.name, method] = text
+    if relative_to is not None:
+      for (name, method), mean in means.items():
+        base = means.get((relative_to, method))
+        if name != relative_to and base:
+          cells[name, method] += f' ({100 * (mean / base - 1):+.1f}%)'
+    heading = _metric_name(members[0].spec, metric)
+    parts += [
+      '',
+      f'## {heading[0].upper()}{heading[1:]}',
+      '',
+      'Mean ± sample standard deviation over the reported seeds'
+      + (f'; in brackets, the change against {short[relative_to]}' if relative_to else '')
+      + '.',
+      '',
+      report.pipe_table(
+        ['method'] + [short[n] for n in names],
+        [methods] + [[cells[n, method] for method in methods] for n in names],
+      ),
+    ]
+  rates = [
+    [f'{chosen[n][method].rate:g}' if method in chosen[n] else _MISSING for method in methods]
+    for n in names
+  ]
+  seconds = []
+  for n in names:
+    column = []
+    for method in methods:
+      value = median_round_seconds(chosen[n][method].runs.values()) if method in chosen[n] else 0
+      column.append(f'{value:.2f}' if method in chosen[n] and math.isfinite(value) else _MISSING)
+    seconds.append(column)
+  parts += [
+    '',
+    '## Client learning rates',
+    '',
+    report.pipe_table(['method'] + [short[n] for n in names], [methods] + rates),
+    '',
+    '## Seconds per round (median over the reported runs)',
+    '',
+    report.pipe_table(['method'] + [short[n] for n in names], [methods] + seconds),
+    '',
+  ]
+  return '\n'.join(parts)
