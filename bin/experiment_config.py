@@ -239,17 +239,32 @@ def expand_configs(entries: Sequence[str]) -> list[str]:
   return configs
 
 
+def _shown(path: str) -> str:
+  """`path` as the page's command shows it: relative to the working directory (the
+  repository's root) when inside it, so the page does not depend on the checkout."""
+  relative = os.path.relpath(path)
+  return path if relative.startswith(os.pardir) else relative
+
+
 def summary_text(summary: str, entries: Sequence[str], *, title: str | None,
                  relative_to: str | None) -> str:
-  """The family summary of the experiments `entries` name, to be written at `summary`."""
+  """The family summary of the experiments `entries` name, to be written at `summary`.
+
+  Every experiment needs its committed raw metrics (a part-run family is summarised
+  without the experiments still running).
+
+  Raises:
+    FileNotFoundError: If an entry matches nothing or an experiment has no raw metrics.
+    ValueError: As `evidence_report.family_markdown`.
+  """
   members = []
   for config in expand_configs(entries):
     results_md = os.path.join(os.path.dirname(os.path.abspath(config)), 'results.md')
     members.append(evidence_report.Member(
         load_committed(config), committed_runs(config),
         os.path.relpath(results_md, os.path.dirname(os.path.abspath(summary)))))
-  command = ['python -m bin.report', f'--summary={shlex.quote(summary)}',
-             f'--experiments={shlex.quote(",".join(entries))}']
+  command = ['python -m bin.report', f'--summary={shlex.quote(_shown(summary))}',
+             f'--experiments={shlex.quote(",".join(_shown(e) for e in entries))}']
   if relative_to:
     command.append(f'--relative_to={shlex.quote(relative_to)}')
   if title:

@@ -39,7 +39,7 @@ under every availability mode) are put side by side, from their committed raw
 metrics, with::
 
     python -m bin.report --summary=docs/experiments/<family>_summary.md \\
-        --experiments='docs/experiments/<family>_*/experiment.flags' --relative_to=<name>
+        --experiments='docs/experiments/<family>_[A-Z]*/experiment.flags' --relative_to=<name>
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ _SUMMARY = flags.DEFINE_string(
 _EXPERIMENTS = flags.DEFINE_list(
     'experiments', None,
     'With --summary: the experiment.flags files, in column order; an entry may be a glob '
-    'pattern (quote it; its matches in sorted order).')
+    'pattern (quote it; its matches in sorted order). Each needs its committed raw metrics.')
 _RELATIVE_TO = flags.DEFINE_string(
     'relative_to', None,
     "With --summary: an experiment's name; every other cell also gives its change against that "

@@ -498,9 +498,22 @@ def family_markdown(
       method (e.g. each availability mode against ideal availability).
 
   Raises:
-    ValueError: If `relative_to` names no member, or as `evidence_spec.tune`.
+    ValueError: If two members have the same name or different ``final_k``
+      (one heading would describe different summaries), if `relative_to` names
+      no member, or as `evidence_spec.tune`.
   """
   names = [m.spec.name for m in members]
+  if not members:
+    raise ValueError('A family summary needs at least one experiment.')
+  repeated = sorted({n for n in names if names.count(n) > 1})
+  if repeated:
+    raise ValueError(f'Experiments given twice (by name): {", ".join(repeated)}.')
+  final_ks = {m.spec.name: m.spec.final_k for m in members}
+  if len(set(final_ks.values())) > 1:
+    raise ValueError(
+      f'The experiments summarise their final accuracy over different final_k: {final_ks}; '
+      'summarise those with the same k together.'
+    )
   if relative_to is not None and relative_to not in names:
     raise ValueError(f'relative_to={relative_to!r} is none of the experiments {names}.')
   short = dict(zip(names, _short_names(names)))
@@ -548,6 +561,8 @@ def family_markdown(
         text = _fmt(float(finite.mean()), metric)
         if finite.size > 1:
           text += f' ± {_fmt(float(finite.std(ddof=1)), metric)}'
+        if finite.size < m.spec.seeds:
+          text += f' ({finite.size}/{m.spec.seeds} seeds)'
         cells[m.spec.name, method] = text
     if relative_to is not None:
       for (name, method), mean in means.items():
@@ -559,8 +574,13 @@ def family_markdown(
       '',
       f'## {heading[0].upper()}{heading[1:]}',
       '',
-      'Mean ± sample standard deviation over the reported seeds'
-      + (f'; in brackets, the change against {short[relative_to]}' if relative_to else '')
+      'Mean ± sample standard deviation over the reported seeds (how many, where some are '
+      'missing or never reach the value)'
+      + (
+        f'; then the change against {short[relative_to]}, where it has the method'
+        if relative_to
+        else ''
+      )
       + '.',
       '',
       report.pipe_table(
@@ -576,8 +596,10 @@ def family_markdown(
   for n in names:
     column = []
     for method in methods:
-      value = median_round_seconds(chosen[n][method].runs.values()) if method in chosen[n] else 0
-      column.append(f'{value:.2f}' if method in chosen[n] and math.isfinite(value) else _MISSING)
+      value = (
+        median_round_seconds(chosen[n][method].runs.values()) if method in chosen[n] else math.nan
+      )
+      column.append(f'{value:.2f}' if math.isfinite(value) else _MISSING)
     seconds.append(column)
   parts += [
     '',
