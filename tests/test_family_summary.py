@@ -85,12 +85,14 @@ def test_a_family_refuses_repeats_and_mixed_final_k():
   runs = [_run('fedgs', 0, (1, 1), 0.1), _run('uniform', 0, (1, 1), 0.3)]
   with pytest.raises(ValueError, match='given twice'):
     evidence_report.family_markdown(
-      [evidence_report.Member(_spec('a'), runs, 'a'), evidence_report.Member(_spec('a'), runs, 'b')],
+      [evidence_report.Member(_spec('a'), runs, 'a'),
+       evidence_report.Member(_spec('a'), runs, 'b')],
       title='t', command='c')
   other_k = dataclasses.replace(_spec('b'), final_k=3)
   with pytest.raises(ValueError, match='different final_k'):
     evidence_report.family_markdown(
-      [evidence_report.Member(_spec('a'), runs, 'a'), evidence_report.Member(other_k, runs, 'b')],
+      [evidence_report.Member(_spec('a'), runs, 'a'),
+       evidence_report.Member(other_k, runs, 'b')],
       title='t', command='c')
 
 
