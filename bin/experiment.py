@@ -86,6 +86,7 @@ def command(spec: evidence_spec.ExperimentSpec, job: Job, runs_dir: str) -> list
       else []
     ),
     f'--{spec.method_flag}={job.method}',
+    *experiment_config.run_name_flags(spec, job.method),
     f'--seed={job.seed}',
     '--seeds=1',
     f'--client_learning_rate={job.rate:g}',

@@ -48,7 +48,10 @@ BINARIES = {
   'mmfl': 'sampling',
 }
 # Flags the driver sets per run; the file must leave them out.
-DRIVER_FLAGS = ('seed', 'seeds', 'client_learning_rate', 'root_output_dir', 'reset', 'cache_dir')
+DRIVER_FLAGS = (
+  'seed', 'seeds', 'client_learning_rate', 'root_output_dir', 'reset', 'cache_dir',
+  'experiment_name',
+)
 
 
 def _registry() -> flags.FlagValues:
@@ -313,6 +316,18 @@ def check_settings(spec: evidence_spec.ExperimentSpec, run: results.Run) -> None
         f'{run.path} was trained with {name}={run.hparams[name]!r}, but the configuration says '
         f'--{name}={value}: use another --runs_dir for the new configuration, or restore it.'
       )
+
+
+def run_name_flags(spec: evidence_spec.ExperimentSpec, method: str) -> list[str]:
+  """The ``--experiment_name`` that keeps each method's runs in a directory of their own.
+
+  A binary names a run after its own method flag (``<task>_<sampling>_seed<s>``), so the
+  default needs nothing. A method set through another flag (FedGS's ``--alpha``) is not in
+  that name: every value would write to, resume from and lock the same directory.
+  """
+  if spec.method_flag == BINARIES[spec.binary]:
+    return []
+  return [f'--experiment_name={spec.method_flag}{method}']
 
 
 def takes_cache_dir(spec: evidence_spec.ExperimentSpec) -> bool:

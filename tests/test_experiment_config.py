@@ -13,6 +13,7 @@ import pytest
 from bin import experiment_config
 from tff_sampling import evidence
 from tff_sampling import results
+from tff_sampling import run_dir
 from tff_sampling.experiments import evidence_spec
 
 CONFIG = """\
@@ -217,9 +218,21 @@ def test_method_flag_compares_values_of_another_flag(tmp_path):
   assert evidence_spec.run_method(run, spec) == '1'  # The recorded 1.0 is method '1'.
   with pytest.raises(ValueError, match='--alpha is set per run'):
     experiment_config.load(write_config(tmp_path, text + '--alpha=2\n', folder='other'))
-  # The default: the binary's method flag, runs labelled by their `sampling`.
+  # Each value's runs get a directory of their own: the binary's run name holds only
+  # --sampling, and two values sharing one would resume (or lock) each other's run.
+  names = [experiment_config.run_name_flags(spec, m) for m in ('0', '0.5', '1')]
+  assert names == [['--experiment_name=alpha0'], ['--experiment_name=alpha0.5'],
+                   ['--experiment_name=alpha1']]
+  for [flag] in names:
+    run_dir.check_run_name(flag.split('=', 1)[1])
+  # The default: the binary's method flag, runs labelled by their `sampling`, named by the
+  # binary as before.
   default = experiment_config.load(write_config(tmp_path, CONFIG, folder='third'))
   assert default.method_flag == 'methods' and default.label_key == 'sampling'
+  assert experiment_config.run_name_flags(default, 'uniform') == []
+  with pytest.raises(ValueError, match='--experiment_name is set per run'):
+    experiment_config.load(
+      write_config(tmp_path, CONFIG + '--experiment_name=mine\n', folder='fourth'))
 
 
 def test_beyond_keeps_the_grids_ratio():
