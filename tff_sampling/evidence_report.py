@@ -268,7 +268,8 @@ def _mean_over_rounds(run: results.Run, column: str) -> float:
 
 
 def per_seed_table(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, MethodRuns]) -> str:
-  """Final accuracy and the curve mean (and lowest loss, `_summaries`) of every reported run."""
+  """Final accuracy and the curve mean (and lowest loss, `_summaries`) of every reported run,
+  and each extra column's mean per round."""
   seeds = list(spec.reported_seeds)
   rows = []
   for m in chosen.values():
@@ -276,6 +277,12 @@ def per_seed_table(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, Meth
       values = metric_values(spec, m.runs, metric)
       rows.append(
         [m.label, metric] + [_fmt(values[s], metric) if s in values else _MISSING for s in seeds]
+      )
+    for column in spec.extra_columns:
+      means = {s: _mean_over_rounds(run, column) for s, run in m.runs.items()}
+      rows.append(
+        [m.label, f'{column} (mean/round)']
+        + [f'{means[s]:.3f}' if math.isfinite(means.get(s, math.nan)) else _MISSING for s in seeds]
       )
   headers = ['method', 'summary'] + [f'seed {s}' for s in seeds]
   return report.pipe_table(headers, [list(c) for c in zip(*rows)])

@@ -1,0 +1,55 @@
+"""The tables of an experiment's results.md (`evidence_report`), checked by hand."""
+
+import numpy as np
+
+from tff_sampling import evidence_report
+from tff_sampling import results
+from tff_sampling.experiments import evidence_spec
+
+ACTIVE = 'availability/active_clients'
+
+
+def _run(method, seed, active):
+  """A 3-round run evaluated at rounds 0 and 2, with `active` clients in rounds 1 and 2."""
+  metrics = {
+    'eval/accuracy': np.array([0.1, np.nan, 0.5]),
+    'eval/loss': np.array([2.0, np.nan, 1.0]),
+    ACTIVE: np.array([np.nan, *active]),
+    'uplink/cumulative_bits': np.array([0.0, 1e9, 2e9]),
+  }
+  hparams = dict(sampling=method, seed=seed, client_learning_rate=0.1, rounds=2)
+  return results.Run(path=f'{method}{seed}', hparams=hparams, metrics=metrics, rounds=np.arange(3))
+
+
+def _rows(text, heading):
+  """The table rows under `heading`, by their first two cells."""
+  start = text.index(heading)
+  section = text[start : text.find('\n## ', start + 3)]
+  return {
+    tuple(c.strip() for c in line.split('|')[1:3]): [c.strip() for c in line.split('|')[3:-1]]
+    for line in section.splitlines()
+    if line.startswith('| ') and not line.startswith('| method') and '---' not in line
+  }
+
+
+def test_extra_columns_are_averaged_per_run_and_over_seeds():
+  spec = evidence_spec.ExperimentSpec(
+    name='e', title='e', binary='fedgs', binary_flags=(), methods=('fedgs', 'uniform'),
+    baseline='uniform', learning_rates=(0.1,), tuning_seed=100, seeds=2, final_k=1,
+    targets=(), claims=(), extra_columns=(ACTIVE,),
+    fixed_rates=(('fedgs', 0.1), ('uniform', 0.1)))
+  # Per run, the mean over the rounds that record it: seed 0 (4 + 6) / 2 = 5, seed 1 (2 + 2) / 2
+  # = 2; over the seeds 3.5 ± sqrt(((5 − 3.5)² + (2 − 3.5)²) / 1) = 2.121. Uniform is missing
+  # seed 1.
+  runs = [_run('fedgs', 0, [4, 6]), _run('fedgs', 1, [2, 2]), _run('uniform', 0, [3, 3])]
+  text = evidence_report.results_markdown(spec, runs, command='cmd')
+  label = f'{ACTIVE} (mean/round)'
+  assert _rows(text, '## Per seed')[('fedgs (lr 0.1)', label)] == ['5.000', '2.000']
+  assert _rows(text, '## Per seed')[('uniform (lr 0.1)', label)] == ['3.000', '—']
+  summary = _rows(text, '## Summaries over seeds')
+  header = next(
+    line for line in text.splitlines() if line.startswith('| method') and 'Gbit' in line
+  )
+  column = [c.strip() for c in header.split('|')[1:-1]].index(label)
+  assert summary[('fedgs (lr 0.1)', '2')][column - 2] == '3.500 ± 2.121'
+  assert summary[('uniform (lr 0.1)', '1')][column - 2] == '3.000'
