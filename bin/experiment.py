@@ -26,11 +26,17 @@ binary's flags before anything runs. The stages:
 interrupted one resumes, so the command can be stopped and rerun at any time
 (e.g. under ``nohup``). ``--parallel=N`` runs N at once. The driver writes
 only inside ``--runs_dir`` and the raw metrics file.
+
+The raw metrics file is also the experiment's durable record: it is rewritten
+each time a run finishes, and a finished run found in it is not trained again
+(``--noreuse_raw_metrics`` trains it anyway). An experiment longer than one
+machine's life therefore resumes on another machine from the committed file,
+losing only the runs that were still training.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 import dataclasses
 import glob
 import os
@@ -60,6 +66,12 @@ _CACHE_DIR = flags.DEFINE_string(
   'cache_dir', None, "Passed to the binary: where this machine keeps TFF's dataset caches (a "
   "machine's path, so never in the configuration).")
 _DRY_RUN = flags.DEFINE_bool('dry_run', False, 'Print the runs it would start, start none.')
+_REUSE = flags.DEFINE_bool(
+  'reuse_raw_metrics', True, 'Count the finished runs already in the raw metrics file as done '
+  '(so an experiment resumes on a new machine from its committed file).')
+
+# Runs by name (their path relative to the runs directory, as in the raw metrics file).
+Named = dict[str, results.Run]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,12 +106,26 @@ def command(spec: evidence_spec.ExperimentSpec, job: Job, runs_dir: str) -> list
   ]
 
 
-def find_run(spec: evidence_spec.ExperimentSpec, job: Job, runs_dir: str) -> results.Run | None:
-  """The run of `job` in `runs_dir`, if one was written (its settings checked).
+def _is_job(spec: evidence_spec.ExperimentSpec, job: Job, run: results.Run) -> bool:
+  return (
+    run.hparams.get('seed') == job.seed
+    and evidence_spec.run_method(run, spec) == job.method
+    and evidence_spec.rate_directory(evidence_spec.run_rate(run))
+    == evidence_spec.rate_directory(job.rate)
+  )
+
+
+def find_run(
+  spec: evidence_spec.ExperimentSpec, job: Job, runs_dir: str, carried: Named | None = None
+) -> results.Run | None:
+  """The run of `job`: in `runs_dir` if it finished there, else a finished one in `carried`
+  (runs from the raw metrics file), else the unfinished one in `runs_dir`, if any (its
+  settings checked).
 
   Raises:
     ValueError: As `experiment_config.check_settings`.
   """
+  local = None
   pattern = os.path.join(runs_dir, evidence_spec.rate_directory(job.rate), '*', 'metrics.csv')
   for metrics_path in sorted(glob.glob(pattern)):
     try:
@@ -108,18 +134,16 @@ def find_run(spec: evidence_spec.ExperimentSpec, job: Job, runs_dir: str) -> res
       continue  # A run that has not written its first row yet.
     if run.hparams.get('seed') == job.seed and evidence_spec.run_method(run, spec) == job.method:
       experiment_config.check_settings(spec, run)
-      return run
-  return None
+      local = run
+      break
+  if is_done(local):
+    return local
+  return next((r for r in (carried or {}).values() if _is_job(spec, job, r)), local)
 
 
 def is_done(run: results.Run | None) -> bool:
   """Finished all its rounds, or diverged (rerunning would diverge again)."""
-  if run is None:
-    return False
-  return (
-    evidence_spec.diverged(run) is not None
-    or int(run.rounds[-1]) >= int(run.hparams.get('rounds', 0))
-  )
+  return run is not None and evidence_spec.finished(run)
 
 
 class _Stop(Exception):
@@ -130,13 +154,22 @@ def _raise_stop(signum, frame):  # pylint: disable=unused-argument
   raise _Stop(signal.Signals(signum).name)
 
 
-def train(spec: evidence_spec.ExperimentSpec, jobs: Sequence[Job], runs_dir: str) -> None:
-  """Trains the jobs not yet done, `_PARALLEL` at a time; raises on a failed run."""
-  todo = [job for job in jobs if not is_done(find_run(spec, job, runs_dir))]
+def train(
+  spec: evidence_spec.ExperimentSpec,
+  jobs: Sequence[Job],
+  runs_dir: str,
+  carried: Named | None = None,
+  on_finished: Callable[[], None] = lambda: None,
+) -> None:
+  """Trains the jobs not yet done (in `runs_dir` or `carried`), `_PARALLEL` at a time, calling
+  `on_finished` after each run that ends; raises on a failed run."""
+  todo = [job for job in jobs if not is_done(find_run(spec, job, runs_dir, carried))]
   print(f'{len(jobs) - len(todo)} of {len(jobs)} runs done; {len(todo)} to train.', flush=True)
   if _DRY_RUN.value:
     for job in todo:
       print(' '.join(command(spec, job, runs_dir)))
+    return
+  if not todo:
     return
   logs = os.path.join(runs_dir, 'logs')
   os.makedirs(logs, exist_ok=True)
@@ -163,6 +196,7 @@ def train(spec: evidence_spec.ExperimentSpec, jobs: Sequence[Job], runs_dir: str
         at = evidence_spec.diverged(run) if run is not None else None
         outcome = f'diverged in round {at}' if at is not None else 'finished'
         print(f'{job.name}: {outcome} in {time.monotonic() - start:.0f} s', flush=True)
+        on_finished()
   finally:
     for process in running:
       process.terminate()  # The binaries stop cleanly on SIGTERM and resume on rerun.
@@ -176,9 +210,12 @@ def train(spec: evidence_spec.ExperimentSpec, jobs: Sequence[Job], runs_dir: str
       signal.signal(s, handler)
 
 
-def all_runs(spec: evidence_spec.ExperimentSpec, runs_dir: str) -> list[results.Run]:
-  """Every run of the experiment's methods in `runs_dir`."""
-  found = []
+def all_runs(
+  spec: evidence_spec.ExperimentSpec, runs_dir: str, carried: Named | None = None
+) -> Named:
+  """Every run of the experiment's methods in `runs_dir`, by name, and each finished run of
+  `carried` whose name has no finished run there."""
+  found: Named = {}
   rates = set()
   for folder in glob.glob(os.path.join(runs_dir, 'lr*')):
     try:
@@ -190,14 +227,34 @@ def all_runs(spec: evidence_spec.ExperimentSpec, runs_dir: str) -> list[results.
     for metrics_path in sorted(glob.glob(pattern)):
       run = results.load_run(os.path.dirname(metrics_path))
       if evidence_spec.run_method(run, spec) in spec.methods:
-        found.append(run)
-  return found
+        found[os.path.relpath(run.path, runs_dir)] = run
+  for name, run in (carried or {}).items():
+    if not is_done(found.get(name)):
+      found[name] = run
+  return dict(sorted(found.items()))
 
 
-def _tuning_done(spec: evidence_spec.ExperimentSpec, runs_dir: str) -> bool:
+def carried_runs(spec: evidence_spec.ExperimentSpec, archive: str) -> Named:
+  """The finished runs of the experiment's methods in raw metrics file `archive`, by name
+  (none if it does not exist).
+
+  Raises:
+    ValueError: If the file is not a raw metrics file, or as `experiment_config.check_settings`.
+  """
+  if not os.path.isfile(archive):
+    return {}
+  carried = {}
+  for run in raw_metrics.read(archive):
+    if evidence_spec.run_method(run, spec) in spec.methods and is_done(run):
+      experiment_config.check_settings(spec, run)
+      carried[run.path.rpartition('#')[2]] = run
+  return carried
+
+
+def _tuning_done(spec: evidence_spec.ExperimentSpec, runs_dir: str, carried: Named) -> bool:
   """Whether every method's tuning is finished, past the grid included."""
   try:
-    return not evidence_spec.tune(spec, all_runs(spec, runs_dir)).pending
+    return not evidence_spec.tune(spec, list(all_runs(spec, runs_dir, carried).values())).pending
   except ValueError:
     return False
 
@@ -205,10 +262,10 @@ def _tuning_done(spec: evidence_spec.ExperimentSpec, runs_dir: str) -> bool:
 def sibling_runs(source: evidence_spec.ExperimentSpec, runs_dir: str) -> list[results.Run]:
   """The runs of experiment `source`: its runs directory beside `runs_dir`, else its raw metrics."""
   folder = os.path.join(os.path.dirname(runs_dir), source.name)
-  if os.path.isdir(folder):
-    return all_runs(source, folder)
   archive = os.path.join(
     os.path.dirname(experiment_config.sibling(_CONFIG.value, source.name)), raw_metrics.FILENAME)
+  if os.path.isdir(folder):
+    return list(all_runs(source, folder, carried_runs(source, archive)).values())
   if not os.path.isfile(archive):
     raise FileNotFoundError(
       f'Experiment {source.name!r} has neither runs in {folder} nor raw metrics in {archive}: '
@@ -230,38 +287,48 @@ def main(argv: Sequence[str]) -> None:
       spec, _CONFIG.value, lambda source: sibling_runs(source, runs_dir))
   except (FileNotFoundError, ValueError) as e:
     sys.exit(f'Error: {e}')
+  archive = _RAW_METRICS.value or os.path.join(
+    os.path.dirname(_CONFIG.value), raw_metrics.FILENAME)
+  try:
+    carried = carried_runs(spec, archive) if _REUSE.value else {}
+  except ValueError as e:
+    sys.exit(f'Error: {e}')
+
+  def export() -> None:
+    runs = all_runs(spec, runs_dir, carried)
+    unfinished = [name for name, run in runs.items() if not is_done(run)]
+    if unfinished:
+      print(f'Note: unfinished runs exported as they are: {", ".join(unfinished)}')
+    path = raw_metrics.write(list(runs.values()), archive, names=list(runs))
+    print(f'Wrote {len(runs)} runs to {path}', flush=True)
+
+  def train_and_export(jobs: Sequence[Job]) -> None:
+    train(spec, jobs, runs_dir, carried, on_finished=export)
+
   stage = _STAGE.value
   try:
     if stage in ('all', 'tune') and spec.tuned:
-      train(spec, [Job(m, r, spec.tuning_seed) for r in spec.learning_rates for m in spec.methods],
-            runs_dir)
-      if _DRY_RUN.value and not _tuning_done(spec, runs_dir):
+      train_and_export(
+        [Job(m, r, spec.tuning_seed) for r in spec.learning_rates for m in spec.methods])
+      if _DRY_RUN.value and not _tuning_done(spec, runs_dir, carried):
         print('The evaluation runs are listed once the tuning runs are done.')
         return
-      tuning = evidence_spec.tune(spec, all_runs(spec, runs_dir))
+      tuning = evidence_spec.tune(spec, list(all_runs(spec, runs_dir, carried).values()))
       while tuning.pending and not _DRY_RUN.value:
         print('Past the grid: ' + ', '.join(f'{m} {r:g}' for m, r in tuning.pending.items()))
-        train(spec, [Job(m, r, spec.tuning_seed) for m, r in tuning.pending.items()], runs_dir)
-        tuning = evidence_spec.tune(spec, all_runs(spec, runs_dir))
+        train_and_export([Job(m, r, spec.tuning_seed) for m, r in tuning.pending.items()])
+        tuning = evidence_spec.tune(spec, list(all_runs(spec, runs_dir, carried).values()))
     if stage in ('all', 'evaluate'):
-      tuning = evidence_spec.tune(spec, all_runs(spec, runs_dir))
+      tuning = evidence_spec.tune(spec, list(all_runs(spec, runs_dir, carried).values()))
       if tuning.pending:
         raise ValueError(
           'Tuning is not done: ' + ', '.join(f'{m} at {r:g}' for m, r in tuning.pending.items())
           + ' still to train; run --stage=tune first.')
       print('Learning rates: ' + ', '.join(f'{m} {r:g}' for m, r in tuning.chosen.items()))
-      train(spec, [Job(m, tuning.chosen[m], s) for s in spec.reported_seeds for m in spec.methods],
-            runs_dir)
+      train_and_export(
+        [Job(m, tuning.chosen[m], s) for s in spec.reported_seeds for m in spec.methods])
     if stage in ('all', 'export') and not _DRY_RUN.value:
-      runs = all_runs(spec, runs_dir)
-      unfinished = [r.name for r in runs if not is_done(r)]
-      if unfinished:
-        print(f'Note: unfinished runs exported as they are: {", ".join(unfinished)}')
-      path = raw_metrics.write(
-        runs,
-        _RAW_METRICS.value or os.path.join(os.path.dirname(_CONFIG.value), raw_metrics.FILENAME),
-        names=[os.path.relpath(r.path, runs_dir) for r in runs])
-      print(f'Wrote {len(runs)} runs to {path}')
+      export()
   except _Stop as e:
     sys.exit(f'Stopped by {e}; rerun the same command to resume.')
   except (RuntimeError, ValueError) as e:

@@ -13,6 +13,7 @@ from tff_sampling import evidence
 from tff_sampling import evidence_report
 from tff_sampling import raw_metrics
 from tff_sampling import results
+from tff_sampling.experiments import evidence_spec
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMITTED = sorted(
@@ -103,6 +104,36 @@ def test_tune_evaluate_export_report_and_rerun(tmp_path):
   assert again.stdout.count('runs done; 0 to train.') == 2
   assert before == {p: os.path.getmtime(p) for p in before}
 
+  # A new machine (an empty runs directory) resumes from the committed raw metrics: nothing
+  # finished is trained again and the file comes out the same, byte for byte.
+  committed = (folder / 'runs.jsonl.gz').read_bytes()
+  fresh = _driver(f'--config={config}', f'--runs_dir={tmp_path / "new_machine"}')
+  assert fresh.returncode == 0, fresh.stderr[-2000:]
+  assert fresh.stdout.count('runs done; 0 to train.') == 2
+  assert not (tmp_path / 'new_machine').exists()
+  assert (folder / 'runs.jsonl.gz').read_bytes() == committed
+
+  # With only the tuning runs committed, a new machine trains just the evaluation runs;
+  # --noreuse_raw_metrics trains everything again.
+  assert evidence_spec.missing_runs(spec, archived) == []
+  tuning_only = [r for r in archived if r.hparams['seed'] == 7]
+  raw_metrics.write(tuning_only, folder / 'runs.jsonl.gz',
+                    names=[r.path.split('#')[1] for r in tuning_only])
+  assert evidence_spec.missing_runs(spec, tuning_only) == [
+    f'{m} at {chosen[m]:g}, seed {s}' for s in (0, 1) for m in ('uniform', 'full')]
+  partial = _driver(f'--config={config}', f'--runs_dir={tmp_path / "new_machine"}', '--dry_run')
+  assert partial.returncode == 0, partial.stderr[-2000:]
+  assert '4 of 4 runs done; 0 to train.' in partial.stdout
+  assert '0 of 4 runs done; 4 to train.' in partial.stdout
+  assert partial.stdout.count('--seed=7') == 0
+  again_all = _driver(f'--config={config}', f'--runs_dir={tmp_path / "new_machine"}', '--dry_run',
+                      '--noreuse_raw_metrics')
+  assert again_all.returncode == 0, again_all.stderr[-2000:]
+  assert '0 of 4 runs done; 4 to train.' in again_all.stdout
+  assert again_all.stdout.count('--seed=7') == 4
+  assert not (tmp_path / 'new_machine').exists()
+  (folder / 'runs.jsonl.gz').write_bytes(committed)
+
   # A configuration edited after its runs started is refused, naming the setting.
   config.write_text(CONFIG.replace('--rounds=2', '--rounds=3'))
   edited = _driver(f'--config={config}', f'--runs_dir={runs_dir}')
@@ -157,7 +188,14 @@ def test_committed_report_regenerates_exactly(folder):
   config = os.path.join(folder, experiment_config.CONFIG_FILENAME)
   # Borrowed rates come from the sibling's committed raw metrics, as bin.report reads them.
   spec = experiment_config.load_committed(config)
+  runs = raw_metrics.read(archive)
+  if not os.path.exists(os.path.join(folder, 'results.md')):
+    # Runs are committed as they finish, so that a new machine resumes the experiment; its
+    # report comes once it is complete.
+    missing = evidence_spec.missing_runs(spec, runs)
+    assert missing, f'{os.path.basename(folder)} is complete but has no results.md: bin.report'
+    pytest.skip(f'{os.path.basename(folder)}: in progress, {len(missing)} runs to go')
   text = evidence_report.results_markdown(
-    spec, raw_metrics.read(archive), command=evidence_report.regenerate_command(config))
+    spec, runs, command=evidence_report.regenerate_command(config))
   with open(os.path.join(folder, 'results.md'), encoding='utf-8') as f:
     assert f.read() == text

@@ -252,6 +252,11 @@ def diverged(run: results.Run) -> int | None:
   return int(run.rounds[rows[0]]) if rows.size else None
 
 
+def finished(run: results.Run) -> bool:
+  """Whether `run` trained all its rounds or diverged (training it again would diverge again)."""
+  return diverged(run) is not None or int(run.rounds[-1]) >= int(run.hparams.get('rounds', 0))
+
+
 def beyond(edge: float, neighbour: float) -> float:
   """The next rate past `edge`, away from `neighbour`, at the same ratio (2 significant digits).
 
@@ -329,7 +334,7 @@ def tune(spec: ExperimentSpec, runs: Sequence[results.Run]) -> TuningResult:
     if at is not None:
       diverged_at[key] = at
       scores[key] = math.nan
-    elif int(run.rounds[-1]) >= int(run.hparams.get('rounds', 0)):
+    elif finished(run):
       scores[key] = evidence.final_mean(run, spec.final_k)
     # An unfinished tuning run (still training) does not score yet.
   chosen, tried, pending = {}, {}, {}
@@ -358,6 +363,35 @@ def tune(spec: ExperimentSpec, runs: Sequence[results.Run]) -> TuningResult:
     tried,
     pending,
   )
+
+
+def missing_runs(spec: ExperimentSpec, runs: Sequence[results.Run]) -> list[str]:
+  """The runs `spec` still needs before its report is final, each as ``method at rate, seed s``
+  (empty when the experiment is complete): the tuning grid, any rate past its edge, and every
+  method on every reported seed at its chosen rate. A borrowed rate must be resolved first.
+  """
+  done = {
+    (run_method(r, spec), rate_directory(run_rate(r)), r.hparams.get('seed'))
+    for r in runs
+    if finished(r)
+  }
+  wanted = []
+  if spec.tuned:
+    wanted = [(m, r, spec.tuning_seed) for r in spec.learning_rates for m in spec.methods]
+  try:
+    tuning = tune(spec, [r for r in runs if finished(r)])
+  except ValueError:
+    tuning = None
+  if tuning is not None:
+    wanted += [(m, r, spec.tuning_seed) for m, r in tuning.pending.items()]
+    if not tuning.pending:
+      wanted += [(m, tuning.chosen[m], s) for s in spec.reported_seeds for m in spec.methods]
+  missing = [
+    f'{m} at {r:g}, seed {s}' for m, r, s in wanted if (m, rate_directory(r), s) not in done
+  ]
+  if tuning is None and not missing:
+    missing = ['a method with no tuning run that did not diverge: widen its grid']
+  return missing
 
 
 def with_borrowed_rates(spec: ExperimentSpec, source: TuningResult) -> ExperimentSpec:
