@@ -368,7 +368,8 @@ def tune(spec: ExperimentSpec, runs: Sequence[results.Run]) -> TuningResult:
 def missing_runs(spec: ExperimentSpec, runs: Sequence[results.Run]) -> list[str]:
   """The runs `spec` still needs before its report is final, each as ``method at rate, seed s``
   (empty when the experiment is complete): the tuning grid, any rate past its edge, and every
-  method on every reported seed at its chosen rate. A borrowed rate must be resolved first.
+  method on every reported seed at its chosen rate (listed once the tuning is done, so an
+  experiment still tuning needs more runs than these). A borrowed rate must be resolved first.
   """
   done = {
     (run_method(r, spec), rate_directory(run_rate(r)), r.hparams.get('seed'))
