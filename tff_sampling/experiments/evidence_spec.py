@@ -379,11 +379,12 @@ def missing_runs(spec: ExperimentSpec, runs: Sequence[results.Run]) -> list[str]
   wanted = []
   if spec.tuned:
     wanted = [(m, r, spec.tuning_seed) for r in spec.learning_rates for m in spec.methods]
+  grid_done = all((m, rate_directory(r), s) in done for m, r, s in wanted)
   try:
     tuning = tune(spec, [r for r in runs if finished(r)])
   except ValueError:
     tuning = None
-  if tuning is not None:
+  if tuning is not None and grid_done:  # Past the grid's edges: only the whole grid tells.
     wanted += [(m, r, spec.tuning_seed) for m, r in tuning.pending.items()]
     if not tuning.pending:
       wanted += [(m, tuning.chosen[m], s) for s in spec.reported_seeds for m in spec.methods]
