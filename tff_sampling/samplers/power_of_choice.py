@@ -6,8 +6,11 @@ global model's loss on each candidate's local data, and keep the
 ``clients_per_round`` candidates with the highest loss (ties: the earlier
 draw). The losses come from the program loop's *loss probe*, a federated
 computation (`tff_sampling.learning.signals.build_loss_probe`) that reveals
-each candidate's loss to the server. Aggregation weights are left to the
-process (``Selection.weights is None``: FedAvg's example weighting).
+each candidate's loss to the server. The program loop evaluates it on the
+batches the candidate would train on this round: its whole data for epoch
+training (the paper's pow-d), a mini-batch estimate when the local steps are
+fixed (like the paper's cpow-d). Aggregation weights are left to the process
+(``Selection.weights is None``: FedAvg's example weighting).
 """
 
 from __future__ import annotations
