@@ -24,8 +24,9 @@ binary's flags before anything runs. The stages:
 (``--seeds=1``), in ``<runs_dir>/lr<rate>/``, its output in
 ``<runs_dir>/logs/``; a finished or diverged run is not started again and an
 interrupted one resumes, so the command can be stopped and rerun at any time
-(e.g. under ``nohup``). ``--parallel=N`` runs N at once. The driver writes
-only inside ``--runs_dir`` and the raw metrics file.
+(e.g. under ``nohup``). ``--parallel=N`` runs N at once, the methods whose
+runs took longest first (`longest_first`). The driver writes only inside
+``--runs_dir`` and the raw metrics file.
 
 The raw metrics file is also the experiment's durable record: it is rewritten
 each time a run finishes, and a finished run found in it is not trained again
@@ -36,9 +37,11 @@ losing only the runs that were still training.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import collections
+from collections.abc import Callable, Iterable, Sequence
 import dataclasses
 import glob
+import math
 import os
 import signal
 import subprocess
@@ -49,6 +52,7 @@ from absl import app
 from absl import flags
 
 from bin import experiment_config
+from tff_sampling import evidence_report
 from tff_sampling import raw_metrics
 from tff_sampling import results
 from tff_sampling.experiments import evidence_spec
@@ -146,6 +150,27 @@ def is_done(run: results.Run | None) -> bool:
   return run is not None and evidence_spec.finished(run)
 
 
+def longest_first(
+  spec: evidence_spec.ExperimentSpec, jobs: Sequence[Job], timed: Iterable[results.Run]
+) -> list[Job]:
+  """`jobs`, those of the methods with the most seconds per round in `timed` first.
+
+  A stable sort; a method with no timed run counts as the longest. With
+  ``--parallel`` > 1 the experiment then ends on short runs rather than on one
+  long run beside idle slots. Only the order changes: every run is independent.
+  """
+  by_method: dict[str, list[results.Run]] = collections.defaultdict(list)
+  for run in timed:
+    by_method[evidence_spec.run_method(run, spec)].append(run)
+  seconds = {m: evidence_report.median_round_seconds(runs) for m, runs in by_method.items()}
+
+  def longest(job: Job) -> float:
+    value = seconds.get(job.method, math.nan)
+    return -math.inf if math.isnan(value) else -value
+
+  return sorted(jobs, key=longest)
+
+
 class _Stop(Exception):
   pass
 
@@ -160,12 +185,15 @@ def train(
   runs_dir: str,
   carried: Named | None = None,
   on_finished: Callable[[], None] = lambda: None,
+  timed: Callable[[], Iterable[results.Run]] = lambda: (),
 ) -> None:
   """Trains the jobs not yet done (in `runs_dir` or `carried`), `_PARALLEL` at a time, calling
-  `on_finished` after each run that ends; raises on a failed run."""
+  `on_finished` after each run that ends; raises on a failed run. The next run to start is
+  the first of `longest_first` over the runs `timed` returns at that moment."""
   todo = [job for job in jobs if not is_done(find_run(spec, job, runs_dir, carried))]
   print(f'{len(jobs) - len(todo)} of {len(jobs)} runs done; {len(todo)} to train.', flush=True)
   if _DRY_RUN.value:
+    todo = longest_first(spec, todo, timed())
     for job in todo:
       print(' '.join(command(spec, job, runs_dir)))
     return
@@ -177,6 +205,8 @@ def train(
   previous = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGINT)}
   try:
     while todo or running:
+      if todo and len(running) < _PARALLEL.value:
+        todo = longest_first(spec, todo, timed())
       while todo and len(running) < _PARALLEL.value:
         job = todo.pop(0)
         with open(os.path.join(logs, f'{job.name}.log'), 'ab') as log:
@@ -279,12 +309,18 @@ def main(argv: Sequence[str]) -> None:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   if not _CONFIG.value:
     raise app.UsageError('--config is required (docs/experiments/<name>/experiment.flags).')
+  # The sibling's runs, whose tuning gives the rates, also time the methods' first runs here.
+  source_runs: list[results.Run] = []
+
+  def read_source(source: evidence_spec.ExperimentSpec) -> list[results.Run]:
+    source_runs.extend(sibling_runs(source, runs_dir))
+    return source_runs
+
   try:
     spec = experiment_config.load(_CONFIG.value)
     runs_dir = os.path.abspath(
       _RUNS_DIR.value or os.path.join('results', 'experiments', spec.name))
-    spec = experiment_config.borrow_rates(
-      spec, _CONFIG.value, lambda source: sibling_runs(source, runs_dir))
+    spec = experiment_config.borrow_rates(spec, _CONFIG.value, read_source)
   except (FileNotFoundError, ValueError) as e:
     sys.exit(f'Error: {e}')
   archive = _RAW_METRICS.value or os.path.join(
@@ -302,8 +338,11 @@ def main(argv: Sequence[str]) -> None:
     path = raw_metrics.write(list(runs.values()), archive, names=list(runs))
     print(f'Wrote {len(runs)} runs to {path}', flush=True)
 
+  def timed() -> list[results.Run]:
+    return [*source_runs, *all_runs(spec, runs_dir, carried).values()]
+
   def train_and_export(jobs: Sequence[Job]) -> None:
-    train(spec, jobs, runs_dir, carried, on_finished=export)
+    train(spec, jobs, runs_dir, carried, on_finished=export, timed=timed)
 
   stage = _STAGE.value
   try:
