@@ -25,7 +25,7 @@ binary's flags before anything runs. The stages:
 ``<runs_dir>/logs/``; a finished or diverged run is not started again and an
 interrupted one resumes, so the command can be stopped and rerun at any time
 (e.g. under ``nohup``). ``--parallel=N`` runs N at once, the methods whose
-runs took longest first (`longest_first`). The driver writes only inside
+runs took longest first (`experiment_jobs.longest_first`). The driver writes only inside
 ``--runs_dir`` and the raw metrics file.
 
 The raw metrics file is also the experiment's durable record: it is rewritten
@@ -37,11 +37,8 @@ losing only the runs that were still training.
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Callable, Iterable, Sequence
-import dataclasses
 import glob
-import math
 import os
 import signal
 import subprocess
@@ -52,7 +49,7 @@ from absl import app
 from absl import flags
 
 from bin import experiment_config
-from tff_sampling import evidence_report
+from bin import experiment_jobs
 from tff_sampling import raw_metrics
 from tff_sampling import results
 from tff_sampling.experiments import evidence_spec
@@ -67,29 +64,23 @@ _RAW_METRICS = flags.DEFINE_string(
   'raw_metrics', None, 'Raw metrics file to export (default: runs.jsonl.gz beside --config).'
 )
 _CACHE_DIR = flags.DEFINE_string(
-  'cache_dir', None, "Passed to the binary: where this machine keeps TFF's dataset caches (a "
-  "machine's path, so never in the configuration).")
+  'cache_dir',
+  None,
+  "Passed to the binary: where this machine keeps TFF's dataset caches (a "
+  "machine's path, so never in the configuration).",
+)
 _DRY_RUN = flags.DEFINE_bool('dry_run', False, 'Print the runs it would start, start none.')
 _REUSE = flags.DEFINE_bool(
-  'reuse_raw_metrics', True, 'Count the finished runs already in the raw metrics file as done '
-  '(so an experiment resumes on a new machine from its committed file).')
-
-# Runs by name (their path relative to the runs directory, as in the raw metrics file).
-Named = dict[str, results.Run]
-
-
-@dataclasses.dataclass(frozen=True)
-class Job:
-  method: str
-  rate: float
-  seed: int
-
-  @property
-  def name(self) -> str:
-    return f'{evidence_spec.rate_directory(self.rate)}_{self.method}_seed{self.seed}'
+  'reuse_raw_metrics',
+  True,
+  'Count the finished runs already in the raw metrics file as done '
+  '(so an experiment resumes on a new machine from its committed file).',
+)
 
 
-def command(spec: evidence_spec.ExperimentSpec, job: Job, runs_dir: str) -> list[str]:
+def command(
+  spec: evidence_spec.ExperimentSpec, job: experiment_jobs.Job, runs_dir: str
+) -> list[str]:
   """The ``bin.<binary>`` call that trains `job`."""
   return [
     sys.executable,
@@ -110,67 +101,6 @@ def command(spec: evidence_spec.ExperimentSpec, job: Job, runs_dir: str) -> list
   ]
 
 
-def _is_job(spec: evidence_spec.ExperimentSpec, job: Job, run: results.Run) -> bool:
-  return (
-    run.hparams.get('seed') == job.seed
-    and evidence_spec.run_method(run, spec) == job.method
-    and evidence_spec.rate_directory(evidence_spec.run_rate(run))
-    == evidence_spec.rate_directory(job.rate)
-  )
-
-
-def find_run(
-  spec: evidence_spec.ExperimentSpec, job: Job, runs_dir: str, carried: Named | None = None
-) -> results.Run | None:
-  """The run of `job`: in `runs_dir` if it finished there, else a finished one in `carried`
-  (runs from the raw metrics file), else the unfinished one in `runs_dir`, if any (its
-  settings checked).
-
-  Raises:
-    ValueError: As `experiment_config.check_settings`.
-  """
-  local = None
-  pattern = os.path.join(runs_dir, evidence_spec.rate_directory(job.rate), '*', 'metrics.csv')
-  for metrics_path in sorted(glob.glob(pattern)):
-    try:
-      run = results.load_run(os.path.dirname(metrics_path))
-    except ValueError:
-      continue  # A run that has not written its first row yet.
-    if run.hparams.get('seed') == job.seed and evidence_spec.run_method(run, spec) == job.method:
-      experiment_config.check_settings(spec, run)
-      local = run
-      break
-  if is_done(local):
-    return local
-  return next((r for r in (carried or {}).values() if _is_job(spec, job, r)), local)
-
-
-def is_done(run: results.Run | None) -> bool:
-  """Finished all its rounds, or diverged (rerunning would diverge again)."""
-  return run is not None and evidence_spec.finished(run)
-
-
-def longest_first(
-  spec: evidence_spec.ExperimentSpec, jobs: Sequence[Job], timed: Iterable[results.Run]
-) -> list[Job]:
-  """`jobs`, those of the methods with the most seconds per round in `timed` first.
-
-  A stable sort; a method with no timed run counts as the longest. With
-  ``--parallel`` > 1 the experiment then ends on short runs rather than on one
-  long run beside idle slots. Only the order changes: every run is independent.
-  """
-  by_method: dict[str, list[results.Run]] = collections.defaultdict(list)
-  for run in timed:
-    by_method[evidence_spec.run_method(run, spec)].append(run)
-  seconds = {m: evidence_report.median_round_seconds(runs) for m, runs in by_method.items()}
-
-  def longest(job: Job) -> float:
-    value = seconds.get(job.method, math.nan)
-    return -math.inf if math.isnan(value) else -value
-
-  return sorted(jobs, key=longest)
-
-
 class _Stop(Exception):
   pass
 
@@ -181,19 +111,23 @@ def _raise_stop(signum, frame):  # pylint: disable=unused-argument
 
 def train(
   spec: evidence_spec.ExperimentSpec,
-  jobs: Sequence[Job],
+  jobs: Sequence[experiment_jobs.Job],
   runs_dir: str,
-  carried: Named | None = None,
+  carried: experiment_jobs.Named | None = None,
   on_finished: Callable[[], None] = lambda: None,
   timed: Callable[[], Iterable[results.Run]] = lambda: (),
 ) -> None:
   """Trains the jobs not yet done (in `runs_dir` or `carried`), `_PARALLEL` at a time, calling
   `on_finished` after each run that ends; raises on a failed run. The next run to start is
   the first of `longest_first` over the runs `timed` returns at that moment."""
-  todo = [job for job in jobs if not is_done(find_run(spec, job, runs_dir, carried))]
+  todo = [
+    job
+    for job in jobs
+    if not experiment_jobs.is_done(experiment_jobs.find_run(spec, job, runs_dir, carried))
+  ]
   print(f'{len(jobs) - len(todo)} of {len(jobs)} runs done; {len(todo)} to train.', flush=True)
   if _DRY_RUN.value:
-    todo = longest_first(spec, todo, timed())
+    todo = experiment_jobs.longest_first(spec, todo, timed())
     for job in todo:
       print(' '.join(command(spec, job, runs_dir)))
     return
@@ -201,23 +135,26 @@ def train(
     return
   logs = os.path.join(runs_dir, 'logs')
   os.makedirs(logs, exist_ok=True)
-  running: dict[subprocess.Popen, tuple[Job, float]] = {}
+  running: dict[subprocess.Popen, tuple[experiment_jobs.Job, float]] = {}
   previous = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGINT)}
   try:
     while todo or running:
       if todo and len(running) < _PARALLEL.value:
-        todo = longest_first(spec, todo, timed())
+        todo = experiment_jobs.longest_first(spec, todo, timed())
       while todo and len(running) < _PARALLEL.value:
         job = todo.pop(0)
         with open(os.path.join(logs, f'{job.name}.log'), 'ab') as log:
           process = subprocess.Popen(
-            command(spec, job, runs_dir), stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL)
+            command(spec, job, runs_dir),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+          )
         running[process] = (job, time.monotonic())
       time.sleep(1.0)
       for process in [p for p in running if p.poll() is not None]:
         job, start = running.pop(process)
-        run = find_run(spec, job, runs_dir)
+        run = experiment_jobs.find_run(spec, job, runs_dir)
         if process.returncode != 0 and (run is None or evidence_spec.diverged(run) is None):
           raise RuntimeError(
             f'Run {job.name} failed (exit {process.returncode}); see '
@@ -241,11 +178,11 @@ def train(
 
 
 def all_runs(
-  spec: evidence_spec.ExperimentSpec, runs_dir: str, carried: Named | None = None
-) -> Named:
+  spec: evidence_spec.ExperimentSpec, runs_dir: str, carried: experiment_jobs.Named | None = None
+) -> experiment_jobs.Named:
   """Every run of the experiment's methods in `runs_dir`, by name, and each finished run of
   `carried` whose name has no finished run there."""
-  found: Named = {}
+  found: experiment_jobs.Named = {}
   rates = set()
   for folder in glob.glob(os.path.join(runs_dir, 'lr*')):
     try:
@@ -259,12 +196,12 @@ def all_runs(
       if evidence_spec.run_method(run, spec) in spec.methods:
         found[os.path.relpath(run.path, runs_dir)] = run
   for name, run in (carried or {}).items():
-    if not is_done(found.get(name)):
+    if not experiment_jobs.is_done(found.get(name)):
       found[name] = run
   return dict(sorted(found.items()))
 
 
-def carried_runs(spec: evidence_spec.ExperimentSpec, archive: str) -> Named:
+def carried_runs(spec: evidence_spec.ExperimentSpec, archive: str) -> experiment_jobs.Named:
   """The finished runs of the experiment's methods in raw metrics file `archive`, by name
   (none if it does not exist).
 
@@ -275,13 +212,15 @@ def carried_runs(spec: evidence_spec.ExperimentSpec, archive: str) -> Named:
     return {}
   carried = {}
   for run in raw_metrics.read(archive):
-    if evidence_spec.run_method(run, spec) in spec.methods and is_done(run):
+    if evidence_spec.run_method(run, spec) in spec.methods and experiment_jobs.is_done(run):
       experiment_config.check_settings(spec, run)
       carried[run.path.rpartition('#')[2]] = run
   return carried
 
 
-def _tuning_done(spec: evidence_spec.ExperimentSpec, runs_dir: str, carried: Named) -> bool:
+def _tuning_done(
+  spec: evidence_spec.ExperimentSpec, runs_dir: str, carried: experiment_jobs.Named
+) -> bool:
   """Whether every method's tuning is finished, past the grid included."""
   try:
     return not evidence_spec.tune(spec, list(all_runs(spec, runs_dir, carried).values())).pending
@@ -293,14 +232,16 @@ def sibling_runs(source: evidence_spec.ExperimentSpec, runs_dir: str) -> list[re
   """The runs of experiment `source`: its runs directory beside `runs_dir`, else its raw metrics."""
   folder = os.path.join(os.path.dirname(runs_dir), source.name)
   archive = os.path.join(
-    os.path.dirname(experiment_config.sibling(_CONFIG.value, source.name)), raw_metrics.FILENAME)
+    os.path.dirname(experiment_config.sibling(_CONFIG.value, source.name)), raw_metrics.FILENAME
+  )
   if os.path.isdir(folder):
     return list(all_runs(source, folder, carried_runs(source, archive)).values())
   if not os.path.isfile(archive):
     raise FileNotFoundError(
       f'Experiment {source.name!r} has neither runs in {folder} nor raw metrics in {archive}: '
       'run it '
-      'first (its tuning chooses the rates).')
+      'first (its tuning chooses the rates).'
+    )
   return raw_metrics.read(archive)
 
 
@@ -318,13 +259,11 @@ def main(argv: Sequence[str]) -> None:
 
   try:
     spec = experiment_config.load(_CONFIG.value)
-    runs_dir = os.path.abspath(
-      _RUNS_DIR.value or os.path.join('results', 'experiments', spec.name))
+    runs_dir = os.path.abspath(_RUNS_DIR.value or os.path.join('results', 'experiments', spec.name))
     spec = experiment_config.borrow_rates(spec, _CONFIG.value, read_source)
   except (FileNotFoundError, ValueError) as e:
     sys.exit(f'Error: {e}')
-  archive = _RAW_METRICS.value or os.path.join(
-    os.path.dirname(_CONFIG.value), raw_metrics.FILENAME)
+  archive = _RAW_METRICS.value or os.path.join(os.path.dirname(_CONFIG.value), raw_metrics.FILENAME)
   try:
     carried = carried_runs(spec, archive) if _REUSE.value else {}
   except ValueError as e:
@@ -332,7 +271,7 @@ def main(argv: Sequence[str]) -> None:
 
   def export() -> None:
     runs = all_runs(spec, runs_dir, carried)
-    unfinished = [name for name, run in runs.items() if not is_done(run)]
+    unfinished = [name for name, run in runs.items() if not experiment_jobs.is_done(run)]
     if unfinished:
       print(f'Note: unfinished runs exported as they are: {", ".join(unfinished)}')
     path = raw_metrics.write(list(runs.values()), archive, names=list(runs))
@@ -341,31 +280,45 @@ def main(argv: Sequence[str]) -> None:
   def timed() -> list[results.Run]:
     return [*source_runs, *all_runs(spec, runs_dir, carried).values()]
 
-  def train_and_export(jobs: Sequence[Job]) -> None:
+  def train_and_export(jobs: Sequence[experiment_jobs.Job]) -> None:
     train(spec, jobs, runs_dir, carried, on_finished=export, timed=timed)
 
   stage = _STAGE.value
   try:
     if stage in ('all', 'tune') and spec.tuned:
       train_and_export(
-        [Job(m, r, spec.tuning_seed) for r in spec.learning_rates for m in spec.methods])
+        [
+          experiment_jobs.Job(m, r, spec.tuning_seed)
+          for r in spec.learning_rates
+          for m in spec.methods
+        ]
+      )
       if _DRY_RUN.value and not _tuning_done(spec, runs_dir, carried):
         print('The evaluation runs are listed once the tuning runs are done.')
         return
       tuning = evidence_spec.tune(spec, list(all_runs(spec, runs_dir, carried).values()))
       while tuning.pending and not _DRY_RUN.value:
         print('Past the grid: ' + ', '.join(f'{m} {r:g}' for m, r in tuning.pending.items()))
-        train_and_export([Job(m, r, spec.tuning_seed) for m, r in tuning.pending.items()])
+        train_and_export(
+          [experiment_jobs.Job(m, r, spec.tuning_seed) for m, r in tuning.pending.items()]
+        )
         tuning = evidence_spec.tune(spec, list(all_runs(spec, runs_dir, carried).values()))
     if stage in ('all', 'evaluate'):
       tuning = evidence_spec.tune(spec, list(all_runs(spec, runs_dir, carried).values()))
       if tuning.pending:
         raise ValueError(
-          'Tuning is not done: ' + ', '.join(f'{m} at {r:g}' for m, r in tuning.pending.items())
-          + ' still to train; run --stage=tune first.')
+          'Tuning is not done: '
+          + ', '.join(f'{m} at {r:g}' for m, r in tuning.pending.items())
+          + ' still to train; run --stage=tune first.'
+        )
       print('Learning rates: ' + ', '.join(f'{m} {r:g}' for m, r in tuning.chosen.items()))
       train_and_export(
-        [Job(m, tuning.chosen[m], s) for s in spec.reported_seeds for m in spec.methods])
+        [
+          experiment_jobs.Job(m, tuning.chosen[m], s)
+          for s in spec.reported_seeds
+          for m in spec.methods
+        ]
+      )
     if stage in ('all', 'export') and not _DRY_RUN.value:
       export()
   except _Stop as e:

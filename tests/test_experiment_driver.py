@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from bin import experiment
 from bin import experiment_config
+from bin import experiment_jobs
 from tff_sampling import evidence
 from tff_sampling import evidence_report
 from tff_sampling import raw_metrics
@@ -183,18 +183,18 @@ def test_longest_first_starts_the_slowest_methods_and_keeps_the_order_otherwise(
   config = tmp_path / experiment_config.CONFIG_FILENAME
   config.write_text(CONFIG.replace('--methods=uniform,full', '--methods=uniform,full,optimal'))
   spec = experiment_config.load(str(config))
-  jobs = [experiment.Job(m, 0.1, s) for s in (0, 1) for m in ('uniform', 'full', 'optimal')]
+  jobs = [experiment_jobs.Job(m, 0.1, s) for s in (0, 1) for m in ('uniform', 'full', 'optimal')]
   # Medians: uniform 1 s, full 5 s; optimal has no timed run, so it counts as the longest.
   timed = [
     _timed_run(spec, 'uniform', [1.0, 1.0, 9.0]),
     _timed_run(spec, 'full', [4.0, 5.0, 6.0]),
   ]
-  ordered = experiment.longest_first(spec, jobs, timed)
+  ordered = experiment_jobs.longest_first(spec, jobs, timed)
   assert [(j.method, j.seed) for j in ordered] == [
     ('optimal', 0), ('optimal', 1), ('full', 0), ('full', 1), ('uniform', 0), ('uniform', 1)
   ]
   # With nothing timed, the order is the given one.
-  assert experiment.longest_first(spec, jobs, []) == jobs
+  assert experiment_jobs.longest_first(spec, jobs, []) == jobs
 
 
 def test_a_failing_run_stops_the_driver_with_its_log(tmp_path):

@@ -5,13 +5,18 @@ They run as tests so that `./run test` (and CI) enforce them:
 * ``ruff check .``: pyflakes, pycodestyle, bugbear, import order, pyupgrade;
 * ``ruff format --check tff_sampling``: the library is formatted by ruff;
 * ``mypy``: the library's annotations are consistent (TensorFlow and TFF,
-  which ship no types, are ``Any``).
+  which ship no types, are ``Any``);
+* the ``bin`` modules the tests import can be imported in one process (pytest
+  collects every test module in each worker, so two of them defining the same
+  absl flag break the whole suite, not one test).
 
 To fix what they report: ``.venv/bin/ruff check --fix .``,
 ``.venv/bin/ruff format tff_sampling`` and ``.venv/bin/mypy``.
 """
 
+import glob
 import os
+import re
 import subprocess
 import sys
 
@@ -39,3 +44,15 @@ def test_mypy_on_the_library(tmp_path):
   proc = _run('mypy', '--cache-dir', str(tmp_path / 'mypy'), tmp_path=tmp_path)
   assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
   assert 'Success: no issues found' in proc.stdout, proc.stdout
+
+
+def test_the_bin_modules_the_tests_import_define_each_flag_once(tmp_path):
+  imported = set()
+  for path in glob.glob(os.path.join(_REPO, 'tests', '*.py')):
+    with open(path) as f:
+      imported.update(re.findall(r'^from bin import (\w+)', f.read(), flags=re.MULTILINE))
+  assert {'experiment_jobs', 'fedavg'} <= imported  # The check reads the imports it should.
+  code = ''.join(f'from bin import {name}\n' for name in sorted(imported))
+  proc = subprocess.run([sys.executable, '-c', code], cwd=_REPO, capture_output=True, text=True,
+                        timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]

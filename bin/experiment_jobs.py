@@ -1,0 +1,94 @@
+"""The runs of an experiment: which job is which run, which are done, which start first.
+
+Flag-free, so that tests and other tools import it beside any binary's flags;
+`bin.experiment` drives the jobs.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterable, Sequence
+import dataclasses
+import glob
+import math
+import os
+
+from bin import experiment_config
+from tff_sampling import evidence_report
+from tff_sampling import results
+from tff_sampling.experiments import evidence_spec
+
+# Runs by name (their path relative to the runs directory, as in the raw metrics file).
+Named = dict[str, results.Run]
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+  method: str
+  rate: float
+  seed: int
+
+  @property
+  def name(self) -> str:
+    return f'{evidence_spec.rate_directory(self.rate)}_{self.method}_seed{self.seed}'
+
+
+def _is_job(spec: evidence_spec.ExperimentSpec, job: Job, run: results.Run) -> bool:
+  return (
+    run.hparams.get('seed') == job.seed
+    and evidence_spec.run_method(run, spec) == job.method
+    and evidence_spec.rate_directory(evidence_spec.run_rate(run))
+    == evidence_spec.rate_directory(job.rate)
+  )
+
+
+def find_run(
+  spec: evidence_spec.ExperimentSpec, job: Job, runs_dir: str, carried: Named | None = None
+) -> results.Run | None:
+  """The run of `job`: in `runs_dir` if it finished there, else a finished one in `carried`
+  (runs from the raw metrics file), else the unfinished one in `runs_dir`, if any (its
+  settings checked).
+
+  Raises:
+    ValueError: As `experiment_config.check_settings`.
+  """
+  local = None
+  pattern = os.path.join(runs_dir, evidence_spec.rate_directory(job.rate), '*', 'metrics.csv')
+  for metrics_path in sorted(glob.glob(pattern)):
+    try:
+      run = results.load_run(os.path.dirname(metrics_path))
+    except ValueError:
+      continue  # A run that has not written its first row yet.
+    if run.hparams.get('seed') == job.seed and evidence_spec.run_method(run, spec) == job.method:
+      experiment_config.check_settings(spec, run)
+      local = run
+      break
+  if is_done(local):
+    return local
+  return next((r for r in (carried or {}).values() if _is_job(spec, job, r)), local)
+
+
+def is_done(run: results.Run | None) -> bool:
+  """Finished all its rounds, or diverged (rerunning would diverge again)."""
+  return run is not None and evidence_spec.finished(run)
+
+
+def longest_first(
+  spec: evidence_spec.ExperimentSpec, jobs: Sequence[Job], timed: Iterable[results.Run]
+) -> list[Job]:
+  """`jobs`, those of the methods with the most seconds per round in `timed` first.
+
+  A stable sort; a method with no timed run counts as the longest. With
+  ``--parallel`` > 1 the experiment then ends on short runs rather than on one
+  long run beside idle slots. Only the order changes: every run is independent.
+  """
+  by_method: dict[str, list[results.Run]] = collections.defaultdict(list)
+  for run in timed:
+    by_method[evidence_spec.run_method(run, spec)].append(run)
+  seconds = {m: evidence_report.median_round_seconds(runs) for m, runs in by_method.items()}
+
+  def longest(job: Job) -> float:
+    value = seconds.get(job.method, math.nan)
+    return -math.inf if math.isnan(value) else -value
+
+  return sorted(jobs, key=longest)
