@@ -133,6 +133,42 @@ def test_secure_sums_run_in_the_project_context_on_its_own_worker():
   assert worker is not None and worker in {c.pid for c in psutil.Process().children()}
 
 
+class _FakeExecutor:
+
+  def __init__(self, cardinalities):
+    self.cardinalities = cardinalities
+    self.closed = False
+
+  def close(self):
+    self.closed = True
+
+
+def test_the_executor_factory_closes_the_executors_it_no_longer_keeps():
+  factory = runtime._ClosingExecutorFactory(_FakeExecutor, capacity=3)
+  made = {n: factory.create_executor({tff.CLIENTS: n}) for n in (1, 2, 3)}
+  assert factory.create_executor({tff.CLIENTS: 1}) is made[1]  # Kept, and now the most recent.
+  made[4] = factory.create_executor({tff.CLIENTS: 4})  # Evicts 2, the least recently used.
+  assert [n for n, e in made.items() if e.closed] == [2]
+  made[5] = factory.create_executor({tff.CLIENTS: 5})  # Evicts 3.
+  assert [n for n, e in made.items() if e.closed] == [2, 3]
+  again = factory.create_executor({tff.CLIENTS: 2})  # A new one; evicts 1.
+  assert again is not made[2] and not again.closed and made[1].closed
+  factory.clean_up_executor({tff.CLIENTS: 4})
+  assert made[4].closed and not made[5].closed
+  factory.clean_up_executor({tff.CLIENTS: 99})  # Never made: nothing to do.
+
+
+def test_computations_stay_right_across_more_cohort_sizes_than_executors_kept():
+  runtime.use_secure_sum_simulation()
+
+  @tff.federated_computation(tff.FederatedType(np.int32, tff.CLIENTS))
+  def total(values):
+    return tff.federated_sum(values)
+
+  sizes = list(range(1, 2 * runtime._EXECUTORS_KEPT + 2)) * 2  # Each size again after eviction.
+  assert [total(list(range(n))) for n in sizes] == [n * (n - 1) // 2 for n in sizes]
+
+
 def test_quiet_library_logs_keeps_own_info_and_library_warnings():
   runtime.quiet_library_logs()
   runtime.quiet_library_logs()  # Idempotent.
