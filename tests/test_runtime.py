@@ -19,6 +19,7 @@ import pytest
 import tensorflow_federated as tff
 
 from tff_sampling import runtime
+from tff_sampling import workers
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -144,7 +145,7 @@ class _FakeExecutor:
 
 
 def test_the_executor_factory_closes_the_executors_it_no_longer_keeps():
-  factory = runtime._ClosingExecutorFactory(_FakeExecutor, capacity=3)
+  factory = workers.ClosingExecutorFactory(_FakeExecutor, capacity=3)
   made = {n: factory.create_executor({tff.CLIENTS: n}) for n in (1, 2, 3)}
   assert factory.create_executor({tff.CLIENTS: 1}) is made[1]  # Kept, and now the most recent.
   made[4] = factory.create_executor({tff.CLIENTS: 4})  # Evicts 2, the least recently used.
@@ -165,7 +166,7 @@ def test_computations_stay_right_across_more_cohort_sizes_than_executors_kept():
   def total(values):
     return tff.federated_sum(values)
 
-  sizes = list(range(1, 2 * runtime._EXECUTORS_KEPT + 2)) * 2  # Each size again after eviction.
+  sizes = list(range(1, 2 * workers.EXECUTORS_KEPT + 2)) * 2  # Each size again after eviction.
   assert [total(list(range(n))) for n in sizes] == [n * (n - 1) // 2 for n in sizes]
 
 
@@ -236,6 +237,7 @@ _STUCK_BINARY = '''
 import sys, threading, numpy as np, psutil, tensorflow_federated as tff
 from absl import app
 from tff_sampling import runtime
+from tff_sampling import workers
 runtime._EXIT_DEADLINE_S = 0.5
 runtime._WRITE_GRACE_S = {grace}
 
@@ -282,6 +284,7 @@ _WAITING_BINARY = '''
 import sys, threading, time, numpy as np, tensorflow_federated as tff
 from absl import app
 from tff_sampling import runtime
+from tff_sampling import workers
 runtime._Interrupts._watch = lambda self, read_fd: None
 
 def stub_never_ready():

@@ -52,8 +52,6 @@ from tensorflow_federated.python.core.environments.tensorflow_frontend import te
 from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
 from tensorflow_federated.python.core.impl.context_stack import runtime_error_context
 from tensorflow_federated.python.core.impl.execution_contexts import sync_execution_context
-from tensorflow_federated.python.core.impl.executors import executor_base
-from tensorflow_federated.python.core.impl.executors import executor_factory
 from tensorflow_federated.python.core.impl.executors import remote_executor
 from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
 from tensorflow_federated.python.core.impl.types import placements
@@ -136,54 +134,6 @@ class _LocalWorker:
 
 _LOCAL_WORKER = _LocalWorker()
 
-# Executors (one per number of clients) kept open on the worker at once.
-_EXECUTORS_KEPT = 4
-
-
-class _ClosingExecutorFactory(executor_factory.ExecutorFactory):
-  """One executor per cardinalities, the `capacity` most recently used kept; the others closed.
-
-  TFF's ``ResourceManagingExecutorFactory`` (executor_stacks/
-  python_executor_stacks.py, TFF 0.87) drops the least recently used of its ten
-  executors without closing it, so the worker keeps the executor stack of every
-  number of clients a computation was ever called with: a run whose cohorts vary
-  in size (power-of-choice probing the clients available this round, MMFL's
-  cohorts) grows the worker by megabytes to hundreds of megabytes a size (until
-  the kernel's OOM killer stops it). Here the evicted executor is closed, which
-  disposes of its stack and values on the worker. Calls are sequential, so the
-  evicted executor (not the most recent) is never in use.
-  """
-
-  def __init__(
-    self,
-    executor_stack_fn: Callable[[executor_factory.CardinalitiesType], executor_base.Executor],
-    capacity: int = _EXECUTORS_KEPT,
-  ):
-    self._executor_stack_fn = executor_stack_fn
-    self._capacity = capacity
-    self._executors: dict[tuple, executor_base.Executor] = {}  # Least recently used first.
-
-  @staticmethod
-  def _key(cardinalities: executor_factory.CardinalitiesType) -> tuple:
-    return tuple(sorted((str(p), n) for p, n in cardinalities.items()))
-
-  def create_executor(
-    self, cardinalities: executor_factory.CardinalitiesType
-  ) -> executor_base.Executor:
-    key = self._key(cardinalities)
-    executor = self._executors.pop(key, None)
-    if executor is None:
-      executor = self._executor_stack_fn(cardinalities)
-      while len(self._executors) >= self._capacity:
-        self._executors.pop(next(iter(self._executors))).close()
-    self._executors[key] = executor
-    return executor
-
-  def clean_up_executor(self, cardinalities: executor_factory.CardinalitiesType) -> None:
-    executor = self._executors.pop(self._key(cardinalities), None)
-    if executor is not None:
-      executor.close()
-
 
 def _local_context() -> sync_execution_context.SyncExecutionContext:
   """TFF's ``create_sync_test_cpp_execution_context`` on `_LOCAL_WORKER`'s worker.
@@ -192,7 +142,7 @@ def _local_context() -> sync_execution_context.SyncExecutionContext:
   native compilation), executors and argument/result transforms as TFF's
   (core/backends/test/execution_contexts.py and executor_stacks/
   executor_factory.py, TFF 0.87); only the worker process is ours, and the
-  factory, which closes the executors it no longer keeps (`_ClosingExecutorFactory`).
+  factory, which closes the executors it no longer keeps (`workers_lib.ClosingExecutorFactory`).
   """
 
   def stack_fn(cardinalities):
@@ -207,7 +157,7 @@ def _local_context() -> sync_execution_context.SyncExecutionContext:
     return native_compiler.desugar_and_transform_to_native(comp)
 
   return sync_execution_context.SyncExecutionContext(
-    executor_fn=_ClosingExecutorFactory(stack_fn),
+    executor_fn=workers_lib.ClosingExecutorFactory(stack_fn),
     compiler_fn=compile_fn,
     transform_args=tensorflow_computation.transform_args,
     transform_result=tensorflow_computation.transform_result,

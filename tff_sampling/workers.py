@@ -54,7 +54,7 @@ later, fail with `WorkersStopped` (the binaries' SIGTERM/SIGINT handling).
 from __future__ import annotations
 
 import atexit
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 import concurrent.futures
 import os
 import queue
@@ -75,7 +75,8 @@ from tensorflow_federated.python.core.backends.native import mergeable_comp_comp
 from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
 from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
 from tensorflow_federated.python.core.impl.execution_contexts import async_execution_context
-from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
+from tensorflow_federated.python.core.impl.executors import executor_base
+from tensorflow_federated.python.core.impl.executors import executor_factory
 from tensorflow_federated.python.core.impl.executors import remote_executor
 from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
 from tensorflow_federated.python.core.impl.types import placements
@@ -306,6 +307,57 @@ def check_reachable(address: str, timeout_s: float = 3.0) -> None:
     ) from None
 
 
+# Executors (one per number of clients) kept open on the worker at once.
+EXECUTORS_KEPT = 4
+
+
+class ClosingExecutorFactory(executor_factory.ExecutorFactory):
+  """One executor per cardinalities, the `capacity` most recently used kept; the others closed.
+
+  TFF's ``ResourceManagingExecutorFactory`` (executor_stacks/
+  python_executor_stacks.py, TFF 0.87) drops the least recently used of its ten
+  executors without closing it, so the worker keeps the executor stack of every
+  number of clients a computation was ever called with: a run whose cohorts vary
+  in size (power-of-choice probing the clients available this round, MMFL's
+  cohorts, the last slice of a pool's round) grows the worker with every new
+  size until the kernel's OOM killer stops it. Here the evicted executor is
+  closed, which disposes of its stack and values on the worker. A context runs
+  one call at a time (TFF's sync context; its mergeable context gives each
+  worker's context one slice after another), so an evicted executor, never the
+  one just requested, is not in use.
+  """
+
+  def __init__(
+    self,
+    executor_stack_fn: Callable[[executor_factory.CardinalitiesType], executor_base.Executor],
+    capacity: int = EXECUTORS_KEPT,
+  ):
+    self._executor_stack_fn = executor_stack_fn
+    self._capacity = capacity
+    self._executors: dict[tuple, executor_base.Executor] = {}  # Least recently used first.
+
+  @staticmethod
+  def _key(cardinalities: executor_factory.CardinalitiesType) -> tuple:
+    return tuple(sorted((str(p), n) for p, n in cardinalities.items()))
+
+  def create_executor(
+    self, cardinalities: executor_factory.CardinalitiesType
+  ) -> executor_base.Executor:
+    key = self._key(cardinalities)
+    executor = self._executors.pop(key, None)
+    if executor is None:
+      executor = self._executor_stack_fn(cardinalities)
+      while len(self._executors) >= self._capacity:
+        self._executors.pop(next(iter(self._executors))).close()
+    self._executors[key] = executor
+    return executor
+
+  def clean_up_executor(self, cardinalities: executor_factory.CardinalitiesType) -> None:
+    executor = self._executors.pop(self._key(cardinalities), None)
+    if executor is not None:
+      executor.close()
+
+
 def _remote_context(address: str, connect_timeout_s: float, usable):
   """TFF's async execution context on the worker at `address` (cf. TFF's local one).
 
@@ -342,9 +394,7 @@ def _remote_context(address: str, connect_timeout_s: float, usable):
     return executor
 
   return async_execution_context.AsyncExecutionContext(
-    executor_fn=python_executor_stacks.ResourceManagingExecutorFactory(
-      executor_stack_fn=executor_stack
-    ),
+    executor_fn=ClosingExecutorFactory(executor_stack),
     compiler_fn=native_compiler.desugar_and_transform_to_native,
     transform_args=tensorflow_computation.transform_args,
     transform_result=tensorflow_computation.transform_result,
