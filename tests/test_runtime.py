@@ -157,6 +157,8 @@ def test_the_executor_factory_closes_the_executors_it_no_longer_keeps():
   factory.clean_up_executor({tff.CLIENTS: 4})
   assert made[4].closed and not made[5].closed
   factory.clean_up_executor({tff.CLIENTS: 99})  # Never made: nothing to do.
+  with pytest.raises(ValueError, match='capacity=0'):
+    workers.ClosingExecutorFactory(_FakeExecutor, capacity=0)
 
 
 def test_computations_stay_right_across_more_cohort_sizes_than_executors_kept():

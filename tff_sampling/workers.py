@@ -332,6 +332,8 @@ class ClosingExecutorFactory(executor_factory.ExecutorFactory):
     executor_stack_fn: Callable[[executor_factory.CardinalitiesType], executor_base.Executor],
     capacity: int = EXECUTORS_KEPT,
   ):
+    if capacity < 1:
+      raise ValueError(f'capacity={capacity}: keep at least one executor (capacity >= 1).')
     self._executor_stack_fn = executor_stack_fn
     self._capacity = capacity
     self._executors: dict[tuple, executor_base.Executor] = {}  # Least recently used first.
