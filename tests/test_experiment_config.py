@@ -86,6 +86,8 @@ def test_load_splits_experiment_and_binary_flags(tmp_path):
     ('--learning_rates=0.1,-1\n', 'finite and > 0'),
     ('--targets=50\n', 'in (0, 1]'),
     ('--binary=train\n', 'binary'),
+    ('--seeds=-1\n', 'seeds must be >= 1 (0 only for a tuning-only experiment'),
+    ('--seeds=0\n', 'A tuning-only experiment (seeds=0) reports nothing: drop its claims'),
   ],
 )
 def test_bad_configurations_are_refused_in_one_line(tmp_path, change, message):
@@ -147,6 +149,25 @@ def test_tune_picks_the_best_rate_and_leaves_diverged_runs_out(tmp_path):
   # Without runs for a method, tuning says what to do.
   with pytest.raises(ValueError, match="Method 'uniform' has no finished tuning run"):
     evidence_spec.tune(spec, [results.load_run(d) for d in made[:2]])
+
+
+def test_a_tuning_only_experiment_wants_the_grid_and_nothing_else(tmp_path):
+  text = CONFIG.replace('--seeds=5', '--seeds=0').replace(
+      '--claims=optimal>uniform:final,optimal=uniform:auc@0.02,optimal<uniform:bits_to_0.5\n', '')
+  spec = experiment_config.load(write_config(tmp_path, text))
+  assert spec.tuning_only and spec.tuned and list(spec.reported_seeds) == []
+  assert not experiment_config.load(write_config(tmp_path, folder='reported')).tuning_only
+  grid = [(m, r) for r in (0.2, 0.1) for m in ('optimal', 'uniform')]
+  assert evidence_spec.missing_runs(spec, []) == [f'{m} at {r:g}, seed 50' for m, r in grid]
+  runs = [results.load_run(fault_harness.write_run(
+      tmp_path / f'lr{rate:g}', f'{method}_seed50',
+      {'sampling': method, 'seed': 50, 'client_learning_rate': rate, 'rounds': 2},
+      run_csv([0.1, 0.3, 0.3]))) for method, rate in grid]
+  assert evidence_spec.missing_runs(spec, runs) == []  # No reported seed is wanted.
+  # Without a grid there is nothing to tune: one rate and no seeds is refused.
+  with pytest.raises(ValueError, match='seeds must be >= 1'):
+    experiment_config.load(write_config(
+        tmp_path, text.replace('--learning_rates=0.2,0.1', '--learning_rates=0.1'), 'one_rate'))
 
 
 def test_ties_go_to_the_larger_rate(tmp_path):

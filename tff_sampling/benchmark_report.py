@@ -213,6 +213,19 @@ def write_cell_plots(cell: Cell) -> tuple[str, str]:
   return report.write_plots(groups, cell.folder, title=spec.title)
 
 
+def tuning_section(cell: Cell) -> list[str]:
+  """A tuning-only cell: each method's final accuracy at each rate, the chosen rate in bold."""
+  spec = cell.spec
+  return [
+    f'Tuning only (seed {spec.tuning_seed}, no seed reported): the cells configured with '
+    f'`--learning_rates_from={spec.name}` run each method at the rate in bold, the highest '
+    f'final accuracy (mean of the last {spec.final_k} evaluations; ties go to the larger rate).',
+    '',
+    evidence_report.tuning_table(spec, evidence_spec.tune(spec, cell.runs)),
+    '',
+  ]
+
+
 def benchmark_markdown(
   cells: Sequence[Cell], *, command: str, page_dir: str, preface: str = ''
 ) -> str:
@@ -251,6 +264,11 @@ def benchmark_markdown(
       + ' '.join(f'`{flag}`' for flag in cell.spec.binary_flags)
       + '.',
       '',
+    ]
+    if cell.spec.tuning_only:
+      parts += tuning_section(cell)
+      continue
+    parts += [
       cell_table(cell),
       '',
       f'![accuracy vs uploaded bits]({folder}/{report.BITS_PLOT_FILENAME})',
@@ -272,7 +290,8 @@ def write(cells: Sequence[Cell], path: str, *, command: str, preface: str = '') 
         raise ValueError(f'{path} exists and was not written by the benchmark; move it away.')
   written: list[str] = []
   for cell in cells:
-    written += write_cell_plots(cell)
+    if not cell.spec.tuning_only:
+      written += write_cell_plots(cell)
   files.write_atomically(
     path,
     benchmark_markdown(cells, command=command, page_dir=os.path.dirname(path), preface=preface),

@@ -320,6 +320,41 @@ def regenerate_command(config: str | os.PathLike[str]) -> str:
   return f'python -m bin.report --experiment={shlex.quote(shown)}'
 
 
+def _tuning_section(
+  spec: evidence_spec.ExperimentSpec, tuning: evidence_spec.TuningResult
+) -> list[str]:
+  return [
+    f'## Tuning (seed {spec.tuning_seed})',
+    '',
+    f'Final accuracy (mean of the last {spec.final_k} evaluations) of the tuning runs; the '
+    'chosen rate is in bold (the highest; a diverged run is out; ties go to the larger rate).'
+    + (
+      f' The grid is {", ".join(f"{r:g}" for r in spec.learning_rates)}; a method whose best '
+      'rate was at its edge was also run past it at the same ratio, up to '
+      f'{spec.extend_grid} more rate(s), until its best rate was inside.'
+      if spec.extend_grid
+      else ''
+    ),
+    '',
+    tuning_table(spec, tuning),
+    '',
+  ]
+
+
+def _settings_section(spec: evidence_spec.ExperimentSpec) -> list[str]:
+  return [
+    '## Settings',
+    '',
+    f'Training binary `bin.{spec.binary}`, with these flags in every run (the driver adds the '
+    'method, seed, client learning rate and output directory):',
+    '',
+    '```',
+    *spec.binary_flags,
+    '```',
+    '',
+  ]
+
+
 def results_markdown(
   spec: evidence_spec.ExperimentSpec,
   runs: Sequence[results.Run],
@@ -343,13 +378,25 @@ def results_markdown(
     '',
     f'# {spec.title}',
     '',
-    'Regenerate this file and its plots with:',
+    f'Regenerate this file{"" if spec.tuning_only else " and its plots"} with:',
     '',
     '```sh',
     command,
     '```',
     '',
   ]
+  if spec.tuning_only:
+    return '\n'.join(
+      parts
+      + [
+        f'This experiment only tunes: no seed is reported. Each method ran at every rate of the '
+        f'grid on the tuning seed {spec.tuning_seed}; the experiments configured with '
+        f'`--learning_rates_from={spec.name}` run each method at the rate chosen here.',
+        '',
+        *_tuning_section(spec, tuning),
+        *_settings_section(spec),
+      ]
+    )
   if spec.tuned:
     rates = f'at its own client learning rate, chosen on the tuning seed {spec.tuning_seed} (below)'
   elif spec.rates_from:
@@ -418,33 +465,8 @@ def results_markdown(
     '',
   ]
   if spec.tuned:
-    parts += [
-      f'## Tuning (seed {spec.tuning_seed})',
-      '',
-      f'Final accuracy (mean of the last {spec.final_k} evaluations) of the tuning runs; the '
-      'chosen rate is in bold (the highest; a diverged run is out; ties go to the larger rate).'
-      + (
-        f' The grid is {", ".join(f"{r:g}" for r in spec.learning_rates)}; a method whose best '
-        'rate was at its edge was also run past it at the same ratio, up to '
-        f'{spec.extend_grid} more rate(s), until its best rate was inside.'
-        if spec.extend_grid
-        else ''
-      ),
-      '',
-      tuning_table(spec, tuning),
-      '',
-    ]
-  parts += [
-    '## Settings',
-    '',
-    f'Training binary `bin.{spec.binary}`, with these flags in every run (the driver adds the '
-    'method, seed, client learning rate and output directory):',
-    '',
-    '```',
-    *spec.binary_flags,
-    '```',
-    '',
-  ]
+    parts += _tuning_section(spec, tuning)
+  parts += _settings_section(spec)
   return '\n'.join(parts)
 
 
@@ -454,22 +476,26 @@ def write(
   output_dir: str | os.PathLike[str],
   *,
   command: str,
-) -> tuple[str, tuple[str, str]]:
-  """Writes results.md and the plots into `output_dir`; returns their paths.
+) -> tuple[str, tuple[str, ...]]:
+  """Writes results.md and the plots (none for a tuning-only experiment) into `output_dir`;
+  returns their paths.
 
   Raises:
     ValueError: As `evidence_spec.tune`, or if a path holds a file this
       project did not write.
   """
   text = results_markdown(spec, runs, command=command)
+  output_dir = os.path.abspath(os.fspath(output_dir))
+  results_path = report.check_results_path(os.path.join(output_dir, report.RESULTS_FILENAME))
+  if spec.tuning_only:  # Nothing reported, nothing to draw.
+    files.write_atomically(results_path, text)
+    return results_path, ()
   tuning = evidence_spec.tune(spec, runs)
   groups = {
     m.label: [m.runs[s] for s in sorted(m.runs)]
     for m in reported_runs(spec, runs, tuning).values()
     if m.runs
   }
-  output_dir = os.path.abspath(os.fspath(output_dir))
-  results_path = report.check_results_path(os.path.join(output_dir, report.RESULTS_FILENAME))
   plots = report.write_plots(groups, output_dir, title=spec.title)
   files.write_atomically(results_path, text)
   return results_path, plots

@@ -114,7 +114,8 @@ class ExperimentSpec:
     learning_rates: Client learning-rate grid; one value means no tuning.
       With `fixed_rates`, the distinct rates of those.
     tuning_seed: The seed the grid is run with (never a reported seed).
-    seeds: Reported seeds ``0 … seeds − 1``.
+    seeds: Reported seeds ``0 … seeds − 1``; 0 for a tuning-only experiment
+      (a tuned grid whose rates sibling experiments borrow, nothing reported).
     final_k: A run's final accuracy is the mean of its last ``final_k`` evaluations.
     targets: Accuracy targets of the rounds/bits-to-target summaries.
     claims: The paper's claims.
@@ -173,8 +174,15 @@ class ExperimentSpec:
       raise ValueError(f'Learning rates must be finite and > 0, got {self.learning_rates}.')
     if self.extend_grid < 0:
       raise ValueError(f'extend_grid must be >= 0, got {self.extend_grid}.')
-    if self.seeds < 1 or self.final_k < 1:
-      raise ValueError(f'seeds and final_k must be >= 1, got {self.seeds}, {self.final_k}.')
+    if self.final_k < 1:
+      raise ValueError(f'final_k must be >= 1, got {self.final_k}.')
+    if self.seeds < (0 if self.tuned else 1):
+      raise ValueError(
+        f'seeds must be >= 1 (0 only for a tuning-only experiment, with a grid of rates), got '
+        f'{self.seeds}.'
+      )
+    if self.claims and self.tuning_only:
+      raise ValueError('A tuning-only experiment (seeds=0) reports nothing: drop its claims.')
     if self.tuning_seed in range(self.seeds) and self.tuned:
       raise ValueError(
         f'The tuning seed {self.tuning_seed} is a reported seed (0-{self.seeds - 1}); '
@@ -196,6 +204,11 @@ class ExperimentSpec:
   def tuned(self) -> bool:
     """Whether the methods' rates are chosen by tuning runs (a grid, not fixed)."""
     return len(self.learning_rates) > 1 and not self.fixed_rates
+
+  @property
+  def tuning_only(self) -> bool:
+    """Whether the experiment only tunes (no reported seed): its siblings borrow its rates."""
+    return self.seeds == 0
 
   @property
   def reported_seeds(self) -> range:

@@ -1,0 +1,112 @@
+"""Tests for the benchmark's page (tff_sampling/benchmark_report.py) on hand-made runs: a
+tuning-only cell gives its rates to a reported cell, which alone is ranked and drawn."""
+
+import os
+import re
+
+import fault_harness
+import pytest
+
+from bin import experiment_config
+from tff_sampling import benchmark_report
+from tff_sampling import evidence_report
+from tff_sampling import raw_metrics
+from tff_sampling import results
+
+COMMON = """\
+--binary=benchmark
+--methods=uniform,md
+--baseline=uniform
+--final_k=1
+--targets=0.5
+--task=digits
+--rounds=2
+"""
+IDEAL = COMMON + '--title=ideal cell\n--learning_rates=0.2,0.1\n--tuning_seed=100\n--seeds=0\n'
+SKEWED = COMMON + '--title=skewed cell\n--learning_rates_from=ideal\n--seeds=3\n'
+
+# Final accuracy of each tuning run: uniform is best at 0.1, MD at 0.2.
+TUNING = {('uniform', 0.2): 0.3, ('uniform', 0.1): 0.4, ('md', 0.2): 0.6, ('md', 0.1): 0.5}
+# Reported seeds at those rates: MD is ahead by 0.1, 0.2, 0.15 (mean 0.15).
+FINAL = {('uniform', 0): 0.40, ('uniform', 1): 0.50, ('uniform', 2): 0.45,
+         ('md', 0): 0.50, ('md', 1): 0.70, ('md', 2): 0.60}
+
+
+def _csv(final):
+  lines = [f'{results.ROUND_COLUMN},eval/accuracy,train/loss,round_seconds,{results.BITS_COLUMN}',
+           '0,0.1,,,0', '1,0.2,1.0,1.0,100', f'2,{final},1.0,1.0,200']
+  return '\n'.join(lines) + '\n'
+
+
+def _cell(grid, name, text, runs):
+  folder = grid / name
+  folder.mkdir(parents=True)
+  config = folder / experiment_config.CONFIG_FILENAME
+  config.write_text(text)
+  runs_dir = grid.parent / 'runs' / name
+  made = [results.load_run(fault_harness.write_run(
+      runs_dir / f'lr{rate:g}', f'{method}_seed{seed}',
+      {'sampling': method, 'seed': seed, 'client_learning_rate': rate, 'rounds': 2},
+      _csv(final))) for method, rate, seed, final in runs]
+  raw_metrics.write(made, folder / raw_metrics.FILENAME,
+                    names=[os.path.relpath(r.path, runs_dir) for r in made])
+  return str(config)
+
+
+@pytest.fixture
+def page(tmp_path):
+  grid = tmp_path / 'grid'
+  ideal = _cell(grid, 'ideal', IDEAL,
+                [(m, r, 100, final) for (m, r), final in TUNING.items()])
+  rates = {'uniform': 0.1, 'md': 0.2}
+  skewed = _cell(grid, 'skewed', SKEWED,
+                 [(m, rates[m], s, final) for (m, s), final in FINAL.items()])
+  cells = [benchmark_report.Cell(experiment_config.load_committed(c),
+                                 experiment_config.committed_runs(c), os.path.dirname(c))
+           for c in (ideal, skewed)]
+  path = tmp_path / 'benchmark.md'
+  written = benchmark_report.write(cells, str(path), command='regenerate')
+  return grid, path.read_text(), written
+
+
+def _section(text, title):
+  return text.split(f'## {title}\n', 1)[1].split('\n## ', 1)[0]
+
+
+def test_a_tuning_only_cell_shows_its_rates_and_is_not_ranked(page):
+  grid, text, written = page
+  ideal = _section(text, 'ideal cell')
+  assert 'Tuning only (seed 100, no seed reported)' in ideal
+  rows = {r.split('|')[1].strip(): [c.strip() for c in r.split('|')[2:-1]]
+          for r in ideal.splitlines() if re.match(r'\| (uniform|md) ', r)}
+  assert rows == {'uniform': ['0.3000', '**0.4000**'], 'md': ['**0.6000**', '0.5000']}
+  assert not re.search(r'^\| \d+\. ', ideal, re.M)  # No ranking.
+  assert not any(p.startswith(str(grid / 'ideal')) for p in written)  # Nothing drawn.
+
+
+def test_the_reported_cell_ranks_at_the_borrowed_rates(page):
+  grid, text, written = page
+  skewed = _section(text, 'skewed cell')
+  ranked = [r for r in skewed.splitlines() if re.match(r'\| \d+\. ', r)]
+  assert [r.split('|')[1].strip() for r in ranked] == ['1. md (lr 0.2)', '2. uniform (lr 0.1)']
+  md = [c.strip() for c in ranked[0].split('|')[1:-1]]
+  assert md[1] == '3' and md[2] == '0.6000 ± 0.1000'
+  # Paired differences 0.1, 0.2, 0.15: mean 0.15, sd 0.05, t(0.975, 2) = 4.303.
+  half = 4.302653 * 0.05 / 3 ** 0.5
+  assert md[3] == f'+0.1500 [{0.15 - half:+.4f}, {0.15 + half:+.4f}] ahead'
+  assert str(grid / 'skewed' / 'accuracy_bits.png') in written
+
+
+def test_bin_report_on_a_tuning_only_cell_writes_its_tuning_alone(page):
+  grid, _, _ = page
+  config = str(grid / 'ideal' / experiment_config.CONFIG_FILENAME)
+  path, plots = evidence_report.write(
+      experiment_config.load(config), experiment_config.committed_runs(config),
+      grid / 'ideal', command='regenerate')
+  with open(path, encoding='utf-8') as f:
+    text = f.read()
+  assert plots == () and sorted(os.listdir(grid / 'ideal')) == [
+      'experiment.flags', 'results.md', 'runs.jsonl.gz']
+  assert 'This experiment only tunes' in text and '`--learning_rates_from=ideal`' in text
+  assert '## Tuning (seed 100)' in text and '| **0.6000** |' in text
+  assert '## Verdicts' not in text and 'Seeds' not in text
