@@ -14,7 +14,8 @@ paired difference over seeds with its 95% interval:
 then rounds and uploaded bits to the first target, total bits and server
 seconds per round. A difference whose interval covers 0 is marked *no
 difference detected*. The accuracy-vs-bits plot of each cell shows the three
-best methods and the baseline.
+best methods and the baseline. A tuning-only cell (``--seeds=0``, the ideal-availability
+cell whose rates the other modes of its task borrow) shows its tuning table instead.
 """
 
 from __future__ import annotations
