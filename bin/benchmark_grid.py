@@ -1,6 +1,7 @@
 """Runs the benchmark grid and renders its page: which sampler wins where.
 
-    nohup python -m bin.benchmark_grid --runs_dir=<runs> --cache_dir=<cache> --parallel=2 &
+    nohup python -m bin.benchmark_grid --runs_dir=<runs> --cache_dir=<cache> --parallel=2 \\
+        --seeds_per_call=5 &
     python -m bin.benchmark_grid --stage=report          # docs/benchmark.md, no training
     python -m bin.benchmark_grid --quick --runs_dir=/tmp/quick   # minutes; writes only there
 
@@ -43,7 +44,10 @@ SUMMARY = 'summary.md'
 _RUNS_DIR = flags.DEFINE_string(
   'runs_dir', None, 'Directory of the runs, one sub-folder per cell (required to train).')
 _CACHE_DIR = flags.DEFINE_string('cache_dir', None, "TFF's dataset caches (passed to the runs).")
-_PARALLEL = flags.DEFINE_integer('parallel', 1, 'Runs trained at once.', lower_bound=1)
+_PARALLEL = flags.DEFINE_integer('parallel', 1, 'Binary calls running at once.', lower_bound=1)
+_SEEDS_PER_CALL = flags.DEFINE_integer(
+  'seeds_per_call', 1, "Seeds of a method that one binary call trains (bin.experiment's flag).",
+  lower_bound=1)
 _STAGE = flags.DEFINE_enum('stage', 'all', ['all', 'train', 'report'], 'What to do.')
 _QUICK = flags.DEFINE_bool('quick', False, 'The small grid, inside --runs_dir only.')
 
@@ -64,6 +68,7 @@ def train(configs: Sequence[str], runs_dir: str) -> None:
     done = subprocess.run(
       [sys.executable, '-m', 'bin.experiment', f'--config={config}',
        f'--runs_dir={os.path.join(runs_dir, name)}', f'--parallel={_PARALLEL.value}',
+       f'--seeds_per_call={_SEEDS_PER_CALL.value}',
        *([f'--cache_dir={_CACHE_DIR.value}'] if _CACHE_DIR.value else [])],
       cwd=_REPO, stdin=subprocess.DEVNULL, check=False)
     if done.returncode != 0:

@@ -20,12 +20,14 @@ binary's flags before anything runs. The stages:
   from which ``python -m bin.report --experiment=<config>`` regenerates the
   report without the runs.
 
-``all`` does the three in order. Each run is one call of ``bin.<binary>``
-(``--seeds=1``), in ``<runs_dir>/lr<rate>/``, its output in
-``<runs_dir>/logs/``; a finished or diverged run is not started again and an
-interrupted one resumes, so the command can be stopped and rerun at any time
-(e.g. under ``nohup``). ``--parallel=N`` runs N at once, the methods whose
-runs took longest first (`experiment_jobs.longest_first`). The driver writes only inside
+``all`` does the three in order. Each run is trained by a call of
+``bin.<binary>`` (``--seeds=1``; ``--seeds_per_call=k`` lets one call train up
+to k seeds of a method one after another, paying the binary's start-up once),
+in ``<runs_dir>/lr<rate>/``, its output in ``<runs_dir>/logs/``; a finished or
+diverged run is not started again and an interrupted one resumes, so the
+command can be stopped and rerun at any time (e.g. under ``nohup``).
+``--parallel=N`` runs N calls at once, the methods whose runs took longest
+first (`experiment_jobs.longest_first`). The driver writes only inside
 ``--runs_dir`` and the raw metrics file.
 
 The raw metrics file is also the experiment's durable record: it is rewritten
@@ -59,7 +61,15 @@ _RUNS_DIR = flags.DEFINE_string(
   'runs_dir', None, 'Directory of the runs (default: results/experiments/<experiment name>).'
 )
 _STAGE = flags.DEFINE_enum('stage', 'all', ['all', 'tune', 'evaluate', 'export'], 'What to do.')
-_PARALLEL = flags.DEFINE_integer('parallel', 1, 'Runs trained at once.', lower_bound=1)
+_PARALLEL = flags.DEFINE_integer('parallel', 1, 'Binary calls running at once.', lower_bound=1)
+_SEEDS_PER_CALL = flags.DEFINE_integer(
+  'seeds_per_call',
+  1,
+  'Runs of one method and rate, on consecutive seeds, that one binary call trains one after '
+  'another: the call pays its start-up (imports, data, TFF workers) once for them. The runs '
+  'are the same as with one call each.',
+  lower_bound=1,
+)
 _RAW_METRICS = flags.DEFINE_string(
   'raw_metrics', None, 'Raw metrics file to export (default: runs.jsonl.gz beside --config).'
 )
@@ -79,9 +89,11 @@ _REUSE = flags.DEFINE_bool(
 
 
 def command(
-  spec: evidence_spec.ExperimentSpec, job: experiment_jobs.Job, runs_dir: str
+  spec: evidence_spec.ExperimentSpec, call: Sequence[experiment_jobs.Job], runs_dir: str
 ) -> list[str]:
-  """The ``bin.<binary>`` call that trains `job`."""
+  """The ``bin.<binary>`` call that trains the jobs of `call` (`experiment_jobs.batches`: one
+  method and rate, consecutive seeds)."""
+  job = call[0]
   return [
     sys.executable,
     '-m',
@@ -95,7 +107,7 @@ def command(
     f'--{spec.method_flag}={job.method}',
     *experiment_config.run_name_flags(spec, job.method),
     f'--seed={job.seed}',
-    '--seeds=1',
+    f'--seeds={len(call)}',
     f'--client_learning_rate={job.rate:g}',
     f'--root_output_dir={os.path.join(runs_dir, evidence_spec.rate_directory(job.rate))}',
   ]
@@ -126,43 +138,57 @@ def train(
     if not experiment_jobs.is_done(experiment_jobs.find_run(spec, job, runs_dir, carried))
   ]
   print(f'{len(jobs) - len(todo)} of {len(jobs)} runs done; {len(todo)} to train.', flush=True)
+
+  def next_calls() -> list[tuple[experiment_jobs.Job, ...]]:
+    return experiment_jobs.batches(
+      experiment_jobs.longest_first(spec, todo, timed()), _SEEDS_PER_CALL.value
+    )
+
   if _DRY_RUN.value:
-    todo = experiment_jobs.longest_first(spec, todo, timed())
-    for job in todo:
-      print(' '.join(command(spec, job, runs_dir)))
+    for call in next_calls():
+      print(' '.join(command(spec, call, runs_dir)))
     return
   if not todo:
     return
   logs = os.path.join(runs_dir, 'logs')
   os.makedirs(logs, exist_ok=True)
-  running: dict[subprocess.Popen, tuple[experiment_jobs.Job, float]] = {}
+  running: dict[subprocess.Popen, tuple[tuple[experiment_jobs.Job, ...], float]] = {}
   previous = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGINT)}
   try:
     while todo or running:
-      if todo and len(running) < _PARALLEL.value:
-        todo = experiment_jobs.longest_first(spec, todo, timed())
       while todo and len(running) < _PARALLEL.value:
-        job = todo.pop(0)
-        with open(os.path.join(logs, f'{job.name}.log'), 'ab') as log:
+        call = next_calls()[0]
+        todo = [job for job in todo if job not in call]
+        log_path = os.path.join(logs, f'{experiment_jobs.call_name(call)}.log')
+        with open(log_path, 'ab') as log:
           process = subprocess.Popen(
-            command(spec, job, runs_dir),
+            command(spec, call, runs_dir),
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
           )
-        running[process] = (job, time.monotonic())
+        running[process] = (call, time.monotonic())
       time.sleep(1.0)
       for process in [p for p in running if p.poll() is not None]:
-        job, start = running.pop(process)
-        run = experiment_jobs.find_run(spec, job, runs_dir)
-        if process.returncode != 0 and (run is None or evidence_spec.diverged(run) is None):
+        call, start = running.pop(process)
+        name = experiment_jobs.call_name(call)
+        runs = [experiment_jobs.find_run(spec, job, runs_dir) for job in call]
+        diverged = [evidence_spec.diverged(r) if r is not None else None for r in runs]
+        left = [job for job, run in zip(call, runs) if not experiment_jobs.is_done(run)]
+        # A diverged run ends its call with an error; the call's later seeds train again.
+        failed = process.returncode != 0 and all(at is None for at in diverged)
+        if failed or (left and process.returncode == 0):
           raise RuntimeError(
-            f'Run {job.name} failed (exit {process.returncode}); see '
-            f'{os.path.join(logs, job.name + ".log")}.'
+            f'Run {(left or list(call))[0].name} failed (exit {process.returncode}); see '
+            f'{os.path.join(logs, name + ".log")}.'
           )
-        at = evidence_spec.diverged(run) if run is not None else None
-        outcome = f'diverged in round {at}' if at is not None else 'finished'
-        print(f'{job.name}: {outcome} in {time.monotonic() - start:.0f} s', flush=True)
+        todo = left + todo
+        seconds = time.monotonic() - start
+        for job, at in zip(call, diverged):
+          if job not in left:
+            outcome = f'diverged in round {at}' if at is not None else 'finished'
+            ended = '' if len(call) == 1 else f' (call {name})'
+            print(f'{job.name}: {outcome} in {seconds:.0f} s{ended}', flush=True)
         on_finished()
   finally:
     for process in running:

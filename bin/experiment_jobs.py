@@ -92,3 +92,32 @@ def longest_first(
     return -math.inf if math.isnan(value) else -value
 
   return sorted(jobs, key=longest)
+
+
+def batches(jobs: Sequence[Job], size: int) -> list[tuple[Job, ...]]:
+  """`jobs` grouped into the calls of a binary that trains several seeds one after another:
+  runs of one method at one rate with consecutive seeds (``--seed=s --seeds=k``), at most
+  `size` in a call, in the order of each call's first job.
+
+  Raises:
+    ValueError: If `size` < 1.
+  """
+  if size < 1:
+    raise ValueError(f'A call trains at least one run, not {size}.')
+  calls: list[list[Job]] = []
+  open_calls: dict[tuple[str, str], list[Job]] = {}
+  for job in jobs:
+    key = (job.method, evidence_spec.rate_directory(job.rate))
+    call = open_calls.get(key)
+    if call is not None and len(call) < size and job.seed == call[-1].seed + 1:
+      call.append(job)
+    else:
+      open_calls[key] = [job]
+      calls.append(open_calls[key])
+  return [tuple(call) for call in calls]
+
+
+def call_name(call: Sequence[Job]) -> str:
+  """A call's name (its log's): its job's, or ``<first job>-<last seed>`` for several seeds."""
+  first, last = call[0], call[-1]
+  return first.name if len(call) == 1 else f'{first.name}-{last.seed}'

@@ -8,6 +8,7 @@ tolerance. Plus fast checks of the pieces the numbers rest on.
 
 import csv
 import math
+import re
 
 from absl import flags
 from absl.testing import flagsaver
@@ -16,6 +17,7 @@ import pytest
 
 from bench import fedavg_round
 from bench import fedgs as bench_fedgs
+from bench import seeds_per_call
 from tasks import models
 
 _TOLERANCE = 1e-3
@@ -180,3 +182,24 @@ def test_suite_row_verdicts_table_and_csv_columns(tmp_path):
     fedavg_round.append_csv(str(old), rows)
   with pytest.raises(ValueError, match='Unknown or no sections'):
     bench_run.run_suite(['fedavg', 'gpu'], bench_run.Sizes.quick(), 2, 2)
+
+
+def test_seeds_per_call_quick(parsed_flags, capfd):
+  with flagsaver.flagsaver(spc_quick=True):
+    seeds_per_call.main(['seeds_per_call'])  # Raises if the two sides trained differently.
+  table = capfd.readouterr().out
+  medians = dict(re.findall(r'^(one_call|k_calls)\s+([\d.]+)$', table, re.M))
+  assert set(medians) == {'one_call', 'k_calls'} and all(float(v) > 0 for v in medians.values())
+  assert re.search(r'ratio one_call / k_calls: [\d.]+ \[-inf, inf\] \(1 pairs\)', table)
+  assert 'saved per run:' in table
+
+
+def test_seeds_per_call_command_keeps_the_cell_and_replaces_the_horizon():
+  args = seeds_per_call.command(seeds_per_call._QUICK_CELL, 'md', rounds=3, rate=0.05, seed=2,
+                                seeds=4, root_output_dir='/tmp/x')
+  assert args[1:3] == ['-m', 'bin.benchmark']
+  assert '--task=digits' in args and '--availability=LN-0.5' in args
+  assert [a for a in args if a.startswith(('--rounds', '--eval_every', '--checkpoint_every'))] == [
+    '--rounds=3', '--eval_every=3', '--checkpoint_every=3']
+  assert args[-5:] == ['--sampling=md', '--seed=2', '--seeds=4', '--client_learning_rate=0.05',
+                       '--root_output_dir=/tmp/x']

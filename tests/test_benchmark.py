@@ -89,12 +89,16 @@ def test_quick_grid_writes_its_page_inside_its_runs_dir_only(tmp_path):
   runs_dir = tmp_path / 'quick'
   done = subprocess.run(
     [sys.executable, '-m', 'bin.benchmark_grid', '--quick', f'--runs_dir={runs_dir}',
-     '--parallel=2'], cwd=repo, capture_output=True, text=True, timeout=1200,
+     '--parallel=2', '--seeds_per_call=2'], cwd=repo, capture_output=True, text=True, timeout=1200,
     stdin=subprocess.DEVNULL)
   assert done.returncode == 0, done.stderr[-3000:]
+  # Each method's two reported seeds were trained by one call (its log's name says so).
+  logs = set(os.listdir(runs_dir / 'digits_LN' / 'logs'))
+  spec = experiment_config.load(os.path.join(quick, 'digits_LN', 'experiment.flags'))
+  assert {f'lr0.1_{m}_seed0-1.log' for m in spec.methods} <= logs
+  assert not [name for name in logs if name.endswith(('_seed0.log', '_seed1.log'))]
   assert before.changes() == []  # The quick grid's own files are untouched.
   page = (runs_dir / 'benchmark.md').read_text()
-  spec = experiment_config.load(os.path.join(quick, 'digits_LN', 'experiment.flags'))
   rows = [line for line in page.splitlines() if re.match(r'\| \d+\. ', line)]
   assert sorted(re.match(r'\| \d+\. (\S+) ', r).group(1) for r in rows) == sorted(spec.methods)
   assert all(re.search(r'\|\s+2 \|', r) for r in rows)  # Two seeds each.

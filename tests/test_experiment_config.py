@@ -202,6 +202,13 @@ def test_diverged_reads_the_signs_the_loop_stops_on():
   assert evidence_spec.diverged(_run({'train/loss': [nan, 1, nan], 'round_seconds': [nan, 1, 1]},
                                      [0, 1, 2])) == 2
   assert evidence_spec.diverged(_run({'eval/loss': [2, inf]}, [0, 5])) == 5
+  # A NaN evaluation loss counts where the evaluation ran (its accuracy is there), not in a
+  # row that was not evaluated.
+  evaluated = {'eval/loss': [2, nan, nan], 'eval/accuracy': [0.1, nan, 0.1]}
+  assert evidence_spec.diverged(_run(evaluated, [0, 1, 2])) == 2
+  evaluated['eval/loss'] = [2, nan, 1]
+  assert evidence_spec.diverged(_run(evaluated, [0, 1, 2])) is None
+  assert evidence_spec.diverged(_run({'eval/loss': [2, nan]}, [0, 5])) is None
   assert evidence_spec.diverged(
     _run({'process/finalizer/update_non_finite': [nan, 0, 1]}, [0, 1, 2])) == 2
 

@@ -209,6 +209,89 @@ def test_a_failing_run_stops_the_driver_with_its_log(tmp_path):
   assert not (folder / 'runs.jsonl.gz').exists()
 
 
+def test_batches_group_consecutive_seeds_of_one_method_and_rate():
+  job = experiment_jobs.Job
+  jobs = [job(m, r, s) for s in (0, 1, 2, 4) for m in ('a', 'b') for r in (0.1,)]
+  jobs += [job('a', 0.05, 0), job('a', 0.05, 1)]
+  calls = experiment_jobs.batches(jobs, 2)
+  assert [[(j.method, j.rate, j.seed) for j in c] for c in calls] == [
+    [('a', 0.1, 0), ('a', 0.1, 1)],
+    [('b', 0.1, 0), ('b', 0.1, 1)],
+    [('a', 0.1, 2)],  # The call of seeds 0-1 is full.
+    [('b', 0.1, 2)],
+    [('a', 0.1, 4)],  # Seed 3 is not a job: 4 does not follow 2.
+    [('b', 0.1, 4)],
+    [('a', 0.05, 0), ('a', 0.05, 1)],  # Another rate, another call.
+  ]
+  assert sorted(j.name for c in calls for j in c) == sorted(j.name for j in jobs)
+  assert experiment_jobs.batches(jobs, 1) == [(j,) for j in jobs]
+  assert [len(c) for c in experiment_jobs.batches(jobs, 5)] == [3, 3, 1, 1, 2]
+  assert experiment_jobs.call_name(calls[0]) == 'lr0.1_a_seed0-1'
+  assert experiment_jobs.call_name(calls[2]) == 'lr0.1_a_seed2'
+  with pytest.raises(ValueError, match='at least one run'):
+    experiment_jobs.batches(jobs, 0)
+
+
+def test_a_call_of_several_seeds_trains_the_runs_of_single_calls(tmp_path):
+  folder = tmp_path / 'batched'
+  folder.mkdir()
+  config = folder / experiment_config.CONFIG_FILENAME
+  config.write_text(CONFIG.replace('--learning_rates=0.3,0.05', '--learning_rates=0.3')
+                    .replace('--seeds=2', '--seeds=3'))
+  runs_dir = tmp_path / 'runs'
+  done = _driver(f'--config={config}', f'--runs_dir={runs_dir}', '--parallel=2',
+                 '--seeds_per_call=3')
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert '0 of 6 runs done; 6 to train.' in done.stdout
+  for method in ('uniform', 'full'):
+    assert (runs_dir / 'logs' / f'lr0.3_{method}_seed0-2.log').is_file()
+    for seed in (0, 1, 2):
+      assert f'lr0.3_{method}_seed{seed}: finished in ' in done.stdout
+      assert f'(call lr0.3_{method}_seed0-2)' in done.stdout
+
+  # Seed 1, trained second in its call, equals seed 1 trained alone in a new process.
+  spec = experiment_config.load(str(config))
+  alone = tmp_path / 'alone'
+  single = subprocess.run(
+    [sys.executable, '-m', f'bin.{spec.binary}', *spec.binary_flags,
+     f'--{spec.method_flag}=uniform', *experiment_config.run_name_flags(spec, 'uniform'),
+     '--seed=1', '--seeds=1', '--client_learning_rate=0.3', f'--root_output_dir={alone}'],
+    cwd=REPO, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+  assert single.returncode == 0, single.stderr[-2000:]
+  (batched_path,) = glob.glob(str(runs_dir / 'lr0.3' / '*_uniform_seed1'))
+  (alone_path,) = glob.glob(str(alone / '*_uniform_seed1'))
+  batched, reference = results.load_run(batched_path), results.load_run(alone_path)
+  np.testing.assert_array_equal(batched.selection_counts, reference.selection_counts)
+  measured = [c for c in reference.metrics if 'seconds' not in c]
+  assert 'eval/accuracy' in measured and sorted(batched.metrics) == sorted(reference.metrics)
+  for column in measured:
+    np.testing.assert_allclose(batched.column(column), reference.column(column), rtol=1e-6,
+                               atol=1e-9, err_msg=column)
+
+
+def test_a_diverged_run_ends_its_call_and_the_later_seeds_train_in_a_new_one(tmp_path):
+  folder = tmp_path / 'diverging'
+  folder.mkdir()
+  config = folder / experiment_config.CONFIG_FILENAME
+  # At client rate 1e30 every run diverges in round 1; the binary stops at the first one.
+  config.write_text(
+    CONFIG.replace('--methods=uniform,full', '--methods=uniform,full')
+    .replace('--learning_rates=0.3,0.05', '--learning_rates=uniform:1e30,full:0.05')
+    .replace('--tuning_seed=7\n', '')
+    .replace('--claims=full>uniform:final,full<uniform:rounds_to_0.2\n', '')
+  )
+  done = _driver(f'--config={config}', f'--runs_dir={tmp_path / "runs"}', '--seeds_per_call=2')
+  assert done.returncode == 0, done.stderr[-2000:]
+  diverged = sorted(line for line in done.stdout.splitlines() if 'diverged in round 1' in line)
+  assert len(diverged) == 2, done.stdout
+  assert diverged[0].startswith('lr1e+30_uniform_seed0: ') and '(call lr1e+30_uniform_seed0-1)' in (
+    diverged[0])
+  assert diverged[1].startswith('lr1e+30_uniform_seed1: ') and '(call' not in diverged[1]
+  assert 'lr0.05_full_seed1: finished in ' in done.stdout
+  assert sorted(os.listdir(tmp_path / 'runs' / 'logs')) == [
+    'lr0.05_full_seed0-1.log', 'lr1e+30_uniform_seed0-1.log', 'lr1e+30_uniform_seed1.log']
+
+
 @pytest.mark.parametrize('folder', COMMITTED, ids=[os.path.basename(f) for f in COMMITTED])
 def test_committed_report_regenerates_exactly(folder):
   archive = os.path.join(folder, raw_metrics.FILENAME)

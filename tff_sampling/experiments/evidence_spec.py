@@ -247,18 +247,26 @@ def diverged(run: results.Run) -> int | None:
 
   The signs `tff_sampling.program.check_diverged` stops a run on, as far as
   ``metrics.csv`` keeps them: an infinite loss, a ``…non_finite…``
-  measurement above 0, or a NaN training loss in a row that released the
-  round's training metrics (a NaN cell reads like an empty one, so only such
-  rows tell them apart).
+  measurement above 0, or a NaN loss in a row that measured it: a NaN cell
+  reads like an empty one, so a NaN training loss counts in a row that
+  released the round's training metrics, and another NaN loss (e.g.
+  ``eval/loss``) in a row where a metric beside it (``eval/accuracy``) is
+  finite.
   """
   released = np.isfinite(run.metrics.get('round_seconds', np.zeros(run.rounds.size)))
   bad = np.zeros(run.rounds.size, bool)
   for name, values in run.metrics.items():
-    leaf = name.rsplit('/', 1)[-1]
+    group, _, leaf = name.rpartition('/')
     if leaf == 'loss':
       bad |= np.isinf(values)
       if name.startswith('train/'):
-        bad |= released & np.isnan(values)
+        measured = released
+      else:
+        beside = [v for n, v in run.metrics.items() if n != name and n.rpartition('/')[0] == group]
+        measured = np.zeros(run.rounds.size, bool)
+        for values_beside in beside:
+          measured |= np.isfinite(values_beside)
+      bad |= measured & np.isnan(values)
     elif 'non_finite' in leaf:
       bad |= np.nan_to_num(values, nan=0.0) > 0
   rows = np.flatnonzero(bad)
