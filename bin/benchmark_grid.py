@@ -3,6 +3,7 @@
     nohup python -m bin.benchmark_grid --runs_dir=<runs> --cache_dir=<cache> --parallel=2 \\
         --seeds_per_call=5 &
     python -m bin.benchmark_grid --stage=report          # docs/benchmark.md, no training
+    python -m bin.benchmark_grid --stage=check           # is docs/benchmark.md up to date?
     python -m bin.benchmark_grid --quick --runs_dir=/tmp/quick   # minutes; writes only there
 
 The grid is a folder of cells, ``docs/benchmark/<cell>/experiment.flags``: each
@@ -13,7 +14,9 @@ those that borrow their rates; resumable: a finished run is never trained
 again), exporting each cell's raw metrics beside its configuration.
 ``--stage=report`` renders ``docs/benchmark.md`` from those raw metrics alone
 (`tff_sampling.benchmark_report`), with ``docs/benchmark/summary.md`` (the
-hand-written "which sampler should I use") at its top. ``all`` does both.
+hand-written "which sampler should I use") at its top, at any stage of the grid
+(unfinished cells say how far they are). ``all`` does both. ``--stage=check``
+exits non-zero unless the committed page is what the raw metrics give.
 
 ``--quick`` runs the small grid of ``docs/benchmark/quick`` (one regime, a few
 rounds, 2 seeds) on copies of its configurations inside ``--runs_dir``, and
@@ -48,7 +51,10 @@ _PARALLEL = flags.DEFINE_integer('parallel', 1, 'Binary calls running at once.',
 _SEEDS_PER_CALL = flags.DEFINE_integer(
   'seeds_per_call', 1, "Seeds of a method that one binary call trains (bin.experiment's flag).",
   lower_bound=1)
-_STAGE = flags.DEFINE_enum('stage', 'all', ['all', 'train', 'report'], 'What to do.')
+_STAGE = flags.DEFINE_enum(
+  'stage', 'all', ['all', 'train', 'report', 'check'],
+  'What to do: train, report (write the page), both, or check (exit 1 unless the page is what '
+  'report would write).')
 _QUICK = flags.DEFINE_bool('quick', False, 'The small grid, inside --runs_dir only.')
 
 
@@ -76,12 +82,26 @@ def train(configs: Sequence[str], runs_dir: str) -> None:
 
 
 def load_cells(configs: Sequence[str]) -> list[benchmark_report.Cell]:
-  """Every cell's spec (rates resolved) and runs, from the raw metrics beside each config."""
-  return [
-    benchmark_report.Cell(experiment_config.load_committed(config),
-                          experiment_config.committed_runs(config), os.path.dirname(config))
-    for config in sorted(configs)
-  ]
+  """Every cell, from the raw metrics committed beside each configuration."""
+  return [experiment_config.committed_cell(config) for config in sorted(configs)]
+
+
+def check(cells: Sequence[benchmark_report.Cell], page: str, *, command: str,
+          preface: str) -> None:
+  """Raises unless `page` is what the report stage would write from the raw metrics.
+
+  A grid without any raw metrics needs no page yet.
+  """
+  if not os.path.exists(page):
+    if any(cell.runs for cell in cells):
+      raise RuntimeError(f'{page} is missing; write it with --stage=report.')
+    return
+  with open(page, encoding='utf-8') as f:
+    committed = f.read()
+  expected = benchmark_report.benchmark_markdown(
+    cells, command=command, page_dir=os.path.dirname(page), preface=preface)
+  if committed != expected:
+    raise RuntimeError(f'{page} differs from its raw metrics; rewrite it with --stage=report.')
 
 
 def _quick_configs(runs_dir: str) -> list[str]:
@@ -113,11 +133,14 @@ def main(argv: Sequence[str]) -> None:
       if not _RUNS_DIR.value:
         raise ValueError('--runs_dir is required to train.')
       train(configs, os.path.abspath(_RUNS_DIR.value))
+    preface = ''
+    if summary and os.path.isfile(summary):
+      with open(summary, encoding='utf-8') as f:
+        preface = f.read()
+    if _STAGE.value == 'check':
+      check(load_cells(configs), page, command=command, preface=preface)
+      print(f'{page} is what its raw metrics give.')
     if _STAGE.value in ('all', 'report'):
-      preface = ''
-      if summary and os.path.isfile(summary):
-        with open(summary, encoding='utf-8') as f:
-          preface = f.read()
       for path in benchmark_report.write(load_cells(configs), page, command=command,
                                          preface=preface):
         print(f'Wrote {path}')

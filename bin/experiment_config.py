@@ -32,6 +32,7 @@ import shlex
 
 from absl import flags
 
+from tff_sampling import benchmark_report
 from tff_sampling import evidence_report
 from tff_sampling import raw_metrics
 from tff_sampling import results
@@ -225,6 +226,23 @@ def load_committed(config: str) -> evidence_spec.ExperimentSpec:
   """`load`, with borrowed rates resolved from the sibling's committed raw metrics."""
   return borrow_rates(
     load(config), config, lambda source: committed_runs(sibling(config, source.name)))
+
+
+def committed_cell(config: str) -> benchmark_report.Cell:
+  """A benchmark cell from its committed raw metrics (none before it has run): its spec, with
+  borrowed rates resolved once the sibling has tuned, its runs and how far it is."""
+  spec, folder = load(config), os.path.dirname(os.path.abspath(config))
+  try:
+    runs = committed_runs(config)
+  except FileNotFoundError:
+    runs = []
+  if spec.rates_from:
+    try:
+      spec = load_committed(config)
+    except (FileNotFoundError, ValueError):  # The sibling has not run, or not finished tuning.
+      return benchmark_report.Cell(
+        spec, runs, folder, benchmark_report.progress(spec, runs, rates_from_pending=True))
+  return benchmark_report.Cell(spec, runs, folder, benchmark_report.progress(spec, runs))
 
 
 def expand_configs(entries: Sequence[str]) -> list[str]:

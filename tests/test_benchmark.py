@@ -111,3 +111,25 @@ def test_quick_grid_writes_its_page_inside_its_runs_dir_only(tmp_path):
     stdin=subprocess.DEVNULL)
   assert again.returncode == 0, again.stderr[-2000:]
   assert (runs_dir / 'benchmark.md').read_text() == page
+  # --stage=check passes on that page, and fails in one line once the page is edited by hand.
+  check = [sys.executable, '-m', 'bin.benchmark_grid', '--quick', f'--runs_dir={runs_dir}',
+           '--stage=check']
+  passed = subprocess.run(check, cwd=repo, capture_output=True, text=True, timeout=600,
+                          stdin=subprocess.DEVNULL)
+  assert passed.returncode == 0, passed.stderr[-2000:]
+  (runs_dir / 'benchmark.md').write_text(page.replace('(baseline)', '(the baseline)', 1))
+  failed = subprocess.run(check, cwd=repo, capture_output=True, text=True, timeout=600,
+                          stdin=subprocess.DEVNULL)
+  assert failed.returncode == 1
+  assert failed.stderr.strip().endswith('differs from its raw metrics; rewrite it with '
+                                        '--stage=report.')
+
+
+def test_the_committed_benchmark_page_is_what_its_raw_metrics_give():
+  """docs/benchmark.md regenerates exactly from the raw metrics committed in docs/benchmark/
+  (the grid's cells in progress included); it must exist once any cell has run."""
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  done = subprocess.run(
+    [sys.executable, '-m', 'bin.benchmark_grid', '--stage=check'], cwd=repo,
+    capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+  assert done.returncode == 0, done.stderr[-2000:]

@@ -1,5 +1,6 @@
 """Tests for the benchmark's page (tff_sampling/benchmark_report.py) on hand-made runs: a
-tuning-only cell gives its rates to a reported cell, which alone is ranked and drawn."""
+tuning-only cell gives its rates to a reported cell, which alone is ranked and drawn; cells
+whose runs are not all in say how far they are."""
 
 import os
 import re
@@ -43,6 +44,8 @@ def _cell(grid, name, text, runs):
   folder.mkdir(parents=True)
   config = folder / experiment_config.CONFIG_FILENAME
   config.write_text(text)
+  if not runs:  # Not run yet: no raw metrics.
+    return str(config)
   runs_dir = grid.parent / 'runs' / name
   made = [results.load_run(fault_harness.write_run(
       runs_dir / f'lr{rate:g}', f'{method}_seed{seed}',
@@ -61,9 +64,8 @@ def page(tmp_path):
   rates = {'uniform': 0.1, 'md': 0.2}
   skewed = _cell(grid, 'skewed', SKEWED,
                  [(m, rates[m], s, final) for (m, s), final in FINAL.items()])
-  cells = [benchmark_report.Cell(experiment_config.load_committed(c),
-                                 experiment_config.committed_runs(c), os.path.dirname(c))
-           for c in (ideal, skewed)]
+  cells = [experiment_config.committed_cell(c) for c in (ideal, skewed)]
+  assert [cell.pending for cell in cells] == ['', '']  # Both complete.
   path = tmp_path / 'benchmark.md'
   written = benchmark_report.write(cells, str(path), command='regenerate')
   return grid, path.read_text(), written
@@ -110,3 +112,36 @@ def test_bin_report_on_a_tuning_only_cell_writes_its_tuning_alone(page):
   assert 'This experiment only tunes' in text and '`--learning_rates_from=ideal`' in text
   assert '## Tuning (seed 100)' in text and '| **0.6000** |' in text
   assert '## Verdicts' not in text and 'Seeds' not in text
+
+
+def test_unfinished_cells_say_how_far_they_are_and_are_neither_ranked_nor_drawn(tmp_path):
+  grid = tmp_path / 'grid'
+  # MD's tuning at rate 0.1 is missing, and the skewed cell has not run.
+  ideal = _cell(grid, 'ideal', IDEAL,
+                [(m, r, 100, final) for (m, r), final in TUNING.items() if (m, r) != ('md', 0.1)])
+  skewed = _cell(grid, 'skewed', SKEWED, [])
+  cells = [experiment_config.committed_cell(c) for c in (ideal, skewed)]
+  assert [cell.pending for cell in cells] == [
+      '3 runs in, at least 1 to go', '0 runs in; it waits for the tuning of ideal']
+  assert cells[1].spec.learning_rates == ()  # Not resolved: the sibling has not tuned.
+  path = tmp_path / 'benchmark.md'
+  written = benchmark_report.write(cells, str(path), command='regenerate')
+  text = path.read_text()
+  assert written == [str(path)]  # No plot.
+  assert '**In progress:** 0 of 2 cells are complete' in text
+  assert '*In progress:* 3 runs in, at least 1 to go.' in _section(text, 'ideal cell')
+  assert '*In progress:* 0 runs in; it waits for the tuning of ideal.' in _section(
+      text, 'skewed cell')
+  assert not re.search(r'^\| (\d+\. )?(uniform|md) ', text, re.M)  # No table at all.
+
+
+def test_a_complete_tuning_cell_lets_its_sibling_wait_for_its_own_runs(tmp_path):
+  grid = tmp_path / 'grid'
+  ideal = _cell(grid, 'ideal', IDEAL, [(m, r, 100, final) for (m, r), final in TUNING.items()])
+  # Two of the six reported runs are in.
+  skewed = _cell(grid, 'skewed', SKEWED, [('uniform', 0.1, 0, 0.4), ('md', 0.2, 0, 0.5)])
+  cells = [experiment_config.committed_cell(c) for c in (ideal, skewed)]
+  assert [cell.pending for cell in cells] == ['', '2 runs in, at least 4 to go']
+  text = benchmark_report.benchmark_markdown(cells, command='regenerate', page_dir=str(tmp_path))
+  assert '**In progress:** 1 of 2 cells are complete' in text
+  assert not re.search(r'^\| \d+\. ', text, re.M)  # The tuning cell is shown, nothing ranked.

@@ -146,6 +146,9 @@ def test_tune_picks_the_best_rate_and_leaves_diverged_runs_out(tmp_path):
       run_csv([0.1, 0.99]))
   partial = evidence_spec.tune(spec, [*map(results.load_run, made), results.load_run(unfinished)])
   assert partial.scores[('optimal', 0.2)] == pytest.approx(0.6)
+  # A grid rate not trained yet leaves the choice provisional: it is pending, not skipped.
+  without = evidence_spec.tune(spec, [results.load_run(made[i]) for i in (0, 2, 3)])
+  assert without.pending == {'optimal': 0.1} and without.chosen['optimal'] == 0.2
   # Without runs for a method, tuning says what to do.
   with pytest.raises(ValueError, match="Method 'uniform' has no finished tuning run"):
     evidence_spec.tune(spec, [results.load_run(d) for d in made[:2]])
@@ -334,6 +337,8 @@ def test_rates_borrowed_from_a_sibling_experiments_tuning(tmp_path):
   # Unfinished tuning, or both ways of giving rates, are refused in one line.
   with pytest.raises(ValueError, match='tuned no rate|no finished tuning run'):
     experiment_config.borrow_rates(spec, borrowing, lambda source: runs[:2])
+  with pytest.raises(ValueError, match=r'tuning of ideal is not done \(optimal at 0.1'):
+    experiment_config.borrow_rates(spec, borrowing, lambda source: [runs[0], *runs[2:]])
   with pytest.raises(ValueError, match='either --learning_rates or --learning_rates_from'):
     experiment_config.load(write_config(
         tmp_path, CONFIG + '--learning_rates_from=ideal\n', folder='both'))

@@ -16,6 +16,10 @@ seconds per round. A difference whose interval covers 0 is marked *no
 difference detected*. The accuracy-vs-bits plot of each cell shows the three
 best methods and the baseline. A tuning-only cell (``--seeds=0``, the ideal-availability
 cell whose rates the other modes of its task borrow) shows its tuning table instead.
+
+The grid trains over several sessions, and its raw metrics are committed as runs
+finish, so the page is rendered at any stage: a cell whose runs are not all in
+says how far it is (`progress`) and is ranked only once complete.
 """
 
 from __future__ import annotations
@@ -55,6 +59,27 @@ class Cell:
   spec: evidence_spec.ExperimentSpec
   runs: Sequence[results.Run]
   folder: str
+  pending: str = ''  # Why the cell is not shown yet (`progress`); empty once complete.
+
+
+def progress(
+  spec: evidence_spec.ExperimentSpec,
+  runs: Sequence[results.Run],
+  *,
+  rates_from_pending: bool = False,
+) -> str:
+  """Empty when every run of the cell is in; otherwise how far the cell is, in words.
+
+  Args:
+    spec: The cell, its borrowed rates resolved unless `rates_from_pending`.
+    runs: Its runs so far.
+    rates_from_pending: The sibling whose rates it borrows has not finished tuning.
+  """
+  done = sum(evidence_spec.finished(run) for run in runs)
+  if rates_from_pending:
+    return f'{done} runs in; it waits for the tuning of {spec.rates_from}'
+  missing = evidence_spec.missing_runs(spec, runs)
+  return f'{done} runs in, at least {len(missing)} to go' if missing else ''
 
 
 @dataclasses.dataclass(frozen=True)
@@ -245,6 +270,13 @@ def benchmark_markdown(
   ]
   if preface:
     parts += [preface.strip(), '']
+  complete = sum(not cell.pending for cell in cells)
+  if complete < len(cells):
+    parts += [
+      f'**In progress:** {complete} of {len(cells)} cells are complete; the others show how '
+      'far they are and are ranked once all their runs are in.',
+      '',
+    ]
   parts += [
     'Each cell below is one task under one availability mode. Every method runs on the same '
     "seeds; within a seed all share the initial model and the clients' data order and see "
@@ -266,6 +298,9 @@ def benchmark_markdown(
       + '.',
       '',
     ]
+    if cell.pending:
+      parts += [f'*In progress:* {cell.pending}.', '']
+      continue
     if cell.spec.tuning_only:
       parts += tuning_section(cell)
       continue
@@ -291,7 +326,7 @@ def write(cells: Sequence[Cell], path: str, *, command: str, preface: str = '') 
         raise ValueError(f'{path} exists and was not written by the benchmark; move it away.')
   written: list[str] = []
   for cell in cells:
-    if not cell.spec.tuning_only:
+    if not (cell.spec.tuning_only or cell.pending):
       written += write_cell_plots(cell)
   files.write_atomically(
     path,

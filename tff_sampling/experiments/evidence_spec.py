@@ -299,8 +299,9 @@ class TuningResult:
     tried: method -> the rates its choice was made from, largest first: the
       grid, and the extensions past its edges (`ExperimentSpec.extend_grid`).
     pending: method -> the rate to train next on the tuning seed before its
-      choice is final (its best rate so far is at the edge of those tried, and
-      extensions are left); empty when tuning is done.
+      choice is final (a rate of the grid not finished yet, or its best rate so
+      far is at the edge of those tried and extensions are left); empty when
+      tuning is done.
   """
 
   scores: Mapping[tuple[str, float], float]
@@ -326,8 +327,9 @@ def tune(spec: ExperimentSpec, runs: Sequence[results.Run]) -> TuningResult:
   Each method's best rate on the grid; if it is the grid's smallest or largest
   rate and ``spec.extend_grid`` allows, the rate past that edge (`beyond`) is
   tried too, and so on until the best rate is inside the rates tried (the
-  paper's rule, Chen et al. App. F). A rate past the edge whose run is not
-  finished yet is `TuningResult.pending`, and the choice so far is provisional.
+  paper's rule, Chen et al. App. F). A rate of the grid, or past its edge, whose
+  run is not finished yet is `TuningResult.pending` (the grid's first), and the
+  choice so far is provisional.
   Without a grid, every method gets its fixed rate (or the one rate).
 
   Raises:
@@ -362,7 +364,10 @@ def tune(spec: ExperimentSpec, runs: Sequence[results.Run]) -> TuningResult:
   for method in spec.methods:
     rates = sorted(spec.learning_rates, reverse=True)
     best = _best(method, rates, scores)
-    for _ in range(spec.extend_grid):
+    unscored = [rate for rate in rates if (method, rate) not in scores]
+    if unscored and best is not None:  # The grid is not all in: the choice is provisional.
+      pending[method] = unscored[0]
+    for _ in range(spec.extend_grid if not unscored else 0):
       if best is None or len(rates) < 2 or best not in (rates[0], rates[-1]):
         break
       step = beyond(rates[0], rates[1]) if best == rates[0] else beyond(rates[-1], rates[-2])
