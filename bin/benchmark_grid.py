@@ -9,9 +9,10 @@
 The grid is a folder of cells, ``docs/benchmark/<cell>/experiment.flags``: each
 one task (regime) under one availability mode, every method of ``bin.benchmark``
 on the same seeds (`tff_sampling.experiments.benchmark`). ``--stage=train``
-runs every cell with ``python -m bin.experiment`` (cells that tune first, then
-those that borrow their rates; resumable: a finished run is never trained
-again), exporting each cell's raw metrics beside its configuration.
+runs every cell with ``python -m bin.experiment``, task by task (the cell that
+tunes, then those that borrow its rates; ``--cells`` picks cells and their
+order), resumable (a finished run is never trained again), exporting each
+cell's raw metrics beside its configuration.
 ``--stage=report`` renders ``docs/benchmark.md`` from those raw metrics alone
 (`tff_sampling.benchmark_report`), with ``docs/benchmark/summary.md`` (the
 hand-written "which sampler should I use") at its top, at any stage of the grid
@@ -56,20 +57,19 @@ _STAGE = flags.DEFINE_enum(
   'What to do: train, report (write the page), both, or check (exit 1 unless the page is what '
   'report would write).')
 _QUICK = flags.DEFINE_bool('quick', False, 'The small grid, inside --runs_dir only.')
+_CELLS = flags.DEFINE_list(
+  'cells', [], 'Cells to train, in this order (default: all, task by task); the page shows '
+  'every cell.')
 
 
-def cell_configs(grid: str) -> list[str]:
-  """The grid's configuration files: cells that tune first, then those that borrow rates."""
-  configs = sorted(glob.glob(os.path.join(grid, '*', experiment_config.CONFIG_FILENAME)))
-  if not configs:
-    raise ValueError(f'No cell configuration (*/{experiment_config.CONFIG_FILENAME}) in {grid}.')
-  return sorted(configs, key=lambda c: bool(experiment_config.load(c).rates_from))
+def _name(config: str) -> str:
+  return os.path.basename(os.path.dirname(config))
 
 
 def train(configs: Sequence[str], runs_dir: str) -> None:
   """Runs every cell with the experiment driver; raises if one fails."""
   for config in configs:
-    name = os.path.basename(os.path.dirname(config))
+    name = _name(config)
     print(f'=== {name}', flush=True)
     done = subprocess.run(
       [sys.executable, '-m', 'bin.experiment', f'--config={config}',
@@ -104,14 +104,14 @@ def check(cells: Sequence[benchmark_report.Cell], page: str, *, command: str,
     raise RuntimeError(f'{page} differs from its raw metrics; rewrite it with --stage=report.')
 
 
-def _quick_configs(runs_dir: str) -> list[str]:
-  """Copies of the quick grid's configurations inside `runs_dir` (its raw metrics go there)."""
+def _quick_grid(runs_dir: str) -> str:
+  """A copy of the quick grid's configurations inside `runs_dir` (its raw metrics go there)."""
   copies = os.path.join(runs_dir, 'configs')
   for config in glob.glob(os.path.join(QUICK_GRID, '*', experiment_config.CONFIG_FILENAME)):
     target = os.path.join(copies, os.path.basename(os.path.dirname(config)))
     os.makedirs(target, exist_ok=True)
     shutil.copyfile(config, os.path.join(target, experiment_config.CONFIG_FILENAME))
-  return cell_configs(copies)
+  return copies
 
 
 def main(argv: Sequence[str]) -> None:
@@ -122,17 +122,19 @@ def main(argv: Sequence[str]) -> None:
       if not _RUNS_DIR.value:
         raise ValueError('--quick writes only inside --runs_dir: give one.')
       runs_dir = os.path.abspath(_RUNS_DIR.value)
-      configs = _quick_configs(runs_dir)
+      grid = _quick_grid(runs_dir)
       page, summary = os.path.join(runs_dir, 'benchmark.md'), None
       command = f'python -m bin.benchmark_grid --quick --runs_dir={_RUNS_DIR.value} --stage=report'
     else:
-      configs = cell_configs(GRID)
+      grid = GRID
       page, summary = PAGE, os.path.join(GRID, SUMMARY)
       command = 'python -m bin.benchmark_grid --stage=report'
     if _STAGE.value in ('all', 'train'):
       if not _RUNS_DIR.value:
         raise ValueError('--runs_dir is required to train.')
-      train(configs, os.path.abspath(_RUNS_DIR.value))
+      train(experiment_config.grid_configs(grid, _CELLS.value),
+            os.path.abspath(_RUNS_DIR.value))
+    configs = experiment_config.grid_configs(grid)
     preface = ''
     if summary and os.path.isfile(summary):
       with open(summary, encoding='utf-8') as f:

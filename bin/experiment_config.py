@@ -245,6 +245,36 @@ def committed_cell(config: str) -> benchmark_report.Cell:
   return benchmark_report.Cell(spec, runs, folder, benchmark_report.progress(spec, runs))
 
 
+def _cell_name(config: str) -> str:
+  return os.path.basename(os.path.dirname(config))
+
+
+def grid_configs(grid: str, names: Sequence[str] = ()) -> list[str]:
+  """The grid's configuration files in training order: task by task, the cell that tunes,
+  then those that borrow its rates (so each task's ranking is complete before the next task
+  starts). `names`, if given, picks cells and their order.
+
+  Raises:
+    ValueError: If the grid has no cell, or a name is not one of its cells.
+  """
+  configs = sorted(glob.glob(os.path.join(grid, '*', CONFIG_FILENAME)))
+  if not configs:
+    raise ValueError(f'No cell configuration (*/{CONFIG_FILENAME}) in {grid}.')
+  if names:
+    by_name = {_cell_name(c): c for c in configs}
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+      raise ValueError(f'No cell {", ".join(unknown)} in {grid}; its cells are '
+                       f'{", ".join(sorted(by_name))}.')
+    return [by_name[n] for n in names]
+
+  def order(config: str) -> tuple[str, bool, str]:
+    source = load(config).rates_from.partition(':')[0]
+    return (source or _cell_name(config), bool(source), _cell_name(config))
+
+  return sorted(configs, key=order)
+
+
 def expand_configs(entries: Sequence[str]) -> list[str]:
   """``--experiments``: paths, and glob patterns replaced by their sorted matches.
 

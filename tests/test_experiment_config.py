@@ -367,3 +367,28 @@ def test_the_cache_dir_goes_only_to_tasks_that_read_it(tmp_path):
     '--task=digits', '--task=emnist_skewed'), folder='cached'))
   assert not experiment_config.takes_cache_dir(offline)
   assert experiment_config.takes_cache_dir(cached)
+
+
+def test_a_grid_trains_task_by_task_tuning_cell_first(tmp_path):
+  tunes = CONFIG.replace('--seeds=5', '--seeds=0').replace(
+      '--claims=optimal>uniform:final,optimal=uniform:auc@0.02,optimal<uniform:bits_to_0.5\n', '')
+  borrows = CONFIG.replace('--learning_rates=0.2,0.1\n', '--learning_rates_from={}\n').replace(
+      '--tuning_seed=50\n', '')
+  grid = tmp_path / 'grid'
+  # Alphabetically a cell that borrows ("a_LDF") comes before the one it borrows from.
+  for folder, text in (('z_IDL', tunes), ('a_LDF', borrows.format('z_IDL')),
+                       ('b_IDL', tunes), ('b_YC', borrows.format('b_IDL:uniform')),
+                       ('b_LDF', borrows.format('b_IDL'))):
+    write_config(grid, text, folder=folder)
+
+  def names(configs):
+    return [re.search(r'/([^/]+)/experiment\.flags$', c).group(1) for c in configs]
+
+  assert names(experiment_config.grid_configs(str(grid))) == [
+      'b_IDL', 'b_LDF', 'b_YC', 'z_IDL', 'a_LDF']
+  assert names(experiment_config.grid_configs(str(grid), ['a_LDF', 'b_IDL'])) == [
+      'a_LDF', 'b_IDL']  # As asked.
+  with pytest.raises(ValueError, match=r'^No cell c_IDL in .*; its cells are a_LDF, b_IDL, '):
+    experiment_config.grid_configs(str(grid), ['b_IDL', 'c_IDL'])
+  with pytest.raises(ValueError, match='No cell configuration'):
+    experiment_config.grid_configs(str(tmp_path / 'empty'))
