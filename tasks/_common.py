@@ -507,6 +507,14 @@ def sql_split_chunks(
              [row[1] for row in rows])
 
 
+def count_split_rows(database_path: str, split_name: str) -> int:
+  """The number of examples (rows) of one split of a TFF database."""
+  with contextlib.closing(sqlite3.connect(read_only_uri(database_path), uri=True)) as connection:
+    (count,) = connection.execute(
+        'SELECT COUNT(*) FROM examples WHERE split_name = ?;', (split_name,)).fetchone()
+  return int(count)
+
+
 def parse_int_feature(protos: list[bytes], key: str) -> np.ndarray:
   """The scalar int64 feature `key` of serialised ``tf.train.Example``s."""
   parsed = tf.io.parse_example(

@@ -14,9 +14,11 @@ from absl import flags
 from absl.testing import flagsaver
 import numpy as np
 import pytest
+import tff_sqlite_fixtures
 
 from bench import fedavg_round
 from bench import fedgs as bench_fedgs
+from bench import in_memory_clients
 from bench import seeds_per_call
 from tasks import models
 
@@ -203,3 +205,17 @@ def test_seeds_per_call_command_keeps_the_cell_and_replaces_the_horizon():
     '--rounds=3', '--eval_every=3', '--checkpoint_every=3']
   assert args[-5:] == ['--sampling=md', '--seed=2', '--seeds=4', '--client_learning_rate=0.05',
                        '--root_output_dir=/tmp/x']
+
+
+def test_in_memory_clients_on_a_tiny_database(parsed_flags, tmp_path, capfd):
+  rng = np.random.default_rng(0)
+  tff_sqlite_fixtures.write_tff_database(str(tmp_path / 'emnist_all.sqlite'), {
+      'all_train': tff_sqlite_fixtures.emnist_clients(rng, {'f0': 7, 'f1': 25, 'f2': 3}, 62),
+      'all_test': tff_sqlite_fixtures.emnist_clients(rng, {'f0': 2, 'f1': 3}, 62)})
+  with flagsaver.flagsaver(imc_cache_dir=str(tmp_path), imc_pairs=1):
+    in_memory_clients.main(['in_memory_clients'])  # Exits if the two sides' weights differ.
+  table = capfd.readouterr().out
+  assert '3 clients a round' in table and 'trained identical weights' in table
+  medians = dict(re.findall(r'^\| (in_memory|sql) \| ([\d.]+) \|$', table, re.M))
+  assert set(medians) == {'in_memory', 'sql'} and all(float(v) > 0 for v in medians.values())
+  assert re.search(r'ratio in_memory / sql: [\d.]+ \[-inf, inf\] \(1 pairs\)', table)

@@ -13,9 +13,11 @@ import shutil
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_federated as tff
 import tff_sqlite_fixtures as fixtures
 
 from tasks import digits
+from tasks import emnist
 from tasks import get_task
 from tasks import models
 from tasks import shakespeare
@@ -87,6 +89,32 @@ def test_emnist_preprocessing_is_seeded_and_keeps_pixels(cache_dir):
   # Each epoch draws 10 distinct examples (a fresh, seeded subset per epoch).
   for epoch in (first[:10], first[10:]):
     assert len({image.tobytes() for image in epoch}) == 10
+
+
+@pytest.mark.parametrize('only_digits', [True, False])
+def test_a_small_emnist_split_is_held_in_memory_with_tffs_elements(cache_dir, monkeypatch,
+                                                                   only_digits):
+  tff_train, _ = tff.simulation.datasets.emnist.load_data(cache_dir=cache_dir,
+                                                          only_digits=only_digits)
+  held = get_task('emnist', cache_dir=cache_dir, only_digits=only_digits)
+  total = sum((EMNIST_DIGITS_TRAIN if only_digits else EMNIST_ALL_TRAIN).values())
+  monkeypatch.setattr(emnist, 'IN_MEMORY_MAX_EXAMPLES', total - 1)  # One example too many.
+  read = get_task('emnist', cache_dir=cache_dir, only_digits=only_digits)
+  assert type(read.train_data) is type(tff_train)  # TFF's SQL-backed clients.
+  assert type(held.train_data) is not type(tff_train)
+  assert held.train_data.element_type_structure == tff_train.element_type_structure
+  assert held.client_ids == read.client_ids == tuple(tff_train.client_ids)
+  for i, client_id in enumerate(tff_train.client_ids):
+    expected = list(tff_train.create_tf_dataset_for_client(client_id).as_numpy_iterator())
+    got = list(held.train_data.create_tf_dataset_for_client(client_id).as_numpy_iterator())
+    assert len(got) == len(expected) > 0
+    for e, g in zip(expected, got):  # Same examples, same order.
+      assert e['label'] == g['label'] and np.array_equal(e['pixels'], g['pixels'])
+    for a, b in zip(held.client_dataset(i, 3).as_numpy_iterator(),
+                    read.client_dataset(i, 3).as_numpy_iterator()):
+      np.testing.assert_array_equal(a['x'], b['x'])
+      np.testing.assert_array_equal(a['y'], b['y'])
+  np.testing.assert_array_equal(held.client_label_histograms, read.client_label_histograms)
 
 
 def test_emnist_eval_cap(cache_dir):
