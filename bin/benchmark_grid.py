@@ -62,14 +62,10 @@ _CELLS = flags.DEFINE_list(
   'every cell.')
 
 
-def _name(config: str) -> str:
-  return os.path.basename(os.path.dirname(config))
-
-
 def train(configs: Sequence[str], runs_dir: str) -> None:
   """Runs every cell with the experiment driver; raises if one fails."""
   for config in configs:
-    name = _name(config)
+    name = os.path.basename(os.path.dirname(config))
     print(f'=== {name}', flush=True)
     done = subprocess.run(
       [sys.executable, '-m', 'bin.experiment', f'--config={config}',
