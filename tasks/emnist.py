@@ -22,7 +22,7 @@ parses every example of a client in each round, inside TFF's worker. A
 training split of at most ``IN_MEMORY_MAX_EXAMPLES`` examples (the LEAF slices)
 is read once and held in memory instead, with TFF's clients, elements and
 order (so training is unchanged); a full-participation round of the 105-writer
-slice then takes 0.59x the time (``bench.in_memory_clients``).
+slice then takes 0.59-0.81x the time (``bench.in_memory_clients``).
 
 Client statistics (sizes, label histograms) come from one vectorised pass
 over the training rows of the SQLite file, parsing only the labels: 0.8 s
