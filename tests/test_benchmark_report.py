@@ -99,6 +99,39 @@ def test_the_reported_cell_ranks_at_the_borrowed_rates(page):
   assert str(grid / 'skewed' / 'accuracy_bits.png') in written
 
 
+def test_the_overview_places_each_method_in_each_complete_cell(page, tmp_path):
+  grid, text, _ = page
+  glance = _section(text, 'At a glance')
+  rows = {r.split('|')[1].strip(): [c.strip() for c in r.split('|')[2:-1]]
+          for r in glance.splitlines() if re.match(r'\| \d+\. ', r)}
+  # One reported cell (the tuning cell has no column): MD ahead at fixed rounds and, having
+  # uploaded what uniform does, at the fixed budget too.
+  assert rows == {'1. md': ['1 (+/+)', '1.0'], '2. uniform': ['2 (baseline)', '2.0']}
+  assert re.search(r'^\| method +\| +skewed \| mean rank \|$', glance, re.M)
+  # A second cell where MD is second and no difference is detected (pairs +0.1, −0.1, −0.01).
+  later = _cell(grid, 'later', SKEWED.replace('skewed cell', 'later cell'),
+                [('uniform', 0.1, 0, 0.40), ('uniform', 0.1, 1, 0.50), ('uniform', 0.1, 2, 0.45),
+                 ('md', 0.2, 0, 0.50), ('md', 0.2, 1, 0.40), ('md', 0.2, 2, 0.44)])
+  cells = [experiment_config.committed_cell(str(grid / name / experiment_config.CONFIG_FILENAME))
+           for name in ('ideal', 'later', 'skewed')]
+  assert later and all(not cell.pending for cell in cells)
+  both = benchmark_report.benchmark_markdown(cells, command='regenerate', page_dir=str(tmp_path))
+  rows = {r.split('|')[1].strip(): [c.strip() for c in r.split('|')[2:-1]]
+          for r in _section(both, 'At a glance').splitlines() if re.match(r'\| \d+\. ', r)}
+  # Mean ranks tie at 1.5: the names break the tie.
+  assert rows == {'1. md': ['2 (=/=)', '1 (+/+)', '1.5'],
+                  '2. uniform': ['1 (baseline)', '2 (baseline)', '1.5']}
+
+
+def test_no_overview_until_a_reported_cell_is_complete(tmp_path):
+  grid = tmp_path / 'grid'
+  ideal = _cell(grid, 'ideal', IDEAL, [(m, r, 100, final) for (m, r), final in TUNING.items()])
+  skewed = _cell(grid, 'skewed', SKEWED, [('uniform', 0.1, 0, 0.4)])
+  cells = [experiment_config.committed_cell(c) for c in (ideal, skewed)]
+  text = benchmark_report.benchmark_markdown(cells, command='regenerate', page_dir=str(tmp_path))
+  assert '## At a glance' not in text
+
+
 def test_bin_report_on_a_tuning_only_cell_writes_its_tuning_alone(page):
   grid, _, _ = page
   config = str(grid / 'ideal' / experiment_config.CONFIG_FILENAME)

@@ -14,7 +14,9 @@ paired difference over seeds with its 95% interval:
 then rounds and uploaded bits to the first target, total bits and server
 seconds per round. A difference whose interval covers 0 is marked *no
 difference detected*. The accuracy-vs-bits plot of each cell shows the three
-best methods and the baseline. A tuning-only cell (``--seeds=0``, the ideal-availability
+best methods and the baseline. Above the cells, `overview` puts every method's
+rank and verdicts in every complete cell side by side, ordered by mean rank. A
+tuning-only cell (``--seeds=0``, the ideal-availability
 cell whose rates the other modes of its task borrow) shows its tuning table instead.
 
 The grid trains over several sessions, and its raw metrics are committed as runs
@@ -86,6 +88,7 @@ def progress(
 class Row:
   """One method of a cell, compared with the baseline on the same seeds."""
 
+  method: str
   label: str
   seeds: int
   final: np.ndarray
@@ -134,6 +137,7 @@ def rows(cell: Cell) -> tuple[list[Row], float]:
     finals, budgets = _by_seed(method.runs, final), _by_seed(method.runs, at_budget)
     out.append(
       Row(
+        method=method.method,
         label=method.label,
         seeds=len(method.runs),
         final=np.array(list(finals.values())),
@@ -223,6 +227,50 @@ def cell_table(cell: Cell) -> str:
   return report.pipe_table(headers, [list(c) for c in zip(*table)])
 
 
+_MARKS = {AHEAD: '+', BEHIND: '−', evidence.NO_DIFFERENCE: '=', evidence.TOO_FEW: '?'}
+
+
+def overview(cells: Sequence[Cell]) -> list[str]:
+  """Every method's place in every complete reported cell, the best mean place first.
+
+  One row per method, one column per cell: its rank in the cell's table, then
+  its verdict against the baseline at fixed rounds and at the fixed uplink budget
+  (``+`` ahead, ``−`` behind, ``=`` no difference detected). Empty while no
+  reported cell is complete.
+  """
+  ready = [cell for cell in cells if not (cell.pending or cell.spec.tuning_only)]
+  if not ready:
+    return []
+  places: dict[str, dict[str, str]] = {}
+  ranks: dict[str, list[int]] = {}
+  names = []
+  for cell in ready:
+    name = os.path.basename(cell.folder)
+    names.append(name)
+    for rank, row in enumerate(rows(cell)[0], 1):
+      if row.method == cell.spec.baseline:
+        mark = f'{rank} (baseline)'
+      else:
+        mark = f'{rank} ({_MARKS[row.final_word]}/{_MARKS[row.budget_word]})'
+      places.setdefault(row.method, {})[name] = mark
+      ranks.setdefault(row.method, []).append(rank)
+  order = sorted(places, key=lambda m: (float(np.mean(ranks[m])), m))
+  columns = [[f'{i}. {m}' for i, m in enumerate(order, 1)]]
+  columns += [[places[m].get(name, '—') for m in order] for name in names]
+  columns.append([f'{np.mean(ranks[m]):.1f}' for m in order])
+  return [
+    '## At a glance',
+    '',
+    f'Every method in the {len(ready)} complete cell{"s" if len(ready) > 1 else ""} below: '
+    'its rank by final accuracy in the cell, then against the baseline at fixed rounds / at '
+    'the fixed uplink budget (`+` ahead, `−` behind, `=` no difference detected: paired 95% '
+    'intervals over seeds). Rows by mean rank.',
+    '',
+    report.pipe_table(['method', *names, 'mean rank'], columns),
+    '',
+  ]
+
+
 def write_cell_plots(cell: Cell) -> tuple[str, str]:
   """Accuracy vs rounds and vs uploaded bits of the best `PLOTTED` methods and the baseline."""
   spec = cell.spec
@@ -288,6 +336,7 @@ def benchmark_markdown(
     'run had uploaded what the baseline uploads in its whole run.',
     '',
   ]
+  parts += overview(cells)
   for cell in cells:
     folder = os.path.relpath(cell.folder, page_dir)
     parts += [
