@@ -333,7 +333,11 @@ def benchmark_markdown(
     "lets about `m` of them upload). Differences are paired over seeds against the cell's "
     'baseline, with their 95% t-interval: *ahead* or *behind* when the interval excludes 0, '
     '*no difference detected* when it covers 0. *accuracy at B Gbit*: the accuracy when a '
-    'run had uploaded what the baseline uploads in its whole run.',
+    'run had uploaded what the baseline uploads in its whole run. *s/round*: the median '
+    "wall-clock seconds of a simulated round, clients' training included, on the machine that "
+    "trained the run; a cell's runs may span sessions and machines, so read it as a rough "
+    'guide. The server-side work of each sampler alone is benchmarked in '
+    '[performance.md](performance.md).',
     '',
   ]
   parts += overview(cells)
