@@ -25,7 +25,9 @@ binary's flags before anything runs. The stages:
 to k seeds of a method one after another, paying the binary's start-up once),
 in ``<runs_dir>/lr<rate>/``, its output in ``<runs_dir>/logs/``; a finished or
 diverged run is not started again and an interrupted one resumes, so the
-command can be stopped and rerun at any time (e.g. under ``nohup``).
+command can be stopped and rerun at any time (e.g. under ``nohup``). A call
+that crashes is started again from its checkpoints (``--retries``, once by
+default) before the driver stops with the call's log.
 ``--parallel=N`` runs N calls at once, the methods whose runs took longest
 first (`experiment_jobs.longest_first`). The driver writes only inside
 ``--runs_dir`` and the raw metrics file.
@@ -79,6 +81,14 @@ _CACHE_DIR = flags.DEFINE_string(
   "Passed to the binary: where this machine keeps TFF's dataset caches (a "
   "machine's path, so never in the configuration).",
 )
+_RETRIES = flags.DEFINE_integer(
+  'retries',
+  1,
+  "Times a failed binary call (a crash, not a divergence) starts again, from its runs' "
+  'checkpoints, before the driver stops: a resumed run trains the same rounds, so a '
+  'transient fault (a TFF worker that dies) costs time, not results.',
+  lower_bound=0,
+)
 _DRY_RUN = flags.DEFINE_bool('dry_run', False, 'Print the runs it would start, start none.')
 _REUSE = flags.DEFINE_bool(
   'reuse_raw_metrics',
@@ -130,8 +140,10 @@ def train(
   timed: Callable[[], Iterable[results.Run]] = lambda: (),
 ) -> None:
   """Trains the jobs not yet done (in `runs_dir` or `carried`), `_PARALLEL` at a time, calling
-  `on_finished` after each run that ends; raises on a failed run. The next run to start is
-  the first of `longest_first` over the runs `timed` returns at that moment."""
+  `on_finished` after each run that ends. A call that fails trains its unfinished runs again
+  from their checkpoints, up to `_RETRIES` times each; raises on a run that fails once more.
+  The next run to start is the first of `longest_first` over the runs `timed` returns at that
+  moment."""
   todo = [
     job
     for job in jobs
@@ -153,6 +165,7 @@ def train(
   logs = os.path.join(runs_dir, 'logs')
   os.makedirs(logs, exist_ok=True)
   running: dict[subprocess.Popen, tuple[tuple[experiment_jobs.Job, ...], float]] = {}
+  failures: dict[experiment_jobs.Job, int] = {}
   previous = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGINT)}
   try:
     while todo or running:
@@ -178,18 +191,28 @@ def train(
         # A diverged run ends its call with an error; the call's later seeds train again.
         failed = process.returncode != 0 and all(at is None for at in diverged)
         if failed or (left and process.returncode == 0):
-          raise RuntimeError(
-            f'Run {(left or list(call))[0].name} failed (exit {process.returncode}); see '
-            f'{os.path.join(logs, name + ".log")}.'
+          log_path = os.path.join(logs, name + '.log')
+          first = (left or list(call))[0]
+          failures[first] = failures.get(first, 0) + 1
+          if failures[first] > _RETRIES.value:
+            tries = '' if failures[first] == 1 else f' {failures[first]} times'
+            raise RuntimeError(
+              f'Run {first.name} failed{tries} (exit {process.returncode}); see {log_path}.'
+            )
+          print(
+            f'{first.name}: call {name} failed (exit {process.returncode}; see {log_path}); '
+            'training again from its checkpoint',
+            flush=True,
           )
         todo = left + todo
         seconds = time.monotonic() - start
-        for job, at in zip(call, diverged):
-          if job not in left:
-            outcome = f'diverged in round {at}' if at is not None else 'finished'
-            ended = '' if len(call) == 1 else f' (call {name})'
-            print(f'{job.name}: {outcome} in {seconds:.0f} s{ended}', flush=True)
-        on_finished()
+        ended = [(job, at) for job, at in zip(call, diverged) if job not in left]
+        for job, at in ended:
+          outcome = f'diverged in round {at}' if at is not None else 'finished'
+          which = '' if len(call) == 1 else f' (call {name})'
+          print(f'{job.name}: {outcome} in {seconds:.0f} s{which}', flush=True)
+        if ended:
+          on_finished()
   finally:
     for process in running:
       process.terminate()  # The binaries stop cleanly on SIGTERM and resume on rerun.

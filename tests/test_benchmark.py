@@ -82,6 +82,15 @@ def test_every_sampler_kind_runs_in_process(tmp_path):
   np.testing.assert_array_equal(similarity.column('cohort_size')[1:], 6)
 
 
+def _ranked(section):
+  """A page section's ranking rows (`| 1. method ...`)."""
+  return [line for line in section.splitlines() if re.match(r'\| \d+\. ', line)]
+
+
+def _method(row):
+  return re.match(r'\| \d+\. (\S+) ', row).group(1)
+
+
 def test_quick_grid_writes_its_page_inside_its_runs_dir_only(tmp_path):
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   quick = os.path.join(repo, 'docs', 'benchmark', 'quick')
@@ -99,9 +108,12 @@ def test_quick_grid_writes_its_page_inside_its_runs_dir_only(tmp_path):
   assert not [name for name in logs if name.endswith(('_seed0.log', '_seed1.log'))]
   assert before.changes() == []  # The quick grid's own files are untouched.
   page = (runs_dir / 'benchmark.md').read_text()
-  rows = [line for line in page.splitlines() if re.match(r'\| \d+\. ', line)]
-  assert sorted(re.match(r'\| \d+\. (\S+) ', r).group(1) for r in rows) == sorted(spec.methods)
+  sections = {part.splitlines()[0]: part for part in page.split('\n## ')}
+  # The cell's ranking has every method once, two seeds each; so has the overview.
+  rows = _ranked(next(part for title, part in sections.items() if title.startswith('Quick check')))
+  assert sorted(map(_method, rows)) == sorted(spec.methods)
   assert all(re.search(r'\|\s+2 \|', r) for r in rows)  # Two seeds each.
+  assert sorted(map(_method, _ranked(sections['At a glance']))) == sorted(spec.methods)
   assert '(baseline)' in page and 'accuracy at' in page
   assert (runs_dir / 'configs' / 'digits_LN' / 'accuracy_bits.png').is_file()
   # The report stage alone regenerates the same page from the raw metrics.

@@ -5,8 +5,10 @@ import glob
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
+import psutil
 import pytest
 
 from bin import experiment_config
@@ -197,16 +199,78 @@ def test_longest_first_starts_the_slowest_methods_and_keeps_the_order_otherwise(
   assert experiment_jobs.longest_first(spec, jobs, []) == jobs
 
 
-def test_a_failing_run_stops_the_driver_with_its_log(tmp_path):
+def test_a_run_that_fails_again_stops_the_driver_with_its_log(tmp_path):
   folder = tmp_path / 'bad'
   folder.mkdir()
   config = folder / experiment_config.CONFIG_FILENAME
-  # clients_per_round above the population: the binary refuses it before training.
+  # clients_per_round above the population: the binary refuses it before training, every time.
   config.write_text(CONFIG.replace('--clients_per_round=5', '--clients_per_round=50'))
   done = _driver(f'--config={config}', f'--runs_dir={tmp_path / "runs"}')
   assert done.returncode != 0
-  assert 'failed (exit' in done.stderr and '.log' in done.stderr
+  log = tmp_path / 'runs' / 'logs' / 'lr0.3_uniform_seed7.log'
+  assert f'Run lr0.3_uniform_seed7 failed 2 times (exit 1); see {log}.' in done.stderr
+  assert done.stdout.count('training again from its checkpoint') == 1  # --retries=1.
+  assert log.read_text().count('clients_per_round') >= 2  # Both attempts' errors, one log.
   assert not (folder / 'runs.jsonl.gz').exists()
+  no_retry = _driver(f'--config={config}', f'--runs_dir={tmp_path / "runs"}', '--retries=0')
+  assert 'Run lr0.3_uniform_seed7 failed (exit 1)' in no_retry.stderr
+  assert 'training again' not in no_retry.stdout
+
+
+def test_a_crashed_call_trains_again_from_its_checkpoint_and_the_run_is_unchanged(tmp_path):
+  folder = tmp_path / 'crash'
+  folder.mkdir()
+  config = folder / experiment_config.CONFIG_FILENAME
+  config.write_text(
+    CONFIG.replace('--methods=uniform,full', '--methods=uniform')
+    .replace('--learning_rates=0.3,0.05', '--learning_rates=0.3')
+    .replace('--tuning_seed=7\n', '')
+    .replace('--claims=full>uniform:final,full<uniform:rounds_to_0.2\n', '')
+    .replace('--seeds=2', '--seeds=1')
+    .replace('--rounds=2', '--rounds=40')
+    .replace('--checkpoint_every=2', '--checkpoint_every=1')
+  )
+  runs_dir = tmp_path / 'runs'
+  driver = subprocess.Popen(
+    [sys.executable, '-m', 'bin.experiment', f'--config={config}', f'--runs_dir={runs_dir}',
+     '--stage=evaluate'],
+    cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    stdin=subprocess.DEVNULL,
+  )
+  try:
+    # The binary dies as a segfaulting TFF worker takes it down: SIGKILL, once it has a
+    # checkpoint and before its last round (frozen first, so it cannot finish meanwhile).
+    while not glob.glob(str(runs_dir / 'lr0.3' / '*' / 'checkpoints' / '*')):
+      assert driver.poll() is None, driver.communicate()
+      time.sleep(0.02)
+    (binary,) = psutil.Process(driver.pid).children()
+    binary.suspend()
+    binary.kill()
+    out, err = driver.communicate(timeout=900)
+  finally:
+    driver.kill()
+  assert driver.returncode == 0, err[-2000:]
+  assert 'lr0.3_uniform_seed0: call lr0.3_uniform_seed0 failed (exit -9;' in out
+  assert 'lr0.3_uniform_seed0: finished in ' in out
+
+  # The run equals one trained without a fault.
+  spec = experiment_config.load(str(config))
+  alone = tmp_path / 'alone'
+  single = subprocess.run(
+    [sys.executable, '-m', f'bin.{spec.binary}', *spec.binary_flags,
+     f'--{spec.method_flag}=uniform', *experiment_config.run_name_flags(spec, 'uniform'),
+     '--seed=0', '--seeds=1', '--client_learning_rate=0.3', f'--root_output_dir={alone}'],
+    cwd=REPO, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+  assert single.returncode == 0, single.stderr[-2000:]
+  (crashed_path,) = glob.glob(str(runs_dir / 'lr0.3' / '*_uniform_seed0'))
+  (alone_path,) = glob.glob(str(alone / '*_uniform_seed0'))
+  crashed, reference = results.load_run(crashed_path), results.load_run(alone_path)
+  np.testing.assert_array_equal(crashed.selection_counts, reference.selection_counts)
+  measured = [c for c in reference.metrics if 'seconds' not in c]
+  assert 'eval/accuracy' in measured and sorted(crashed.metrics) == sorted(reference.metrics)
+  for column in measured:
+    np.testing.assert_allclose(crashed.column(column), reference.column(column), rtol=1e-6,
+                               atol=1e-9, err_msg=column)
 
 
 def test_batches_group_consecutive_seeds_of_one_method_and_rate():
