@@ -30,6 +30,7 @@ from collections.abc import Sequence
 import glob
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -62,19 +63,44 @@ _CELLS = flags.DEFINE_list(
   'every cell.')
 
 
+def _run_driver(args: Sequence[str]) -> tuple[int, int | None]:
+  """Runs ``bin.experiment`` with `args` to its end: its exit status, and the signal that
+  stopped it early (SIGTERM or SIGINT sent to this process, passed on as SIGTERM: the driver
+  stops its binaries, whose runs resume on a rerun) or None."""
+  # Its own session: a terminal's Ctrl-C reaches the driver once, through `forward`.
+  driver = subprocess.Popen([sys.executable, '-m', 'bin.experiment', *args], cwd=_REPO,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+  stopped_by: list[int] = []
+
+  def forward(signum, frame):  # pylint: disable=unused-argument
+    if not stopped_by:
+      stopped_by.append(signum)
+      driver.send_signal(signal.SIGTERM)
+
+  previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+  try:
+    return driver.wait(), (stopped_by or [None])[0]
+  finally:
+    for s, handler in previous.items():
+      signal.signal(s, handler)
+
+
 def train(configs: Sequence[str], runs_dir: str) -> None:
-  """Runs every cell with the experiment driver; raises if one fails."""
+  """Runs every cell with the experiment driver; raises if one fails. SIGTERM or SIGINT
+  stops the driver and then this process, with exit status 128 + the signal's number."""
   for config in configs:
     name = os.path.basename(os.path.dirname(config))
     print(f'=== {name}', flush=True)
-    done = subprocess.run(
-      [sys.executable, '-m', 'bin.experiment', f'--config={config}',
-       f'--runs_dir={os.path.join(runs_dir, name)}', f'--parallel={_PARALLEL.value}',
-       f'--seeds_per_call={_SEEDS_PER_CALL.value}',
-       *([f'--cache_dir={_CACHE_DIR.value}'] if _CACHE_DIR.value else [])],
-      cwd=_REPO, stdin=subprocess.DEVNULL, check=False)
-    if done.returncode != 0:
-      raise RuntimeError(f'Cell {name} failed (exit {done.returncode}); rerun to resume.')
+    returncode, stopped_by = _run_driver(
+      [f'--config={config}', f'--runs_dir={os.path.join(runs_dir, name)}',
+       f'--parallel={_PARALLEL.value}', f'--seeds_per_call={_SEEDS_PER_CALL.value}',
+       *([f'--cache_dir={_CACHE_DIR.value}'] if _CACHE_DIR.value else [])])
+    if stopped_by is not None:
+      print(f'Stopped by {signal.Signals(stopped_by).name}; rerun the same command to resume.',
+            flush=True)
+      sys.exit(128 + stopped_by)
+    if returncode != 0:
+      raise RuntimeError(f'Cell {name} failed (exit {returncode}); rerun to resume.')
 
 
 def load_cells(configs: Sequence[str]) -> list[benchmark_report.Cell]:

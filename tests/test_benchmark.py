@@ -2,11 +2,14 @@
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import fault_harness as fh
 import numpy as np
+import psutil
 import pytest
 
 from bin import experiment_config
@@ -135,6 +138,29 @@ def test_quick_grid_writes_its_page_inside_its_runs_dir_only(tmp_path):
   assert failed.returncode == 1
   assert failed.stderr.strip().endswith('differs from its raw metrics; rewrite it with '
                                         '--stage=report.')
+
+
+def test_sigterm_stops_the_grid_and_every_process_it_started(tmp_path):
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  grid = subprocess.Popen(
+    [sys.executable, '-m', 'bin.benchmark_grid', '--quick', f'--runs_dir={tmp_path / "quick"}',
+     '--stage=train'], cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    stdin=subprocess.DEVNULL)
+  try:
+    # Wait for a training binary: a child of the grid's experiment driver.
+    while not [p for p in psutil.Process(grid.pid).children() if p.children()]:
+      assert grid.poll() is None, grid.communicate()
+      time.sleep(0.05)
+    started = psutil.Process(grid.pid).children(recursive=True)
+    grid.send_signal(signal.SIGTERM)
+    out, err = grid.communicate(timeout=300)
+  finally:
+    grid.kill()
+  assert grid.returncode == 128 + signal.SIGTERM, err[-2000:]
+  assert 'Stopped by SIGTERM; rerun the same command to resume.' in out
+  # The driver stops its binaries, and they their TFF workers, before the grid exits.
+  _, alive = psutil.wait_procs(started, timeout=60)
+  assert alive == []
 
 
 def test_the_committed_benchmark_page_is_what_its_raw_metrics_give():
