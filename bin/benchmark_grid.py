@@ -39,6 +39,7 @@ from absl import flags
 
 from bin import experiment_config
 from tff_sampling import benchmark_report
+from tff_sampling import processes
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRID = os.path.join(_REPO, 'docs', 'benchmark')
@@ -67,9 +68,10 @@ def _run_driver(args: Sequence[str]) -> tuple[int, int | None]:
   """Runs ``bin.experiment`` with `args` to its end: its exit status, and the signal that
   stopped it early (SIGTERM or SIGINT sent to this process, passed on as SIGTERM: the driver
   stops its binaries, whose runs resume on a rerun) or None."""
-  # Its own session: a terminal's Ctrl-C reaches the driver once, through `forward`.
-  driver = subprocess.Popen([sys.executable, '-m', 'bin.experiment', *args], cwd=_REPO,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+  # Its own session: a terminal's Ctrl-C reaches the driver once, through `forward`; and
+  # SIGTERM from Linux should this process die unannounced (SIGKILL).
+  driver = processes.start([sys.executable, '-m', 'bin.experiment', *args], cwd=_REPO,
+                           stdin=subprocess.DEVNULL, start_new_session=True)
   stopped_by: list[int] = []
 
   def forward(signum, frame):  # pylint: disable=unused-argument

@@ -54,6 +54,7 @@ from absl import flags
 
 from bin import experiment_config
 from bin import experiment_jobs
+from tff_sampling import processes
 from tff_sampling import raw_metrics
 from tff_sampling import results
 from tff_sampling.experiments import evidence_spec
@@ -174,7 +175,8 @@ def train(
         todo = [job for job in todo if job not in call]
         log_path = os.path.join(logs, f'{experiment_jobs.call_name(call)}.log')
         with open(log_path, 'ab') as log:
-          process = subprocess.Popen(
+          # SIGTERM if the driver dies unannounced (SIGKILL): the binary stops, resumable.
+          process = processes.start(
             command(spec, call, runs_dir),
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -56,6 +56,7 @@ from tensorflow_federated.python.core.impl.executors import remote_executor
 from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
 from tensorflow_federated.python.core.impl.types import placements
 
+from tff_sampling import processes
 from tff_sampling import workers as workers_lib
 
 _WORKER_NAME = 'worker_binary'
@@ -129,7 +130,7 @@ class _LocalWorker:
       self._channel.close()  # A call in progress fails (CANCELLED), not retried by TFF.
     process, self._process, self._channel, self._stub = self._process, None, None, None
     if process is not None:
-      workers_lib.stop_process(process, timeout_s)
+      processes.stop(process, timeout_s)
 
 
 _LOCAL_WORKER = _LocalWorker()

@@ -45,8 +45,10 @@ not.
 
 **Lifetime of local workers.** Every ``worker_binary`` this package starts
 (`LocalWorkers`, and the default context's worker of `tff_sampling.runtime`)
-is forked by `start_worker_process` with ``PR_SET_PDEATHSIG``: Linux kills it
-when this process dies, however it dies (SIGKILL included). `shut_down` stops
+is started by `start_worker_process` with ``PR_SET_PDEATHSIG``
+(`tff_sampling.processes`): Linux kills it with SIGKILL when this process dies,
+however it dies (SIGKILL included): a worker holds nothing worth saving, and was
+seen ignoring the SIGINT TFF stops it with. `shut_down` stops
 them all at once and makes every TFF call still running on them, or started
 later, fail with `WorkersStopped` (the binaries' SIGTERM/SIGINT handling).
 """
@@ -55,13 +57,11 @@ from __future__ import annotations
 
 import atexit
 from collections.abc import Callable, Sequence
-import concurrent.futures
 import os
-import queue
 import re
+import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from typing import Any
@@ -81,6 +81,7 @@ from tensorflow_federated.python.core.impl.executors import remote_executor
 from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
 from tensorflow_federated.python.core.impl.types import placements
 
+from tff_sampling import processes as processes_lib
 from tff_sampling import validation
 
 # TFF's own channel limits for its local worker (executor_factory.py): 2 GB messages.
@@ -124,103 +125,20 @@ def check_not_shut_down() -> None:
     raise WorkersStopped('The TFF workers were stopped because the program is shutting down.')
 
 
-# Runs in the worker's process before it becomes the worker binary (`os.execv`),
-# so no Python code runs in a forked child of this multi-threaded process (a
-# `preexec_fn` can deadlock there, Python's docs warn). argv: parent pid, binary,
-# its arguments. It asks Linux to SIGKILL the process when its parent dies
-# (`PR_SET_PDEATHSIG`, kept across exec), covering a parent killed by a signal,
-# when neither `LocalWorkers.stop` nor the ``atexit`` hook runs: SIGKILL, because
-# a worker holds nothing worth saving and was seen ignoring the SIGINT TFF stops
-# it with. If the parent died before the request took effect, it exits at once.
-# A program started as a shell's background job has SIGINT ignored, which its
-# children would inherit; a worker must stop on SIGINT/SIGTERM when asked.
-_DIE_WITH_PARENT = """\
-import ctypes, os, signal, sys
-for signum in (signal.SIGINT, signal.SIGTERM):
-  signal.signal(signum, signal.SIG_DFL)
-if ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL) == 0:
-  if os.getppid() != int(sys.argv[1]):
-    os._exit(1)
-os.execv(sys.argv[2], sys.argv[2:])
-"""
-
-
-class _Launcher:
-  """Forks worker processes from one thread that lives as long as this process.
-
-  Linux sends ``PR_SET_PDEATHSIG``'s signal when the *thread* that forked the
-  child ends, not the process. Workers are started from short-lived threads too
-  (TFF creates executors from the event-loop thread of an execution context,
-  which ends with the context), so every fork goes through this thread, which
-  only ends with the process (a daemon thread blocked on its queue).
-  """
-
-  def __init__(self):
-    self._lock = threading.Lock()
-    self._requests: queue.SimpleQueue = queue.SimpleQueue()
-    self._pid = None  # The process the thread runs in (a fork has none).
-
-  def popen(self, args: Sequence[str], **kwargs: Any) -> subprocess.Popen:
-    if not sys.platform.startswith('linux'):
-      return subprocess.Popen(args, **kwargs)
-    with self._lock:
-      if self._pid != os.getpid():
-        self._requests = queue.SimpleQueue()
-        threading.Thread(
-          target=self._serve,
-          args=(self._requests,),
-          daemon=True,
-          name='tff-sampling-worker-launcher',
-        ).start()
-        self._pid = os.getpid()
-      requests = self._requests
-    result: concurrent.futures.Future[subprocess.Popen] = concurrent.futures.Future()
-    requests.put((list(args), kwargs, result))
-    return result.result()
-
-  @staticmethod
-  def _serve(requests: queue.SimpleQueue) -> None:
-    while True:
-      args, kwargs, result = requests.get()
-      try:
-        result.set_result(
-          subprocess.Popen(
-            [sys.executable, '-I', '-S', '-c', _DIE_WITH_PARENT, str(os.getpid()), *args], **kwargs
-          )
-        )
-      except BaseException as e:  # pylint: disable=broad-except  # Handed to the caller.
-        result.set_exception(e)
-
-
-_LAUNCHER = _Launcher()
-
-
 def start_worker_process(
   port: int, *args: str, stdout: Any = subprocess.DEVNULL, stderr: Any = subprocess.DEVNULL
 ) -> subprocess.Popen:
   """Starts ``worker_binary --port=PORT [args]``, killed by Linux when this process dies.
 
-  See `_Launcher` and `_DIE_WITH_PARENT`. Raises `WorkersStopped` after `shut_down`.
+  See `tff_sampling.processes.start`. Raises `WorkersStopped` after `shut_down`.
   """
   check_not_shut_down()
   binary = worker_binary_path()
   if not os.path.isfile(binary):
     raise FileNotFoundError(f'No TFF worker binary at {binary}; reinstall tensorflow-federated.')
-  return _LAUNCHER.popen([binary, f'--port={port}', *args], stdout=stdout, stderr=stderr)
-
-
-def stop_process(process: subprocess.Popen, timeout_s: float) -> None:
-  """SIGTERM, then SIGKILL after `timeout_s` (0: at once); waits for (reaps) the process."""
-  if process.poll() is None:
-    if timeout_s > 0:
-      process.terminate()
-      try:
-        process.wait(timeout_s)
-        return
-      except subprocess.TimeoutExpired:
-        pass
-    process.kill()
-  process.wait()
+  return processes_lib.start(
+    [binary, f'--port={port}', *args], death_signal=signal.SIGKILL, stdout=stdout, stderr=stderr
+  )
 
 
 class LocalWorkers:
@@ -263,7 +181,7 @@ class LocalWorkers:
       if process.poll() is None and timeout_s > 0:
         process.terminate()
     for process in processes:
-      stop_process(process, timeout_s)
+      processes_lib.stop(process, timeout_s)
 
 
 _LIVE_LOCAL_WORKERS: weakref.WeakSet[LocalWorkers] = weakref.WeakSet()
