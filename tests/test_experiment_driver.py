@@ -199,12 +199,44 @@ def test_longest_first_starts_the_slowest_methods_and_keeps_the_order_otherwise(
   assert experiment_jobs.longest_first(spec, jobs, []) == jobs
 
 
-def test_a_run_that_fails_again_stops_the_driver_with_its_log(tmp_path):
-  folder = tmp_path / 'bad'
+def _config(folder, *edits):
+  """Writes CONFIG with each (old, new) of `edits` replaced into `folder`'s configuration file
+  (a new folder); returns its path."""
+  text = CONFIG
+  for old, new in edits:
+    assert old in text, old
+    text = text.replace(old, new)
   folder.mkdir()
   config = folder / experiment_config.CONFIG_FILENAME
+  config.write_text(text)
+  return config
+
+
+def _assert_same_as_alone(config, runs_dir, alone, seed):
+  """Asserts that the driver's uniform run at rate 0.3 and `seed` in `runs_dir` is the run that
+  one call of the binary trains alone, in a new process, into `alone`."""
+  spec = experiment_config.load(str(config))
+  single = subprocess.run(
+    [sys.executable, '-m', f'bin.{spec.binary}', *spec.binary_flags,
+     f'--{spec.method_flag}=uniform', *experiment_config.run_name_flags(spec, 'uniform'),
+     f'--seed={seed}', '--seeds=1', '--client_learning_rate=0.3', f'--root_output_dir={alone}'],
+    cwd=REPO, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+  assert single.returncode == 0, single.stderr[-2000:]
+  (driven_path,) = glob.glob(str(runs_dir / 'lr0.3' / f'*_uniform_seed{seed}'))
+  (alone_path,) = glob.glob(str(alone / f'*_uniform_seed{seed}'))
+  driven, reference = results.load_run(driven_path), results.load_run(alone_path)
+  np.testing.assert_array_equal(driven.selection_counts, reference.selection_counts)
+  measured = [c for c in reference.metrics if 'seconds' not in c]
+  assert 'eval/accuracy' in measured and sorted(driven.metrics) == sorted(reference.metrics)
+  for column in measured:
+    np.testing.assert_allclose(driven.column(column), reference.column(column), rtol=1e-6,
+                               atol=1e-9, err_msg=column)
+
+
+def test_a_run_that_fails_again_stops_the_driver_with_its_log(tmp_path):
   # clients_per_round above the population: the binary refuses it before training, every time.
-  config.write_text(CONFIG.replace('--clients_per_round=5', '--clients_per_round=50'))
+  config = _config(tmp_path / 'bad', ('--clients_per_round=5', '--clients_per_round=50'))
+  folder = config.parent
   done = _driver(f'--config={config}', f'--runs_dir={tmp_path / "runs"}')
   assert done.returncode != 0
   log = tmp_path / 'runs' / 'logs' / 'lr0.3_uniform_seed7.log'
@@ -218,17 +250,15 @@ def test_a_run_that_fails_again_stops_the_driver_with_its_log(tmp_path):
 
 
 def test_a_crashed_call_trains_again_from_its_checkpoint_and_the_run_is_unchanged(tmp_path):
-  folder = tmp_path / 'crash'
-  folder.mkdir()
-  config = folder / experiment_config.CONFIG_FILENAME
-  config.write_text(
-    CONFIG.replace('--methods=uniform,full', '--methods=uniform')
-    .replace('--learning_rates=0.3,0.05', '--learning_rates=0.3')
-    .replace('--tuning_seed=7\n', '')
-    .replace('--claims=full>uniform:final,full<uniform:rounds_to_0.2\n', '')
-    .replace('--seeds=2', '--seeds=1')
-    .replace('--rounds=2', '--rounds=40')
-    .replace('--checkpoint_every=2', '--checkpoint_every=1')
+  config = _config(
+    tmp_path / 'crash',
+    ('--methods=uniform,full', '--methods=uniform'),
+    ('--learning_rates=0.3,0.05', '--learning_rates=0.3'),
+    ('--tuning_seed=7\n', ''),
+    ('--claims=full>uniform:final,full<uniform:rounds_to_0.2\n', ''),
+    ('--seeds=2', '--seeds=1'),
+    ('--rounds=2', '--rounds=40'),
+    ('--checkpoint_every=2', '--checkpoint_every=1'),
   )
   runs_dir = tmp_path / 'runs'
   driver = subprocess.Popen(
@@ -254,23 +284,7 @@ def test_a_crashed_call_trains_again_from_its_checkpoint_and_the_run_is_unchange
   assert 'lr0.3_uniform_seed0: finished in ' in out
 
   # The run equals one trained without a fault.
-  spec = experiment_config.load(str(config))
-  alone = tmp_path / 'alone'
-  single = subprocess.run(
-    [sys.executable, '-m', f'bin.{spec.binary}', *spec.binary_flags,
-     f'--{spec.method_flag}=uniform', *experiment_config.run_name_flags(spec, 'uniform'),
-     '--seed=0', '--seeds=1', '--client_learning_rate=0.3', f'--root_output_dir={alone}'],
-    cwd=REPO, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
-  assert single.returncode == 0, single.stderr[-2000:]
-  (crashed_path,) = glob.glob(str(runs_dir / 'lr0.3' / '*_uniform_seed0'))
-  (alone_path,) = glob.glob(str(alone / '*_uniform_seed0'))
-  crashed, reference = results.load_run(crashed_path), results.load_run(alone_path)
-  np.testing.assert_array_equal(crashed.selection_counts, reference.selection_counts)
-  measured = [c for c in reference.metrics if 'seconds' not in c]
-  assert 'eval/accuracy' in measured and sorted(crashed.metrics) == sorted(reference.metrics)
-  for column in measured:
-    np.testing.assert_allclose(crashed.column(column), reference.column(column), rtol=1e-6,
-                               atol=1e-9, err_msg=column)
+  _assert_same_as_alone(config, runs_dir, tmp_path / 'alone', seed=0)
 
 
 def test_batches_group_consecutive_seeds_of_one_method_and_rate():
@@ -297,11 +311,8 @@ def test_batches_group_consecutive_seeds_of_one_method_and_rate():
 
 
 def test_a_call_of_several_seeds_trains_the_runs_of_single_calls(tmp_path):
-  folder = tmp_path / 'batched'
-  folder.mkdir()
-  config = folder / experiment_config.CONFIG_FILENAME
-  config.write_text(CONFIG.replace('--learning_rates=0.3,0.05', '--learning_rates=0.3')
-                    .replace('--seeds=2', '--seeds=3'))
+  config = _config(tmp_path / 'batched', ('--learning_rates=0.3,0.05', '--learning_rates=0.3'),
+                   ('--seeds=2', '--seeds=3'))
   runs_dir = tmp_path / 'runs'
   done = _driver(f'--config={config}', f'--runs_dir={runs_dir}', '--parallel=2',
                  '--seeds_per_call=3')
@@ -314,35 +325,16 @@ def test_a_call_of_several_seeds_trains_the_runs_of_single_calls(tmp_path):
       assert f'(call lr0.3_{method}_seed0-2)' in done.stdout
 
   # Seed 1, trained second in its call, equals seed 1 trained alone in a new process.
-  spec = experiment_config.load(str(config))
-  alone = tmp_path / 'alone'
-  single = subprocess.run(
-    [sys.executable, '-m', f'bin.{spec.binary}', *spec.binary_flags,
-     f'--{spec.method_flag}=uniform', *experiment_config.run_name_flags(spec, 'uniform'),
-     '--seed=1', '--seeds=1', '--client_learning_rate=0.3', f'--root_output_dir={alone}'],
-    cwd=REPO, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
-  assert single.returncode == 0, single.stderr[-2000:]
-  (batched_path,) = glob.glob(str(runs_dir / 'lr0.3' / '*_uniform_seed1'))
-  (alone_path,) = glob.glob(str(alone / '*_uniform_seed1'))
-  batched, reference = results.load_run(batched_path), results.load_run(alone_path)
-  np.testing.assert_array_equal(batched.selection_counts, reference.selection_counts)
-  measured = [c for c in reference.metrics if 'seconds' not in c]
-  assert 'eval/accuracy' in measured and sorted(batched.metrics) == sorted(reference.metrics)
-  for column in measured:
-    np.testing.assert_allclose(batched.column(column), reference.column(column), rtol=1e-6,
-                               atol=1e-9, err_msg=column)
+  _assert_same_as_alone(config, runs_dir, tmp_path / 'alone', seed=1)
 
 
 def test_a_diverged_run_ends_its_call_and_the_later_seeds_train_in_a_new_one(tmp_path):
-  folder = tmp_path / 'diverging'
-  folder.mkdir()
-  config = folder / experiment_config.CONFIG_FILENAME
   # At client rate 1e30 every run diverges in round 1; the binary stops at the first one.
-  config.write_text(
-    CONFIG.replace('--methods=uniform,full', '--methods=uniform,full')
-    .replace('--learning_rates=0.3,0.05', '--learning_rates=uniform:1e30,full:0.05')
-    .replace('--tuning_seed=7\n', '')
-    .replace('--claims=full>uniform:final,full<uniform:rounds_to_0.2\n', '')
+  config = _config(
+    tmp_path / 'diverging',
+    ('--learning_rates=0.3,0.05', '--learning_rates=uniform:1e30,full:0.05'),
+    ('--tuning_seed=7\n', ''),
+    ('--claims=full>uniform:final,full<uniform:rounds_to_0.2\n', ''),
   )
   done = _driver(f'--config={config}', f'--runs_dir={tmp_path / "runs"}', '--seeds_per_call=2')
   assert done.returncode == 0, done.stderr[-2000:]
