@@ -42,7 +42,6 @@ losing only the runs that were still training.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-import glob
 import os
 import signal
 import subprocess
@@ -228,30 +227,6 @@ def train(
       signal.signal(s, handler)
 
 
-def all_runs(
-  spec: evidence_spec.ExperimentSpec, runs_dir: str, carried: experiment_jobs.Named | None = None
-) -> experiment_jobs.Named:
-  """Every run of the experiment's methods in `runs_dir`, by name, and each finished run of
-  `carried` whose name has no finished run there."""
-  found: experiment_jobs.Named = {}
-  rates = set()
-  for folder in glob.glob(os.path.join(runs_dir, 'lr*')):
-    try:
-      rates.add(float(os.path.basename(folder)[2:]))
-    except ValueError:
-      continue  # Not a rate's folder.
-  for rate in sorted(rates, reverse=True):  # The grid's and any tried past its edges.
-    pattern = os.path.join(runs_dir, evidence_spec.rate_directory(rate), '*', 'metrics.csv')
-    for metrics_path in sorted(glob.glob(pattern)):
-      run = results.load_run(os.path.dirname(metrics_path))
-      if evidence_spec.run_method(run, spec) in spec.methods:
-        found[os.path.relpath(run.path, runs_dir)] = run
-  for name, run in (carried or {}).items():
-    if not experiment_jobs.is_done(found.get(name)):
-      found[name] = run
-  return dict(sorted(found.items()))
-
-
 def carried_runs(spec: evidence_spec.ExperimentSpec, archive: str) -> experiment_jobs.Named:
   """The finished runs of the experiment's methods in raw metrics file `archive`, by name
   (none if it does not exist).
@@ -269,12 +244,19 @@ def carried_runs(spec: evidence_spec.ExperimentSpec, archive: str) -> experiment
   return carried
 
 
+def _tuning(
+  spec: evidence_spec.ExperimentSpec, runs_dir: str, carried: experiment_jobs.Named
+) -> evidence_spec.TuningResult:
+  """`evidence_spec.tune` over the runs in `runs_dir` and `carried`."""
+  return evidence_spec.tune(spec, list(experiment_jobs.all_runs(spec, runs_dir, carried).values()))
+
+
 def _tuning_done(
   spec: evidence_spec.ExperimentSpec, runs_dir: str, carried: experiment_jobs.Named
 ) -> bool:
   """Whether every method's tuning is finished, past the grid included."""
   try:
-    return not evidence_spec.tune(spec, list(all_runs(spec, runs_dir, carried).values())).pending
+    return not _tuning(spec, runs_dir, carried).pending
   except ValueError:
     return False
 
@@ -286,7 +268,7 @@ def sibling_runs(source: evidence_spec.ExperimentSpec, runs_dir: str) -> list[re
     os.path.dirname(experiment_config.sibling(_CONFIG.value, source.name)), raw_metrics.FILENAME
   )
   if os.path.isdir(folder):
-    return list(all_runs(source, folder, carried_runs(source, archive)).values())
+    return list(experiment_jobs.all_runs(source, folder, carried_runs(source, archive)).values())
   if not os.path.isfile(archive):
     raise FileNotFoundError(
       f'Experiment {source.name!r} has neither runs in {folder} nor raw metrics in {archive}: '
@@ -321,7 +303,7 @@ def main(argv: Sequence[str]) -> None:
     sys.exit(f'Error: {e}')
 
   def export() -> None:
-    runs = all_runs(spec, runs_dir, carried)
+    runs = experiment_jobs.all_runs(spec, runs_dir, carried)
     unfinished = [name for name, run in runs.items() if not experiment_jobs.is_done(run)]
     if unfinished:
       print(f'Note: unfinished runs exported as they are: {", ".join(unfinished)}')
@@ -329,7 +311,7 @@ def main(argv: Sequence[str]) -> None:
     print(f'Wrote {len(runs)} runs to {path}', flush=True)
 
   def timed() -> list[results.Run]:
-    return [*source_runs, *all_runs(spec, runs_dir, carried).values()]
+    return [*source_runs, *experiment_jobs.all_runs(spec, runs_dir, carried).values()]
 
   def train_and_export(jobs: Sequence[experiment_jobs.Job]) -> None:
     train(spec, jobs, runs_dir, carried, on_finished=export, timed=timed)
@@ -347,15 +329,15 @@ def main(argv: Sequence[str]) -> None:
       if _DRY_RUN.value and not _tuning_done(spec, runs_dir, carried):
         print('The evaluation runs are listed once the tuning runs are done.')
         return
-      tuning = evidence_spec.tune(spec, list(all_runs(spec, runs_dir, carried).values()))
+      tuning = _tuning(spec, runs_dir, carried)
       while tuning.pending and not _DRY_RUN.value:
         print('Past the grid: ' + ', '.join(f'{m} {r:g}' for m, r in tuning.pending.items()))
         train_and_export(
           [experiment_jobs.Job(m, r, spec.tuning_seed) for m, r in tuning.pending.items()]
         )
-        tuning = evidence_spec.tune(spec, list(all_runs(spec, runs_dir, carried).values()))
+        tuning = _tuning(spec, runs_dir, carried)
     if stage in ('all', 'evaluate'):
-      tuning = evidence_spec.tune(spec, list(all_runs(spec, runs_dir, carried).values()))
+      tuning = _tuning(spec, runs_dir, carried)
       if tuning.pending:
         raise ValueError(
           'Tuning is not done: '

@@ -42,6 +42,39 @@ def _is_job(spec: evidence_spec.ExperimentSpec, job: Job, run: results.Run) -> b
   )
 
 
+def started_runs(runs_dir: str, rate: float) -> Iterable[results.Run]:
+  """The runs at `rate` in `runs_dir` that have released a round (finished or not), by path;
+  a run that has just started (no round in its metrics yet) is left out."""
+  pattern = os.path.join(runs_dir, evidence_spec.rate_directory(rate), '*', 'metrics.csv')
+  for metrics_path in sorted(glob.glob(pattern)):
+    try:
+      yield results.load_run(os.path.dirname(metrics_path))
+    except results.NoRoundsYet:
+      continue
+
+
+def all_runs(
+  spec: evidence_spec.ExperimentSpec, runs_dir: str, carried: Named | None = None
+) -> Named:
+  """Every started run of the experiment's methods in `runs_dir`, by name, and each finished
+  run of `carried` whose name has no finished run there."""
+  found: Named = {}
+  rates = set()
+  for folder in glob.glob(os.path.join(runs_dir, 'lr*')):
+    try:
+      rates.add(float(os.path.basename(folder)[2:]))
+    except ValueError:
+      continue  # Not a rate's folder.
+  for rate in sorted(rates, reverse=True):  # The grid's and any tried past its edges.
+    for run in started_runs(runs_dir, rate):
+      if evidence_spec.run_method(run, spec) in spec.methods:
+        found[os.path.relpath(run.path, runs_dir)] = run
+  for name, run in (carried or {}).items():
+    if not is_done(found.get(name)):
+      found[name] = run
+  return dict(sorted(found.items()))
+
+
 def find_run(
   spec: evidence_spec.ExperimentSpec, job: Job, runs_dir: str, carried: Named | None = None
 ) -> results.Run | None:
@@ -53,12 +86,7 @@ def find_run(
     ValueError: As `experiment_config.check_settings`.
   """
   local = None
-  pattern = os.path.join(runs_dir, evidence_spec.rate_directory(job.rate), '*', 'metrics.csv')
-  for metrics_path in sorted(glob.glob(pattern)):
-    try:
-      run = results.load_run(os.path.dirname(metrics_path))
-    except ValueError:
-      continue  # A run that has not written its first row yet.
+  for run in started_runs(runs_dir, job.rate):
     if run.hparams.get('seed') == job.seed and evidence_spec.run_method(run, spec) == job.method:
       experiment_config.check_settings(spec, run)
       local = run

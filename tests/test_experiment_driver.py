@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import fault_harness as fh
 import numpy as np
 import psutil
 import pytest
@@ -197,6 +198,29 @@ def test_longest_first_starts_the_slowest_methods_and_keeps_the_order_otherwise(
   ]
   # With nothing timed, the order is the given one.
   assert experiment_jobs.longest_first(spec, jobs, []) == jobs
+
+
+def test_a_run_that_has_not_released_a_round_is_not_listed_yet(tmp_path):
+  # The driver lists the runs (to export them) while another call's run has just started:
+  # its metrics.csv is empty, or holds a header only, until round 0 is released.
+  config = tmp_path / experiment_config.CONFIG_FILENAME
+  config.write_text(CONFIG)
+  spec = experiment_config.load(str(config))
+  runs_dir = tmp_path / 'runs'
+  hparams = {spec.label_key: 'uniform', 'seed': 0, 'client_learning_rate': 0.3}
+  fh.write_run(runs_dir / 'lr0.3', 'x_uniform_seed0', hparams, 'key,eval/accuracy\n0,0.5\n')
+  fh.write_run(runs_dir / 'lr0.3', 'x_uniform_seed1', dict(hparams, seed=1), 'key,eval/accuracy\n')
+  fh.write_run(runs_dir / 'lr0.3', 'x_full_seed0', dict(hparams, **{spec.label_key: 'full'}), '')
+  assert list(experiment_jobs.all_runs(spec, str(runs_dir))) == ['lr0.3/x_uniform_seed0']
+  seed1 = experiment_jobs.Job('uniform', 0.3, 1)
+  assert experiment_jobs.find_run(spec, seed1, str(runs_dir)) is None
+  for started in ('x_uniform_seed1', 'x_full_seed0'):
+    with pytest.raises(results.NoRoundsYet, match='rerun the experiment'):
+      results.load_run(runs_dir / 'lr0.3' / started)
+  # A damaged file is still an error.
+  fh.write_run(runs_dir / 'lr0.3', 'x_full_seed1', dict(hparams, seed=1), 'round,accuracy\n0,1\n')
+  with pytest.raises(ValueError, match="has no 'key' column"):
+    experiment_jobs.all_runs(spec, str(runs_dir))
 
 
 def _config(folder, *edits):

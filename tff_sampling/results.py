@@ -150,6 +150,11 @@ def find_run_dirs(entries: Iterable[PathLike]) -> list[str]:
   return found
 
 
+class NoRoundsYet(ValueError):
+  """A run's ``metrics.csv`` holds no round: empty, or a header only. A run that has just
+  started looks so until it releases round 0 (or the file was truncated)."""
+
+
 def load_run(run_dir: PathLike) -> Run:
   """Reads one run directory written by the experiment program.
 
@@ -164,7 +169,7 @@ def load_run(run_dir: PathLike) -> Run:
       ``metrics.csv`` does not exist.
     ValueError: If a file cannot be read or is not what the program writes:
       ``hparams.json`` not a JSON object (`read_hparams`); ``metrics.csv``
-      empty, not UTF-8 CSV, without a ``key`` column or without rows, with a
+      empty or without rows (`NoRoundsYet`), not UTF-8 CSV, without a ``key`` column, with a
       key that is not an integer or a repeated key; ``selection_counts.csv``
       malformed. Each message is one line naming the file.
   """
@@ -272,7 +277,7 @@ def _read_metrics(path: str) -> tuple[np.ndarray, dict[str, np.ndarray], tuple[s
   except (csv.Error, OSError) as e:
     raise ValueError(f'{path!r} is not a readable CSV file ({_first_line(e)}); {fix}') from None
   if not header:
-    raise ValueError(
+    raise NoRoundsYet(
       f'{path!r} has no {ROUND_COLUMN!r} column: it is empty (no header, no rounds); the run '
       'wrote nothing yet, or the file was truncated; rerun the experiment (it resumes), or leave '
       'this run out.'
@@ -283,7 +288,7 @@ def _read_metrics(path: str) -> tuple[np.ndarray, dict[str, np.ndarray], tuple[s
       f'tff.program.CSVFileReleaseManager); its header is {header}.'
     )
   if not rows:
-    raise ValueError(
+    raise NoRoundsYet(
       f'{path!r} has a header but no rounds: the run has not released round 0 yet, or the '
       'file was truncated; rerun the experiment (it resumes), or leave this run out.'
     )
