@@ -81,10 +81,11 @@ def _run_driver(args: Sequence[str]) -> tuple[int, int | None]:
 
   previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
   try:
-    return driver.wait(), (stopped_by or [None])[0]
+    returncode = driver.wait()
   finally:
     for s, handler in previous.items():
       signal.signal(s, handler)
+  return returncode, (stopped_by or [None])[0]  # Read once no signal can add to it.
 
 
 def train(configs: Sequence[str], runs_dir: str) -> None:

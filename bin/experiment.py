@@ -84,8 +84,8 @@ _CACHE_DIR = flags.DEFINE_string(
 _RETRIES = flags.DEFINE_integer(
   'retries',
   1,
-  "Times a failed binary call (a crash, not a divergence) starts again, from its runs' "
-  'checkpoints, before the driver stops: a resumed run trains the same rounds, so a '
+  'Times a run whose binary call fails (a crash, not a divergence) is trained again, from '
+  'its checkpoint, before the driver stops: a resumed run trains the same rounds, so a '
   'transient fault (a TFF worker that dies) costs time, not results.',
   lower_bound=0,
 )
@@ -127,10 +127,6 @@ class _Stop(Exception):
   pass
 
 
-def _raise_stop(signum, frame):  # pylint: disable=unused-argument
-  raise _Stop(signal.Signals(signum).name)
-
-
 def train(
   spec: evidence_spec.ExperimentSpec,
   jobs: Sequence[experiment_jobs.Job],
@@ -166,23 +162,39 @@ def train(
   os.makedirs(logs, exist_ok=True)
   running: dict[subprocess.Popen, tuple[tuple[experiment_jobs.Job, ...], float]] = {}
   failures: dict[experiment_jobs.Job, int] = {}
-  previous = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGINT)}
+  # A stop signal is noted, and acted on between two steps of the loop: a binary being
+  # started is then always in `running`, which the `finally` stops.
+  stop_signals: list[int] = []
+
+  def note_stop(signum, frame):  # pylint: disable=unused-argument
+    stop_signals.append(signum)
+
+  def check_stop() -> None:
+    if stop_signals:
+      raise _Stop(signal.Signals(stop_signals[0]).name)
+
+  previous = {s: signal.signal(s, note_stop) for s in (signal.SIGTERM, signal.SIGINT)}
   try:
     while todo or running:
       while todo and len(running) < _PARALLEL.value:
+        check_stop()
         call = next_calls()[0]
         todo = [job for job in todo if job not in call]
         log_path = os.path.join(logs, f'{experiment_jobs.call_name(call)}.log')
         with open(log_path, 'ab') as log:
-          # SIGTERM if the driver dies unannounced (SIGKILL): the binary stops, resumable.
+          # Its own session, so that a terminal's Ctrl-C reaches it only through this driver
+          # (a second signal would stop it at once); SIGTERM from Linux if the driver dies
+          # unannounced (SIGKILL). Either way the binary stops resumably.
           process = processes.start(
             command(spec, call, runs_dir),
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            start_new_session=True,
           )
         running[process] = (call, time.monotonic())
       time.sleep(1.0)
+      check_stop()
       for process in [p for p in running if p.poll() is not None]:
         call, start = running.pop(process)
         name = experiment_jobs.call_name(call)
@@ -191,9 +203,12 @@ def train(
         left = [job for job, run in zip(call, runs) if not experiment_jobs.is_done(run)]
         # A diverged run ends its call with an error; the call's later seeds train again.
         failed = process.returncode != 0 and all(at is None for at in diverged)
-        if failed or (left and process.returncode == 0):
-          log_path = os.path.join(logs, name + '.log')
-          first = (left or list(call))[0]
+        log_path = os.path.join(logs, name + '.log')
+        if failed and not left:
+          print(f'Call {name} exited with status {process.returncode} after its runs ended '
+                f'(see {log_path}); they are kept.', flush=True)
+        elif failed or (left and process.returncode == 0):
+          first = left[0]
           failures[first] = failures.get(first, 0) + 1
           if failures[first] > _RETRIES.value:
             tries = '' if failures[first] == 1 else f' {failures[first]} times'

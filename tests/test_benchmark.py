@@ -147,19 +147,25 @@ def test_sigterm_stops_the_grid_and_every_process_it_started(tmp_path):
      '--stage=train'], cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     stdin=subprocess.DEVNULL)
   try:
-    # Wait for a training binary: a child of the grid's experiment driver.
-    while not [p for p in psutil.Process(grid.pid).children() if p.children()]:
+    # Wait for a training binary with its TFF worker: the grid's great-grandchild.
+    while not [p for p in psutil.Process(grid.pid).children(recursive=True)
+               if 'worker_binary' in p.name()]:
       assert grid.poll() is None, grid.communicate()
       time.sleep(0.05)
-    started = psutil.Process(grid.pid).children(recursive=True)
+    (driver,) = psutil.Process(grid.pid).children()
+    binaries = driver.children()
+    workers = [w for b in binaries for w in b.children(recursive=True)]
     grid.send_signal(signal.SIGTERM)
     out, err = grid.communicate(timeout=300)
   finally:
     grid.kill()
   assert grid.returncode == 128 + signal.SIGTERM, err[-2000:]
   assert 'Stopped by SIGTERM; rerun the same command to resume.' in out
-  # The driver stops its binaries, and they their TFF workers, before the grid exits.
-  _, alive = psutil.wait_procs(started, timeout=60)
+  # The driver has stopped its binaries before exiting, and the grid waited for the driver.
+  assert binaries and not [p for p in (driver, *binaries) if p.is_running()]
+  # A binary's TFF workers die with it (Linux signals them when their parent dies).
+  assert workers
+  _, alive = psutil.wait_procs(workers, timeout=60)
   assert alive == []
 
 

@@ -3,6 +3,7 @@ regenerated exactly from its committed raw metrics."""
 
 import glob
 import os
+import re
 import subprocess
 import sys
 import time
@@ -293,8 +294,10 @@ def test_a_crashed_call_trains_again_from_its_checkpoint_and_the_run_is_unchange
   )
   try:
     # The binary dies as a segfaulting TFF worker takes it down: SIGKILL, once it has a
-    # checkpoint and before its last round (frozen first, so it cannot finish meanwhile).
-    while not glob.glob(str(runs_dir / 'lr0.3' / '*' / 'checkpoints' / '*')):
+    # complete checkpoint (TFF writes program_state_<round>_temp<n> first, then renames it)
+    # and before its last round (frozen first, so it cannot finish meanwhile).
+    while not [path for path in glob.glob(str(runs_dir / 'lr0.3' / '*' / 'checkpoints' / '*'))
+               if re.fullmatch(r'program_state_\d+', os.path.basename(path))]:
       assert driver.poll() is None, driver.communicate()
       time.sleep(0.02)
     (binary,) = psutil.Process(driver.pid).children()
@@ -306,6 +309,9 @@ def test_a_crashed_call_trains_again_from_its_checkpoint_and_the_run_is_unchange
   assert driver.returncode == 0, err[-2000:]
   assert 'lr0.3_uniform_seed0: call lr0.3_uniform_seed0 failed (exit -9;' in out
   assert 'lr0.3_uniform_seed0: finished in ' in out
+  # The second attempt resumed from the checkpoint, not from round 0.
+  log = (runs_dir / 'logs' / 'lr0.3_uniform_seed0.log').read_text()
+  assert re.search(r'Resuming \S+_uniform_seed0 after round \d+\.', log), log[-3000:]
 
   # The run equals one trained without a fault.
   _assert_same_as_alone(config, runs_dir, tmp_path / 'alone', seed=0)

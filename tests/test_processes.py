@@ -52,6 +52,23 @@ def test_a_child_gets_its_death_signal_when_its_parent_is_killed(tmp_path):
   assert noted.read_text() == 'SIGTERM'
 
 
-def test_a_command_needs_an_absolute_path():
+def test_a_command_is_an_absolute_path_to_an_executable(tmp_path):
   with pytest.raises(ValueError, match="'python' is not an absolute path"):
     processes.start(['python', '-c', 'pass'])
+  with pytest.raises(FileNotFoundError, match='does not exist'):
+    processes.start([str(tmp_path / 'missing')])
+  (tmp_path / 'script').write_text('#!/bin/sh\n')
+  with pytest.raises(PermissionError, match='is not executable'):
+    processes.start([str(tmp_path / 'script')])
+  with pytest.raises(ValueError, match='does not take shell'):
+    processes.start([sys.executable, '-c', 'pass'], shell=True)
+
+
+def test_a_started_command_gets_its_arguments_and_popen_settings(tmp_path):
+  child = processes.start(
+    [sys.executable, '-c', 'import os, sys; print(os.getcwd(), os.getsid(0) == os.getpid(), '
+     'sys.argv[1])', 'an argument'],
+    cwd=tmp_path, stdout=subprocess.PIPE, text=True, start_new_session=True)
+  out, _ = child.communicate(timeout=60)
+  assert child.returncode == 0
+  assert out.split(' ', 2) == [str(tmp_path), 'True', 'an argument\n']

@@ -3,9 +3,9 @@
 `start` runs a command as a child that Linux signals when this process dies
 (``PR_SET_PDEATHSIG``), SIGKILL included, so that no process outlives the
 program: the TFF workers (`tff_sampling.workers`, signalled with SIGKILL: they
-hold nothing worth saving) and the training binaries of the experiment drivers
-(``bin.experiment``, ``bin.benchmark_grid``, signalled with SIGTERM: a binary
-stopped so resumes its run from its last checkpoint). `stop` stops one.
+hold nothing worth saving), the training binaries of ``bin.experiment`` and the
+``bin.experiment`` driver of ``bin.benchmark_grid`` (signalled with SIGTERM: they
+stop so that their runs resume from the last checkpoint). `stop` stops one.
 This module imports neither TensorFlow nor TFF.
 """
 
@@ -92,10 +92,32 @@ def start(
   args: Sequence[str], *, death_signal: int = signal.SIGTERM, **popen_kwargs: Any
 ) -> subprocess.Popen:
   """`subprocess.Popen(args, **popen_kwargs)` whose process Linux sends `death_signal` when
-  this process dies. `args[0]` is an absolute path (it is exec'd as is, no PATH lookup)."""
-  if not os.path.isabs(args[0]):
-    raise ValueError(f'{args[0]!r} is not an absolute path; pass the full path of the program.')
+  this process dies.
+
+  `args[0]` is the absolute path of an executable (exec'd as is, no PATH lookup). Popen's
+  arguments that would apply to the launching step instead of the command (`_UNSUPPORTED`)
+  are refused.
+
+  Raises:
+    ValueError: If `args[0]` is not an absolute path, or an unsupported argument is given.
+    FileNotFoundError, PermissionError: If `args[0]` is not an executable file.
+  """
+  program = args[0]
+  if not os.path.isabs(program):
+    raise ValueError(f'{program!r} is not an absolute path; pass the full path of the program.')
+  if not os.path.isfile(program):
+    raise FileNotFoundError(f'{program!r} does not exist or is not a file.')
+  if not os.access(program, os.X_OK):
+    raise PermissionError(f'{program!r} is not executable.')
+  unsupported = sorted(set(popen_kwargs) & _UNSUPPORTED)
+  if unsupported:
+    raise ValueError(f'processes.start does not take {", ".join(unsupported)}; use subprocess.')
   return _LAUNCHER.popen(args, death_signal, **popen_kwargs)
+
+
+# They would name the launching interpreter's program, not the command it becomes (the
+# process's other settings, e.g. its session or file descriptors, carry over the exec).
+_UNSUPPORTED = frozenset({'executable', 'shell'})
 
 
 def stop(process: subprocess.Popen, timeout_s: float) -> None:
