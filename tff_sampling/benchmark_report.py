@@ -332,8 +332,12 @@ def benchmark_markdown(
     'upload) or `+optimal` (it picks `K` clients, they train, and optimal client sampling '
     "lets about `m` of them upload). Differences are paired over seeds against the cell's "
     'baseline, with their 95% t-interval: *ahead* or *behind* when the interval excludes 0, '
-    '*no difference detected* when it covers 0. *accuracy at B Gbit*: the accuracy when a '
-    'run had uploaded what the baseline uploads in its whole run. *s/round*: the median '
+    '*no difference detected* when it covers 0. The intervals are not corrected for '
+    'multiplicity: a cell of n methods holds 2(n - 1) of them, and about one in twenty would '
+    'exclude 0 by chance if no method differed, so read a lone *ahead* or *behind* with '
+    'that in mind. *accuracy at B Gbit*: the accuracy at the last evaluation a run reached '
+    'within the bits the baseline uploads in its whole run (one evaluation, where final '
+    'accuracy averages the last few). *s/round*: the median '
     "wall-clock seconds of a simulated round, clients' training included, on the machine that "
     "trained the run; a cell's runs may span sessions and machines, so read it as a rough "
     'guide. The server-side work of each sampler alone is benchmarked in '
