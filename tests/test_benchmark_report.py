@@ -178,3 +178,36 @@ def test_a_complete_tuning_cell_lets_its_sibling_wait_for_its_own_runs(tmp_path)
   text = benchmark_report.benchmark_markdown(cells, command='regenerate', page_dir=str(tmp_path))
   assert '**In progress:** 1 of 2 cells are complete' in text
   assert not re.search(r'^\| \d+\. ', text, re.M)  # The tuning cell is shown, nothing ranked.
+
+
+def test_optimal_uploads_are_compared_with_the_same_sampler_alone(tmp_path):
+  grid = tmp_path / 'grid'
+  paired = (COMMON.replace('--methods=uniform,md', '--methods=uniform,md,md+optimal')
+            + '--title=paired cell\n--learning_rates=0.1\n--tuning_seed=100\n--seeds=3\n')
+  # MD with optimal uploads minus MD alone: 0.1, 0.05, 0.1 (mean 0.0833, sd 0.0289); every
+  # run uploads the same bits, so the budget column pairs the same final evaluations.
+  finals = {'uniform': (0.40, 0.50, 0.45), 'md': (0.50, 0.70, 0.60),
+            'md+optimal': (0.60, 0.75, 0.70)}
+  config = _cell(grid, 'paired', paired,
+                 [(m, 0.1, s, v[s]) for m, v in finals.items() for s in range(3)])
+  cell = experiment_config.committed_cell(config)
+  assert not cell.pending
+  [effect] = benchmark_report.optimal_effects(cell)  # Uniform has no +optimal version.
+  assert effect.sampler == 'md'
+  assert effect.final.differences == pytest.approx((0.1, 0.05, 0.1))
+  assert effect.budget.differences == pytest.approx((0.1, 0.05, 0.1))
+  half = 4.302653 * (0.0025 / 3) ** 0.5 / 3 ** 0.5  # t(0.975, 2) · sd / √3, sd² = 0.0025/3.
+  expected = f'+0.0833 [{0.25 / 3 - half:+.4f}, {0.25 / 3 + half:+.4f}] ahead'
+  text = benchmark_report.benchmark_markdown([cell], command='regenerate',
+                                             page_dir=str(tmp_path))
+  glance = _section(text, 'What optimal uploads change')
+  assert re.search(r'^\| md +\| +\+/\+ \|$', glance, re.M)
+  assert not re.search(r'^\| uniform ', glance, re.M)
+  row = [r for r in _section(text, 'paired cell').splitlines() if r.startswith('| md ')]
+  assert [c.strip() for c in row[0].split('|')[1:-1]] == ['md', expected, expected]
+
+
+def test_no_optimal_section_without_a_sampler_run_both_ways(page):
+  _, text, _ = page
+  assert '## What optimal uploads change' not in text
+  assert 'What optimal uploads change, sampler by sampler' not in text

@@ -15,8 +15,10 @@ then rounds and uploaded bits to the first target, total bits and server
 seconds per round. A difference whose interval covers 0 is marked *no
 difference detected*. The accuracy-vs-bits plot of each cell shows the three
 best methods and the baseline. Above the cells, `overview` puts every method's
-rank and verdicts in every complete cell side by side, ordered by mean rank. A
-tuning-only cell (``--seeds=0``, the ideal-availability
+rank and verdicts in every complete cell side by side, ordered by mean rank;
+`optimal_overview` does the same for what optimal uploads change, each sampler
+``+optimal`` against the same sampler alone (`optimal_effects`, detailed below
+each cell's ranking by `optimal_table`). A tuning-only cell (``--seeds=0``, the ideal-availability
 cell whose rates the other modes of its task borrow) shows its tuning table instead.
 
 The grid trains over several sessions, and its raw metrics are committed as runs
@@ -38,6 +40,7 @@ from tff_sampling import evidence_report
 from tff_sampling import files
 from tff_sampling import report
 from tff_sampling import results
+from tff_sampling.experiments import benchmark
 from tff_sampling.experiments import evidence_spec
 
 MARKER = (
@@ -91,14 +94,22 @@ class Row:
   method: str
   label: str
   seeds: int
-  final: np.ndarray
+  final_by_seed: Mapping[int, float]
   final_difference: evidence.PairedDifference
-  at_budget: np.ndarray
+  budget_by_seed: Mapping[int, float]
   budget_difference: evidence.PairedDifference
   rounds_to_target: np.ndarray
   bits_to_target: np.ndarray
   total_bits: float
   seconds: float
+
+  @property
+  def final(self) -> np.ndarray:
+    return np.array(list(self.final_by_seed.values()))
+
+  @property
+  def at_budget(self) -> np.ndarray:
+    return np.array(list(self.budget_by_seed.values()))
 
   @property
   def final_word(self) -> str:
@@ -140,9 +151,9 @@ def rows(cell: Cell) -> tuple[list[Row], float]:
         method=method.method,
         label=method.label,
         seeds=len(method.runs),
-        final=np.array(list(finals.values())),
+        final_by_seed=finals,
         final_difference=evidence.paired_difference(finals, base_final),
-        at_budget=np.array(list(budgets.values())),
+        budget_by_seed=budgets,
         budget_difference=evidence.paired_difference(budgets, base_budget),
         rounds_to_target=np.array(
           [
@@ -271,6 +282,102 @@ def overview(cells: Sequence[Cell]) -> list[str]:
   ]
 
 
+@dataclasses.dataclass(frozen=True)
+class OptimalEffect:
+  """What optimal uploads change for one sampler of a cell.
+
+  Attributes:
+    sampler: The sampler, run alone and as ``<sampler>+optimal``.
+    final: ``+optimal − alone`` in final accuracy, paired over seeds.
+    budget: The same at the cell's uplink budget (the bits its baseline uploads).
+  """
+
+  sampler: str
+  final: evidence.PairedDifference
+  budget: evidence.PairedDifference
+
+  @property
+  def final_word(self) -> str:
+    return _WORDS[evidence.verdict(self.final, evidence.HIGHER)]
+
+  @property
+  def budget_word(self) -> str:
+    return _WORDS[evidence.verdict(self.budget, evidence.HIGHER)]
+
+
+def optimal_effects(cell: Cell) -> list[OptimalEffect]:
+  """Every sampler the cell runs both alone and with optimal uploads, in configured order."""
+  by_method = {row.method: row for row in rows(cell)[0]}
+  effects = []
+  for method in cell.spec.methods:
+    alone, paired = by_method.get(method), by_method.get(method + benchmark.OPTIMAL_UPLOADS)
+    if alone and paired:
+      effects.append(
+        OptimalEffect(
+          sampler=method,
+          final=evidence.paired_difference(paired.final_by_seed, alone.final_by_seed),
+          budget=evidence.paired_difference(paired.budget_by_seed, alone.budget_by_seed),
+        )
+      )
+  return effects
+
+
+def optimal_table(cell: Cell) -> str:
+  """`optimal_effects` of one cell as a pipe table (empty if the cell pairs no sampler)."""
+  effects = optimal_effects(cell)
+  if not effects:
+    return ''
+  _, budget = rows(cell)
+  columns = [
+    [effect.sampler for effect in effects],
+    [_difference(effect.final, effect.final_word, False) for effect in effects],
+    [_difference(effect.budget, effect.budget_word, False) for effect in effects],
+  ]
+  headers = [
+    'sampler',
+    f'+optimal − alone, final accuracy (last {cell.spec.final_k} evals) [95% CI]',
+    f'+optimal − alone, accuracy at {budget / 1e9:.4g} Gbit [95% CI]',
+  ]
+  return report.pipe_table(headers, columns)
+
+
+def optimal_overview(cells: Sequence[Cell]) -> list[str]:
+  """For each sampler and complete reported cell: do optimal uploads help it?
+
+  One row per sampler run both alone and with optimal uploads, one column per
+  cell: the verdict on ``+optimal − alone`` at fixed rounds / at the fixed uplink
+  budget. Empty while no complete reported cell pairs a sampler.
+  """
+  ready = [cell for cell in cells if not (cell.pending or cell.spec.tuning_only)]
+  marks: dict[str, dict[str, str]] = {}
+  names = []
+  for cell in ready:
+    effects = optimal_effects(cell)
+    if not effects:
+      continue
+    name = os.path.basename(cell.folder)
+    names.append(name)
+    for effect in effects:
+      marks.setdefault(effect.sampler, {})[name] = (
+        f'{_MARKS[effect.final_word]}/{_MARKS[effect.budget_word]}'
+      )
+  if not names:
+    return []
+  order = list(marks)
+  columns = [order, *([marks[m].get(name, '—') for m in order] for name in names)]
+  return [
+    '## What optimal uploads change',
+    '',
+    'Each sampler with optimal uploads (`+optimal`) against the same sampler alone, paired '
+    'over seeds: at fixed rounds / at the fixed uplink budget (`+` higher with optimal '
+    'uploads, `−` lower, `=` no difference detected: 95% intervals, uncorrected). Each '
+    "cell's table of these differences follows its ranking.",
+    '',
+    report.pipe_table(['sampler', *names], columns),
+    '',
+  ]
+
+
 def write_cell_plots(cell: Cell) -> tuple[str, str]:
   """Accuracy vs rounds and vs uploaded bits of the best `PLOTTED` methods and the baseline."""
   spec = cell.spec
@@ -345,6 +452,7 @@ def benchmark_markdown(
     '',
   ]
   parts += overview(cells)
+  parts += optimal_overview(cells)
   for cell in cells:
     folder = os.path.relpath(cell.folder, page_dir)
     parts += [
@@ -367,6 +475,9 @@ def benchmark_markdown(
       f'![accuracy vs uploaded bits]({folder}/{report.BITS_PLOT_FILENAME})',
       '',
     ]
+    effects = optimal_table(cell)
+    if effects:
+      parts += ['What optimal uploads change, sampler by sampler:', '', effects, '']
   return '\n'.join(parts)
 
 
