@@ -368,10 +368,10 @@ def optimal_overview(cells: Sequence[Cell]) -> list[str]:
   return [
     '## What optimal uploads change',
     '',
-    'Each sampler with optimal uploads (`+optimal`) against the same sampler alone, paired '
-    'over seeds: at fixed rounds / at the fixed uplink budget (`+` higher with optimal '
-    'uploads, `−` lower, `=` no difference detected: 95% intervals, uncorrected). Each '
-    "cell's table of these differences follows its ranking.",
+    'Each sampler with optimal uploads (`+optimal`) against the same sampler alone, each at '
+    'its own tuned rate, paired over seeds: at fixed rounds / at the fixed uplink budget '
+    '(`+` higher with optimal uploads, `−` lower, `=` no difference detected: 95% '
+    "intervals, uncorrected). Each cell's table of these differences follows its ranking.",
     '',
     report.pipe_table(['sampler', *names], columns),
     '',
