@@ -305,9 +305,14 @@ class OptimalEffect:
     return _WORDS[evidence.verdict(self.budget, evidence.HIGHER)]
 
 
-def optimal_effects(cell: Cell) -> list[OptimalEffect]:
-  """Every sampler the cell runs both alone and with optimal uploads, in configured order."""
-  by_method = {row.method: row for row in rows(cell)[0]}
+def optimal_effects(cell: Cell, ranked: Sequence[Row] | None = None) -> list[OptimalEffect]:
+  """Every sampler the cell runs both alone and with optimal uploads, in configured order.
+
+  Args:
+    cell: A complete reported cell.
+    ranked: Its `rows`, if already computed.
+  """
+  by_method = {row.method: row for row in (rows(cell)[0] if ranked is None else ranked)}
   effects = []
   for method in cell.spec.methods:
     alone, paired = by_method.get(method), by_method.get(method + benchmark.OPTIMAL_UPLOADS)
@@ -324,10 +329,10 @@ def optimal_effects(cell: Cell) -> list[OptimalEffect]:
 
 def optimal_table(cell: Cell) -> str:
   """`optimal_effects` of one cell as a pipe table (empty if the cell pairs no sampler)."""
-  effects = optimal_effects(cell)
+  ranked, budget = rows(cell)
+  effects = optimal_effects(cell, ranked)
   if not effects:
     return ''
-  _, budget = rows(cell)
   columns = [
     [effect.sampler for effect in effects],
     [_difference(effect.final, effect.final_word, False) for effect in effects],
