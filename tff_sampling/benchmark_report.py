@@ -54,6 +54,7 @@ _WORDS = {
   evidence.NO_DIFFERENCE: evidence.NO_DIFFERENCE,
   evidence.TOO_FEW: evidence.TOO_FEW,
 }
+_MARKS = {AHEAD: '+', BEHIND: '−', evidence.NO_DIFFERENCE: '=', evidence.TOO_FEW: '?'}
 PLOTTED = 3  # The best methods drawn beside the baseline.
 
 
@@ -110,14 +111,6 @@ class Row:
   @property
   def at_budget(self) -> np.ndarray:
     return np.array(list(self.budget_by_seed.values()))
-
-  @property
-  def final_word(self) -> str:
-    return _WORDS[evidence.verdict(self.final_difference, evidence.HIGHER)]
-
-  @property
-  def budget_word(self) -> str:
-    return _WORDS[evidence.verdict(self.budget_difference, evidence.HIGHER)]
 
 
 def _by_seed(runs: Mapping[int, results.Run], summary) -> dict[int, float]:
@@ -182,12 +175,23 @@ def _mean_sd(values: np.ndarray) -> str:
   )
 
 
-def _difference(difference: evidence.PairedDifference, word: str, baseline: bool) -> str:
+def _word(difference: evidence.PairedDifference) -> str:
+  """The verdict on a higher-is-better difference: ahead, behind, no difference, too few."""
+  return _WORDS[evidence.verdict(difference, evidence.HIGHER)]
+
+
+def _difference(difference: evidence.PairedDifference, baseline: bool = False) -> str:
   if baseline:
     return '(baseline)'
   if difference.n < 2:
-    return word
-  return f'{difference.mean:+.4f} [{difference.low:+.4f}, {difference.high:+.4f}] {word}'
+    return _word(difference)
+  return (
+    f'{difference.mean:+.4f} [{difference.low:+.4f}, {difference.high:+.4f}] {_word(difference)}'
+  )
+
+
+def _marks(final: evidence.PairedDifference, budget: evidence.PairedDifference) -> str:
+  return f'{_MARKS[_word(final)]}/{_MARKS[_word(budget)]}'
 
 
 def _reached(values: np.ndarray, scale: float = 1.0, digits: str = '.1f') -> str:
@@ -213,9 +217,9 @@ def cell_table(cell: Cell) -> str:
         f'{rank}. {row.label}',
         str(row.seeds),
         _mean_sd(row.final),
-        _difference(row.final_difference, row.final_word, is_baseline),
+        _difference(row.final_difference, is_baseline),
         _mean_sd(row.at_budget),
-        _difference(row.budget_difference, row.budget_word, is_baseline),
+        _difference(row.budget_difference, is_baseline),
         _reached(row.rounds_to_target),
         _reached(row.bits_to_target, 1e9, '.4g'),
         f'{row.total_bits / 1e9:.4g}',
@@ -236,9 +240,6 @@ def cell_table(cell: Cell) -> str:
     's/round',
   ]
   return report.pipe_table(headers, [list(c) for c in zip(*table)])
-
-
-_MARKS = {AHEAD: '+', BEHIND: '−', evidence.NO_DIFFERENCE: '=', evidence.TOO_FEW: '?'}
 
 
 def overview(cells: Sequence[Cell]) -> list[str]:
@@ -262,7 +263,7 @@ def overview(cells: Sequence[Cell]) -> list[str]:
       if row.method == cell.spec.baseline:
         mark = f'{rank} (baseline)'
       else:
-        mark = f'{rank} ({_MARKS[row.final_word]}/{_MARKS[row.budget_word]})'
+        mark = f'{rank} ({_marks(row.final_difference, row.budget_difference)})'
       places.setdefault(row.method, {})[name] = mark
       ranks.setdefault(row.method, []).append(rank)
   order = sorted(places, key=lambda m: (float(np.mean(ranks[m])), m))
@@ -296,14 +297,6 @@ class OptimalEffect:
   final: evidence.PairedDifference
   budget: evidence.PairedDifference
 
-  @property
-  def final_word(self) -> str:
-    return _WORDS[evidence.verdict(self.final, evidence.HIGHER)]
-
-  @property
-  def budget_word(self) -> str:
-    return _WORDS[evidence.verdict(self.budget, evidence.HIGHER)]
-
 
 def optimal_effects(cell: Cell, ranked: Sequence[Row] | None = None) -> list[OptimalEffect]:
   """Every sampler the cell runs both alone and with optimal uploads, in configured order.
@@ -335,8 +328,8 @@ def optimal_table(cell: Cell) -> str:
     return ''
   columns = [
     [effect.sampler for effect in effects],
-    [_difference(effect.final, effect.final_word, False) for effect in effects],
-    [_difference(effect.budget, effect.budget_word, False) for effect in effects],
+    [_difference(effect.final) for effect in effects],
+    [_difference(effect.budget) for effect in effects],
   ]
   headers = [
     'sampler',
@@ -363,9 +356,7 @@ def optimal_overview(cells: Sequence[Cell]) -> list[str]:
     name = os.path.basename(cell.folder)
     names.append(name)
     for effect in effects:
-      marks.setdefault(effect.sampler, {})[name] = (
-        f'{_MARKS[effect.final_word]}/{_MARKS[effect.budget_word]}'
-      )
+      marks.setdefault(effect.sampler, {})[name] = _marks(effect.final, effect.budget)
   if not names:
     return []
   order = list(marks)
