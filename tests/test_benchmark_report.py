@@ -31,15 +31,18 @@ TUNING = {('uniform', 0.2): 0.3, ('uniform', 0.1): 0.4, ('md', 0.2): 0.6, ('md',
 # Reported seeds at those rates: MD is ahead by 0.1, 0.2, 0.15 (mean 0.15).
 FINAL = {('uniform', 0): 0.40, ('uniform', 1): 0.50, ('uniform', 2): 0.45,
          ('md', 0): 0.50, ('md', 1): 0.70, ('md', 2): 0.60}
+# Clients active in rounds 1 and 2 of each reported seed, the same for every method.
+ACTIVE = {0: 10, 1: 11, 2: 15}
 
 
-def _csv(final):
-  lines = [f'{results.ROUND_COLUMN},eval/accuracy,train/loss,round_seconds,{results.BITS_COLUMN}',
-           '0,0.1,,,0', '1,0.2,1.0,1.0,100', f'2,{final},1.0,1.0,200']
+def _csv(final, active=''):
+  lines = [f'{results.ROUND_COLUMN},eval/accuracy,train/loss,round_seconds,{results.BITS_COLUMN},'
+           f'{benchmark_report.ACTIVE_COLUMN}',
+           '0,0.1,,,0,', f'1,0.2,1.0,1.0,100,{active}', f'2,{final},1.0,1.0,200,{active}']
   return '\n'.join(lines) + '\n'
 
 
-def _cell(grid, name, text, runs):
+def _cell(grid, name, text, runs, active=ACTIVE):
   folder = grid / name
   folder.mkdir(parents=True)
   config = folder / experiment_config.CONFIG_FILENAME
@@ -50,7 +53,7 @@ def _cell(grid, name, text, runs):
   made = [results.load_run(fault_harness.write_run(
       runs_dir / f'lr{rate:g}', f'{method}_seed{seed}',
       {'sampling': method, 'seed': seed, 'client_learning_rate': rate, 'rounds': 2},
-      _csv(final))) for method, rate, seed, final in runs]
+      _csv(final, active.get(seed, '')))) for method, rate, seed, final in runs]
   raw_metrics.write(made, folder / raw_metrics.FILENAME,
                     names=[os.path.relpath(r.path, runs_dir) for r in made])
   return str(config)
@@ -97,6 +100,20 @@ def test_the_reported_cell_ranks_at_the_borrowed_rates(page):
   half = 4.302653 * 0.05 / 3 ** 0.5
   assert md[3] == f'+0.1500 [{0.15 - half:+.4f}, {0.15 + half:+.4f}] ahead'
   assert str(grid / 'skewed' / 'accuracy_bits.png') in written
+
+
+def test_a_reported_cell_says_how_many_clients_are_active_a_round(page, tmp_path):
+  _, text, _ = page
+  # The baseline's seeds 0, 1, 2 record 10, 11, 15 active clients in rounds 1 and 2 (round 0
+  # records none): 12.0 on average. The tuning cell, which is not ranked, has no such line.
+  assert 'Clients active a round: 12.0 on average' in _section(text, 'skewed cell')
+  assert 'Clients active a round' not in _section(text, 'ideal cell')
+  # Runs that do not record availability give no line.
+  bare = _cell(tmp_path / 'bare', 'bare', SKEWED.replace('--learning_rates_from=ideal',
+                                                         '--learning_rates=0.1\n--tuning_seed=100'),
+               [(m, 0.1, s, 0.5) for m in ('uniform', 'md') for s in (0, 1, 2, 100)], active={})
+  cell = experiment_config.committed_cell(bare)
+  assert not cell.pending and benchmark_report.active_clients(cell) is None
 
 
 def test_the_overview_places_each_method_in_each_complete_cell(page, tmp_path):

@@ -56,6 +56,7 @@ _WORDS = {
 }
 _MARKS = {AHEAD: '+', BEHIND: '−', evidence.NO_DIFFERENCE: '=', evidence.TOO_FEW: '?'}
 PLOTTED = 3  # The best methods drawn beside the baseline.
+ACTIVE_COLUMN = 'availability/active_clients'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,6 +166,21 @@ def rows(cell: Cell) -> tuple[list[Row], float]:
     )
   out.sort(key=lambda row: -float(np.mean(row.final)))
   return out, budget
+
+
+def active_clients(cell: Cell) -> float | None:
+  """Clients active a round, averaged over the rounds of the baseline's reported runs.
+
+  Every method of a seed sees the same active clients, so the baseline's runs
+  stand for the cell. ``None`` if those runs do not record availability.
+  """
+  spec = cell.spec
+  chosen = evidence_report.reported_runs(spec, cell.runs, evidence_spec.tune(spec, cell.runs))
+  runs = chosen[spec.baseline].runs.values()
+  counts = [run.column(ACTIVE_COLUMN) for run in runs if ACTIVE_COLUMN in run.metrics]
+  values = np.concatenate(counts) if counts else np.empty(0)
+  values = values[np.isfinite(values)]
+  return float(values.mean()) if values.size else None
 
 
 def _mean_sd(values: np.ndarray) -> str:
@@ -465,6 +481,13 @@ def benchmark_markdown(
     if cell.spec.tuning_only:
       parts += tuning_section(cell)
       continue
+    active = active_clients(cell)
+    if active is not None:
+      parts += [
+        f'Clients active a round: {active:.1f} on average (every method of a seed sees the same '
+        'ones).',
+        '',
+      ]
     parts += [
       cell_table(cell),
       '',
