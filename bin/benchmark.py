@@ -63,6 +63,7 @@ _PUBLIC_DATA_DIR = flags.DEFINE_string(
   'public_data_dir', None, 'lefl: directory of the public set (as bin.lefl).')
 _SEEDS = cf.define_seeds()
 flag_checks.check_number('fedgs_alpha', low=0.0)
+flag_checks.check_list('sampling', benchmark.parse_method)
 flag_checks.check_number('fedgs_solver_time_limit', low=0.0, low_open=True, hint='seconds')
 
 
@@ -98,8 +99,6 @@ def summary(groups: dict[str, list[results.Run]]) -> str:
 def main(argv: Sequence[str]) -> None:
   start = cf.begin_main(argv)
   with cf.exit_on_bad_input():
-    for method in _SAMPLING.value:
-      benchmark.parse_method(method)
     methods = benchmark_methods()
     task = ef.task_from_flags()
     make_sampler, costs = methods.sampler_factory(task)

@@ -17,7 +17,8 @@ cell's raw metrics beside its configuration.
 (`tff_sampling.benchmark_report`), with ``docs/benchmark/summary.md`` (the
 hand-written "which sampler should I use") at its top, at any stage of the grid
 (unfinished cells say how far they are). ``all`` does both. ``--stage=check``
-exits non-zero unless the committed page is what the raw metrics give.
+exits non-zero, naming the files, unless the committed page and plots are what the raw
+metrics give.
 
 ``--quick`` runs the small grid of ``docs/benchmark/quick`` (one regime, a few
 rounds, 2 seeds) on copies of its configurations inside ``--runs_dir``, and
@@ -38,7 +39,9 @@ from absl import app
 from absl import flags
 
 from bin import experiment_config
+from bin import flag_checks
 from tff_sampling import benchmark_report
+from tff_sampling import files
 from tff_sampling import processes
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -59,6 +62,9 @@ _STAGE = flags.DEFINE_enum(
   'What to do: train, report (write the page), both, or check (exit 1 unless the page is what '
   'report would write).')
 _QUICK = flags.DEFINE_bool('quick', False, 'The small grid, inside --runs_dir only.')
+flag_checks.check_path('runs_dir', flag_checks.Path.NEW_DIRECTORY,
+                       hint='where the runs go, one folder per cell')
+flag_checks.check_path('cache_dir', flag_checks.Path.DIRECTORY, hint="TFF's dataset caches")
 _CELLS = flags.DEFINE_list(
   'cells', [], 'Cells to train, in this order (default: all, task by task); the page shows '
   'every cell.')
@@ -113,20 +119,18 @@ def load_cells(configs: Sequence[str]) -> list[benchmark_report.Cell]:
 
 def check(cells: Sequence[benchmark_report.Cell], page: str, *, command: str,
           preface: str) -> None:
-  """Raises unless `page` is what the report stage would write from the raw metrics.
+  """Raises unless `page` and the cells' plots are what the report stage would write from
+  the raw metrics, naming the files that are not.
 
   A grid without any raw metrics needs no page yet.
   """
-  if not os.path.exists(page):
-    if any(cell.runs for cell in cells):
-      raise RuntimeError(f'{page} is missing; write it with --stage=report.')
+  if not os.path.exists(page) and not any(cell.runs for cell in cells):
     return
-  with open(page, encoding='utf-8') as f:
-    committed = f.read()
-  expected = benchmark_report.benchmark_markdown(
-    cells, command=command, page_dir=os.path.dirname(page), preface=preface)
-  if committed != expected:
-    raise RuntimeError(f'{page} differs from its raw metrics; rewrite it with --stage=report.')
+  stale = files.differing(benchmark_report.page_files(cells, page, command=command,
+                                                       preface=preface))
+  if stale:
+    raise RuntimeError(f'Not what the raw metrics give: {", ".join(stale)}; rewrite with '
+                       '--stage=report.')
 
 
 def _quick_grid(runs_dir: str) -> str:

@@ -56,12 +56,12 @@ _FEDGS_ALPHA = flags.DEFINE_float('fedgs_alpha', 1.0,
                                   'fedgs: weight α of the graph-dispersion term.')
 _SEEDS = cf.define_seeds()
 flag_checks.check_number('fedgs_alpha', low=0.0)
+flag_checks.check_choices('sampling', clustered.SAMPLINGS)
 
 
 def main(argv: Sequence[str]) -> None:
   start = cf.begin_main(argv)
   with cf.exit_on_bad_input():
-    cf.check_choices('sampling', _SAMPLING.value, clustered.SAMPLINGS)
     plot_path = plotting.check_plot_path(
         os.path.join(cf.ROOT_OUTPUT_DIR.value, f'{ef.TASK.value}_accuracy.png'))
     if ef.TASK.value == 'digits':

@@ -143,13 +143,6 @@ def exit_on_bad_input() -> Iterator[None]:
     sys.exit(f'Error: {e}')
 
 
-def check_choices(flag: str, values: Sequence[str], choices: Sequence[str]) -> None:
-  """Raises a ValueError naming the values of ``--flag`` that are not `choices`."""
-  unknown = [v for v in values if v not in choices]
-  if unknown:
-    raise ValueError(f'Unknown --{flag} {unknown}; choose from {", ".join(choices)}.')
-
-
 def apply_defaults(defaults: Mapping[str, Any]) -> None:
   """Makes each value in `defaults` its flag's default (which a given flag overrides)."""
   for name, value in defaults.items():

@@ -48,12 +48,12 @@ _TARGET_ACCURACY = flags.DEFINE_float(
     'target_accuracy', 0.7,
     'Accuracy for the rounds/bits-to-target columns, a fraction in (0, 1].')
 flag_checks.check_accuracy('target_accuracy')
+flag_checks.check_choices('methods', list(optimal.SAMPLING_MODES))
 
 
 def main(argv: Sequence[str]) -> None:
   start = cf.begin_main(argv)
   with cf.exit_on_bad_input():
-    cf.check_choices('methods', _METHODS.value, list(optimal.SAMPLING_MODES))
     plot_path = plotting.check_plot_path(os.path.join(cf.ROOT_OUTPUT_DIR.value, 'accuracy.png'))
     if ef.TASK.value == 'digits':
       cf.apply_defaults({'preset': 'unbalanced'})  # The demo's population (not a global default).

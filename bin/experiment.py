@@ -27,7 +27,10 @@ in ``<runs_dir>/lr<rate>/``, its output in ``<runs_dir>/logs/``; a finished or
 diverged run is not started again and an interrupted one resumes, so the
 command can be stopped and rerun at any time (e.g. under ``nohup``). A call
 that crashes is started again from its checkpoints (``--retries``, once by
-default) before the driver stops with the call's log.
+default) before the driver stops, quoting the call's last error line; a call
+the binary refuses (its one-line ``Error: …``) stops it at once. Nothing is
+trained before the whole configuration is checked: the driver's own settings,
+and each method's call as the binary's own flags parse it (`bin.binary_flags`).
 ``--parallel=N`` runs N calls at once, the methods whose runs took longest
 first (`experiment_jobs.longest_first`). The driver writes only inside
 ``--runs_dir`` and the raw metrics file.
@@ -51,8 +54,10 @@ import time
 from absl import app
 from absl import flags
 
+from bin import binary_flags
 from bin import experiment_config
 from bin import experiment_jobs
+from bin import flag_checks
 from tff_sampling import processes
 from tff_sampling import raw_metrics
 from tff_sampling import results
@@ -89,6 +94,12 @@ _RETRIES = flags.DEFINE_integer(
   'transient fault (a TFF worker that dies) costs time, not results.',
   lower_bound=0,
 )
+flag_checks.check_path(
+  'config', flag_checks.Path.FILE,
+  hint='the experiment.flags file, e.g. docs/experiments/<name>/experiment.flags')
+flag_checks.check_path('runs_dir', flag_checks.Path.NEW_DIRECTORY, hint='where the runs go')
+flag_checks.check_path('raw_metrics', flag_checks.Path.NEW_FILE, hint='a runs.jsonl.gz file')
+flag_checks.check_path('cache_dir', flag_checks.Path.DIRECTORY, hint="TFF's dataset caches")
 _DRY_RUN = flags.DEFINE_bool('dry_run', False, 'Print the runs it would start, start none.')
 _REUSE = flags.DEFINE_bool(
   'reuse_raw_metrics',
@@ -121,6 +132,25 @@ def command(
     f'--client_learning_rate={job.rate:g}',
     f'--root_output_dir={os.path.join(runs_dir, evidence_spec.rate_directory(job.rate))}',
   ]
+
+
+def check_binary_flags(spec: evidence_spec.ExperimentSpec, runs_dir: str) -> None:
+  """Raises ValueError, with one line naming the configuration's bad value, unless the
+  training binary accepts the call of every method (its flags parsed by the binary's own
+  definitions: `bin.binary_flags`)."""
+  rate = max(spec.learning_rates)
+  seed = spec.tuning_seed if spec.tuned else 0
+  argvs = [command(spec, [experiment_jobs.Job(m, rate, seed)], runs_dir)[3:]
+           for m in spec.methods]
+  found = binary_flags.problems(spec.binary, argvs)
+  if all(found) and len(set(found)) == 1:
+    raise ValueError(f'{_CONFIG.value}: bin.{spec.binary} refuses its flags: {found[0]}')
+  for method, problem in zip(spec.methods, found):
+    if problem:
+      raise ValueError(
+        f'{_CONFIG.value}: bin.{spec.binary} refuses method {method!r} '
+        f'(--{spec.method_flag}={method}): {problem}'
+      )
 
 
 class _Stop(Exception):
@@ -160,7 +190,7 @@ def train(
     return
   logs = os.path.join(runs_dir, 'logs')
   os.makedirs(logs, exist_ok=True)
-  running: dict[subprocess.Popen, tuple[tuple[experiment_jobs.Job, ...], float]] = {}
+  running: dict[subprocess.Popen, tuple[tuple[experiment_jobs.Job, ...], float, int]] = {}
   failures: dict[experiment_jobs.Job, int] = {}
   # A stop signal is noted, and acted on between two steps of the loop: a binary being
   # started is then always in `running`, which the `finally` stops.
@@ -182,6 +212,7 @@ def train(
         todo = [job for job in todo if job not in call]
         log_path = os.path.join(logs, f'{experiment_jobs.call_name(call)}.log')
         with open(log_path, 'ab') as log:
+          log_start = log.tell()  # The log keeps every attempt's output; this one's starts here.
           # Its own session, so that a terminal's Ctrl-C reaches it only through this driver
           # (a second signal would stop it at once); SIGTERM from Linux if the driver dies
           # unannounced (SIGKILL). Either way the binary stops resumably.
@@ -192,11 +223,11 @@ def train(
             stdin=subprocess.DEVNULL,
             start_new_session=True,
           )
-        running[process] = (call, time.monotonic())
+        running[process] = (call, time.monotonic(), log_start)
       time.sleep(1.0)
       check_stop()
       for process in [p for p in running if p.poll() is not None]:
-        call, start = running.pop(process)
+        call, start, log_start = running.pop(process)
         name = experiment_jobs.call_name(call)
         runs = [experiment_jobs.find_run(spec, job, runs_dir) for job in call]
         diverged = [evidence_spec.diverged(r) if r is not None else None for r in runs]
@@ -209,15 +240,22 @@ def train(
                 f'(see {log_path}); they are kept.', flush=True)
         elif failed or (left and process.returncode == 0):
           first = left[0]
+          failure = _read_failure(log_path, log_start)
+          said = f': {failure.reason.removeprefix("Error: ")}' if failure.reason else ''
+          if failure.refused:  # Bad input: a new attempt would be refused the same way.
+            raise RuntimeError(
+              f'Run {first.name} failed (exit {process.returncode}){said} [log: {log_path}]'
+            )
           failures[first] = failures.get(first, 0) + 1
           if failures[first] > _RETRIES.value:
             tries = '' if failures[first] == 1 else f' {failures[first]} times'
             raise RuntimeError(
-              f'Run {first.name} failed{tries} (exit {process.returncode}); see {log_path}.'
+              f'Run {first.name} failed{tries} (exit {process.returncode}){said} '
+              f'[log: {log_path}]'
             )
           print(
-            f'{first.name}: call {name} failed (exit {process.returncode}; see {log_path}); '
-            'training again from its checkpoint',
+            f'{first.name}: call {name} failed (exit {process.returncode}{said}; see '
+            f'{log_path}); training again from its checkpoint',
             flush=True,
           )
         todo = left + todo
@@ -240,6 +278,16 @@ def train(
         process.wait()
     for s, handler in previous.items():
       signal.signal(s, handler)
+
+
+def _read_failure(log_path: str, start: int) -> experiment_jobs.Failure:
+  """Why the call whose output went to `log_path` from byte `start` on failed."""
+  try:
+    with open(log_path, 'rb') as log:
+      log.seek(max(start, os.path.getsize(log_path) - 65536))  # Its last lines say why.
+      return experiment_jobs.read_failure(log.read().decode('utf-8', errors='replace'))
+  except OSError:
+    return experiment_jobs.Failure('', refused=False)
 
 
 def carried_runs(spec: evidence_spec.ExperimentSpec, archive: str) -> experiment_jobs.Named:
@@ -314,7 +362,9 @@ def main(argv: Sequence[str]) -> None:
   archive = _RAW_METRICS.value or os.path.join(os.path.dirname(_CONFIG.value), raw_metrics.FILENAME)
   try:
     carried = carried_runs(spec, archive) if _REUSE.value else {}
-  except ValueError as e:
+    if _STAGE.value != 'export':  # Nothing is trained before the binary accepts every call.
+      check_binary_flags(spec, runs_dir)
+  except (RuntimeError, ValueError) as e:
     sys.exit(f'Error: {e}')
 
   def export() -> None:

@@ -137,6 +137,9 @@ def load(path: str) -> evidence_spec.ExperimentSpec:
     FileNotFoundError: If it does not exist.
     ValueError: With one line naming the file and the bad value.
   """
+  if os.path.isdir(path):
+    raise FileNotFoundError(
+      f'Experiment configuration {path!r} is a directory; give the {CONFIG_FILENAME} in it.')
   if not os.path.isfile(path):
     raise FileNotFoundError(f'Experiment configuration {path!r} does not exist.')
   fv = _registry()

@@ -176,6 +176,16 @@ def task_options_from_flags() -> dict[str, Any]:
   return options
 
 
+def check_flags() -> None:
+  """The checks of the task and availability flags that need no data (`bin.binary_flags`).
+
+  Raises:
+    ValueError: As `task_options_from_flags` and `availability_specs`.
+  """
+  task_options_from_flags()
+  availability_specs()
+
+
 def task_from_flags() -> tasks.Task:
   """Builds the task from ``--task`` and the task flags (see `task_options_from_flags`)."""
   return tasks.get_task(TASK.value, **task_options_from_flags())

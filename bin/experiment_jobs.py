@@ -149,3 +149,27 @@ def call_name(call: Sequence[Job]) -> str:
   """A call's name (its log's): its job's, or ``<first job>-<last seed>`` for several seeds."""
   first, last = call[0], call[-1]
   return first.name if len(call) == 1 else f'{first.name}-{last.seed}'
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+  """Why a binary call failed, read from its output.
+
+  Attributes:
+    reason: The line that says why (the binary's ``Error: …`` line, absl's flag
+      error, or the last line of a traceback); empty if the output has none.
+    refused: Whether the binary refused its input (a one-line ``Error: …`` or a
+      flag error): a deterministic failure, which training again would repeat.
+  """
+
+  reason: str
+  refused: bool
+
+
+def read_failure(output: str) -> Failure:
+  """The `Failure` that a failed call's `output` shows (its log, from the call's start)."""
+  lines = [line.strip() for line in output.splitlines() if line.strip()]
+  for line in reversed(lines):
+    if line.startswith('Error: ') or 'Flags parsing error' in line:
+      return Failure(line, refused=True)
+  return Failure(lines[-1] if lines else '', refused=False)

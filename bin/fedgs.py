@@ -91,6 +91,7 @@ _REPORT_ONLY = flags.DEFINE_bool(
     '--root_output_dir (e.g. written by several invocations).')
 _SEEDS = cf.define_seeds()
 flag_checks.check_number('alpha', low=0.0)
+flag_checks.check_choices('sampling', fedgs.SAMPLINGS)
 flag_checks.check_number('graph_epsilon', low=0.0, high=1.0,
                          hint='a threshold on similarities normalised to [0, 1]')
 flag_checks.check_number('graph_sigma2', low=0.0, low_open=True)
@@ -113,7 +114,6 @@ def main(argv: Sequence[str]) -> None:
   start = cf.begin_main(argv)
   ef.apply_task_defaults(PAPER_DEFAULTS)
   with cf.exit_on_bad_input():
-    cf.check_choices('sampling', _SAMPLING.value, fedgs.SAMPLINGS)
     counts_plot = plotting.check_plot_path(
         os.path.join(cf.ROOT_OUTPUT_DIR.value, f'{ef.TASK.value}_sampling_counts.png'))
     if _SOLVER_TIME_LIMIT.value <= 0:

@@ -86,6 +86,7 @@ _TARGET_ACCURACY = flags.DEFINE_float(
 _SEEDS = cf.define_seeds()
 flag_checks.check_number('sample_rate', low=0.0, high=1.0, low_open=True)
 flag_checks.check_accuracy('target_accuracy')
+flag_checks.check_choices('sampling', lefl.SAMPLINGS)
 
 
 def lefl_methods() -> lefl.LeflMethods:
@@ -105,7 +106,6 @@ def main(argv: Sequence[str]) -> None:
   start = cf.begin_main(argv)
   ef.apply_task_defaults(PAPER_DEFAULTS)
   with cf.exit_on_bad_input():
-    cf.check_choices('sampling', _SAMPLING.value, lefl.SAMPLINGS)
     plot_paths = {metric: plotting.check_plot_path(os.path.join(
         cf.ROOT_OUTPUT_DIR.value, f'{ef.TASK.value}_{metric.replace("/", "_")}.png'))
                   for metric in ('accuracy', 'selection/label_kl')}

@@ -73,16 +73,13 @@ _MAX_RESCALING_STEPS = flags.DEFINE_integer(
 _REPORT_ONLY = flags.DEFINE_bool('report_only', False,
                                  'Print the report from existing runs; train nothing.')
 _SEEDS = cf.define_seeds()
+flag_checks.check_choices('sampling', multi_model.SAMPLINGS)
 flag_checks.check_number('expected_clients', low=0.0, low_open=True,
                          hint='expected trainers per round, at most --clients')
 
 
 def check_flags() -> None:
   """Raises ValueError naming the bad flag value and the fix."""
-  unknown = [s for s in _SAMPLING.value if s not in multi_model.SAMPLINGS]
-  if unknown or not _SAMPLING.value:
-    raise ValueError(f'--sampling has unknown method(s) {unknown}; choose from '
-                     f'{", ".join(multi_model.SAMPLINGS)}.')
   m = _EXPECTED_CLIENTS.value
   if not 0 < m <= _CLIENTS.value:
     raise ValueError(f'--expected_clients must be in (0, --clients={_CLIENTS.value}], got {m}: '

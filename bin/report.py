@@ -17,7 +17,9 @@ writes into ``--output_dir``:
   against the round and against the cumulative uploaded bits, mean over seeds
   with a ± std band per group;
 
-and prints the table. An experiment's own page (``docs/experiments/<name>.md``)
+and prints the table. With ``--check`` it writes nothing and exits 1, naming the files,
+unless ``results.md`` and the plots on disk are what the runs give (in every mode below
+too). An experiment's own page (``docs/experiments/<name>.md``)
 links to ``results.md``; the tool never writes anything else. It replaces a
 ``results.md`` only if that file starts with the tool's marker line, and a PNG
 only if this project wrote it, so hand-written files are never lost.
@@ -44,7 +46,7 @@ metrics, with::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 import os
 import shlex
 import sys
@@ -108,7 +110,17 @@ _MAX_ROUND = flags.DEFINE_integer(
     'max_round', None,
     'Count only rounds up to this one, e.g. to compare at a round that every run has reached.',
     lower_bound=0)
+_CHECK = flags.DEFINE_bool(
+    'check', False,
+    'Write nothing: exit 1, naming the files, unless results.md and the plots on disk are what '
+    'the runs give (e.g. after hand-editing a committed report).')
 flag_checks.check_accuracy('target_accuracy')
+flag_checks.check_path(
+    'experiment', flag_checks.Path.FILE,
+    hint='an experiment.flags file, e.g. docs/experiments/<name>/experiment.flags')
+flag_checks.check_path('summary', flag_checks.Path.NEW_FILE, hint='the Markdown file to write')
+flag_checks.check_path('output_dir', flag_checks.Path.NEW_DIRECTORY,
+                       hint='the folder of results.md and the plots')
 
 _FLAG_ORDER = ('run_dirs', 'label_key', 'panel_key', 'target_accuracy', 'max_round',
                'extra_columns', 'title', 'output_dir')
@@ -129,6 +141,20 @@ def regenerate_command() -> str:
   return ' '.join(parts)
 
 
+def check_or_write(outputs: Mapping[str, str | bytes]) -> None:
+  """With ``--check``, exits 1 naming every file of `outputs` that is missing or holds other
+  bytes; else writes them (each path checked first: `report.write_files`)."""
+  if _CHECK.value:
+    stale = files.differing(outputs)
+    if stale:
+      sys.exit(f'Error: Not what the runs give: {", ".join(stale)}; rerun the same command '
+               'without --check to regenerate.')
+    print(f'{len(outputs)} files are what the runs give: {", ".join(outputs)}')
+    return
+  for path in report.write_files(outputs):
+    print(f'Wrote {path}')
+
+
 def experiment_main() -> None:
   """``--experiment``: the verdict report of one configured experiment."""
   config = _EXPERIMENT.value
@@ -140,14 +166,11 @@ def experiment_main() -> None:
     else:
       runs = experiment_config.committed_runs(config)
     command = evidence_report.regenerate_command(config)
-    results_path, plot_paths = evidence_report.write(spec, runs, folder, command=command)
+    check_or_write(evidence_report.report_files(spec, runs, folder, command=command))
   except (ValueError, FileNotFoundError) as e:
     sys.exit(f'Error: {e}')
   except OSError as e:
     sys.exit(f'Error: Cannot write the report beside {config!r}: {e.strerror or e}.')
-  print(f'Wrote {results_path}')
-  for path in plot_paths:
-    print(f'Wrote {path}')
 
 
 def summary_main() -> None:
@@ -158,13 +181,11 @@ def summary_main() -> None:
   try:
     text = experiment_config.summary_text(path, _EXPERIMENTS.value, title=_TITLE.value,
                                           relative_to=_RELATIVE_TO.value)
-    path = report.check_results_path(path)
-    files.write_atomically(path, text)
+    check_or_write({os.path.abspath(path): text})
   except (ValueError, FileNotFoundError) as e:
     sys.exit(f'Error: {e}')
   except OSError as e:
     sys.exit(f'Error: Cannot write --summary={_SUMMARY.value!r}: {e.strerror or e}.')
-  print(f'Wrote {path}')
 
 
 def main(argv: Sequence[str]) -> None:
@@ -183,10 +204,15 @@ def main(argv: Sequence[str]) -> None:
   extra_columns = list(dict.fromkeys(c.strip() for c in _EXTRA_COLUMNS.value if c.strip()))
   try:
     runs = plotting.load_runs(_RUN_DIRS.value)
-    written = report.write_report(
+    built = report.build_report(
         runs, _OUTPUT_DIR.value, command=regenerate_command(), label_key=_LABEL_KEY.value,
         target=_TARGET_ACCURACY.value, extra_columns=extra_columns, title=_TITLE.value,
         max_round=_MAX_ROUND.value, panel_key=_PANEL_KEY.value)
+    if not _CHECK.value:
+      print(built.table)
+      for run, last, planned in built.unfinished:
+        print(f'Note: {run.name} is unfinished (round {last} of {planned}).')
+    check_or_write(built.files)
   except (ValueError, FileNotFoundError) as e:
     sys.exit(f'Error: {e}')
   except KeyError as e:  # A run lacks a column: the message names its file.
@@ -194,12 +220,6 @@ def main(argv: Sequence[str]) -> None:
   except OSError as e:
     sys.exit(f'Error: Cannot write into --output_dir={_OUTPUT_DIR.value!r}: '
              f'{e.strerror or e}; give a writable directory.')
-  print(written.table)
-  for run, last, planned in written.unfinished:
-    print(f'Note: {run.name} is unfinished (round {last} of {planned}).')
-  print(f'Wrote {written.results_path}')
-  for path in written.plot_paths:
-    print(f'Wrote {path}')
 
 
 if __name__ == '__main__':

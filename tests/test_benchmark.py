@@ -136,8 +136,17 @@ def test_quick_grid_writes_its_page_inside_its_runs_dir_only(tmp_path):
   failed = subprocess.run(check, cwd=repo, capture_output=True, text=True, timeout=600,
                           stdin=subprocess.DEVNULL)
   assert failed.returncode == 1
-  assert failed.stderr.strip().endswith('differs from its raw metrics; rewrite it with '
-                                        '--stage=report.')
+  assert failed.stderr.strip() == (f'Error: Not what the raw metrics give: '
+                                   f'{runs_dir / "benchmark.md"}; rewrite with --stage=report.')
+  # A plot edited by hand is named too.
+  (runs_dir / 'benchmark.md').write_text(page)
+  plot = runs_dir / 'configs' / 'digits_LN' / 'accuracy_bits.png'
+  plot.write_bytes(plot.read_bytes() + b'\0')
+  failed = subprocess.run(check, cwd=repo, capture_output=True, text=True, timeout=600,
+                          stdin=subprocess.DEVNULL)
+  assert failed.returncode == 1
+  assert failed.stderr.strip() == (f'Error: Not what the raw metrics give: {plot}; rewrite '
+                                   'with --stage=report.')
 
 
 def test_sigterm_stops_the_grid_and_every_process_it_started(tmp_path):

@@ -152,12 +152,12 @@ def test_no_overview_until_a_reported_cell_is_complete(tmp_path):
 def test_bin_report_on_a_tuning_only_cell_writes_its_tuning_alone(page):
   grid, _, _ = page
   config = str(grid / 'ideal' / experiment_config.CONFIG_FILENAME)
-  path, plots = evidence_report.write(
+  (path,) = evidence_report.write(
       experiment_config.load(config), experiment_config.committed_runs(config),
       grid / 'ideal', command='regenerate')
   with open(path, encoding='utf-8') as f:
     text = f.read()
-  assert plots == () and sorted(os.listdir(grid / 'ideal')) == [
+  assert sorted(os.listdir(grid / 'ideal')) == [
       'experiment.flags', 'results.md', 'runs.jsonl.gz']
   assert 'This experiment only tunes' in text and '`--learning_rates_from=ideal`' in text
   assert '## Tuning (seed 100)' in text and '| **0.6000** |' in text

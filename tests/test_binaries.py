@@ -103,9 +103,9 @@ def test_extra_arguments_are_rejected():
       fedavg.main(['fedavg', 'stray'])
     with pytest.raises(Exception, match='Unexpected arguments: stray'):
       demo.main(['demo', 'stray'])
-  with flagsaver.as_parsed(rounds='1', methods='optimal,best'):
-    with pytest.raises(SystemExit, match=r"Unknown --methods \['best'\]"):
-      demo.main(['demo'])
+  with pytest.raises(flags.IllegalFlagValueError, match="--methods has unknown value 'best'"):
+    with flagsaver.as_parsed(rounds='1', methods='optimal,best'):
+      pass
 
 
 def test_resume_with_other_flags_is_rejected(tmp_path):
@@ -175,10 +175,20 @@ def test_clustered_sampling_two_rounds(tmp_path):
   assert np.all(similarity.metrics['cohort_size'][1:] == 10)  # m draws, with repeats.
 
 
-def test_clustered_sampling_rejects_unknown_sampling(tmp_path):
-  outcome = fh.run_binary('clustered_sampling', rounds=1, sampling='md,best',
-                          root_output_dir=tmp_path)
-  fh.assert_one_line_error(outcome, re.escape("Error: Unknown --sampling ['best']"))
+@pytest.mark.parametrize('binary,sampling,message', [
+    ('clustered_sampling', 'md,best', "--sampling has unknown value 'best'; choose from md,"),
+    ('fedgs', 'uniform,best', "--sampling has unknown value 'best'; choose from"),
+    ('lefl', 'best', "--sampling has unknown value 'best'; choose from"),
+    ('benchmark', 'md+best', "Unknown method 'md+best': give a sampler of"),
+    ('benchmark', '', '--sampling is empty; give at least one value.'),
+])
+def test_unknown_methods_are_refused_while_parsing(binary, sampling, message, tmp_path):
+  with fh.flags_of(binary):
+    with pytest.raises(flags.IllegalFlagValueError) as raised:
+      with flagsaver.as_parsed(rounds='1', sampling=sampling, root_output_dir=str(tmp_path)):
+        pass
+  assert '\n' not in str(raised.value).strip() and message in str(raised.value), raised.value
+  assert not os.listdir(tmp_path)
 
 
 def test_availability_flag_limits_every_round(tmp_path):

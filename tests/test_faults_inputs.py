@@ -79,6 +79,9 @@ PARSE_CASES = [
     ('mmfl', 'num_models', '0', r'>= 1|positive'),
     ('mmfl', 'seed', '-1', r'\[0, 4294967295\]'),
     ('plot', 'metric', 'top5', r"accuracy, loss or a metrics.csv column.*got 'top5'"),
+    # Methods: every entry of a binary's method list.
+    ('mmfl', 'sampling', 'optimal,best', r"--sampling has unknown value 'best'; choose from"),
+    ('demo', 'methods', 'uniform,best', r"--methods has unknown value 'best'; choose from"),
 ]
 
 
@@ -94,7 +97,7 @@ def test_impossible_flag_value_is_rejected_while_parsing(binary, flag, value, al
   message = str(raised.value)
   assert '\n' not in message.strip(), message
   assert f'--{flag}=' in message, message  # absl's prefix: flag --NAME=VALUE: …
-  if flag not in ('mlp_hidden', 'size_group_examples'):  # A list shows as ['…'].
+  if flag not in ('mlp_hidden', 'size_group_examples', 'sampling', 'methods'):  # A list: ['…'].
     assert f'--{flag}={value}' in message, message
   assert re.search(allowed, message), (allowed, message)
   assert before.changes() == []

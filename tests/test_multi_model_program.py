@@ -111,7 +111,6 @@ def test_binary_runs_every_sampling_and_prints_the_report(tmp_path, capfd):
 # --expected_clients=0 is refused while parsing (tests/test_faults_inputs.py).
 @pytest.mark.parametrize('flags,message', [
     (dict(expected_clients=11), '--expected_clients must be in (0, --clients=10], got 11.0'),
-    (dict(sampling='optimal,best'), "--sampling has unknown method(s) ['best']"),
     (dict(suite='leaf', num_models=5, expected_clients=3), "Suite 'leaf' has 2-3 models"),
 ])
 def test_binary_bad_flags(tmp_path, flags, message):

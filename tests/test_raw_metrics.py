@@ -60,15 +60,41 @@ def test_explicit_names_and_repeated_names(runs):
     raw_metrics.dumps(runs, names=['x', 'x'])
 
 
-def test_a_file_that_is_not_raw_metrics_is_refused_in_one_line(tmp_path):
+def _corrupt_data(good: bytes) -> bytes:
+  """A valid gzip header, then the deflate stream with a run of bytes flipped."""
+  data = bytearray(good)
+  for i in range(20, min(len(data) - 8, 60)):
+    data[i] ^= 0xFF
+  return bytes(data)
+
+
+DAMAGE = {
+  'foreign records': lambda good: gzip.compress(b'{"format": "other"}\n'),
+  'not gzip': lambda good: b'not gzip',
+  'corrupt deflate data': _corrupt_data,
+  'truncated': lambda good: good[: len(good) // 2],
+  'not JSON': lambda good: gzip.compress(b'{"format": \n'),
+  'not UTF-8': lambda good: gzip.compress(b'\xff\xfe\n'),
+  'a record without rounds': lambda good: gzip.compress(
+    b'{"format": "tff_sampling.raw_metrics/1", "name": "x", "hparams": {}, "metrics": {}}\n'),
+}
+
+
+@pytest.mark.parametrize('damage', DAMAGE, ids=list(DAMAGE))
+def test_a_damaged_or_foreign_file_is_refused_in_one_line_saying_what_to_do(
+    runs, tmp_path, damage):
+  good = raw_metrics.dumps(runs)
   bad = tmp_path / 'runs.jsonl.gz'
-  bad.write_bytes(gzip.compress(b'{"format": "other"}\n'))
-  with pytest.raises(ValueError, match='is not a raw metrics file') as error:
+  bad.write_bytes(DAMAGE[damage](good))
+  with pytest.raises(ValueError) as error:
     raw_metrics.read(bad)
-  assert '\n' not in str(error.value)
-  (tmp_path / 'plain.jsonl.gz').write_text('not gzip')
-  with pytest.raises(ValueError, match='is not a raw metrics file'):
-    raw_metrics.read(tmp_path / 'plain.jsonl.gz')
+  message = str(error.value)
+  assert '\n' not in message, message
+  assert f'Raw metrics file {str(bad)!r} is damaged or not a raw metrics file (' in message
+  assert f'git checkout -- {bad}' in message and '--stage=export' in message, message
+
+
+def test_a_missing_file_is_file_not_found(tmp_path):
   with pytest.raises(FileNotFoundError):
     raw_metrics.read(tmp_path / 'missing.jsonl.gz')
 

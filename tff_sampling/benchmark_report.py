@@ -390,8 +390,9 @@ def optimal_overview(cells: Sequence[Cell]) -> list[str]:
   ]
 
 
-def write_cell_plots(cell: Cell) -> tuple[str, str]:
-  """Accuracy vs rounds and vs uploaded bits of the best `PLOTTED` methods and the baseline."""
+def cell_plot_files(cell: Cell) -> dict[str, bytes]:
+  """Accuracy vs rounds and vs uploaded bits of the best `PLOTTED` methods and the baseline,
+  as the PNGs to write into the cell's folder."""
   spec = cell.spec
   chosen = evidence_report.reported_runs(spec, cell.runs, evidence_spec.tune(spec, cell.runs))
   ranked, _ = rows(cell)
@@ -403,7 +404,7 @@ def write_cell_plots(cell: Cell) -> tuple[str, str]:
     for m in chosen.values()
     if m.label in keep and m.runs
   }
-  return report.write_plots(groups, cell.folder, title=spec.title)
+  return report.plot_files(groups, cell.folder, title=spec.title)
 
 
 def tuning_section(cell: Cell) -> list[str]:
@@ -500,23 +501,36 @@ def benchmark_markdown(
   return '\n'.join(parts)
 
 
+def page_files(
+  cells: Sequence[Cell], path: str, *, command: str, preface: str = ''
+) -> dict[str, str | bytes]:
+  """The page for `path` and each ranked cell's plots, path -> content. Nothing is written."""
+  path = os.path.abspath(path)
+  outputs: dict[str, str | bytes] = {
+    path: benchmark_markdown(
+      cells, command=command, page_dir=os.path.dirname(path), preface=preface
+    )
+  }
+  for cell in cells:
+    if not (cell.spec.tuning_only or cell.pending):
+      outputs.update(cell_plot_files(cell))
+  return outputs
+
+
 def write(cells: Sequence[Cell], path: str, *, command: str, preface: str = '') -> list[str]:
-  """Writes the page to `path` and each cell's plots into its folder; returns the paths.
+  """Writes the `page_files`; returns the paths.
 
   Raises:
-    ValueError: If `path` holds a file this module did not write.
+    ValueError: If `path` holds a file this module did not write, or a plot's path a file
+      that is not a plot of this project's.
   """
   path = os.path.abspath(path)
   if os.path.exists(path):
     with open(path, encoding='utf-8') as f:
       if f.readline().rstrip('\n') != MARKER:
         raise ValueError(f'{path} exists and was not written by the benchmark; move it away.')
-  written: list[str] = []
-  for cell in cells:
-    if not (cell.spec.tuning_only or cell.pending):
-      written += write_cell_plots(cell)
-  files.write_atomically(
-    path,
-    benchmark_markdown(cells, command=command, page_dir=os.path.dirname(path), preface=preface),
-  )
-  return [path, *written]
+  outputs = page_files(cells, path, command=command, preface=preface)
+  plots = {p: data for p, data in outputs.items() if p != path}
+  report.write_files(plots)
+  files.write_atomically(path, outputs[path])
+  return [path, *plots]

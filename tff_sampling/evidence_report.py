@@ -28,7 +28,6 @@ import shlex
 import numpy as np
 
 from tff_sampling import evidence
-from tff_sampling import files
 from tff_sampling import report
 from tff_sampling import results
 from tff_sampling.experiments import evidence_spec
@@ -470,35 +469,47 @@ def results_markdown(
   return '\n'.join(parts)
 
 
-def write(
+def report_files(
   spec: evidence_spec.ExperimentSpec,
   runs: Sequence[results.Run],
   output_dir: str | os.PathLike[str],
   *,
   command: str,
-) -> tuple[str, tuple[str, ...]]:
-  """Writes results.md and the plots (none for a tuning-only experiment) into `output_dir`;
-  returns their paths.
+) -> dict[str, str | bytes]:
+  """The experiment's report for `output_dir`, path -> content: the plots (none for a
+  tuning-only experiment), then results.md. Nothing is written.
 
   Raises:
-    ValueError: As `evidence_spec.tune`, or if a path holds a file this
-      project did not write.
+    ValueError: As `evidence_spec.tune`.
   """
   text = results_markdown(spec, runs, command=command)
   output_dir = os.path.abspath(os.fspath(output_dir))
-  results_path = report.check_results_path(os.path.join(output_dir, report.RESULTS_FILENAME))
+  results_path = os.path.join(output_dir, report.RESULTS_FILENAME)
   if spec.tuning_only:  # Nothing reported, nothing to draw.
-    files.write_atomically(results_path, text)
-    return results_path, ()
+    return {results_path: text}
   tuning = evidence_spec.tune(spec, runs)
   groups = {
     m.label: [m.runs[s] for s in sorted(m.runs)]
     for m in reported_runs(spec, runs, tuning).values()
     if m.runs
   }
-  plots = report.write_plots(groups, output_dir, title=spec.title)
-  files.write_atomically(results_path, text)
-  return results_path, plots
+  return {**report.plot_files(groups, output_dir, title=spec.title), results_path: text}
+
+
+def write(
+  spec: evidence_spec.ExperimentSpec,
+  runs: Sequence[results.Run],
+  output_dir: str | os.PathLike[str],
+  *,
+  command: str,
+) -> tuple[str, ...]:
+  """Writes the `report_files` into `output_dir`; returns their paths.
+
+  Raises:
+    ValueError: As `evidence_spec.tune`, or if a path holds a file this
+      project did not write.
+  """
+  return report.write_files(report_files(spec, runs, output_dir, command=command))
 
 
 @dataclasses.dataclass(frozen=True)

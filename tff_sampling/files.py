@@ -1,8 +1,9 @@
-"""Replacing a file all at once: a reader sees the old file or the new one, never half."""
+"""Files written whole: a reader sees the old file or the new one, never half; and checks
+that files on disk hold what a report would write."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 import contextlib
 import os
 
@@ -32,3 +33,21 @@ def write_atomically(path: str | os.PathLike[str], data: str | bytes) -> None:
     else:
       with open(temporary, 'w', encoding='utf-8') as f:
         f.write(data)
+
+
+def _as_bytes(data: str | bytes) -> bytes:
+  return data if isinstance(data, bytes) else data.encode('utf-8')
+
+
+def differing(expected: Mapping[str, str | bytes]) -> list[str]:
+  """The paths of `expected` whose file is missing or holds other bytes, in its order."""
+  stale = []
+  for path, data in expected.items():
+    try:
+      with open(path, 'rb') as f:
+        same = f.read() == _as_bytes(data)
+    except OSError:
+      same = False
+    if not same:
+      stale.append(path)
+  return stale

@@ -7,6 +7,7 @@ Library code used by `bin/plot.py` and by binaries that plot their own results
 from __future__ import annotations
 
 from collections.abc import Sequence
+import io
 import os
 
 from absl import logging
@@ -169,9 +170,15 @@ def save_figure(fig: mpl_figure.Figure, output_path: str | os.PathLike[str], dpi
   """
   path = check_plot_path(output_path)
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  with files.replacing(path) as temporary:
-    fig.savefig(temporary, format='png', dpi=dpi, metadata=PLOT_MARKER)
+  files.write_atomically(path, png_bytes(fig, dpi))
   return path
+
+
+def png_bytes(fig: mpl_figure.Figure, dpi: int = 120) -> bytes:
+  """`fig` as the PNG that `save_figure` writes (marked with `PLOT_MARKER`)."""
+  buffer = io.BytesIO()
+  fig.savefig(buffer, format='png', dpi=dpi, metadata=PLOT_MARKER)
+  return buffer.getvalue()
 
 
 def plot_runs(

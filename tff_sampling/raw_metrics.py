@@ -24,6 +24,7 @@ import io
 import json
 import math
 import os
+import zlib
 
 import numpy as np
 
@@ -130,11 +131,17 @@ def read(path: str | os.PathLike[str]) -> list[results.Run]:
         if not isinstance(record, dict) or record.get('format') != _FORMAT:
           raise ValueError(f'line {line_number} is not a {_FORMAT} record')
         runs.append(_run(path, record))
-  except (OSError, EOFError, json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-    reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+  except (OSError, EOFError, zlib.error, KeyError, TypeError, ValueError) as e:
+    # ValueError includes JSON and UTF-8 decoding errors; OSError a file that is not gzip.
+    if isinstance(e, KeyError):
+      reason = f'a record has no {e.args[0]!r}'
+    else:
+      reason = str(e).splitlines()[0] if str(e) else type(e).__name__
     raise ValueError(
-      f'{path!r} is not a raw metrics file ({reason}); '
-      'regenerate it with python -m bin.experiment --stage=export.'
+      f'Raw metrics file {path!r} is damaged or not a raw metrics file ({reason}): restore '
+      f'the committed one (git checkout -- {path}), or regenerate it from the runs directory '
+      '(python -m bin.experiment --config=<its experiment.flags> --runs_dir=<runs> '
+      '--stage=export).'
     ) from None
   return runs
 

@@ -741,33 +741,60 @@ def plot_paths(output_dir: str | os.PathLike[str]) -> tuple[str, str]:
   )
 
 
+def plot_files(
+  groups: Mapping[str, Sequence[results.Run]],
+  output_dir: str | os.PathLike[str],
+  *,
+  title: str | None = None,
+  panels: Mapping[str, Mapping[str, Sequence[results.Run]]] | None = None,
+) -> dict[str, bytes]:
+  """Accuracy vs rounds and accuracy vs uploaded bits, as the PNGs to write into `output_dir`
+  (one panel per value of `panels`, if given: see `make_curve_figure`), by absolute path.
+
+  Raises:
+    KeyError: If a run lacks the accuracy or bits column.
+  """
+  return {
+    os.path.abspath(path): plotting.png_bytes(
+      make_curve_figure(groups, x_column, title=title, panels=panels)
+    )
+    for x_column, path in zip((results.ROUND_COLUMN, results.BITS_COLUMN), plot_paths(output_dir))
+  }
+
+
+def write_files(outputs: Mapping[str, str | bytes]) -> tuple[str, ...]:
+  """Writes each file of `outputs` (path -> content, in order), making missing directories;
+  returns the paths. Every path is checked before any is written: a PNG may replace only a
+  plot of this project's, any other file only a results.md of this tool's.
+
+  Raises:
+    ValueError: If a path holds something else (a user's file, a directory).
+  """
+  for path in outputs:
+    if path.endswith('.png'):
+      plotting.check_plot_path(path)
+    else:
+      check_results_path(path)
+  for path, data in outputs.items():
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    files.write_atomically(path, data)
+  return tuple(outputs)
+
+
 def write_plots(
   groups: Mapping[str, Sequence[results.Run]],
   output_dir: str | os.PathLike[str],
   *,
   title: str | None = None,
   panels: Mapping[str, Mapping[str, Sequence[results.Run]]] | None = None,
-) -> tuple[str, str]:
-  """Writes accuracy vs rounds and accuracy vs uploaded bits into `output_dir`
-  (one panel per value of `panels`, if given: see `make_curve_figure`).
-
-  Both paths are checked (`plotting.check_plot_path`) before either is written.
-
-  Returns:
-    The absolute paths of the two PNGs.
+) -> tuple[str, ...]:
+  """Writes `plot_files` (both paths checked before either is written); returns their paths.
 
   Raises:
     ValueError: If a path exists and is not a plot this project wrote.
     KeyError: If a run lacks the accuracy or bits column.
   """
-  paths = plot_paths(output_dir)
-  for path in paths:
-    plotting.check_plot_path(path)
-  rounds_png, bits_png = (
-    plotting.save_figure(make_curve_figure(groups, x_column, title=title, panels=panels), path)
-    for x_column, path in zip((results.ROUND_COLUMN, results.BITS_COLUMN), paths)
-  )
-  return rounds_png, bits_png
+  return write_files(plot_files(groups, output_dir, title=title, panels=panels))
 
 
 def check_results_path(path: str | os.PathLike[str]) -> str:
@@ -861,7 +888,7 @@ def results_markdown(
 
 @dataclasses.dataclass(frozen=True)
 class Report:
-  """What `write_report` wrote.
+  """A report of runs: what `build_report` computed and `write_report` writes.
 
   Attributes:
     table: The Markdown table (as in results.md).
@@ -869,16 +896,18 @@ class Report:
     results_path: Absolute path of results.md.
     plot_paths: Absolute paths of the rounds and bits plots.
     unfinished: As `incomplete_runs`.
+    files: Every file of the report, path -> content: the plots, then results.md.
   """
 
   table: str
   summaries: tuple[GroupSummary, ...]
   results_path: str
-  plot_paths: tuple[str, str]
+  plot_paths: tuple[str, ...]
   unfinished: tuple[tuple[results.Run, int, int], ...]
+  files: Mapping[str, str | bytes]
 
 
-def write_report(
+def build_report(
   runs: Sequence[results.Run],
   output_dir: str | os.PathLike[str],
   *,
@@ -890,10 +919,7 @@ def write_report(
   max_round: int | None = None,
   panel_key: str | None = None,
 ) -> Report:
-  """Writes results.md and the two plots of `runs` into `output_dir`.
-
-  Everything is computed and every output path checked before anything is
-  written; `output_dir` is made if missing.
+  """The report of `runs` for `output_dir`: results.md and the two plots, written nowhere.
 
   Args:
     runs: Loaded runs.
@@ -910,8 +936,7 @@ def write_report(
       plots.
 
   Raises:
-    ValueError: For bad runs (see `group`, `summarize`), or an output path that
-      holds something this module did not write.
+    ValueError: For bad runs (see `group`, `summarize`), or an output directory that is a file.
   """
   output_dir = os.path.abspath(os.fspath(output_dir))
   if os.path.exists(output_dir) and not os.path.isdir(output_dir):
@@ -946,15 +971,29 @@ def write_report(
     panel_summaries=panel_summaries,
     panel_label_header=label_key or 'group',
   )
-  results_path = check_results_path(os.path.join(output_dir, RESULTS_FILENAME))
-  for path in plot_paths(output_dir):
-    plotting.check_plot_path(path)
-  written_plots = write_plots(groups, output_dir, title=title, panels=panels)
-  files.write_atomically(results_path, text)
+  plots = plot_files(groups, output_dir, title=title, panels=panels)
+  results_path = os.path.join(output_dir, RESULTS_FILENAME)
   return Report(
     table=table,
     summaries=tuple(summaries),
     results_path=results_path,
-    plot_paths=written_plots,
+    plot_paths=tuple(plots),
     unfinished=tuple(incomplete_runs(runs, max_round)),
+    files={**plots, results_path: text},
   )
+
+
+def write_report(
+  runs: Sequence[results.Run], output_dir: str | os.PathLike[str], *, command: str, **options: Any
+) -> Report:
+  """Writes the `build_report` of `runs` (same arguments) into `output_dir`, made if missing.
+
+  Everything is computed and every output path checked before anything is written.
+
+  Raises:
+    ValueError: As `build_report`, or for an output path that holds something this module
+      did not write.
+  """
+  built = build_report(runs, output_dir, command=command, **options)
+  write_files(built.files)
+  return built
