@@ -10,7 +10,7 @@ round. The process is `tff_sampling.learning.build_fedavg` (the MLP).
 
 Rows (each runs two rounds of the same cohort; the time is the second's):
 
-* ``one_call``: a fresh local worker (`tff_sampling.workers.WorkerPool`), the
+* ``one_call``: a fresh local worker (`tff_sampling.runtime.workers.WorkerPool`), the
   whole cohort in one call.
 * ``slices_of_<c>``: a fresh local worker with ``clients_per_call=c``: the
   round runs as ``ceil(cohort / c)`` calls of at most ``c`` clients, merged.
@@ -38,8 +38,8 @@ import numpy as np
 import psutil
 
 import tasks
-from tff_sampling import workers as workers_lib
 from tff_sampling.learning import fedavg
+from tff_sampling.runtime import workers as workers_lib
 
 _COHORT = flags.DEFINE_integer('mem_cohort', 1000, 'Client slots in the round.', lower_bound=1)
 _POPULATION = flags.DEFINE_integer('mem_population', 700, 'digits clients (at most 719).',

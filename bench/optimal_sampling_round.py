@@ -30,7 +30,7 @@ import tensorflow_federated as tff
 from bench import fedavg_round
 from bench import stats
 from tff_sampling import learning
-from tff_sampling import runtime
+from tff_sampling.runtime import tff_context
 
 _TIMED_ROUNDS = flags.DEFINE_integer(
     'os_timed_rounds', 5, 'Timed blocks (one round of each process) after a warm-up block.',
@@ -45,7 +45,7 @@ _TARGET = 1.10
 def run(*, timed_rounds: int, clients: int, examples: int,
         expected_clients: float) -> dict[str, np.ndarray]:
   """Round times (seconds) of each process, interleaved, after a warm-up round."""
-  runtime.use_secure_sum_simulation()
+  tff_context.use_secure_sum_simulation()
   sizes = fedavg_round.client_sizes(clients, examples, seed=0)
   datasets = fedavg_round.client_datasets(
       fedavg_round.synthetic_client_arrays(sizes, seed=0), batch_size=20)

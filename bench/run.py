@@ -64,10 +64,10 @@ from bench import workers as bench_workers
 import tasks
 from tff_sampling import probabilities
 from tff_sampling import program
-from tff_sampling import runtime
 from tff_sampling import samplers
 from tff_sampling.learning import fedavg
 from tff_sampling.learning import signals
+from tff_sampling.runtime import tff_context
 from tff_sampling.samplers import base
 from tff_sampling.samplers import clustered
 from tff_sampling.samplers import fedgs
@@ -381,7 +381,7 @@ def run_suite(sections: Sequence[str], sizes: Sizes, pairs: int,
   if 'samplers' in sections:
     rows += sampler_rows(sizes, pairs, expensive_pairs)
   if 'processes' in sections:
-    runtime.use_secure_sum_simulation()
+    tff_context.use_secure_sum_simulation()
     rows += process_rows(sizes, pairs)
   return rows
 
@@ -389,8 +389,8 @@ def run_suite(sections: Sequence[str], sizes: Sizes, pairs: int,
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  runtime.quiet_library_logs()
-  runtime.plain_log_lines()
+  tff_context.quiet_library_logs()
+  tff_context.plain_log_lines()
   machine = Machine.describe()
   sizes = Sizes.quick() if _QUICK.value else Sizes()
   start = time.monotonic()

@@ -43,7 +43,7 @@ import numpy as np
 
 from bench import stats
 from bin import experiment_config
-from tff_sampling import results
+from tff_sampling.runtime import results
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _DEFAULT_CELL = os.path.join('docs', 'benchmark', 'natural_LDF')

@@ -7,7 +7,7 @@ The workload of `bench.fedavg_round` (FEMNIST-shaped synthetic clients, McMahan
 CNN, batch 20, TFF FedAvg with the ``DATASET_ITERATOR`` loop). Rows:
 
 * ``one_process``: TFF's default context (one local ``worker_binary``).
-* ``workers=k``: `tff_sampling.workers.WorkerPool.start_local(k)`: the round
+* ``workers=k``: `tff_sampling.runtime.workers.WorkerPool.start_local(k)`: the round
   compiled to TFF's mergeable form, the cohort cut into ``k`` slices run by ``k``
   local workers in parallel, partial aggregates merged.
 
@@ -32,7 +32,7 @@ import psutil
 
 from bench import fedavg_round
 from bench import stats
-from tff_sampling import workers as workers_lib
+from tff_sampling.runtime import workers as workers_lib
 
 _TIMED_ROUNDS = flags.DEFINE_integer('wk_timed_rounds', 5, 'Timed rounds per row.', lower_bound=1)
 _CLIENTS = flags.DEFINE_integer('wk_clients', 32, 'Clients per round.', lower_bound=1)

@@ -31,11 +31,11 @@ import numpy as np
 from bin import common_flags as cf
 from bin import experiment_flags as ef
 from bin import flag_checks
-import tasks
 from tasks import public
 from tff_sampling import experiments
-from tff_sampling import results
 from tff_sampling.experiments import benchmark
+from tff_sampling.runtime import results
+from tff_sampling.task import Task
 
 flags.FLAGS.set_default('root_output_dir', 'results/benchmark')
 flags.FLAGS.set_default('checkpoint_every', 20)
@@ -70,7 +70,7 @@ flag_checks.check_number('fedgs_solver_time_limit', low=0.0, low_open=True, hint
 def benchmark_methods() -> benchmark.BenchmarkMethods:
   """The methods' settings from the flags."""
 
-  def public_inputs(task: tasks.Task, seed: int) -> np.ndarray:
+  def public_inputs(task: Task, seed: int) -> np.ndarray:
     return public.public_inputs(task, _PUBLIC_DATA.value, num_examples=_PUBLIC_EXAMPLES.value,
                                 seed=seed, data_dir=_PUBLIC_DATA_DIR.value)
 
@@ -117,6 +117,6 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  from tff_sampling import runtime  # pylint: disable=g-import-not-at-top
-  runtime.use_secure_sum_simulation()
-  app.run(runtime.binary_main(main))
+  from tff_sampling.runtime import tff_context  # pylint: disable=g-import-not-at-top
+  tff_context.use_secure_sum_simulation()
+  app.run(tff_context.binary_main(main))

@@ -14,7 +14,7 @@ tunes, then those that borrow its rates; ``--cells`` picks cells and their
 order), resumable (a finished run is never trained again), exporting each
 cell's raw metrics beside its configuration.
 ``--stage=report`` renders ``docs/benchmark.md`` from those raw metrics alone
-(`tff_sampling.benchmark_report`), with ``docs/benchmark/summary.md`` (the
+(`tff_sampling.analysis.benchmark_report`), with ``docs/benchmark/summary.md`` (the
 hand-written "which sampler should I use") at its top, at any stage of the grid
 (unfinished cells say how far they are). ``all`` does both. ``--stage=check``
 exits non-zero, naming the files, unless the committed page and plots are what the raw
@@ -40,9 +40,9 @@ from absl import flags
 
 from bin import experiment_config
 from bin import flag_checks
-from tff_sampling import benchmark_report
-from tff_sampling import files
-from tff_sampling import processes
+from tff_sampling.analysis import benchmark_report
+from tff_sampling.runtime import files
+from tff_sampling.runtime import processes
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRID = os.path.join(_REPO, 'docs', 'benchmark')

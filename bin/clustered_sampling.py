@@ -33,7 +33,7 @@ from bin import common_flags as cf
 from bin import experiment_flags as ef
 from bin import flag_checks
 from tff_sampling import experiments
-from tff_sampling import plotting
+from tff_sampling.analysis import plotting
 from tff_sampling.experiments import clustered
 
 flags.FLAGS.set_default('root_output_dir', 'results/clustered')
@@ -90,5 +90,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  from tff_sampling import runtime  # pylint: disable=g-import-not-at-top
-  app.run(runtime.binary_main(main))
+  from tff_sampling.runtime import tff_context  # pylint: disable=g-import-not-at-top
+  app.run(tff_context.binary_main(main))

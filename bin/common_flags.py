@@ -22,8 +22,8 @@ from absl import flags
 import bin
 from bin import flag_checks
 from tff_sampling import experiments
-from tff_sampling import run_dir
-from tff_sampling import runtime
+from tff_sampling.runtime import run_dir
+from tff_sampling.runtime import tff_context
 
 ROUNDS = flags.DEFINE_integer('rounds', 20, 'Training rounds.', lower_bound=1)
 SEED = flags.DEFINE_integer(
@@ -129,8 +129,8 @@ def begin_main(argv: Sequence[str]) -> float:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   if not bin.VERBOSE.value:
-    runtime.quiet_library_logs()
-    runtime.plain_log_lines()
+    tff_context.quiet_library_logs()
+    tff_context.plain_log_lines()
   return time.monotonic()
 
 

@@ -30,8 +30,8 @@ from bin import flag_checks
 from bin import optimal_flags
 from tff_sampling import aggregators
 from tff_sampling import experiments
-from tff_sampling import plotting
 from tff_sampling import samplers
+from tff_sampling.analysis import plotting
 from tff_sampling.experiments import optimal
 
 # The demo presets the shared experiment flags (`./run main --rounds=60` works).
@@ -81,5 +81,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  from tff_sampling import runtime  # pylint: disable=g-import-not-at-top
-  app.run(runtime.binary_main(main))
+  from tff_sampling.runtime import tff_context  # pylint: disable=g-import-not-at-top
+  app.run(tff_context.binary_main(main))

@@ -16,7 +16,7 @@ binary's flags before anything runs. The stages:
   method runs at the rate the sibling's tuning chose (its runs directory
   beside ``--runs_dir``, else its committed raw metrics);
 * ``export``: every run's hyper-parameters and metrics into one compressed
-  file beside the configuration (``runs.jsonl.gz``, `tff_sampling.raw_metrics`),
+  file beside the configuration (``runs.jsonl.gz``, `tff_sampling.analysis.raw_metrics`),
   from which ``python -m bin.report --experiment=<config>`` regenerates the
   report without the runs.
 
@@ -58,10 +58,10 @@ from bin import binary_flags
 from bin import experiment_config
 from bin import experiment_jobs
 from bin import flag_checks
-from tff_sampling import processes
-from tff_sampling import raw_metrics
-from tff_sampling import results
-from tff_sampling.experiments import evidence_spec
+from tff_sampling.analysis import evidence_spec
+from tff_sampling.analysis import raw_metrics
+from tff_sampling.runtime import processes
+from tff_sampling.runtime import results
 
 _CONFIG = flags.DEFINE_string('config', None, 'The experiment.flags file. Required.')
 _RUNS_DIR = flags.DEFINE_string(

@@ -32,11 +32,11 @@ import shlex
 
 from absl import flags
 
-from tff_sampling import benchmark_report
-from tff_sampling import evidence_report
-from tff_sampling import raw_metrics
-from tff_sampling import results
-from tff_sampling.experiments import evidence_spec
+from tff_sampling.analysis import benchmark_report
+from tff_sampling.analysis import evidence_report
+from tff_sampling.analysis import evidence_spec
+from tff_sampling.analysis import raw_metrics
+from tff_sampling.runtime import results
 
 CONFIG_FILENAME = 'experiment.flags'
 # Training binary -> its flag selecting the methods.

@@ -22,6 +22,7 @@ from tff_sampling import availability as availability_lib
 from tff_sampling import communication
 from tff_sampling import experiments
 from tff_sampling import program
+from tff_sampling.task import Task
 
 # --- The experiment -----------------------------------------------------------
 TASK = flags.DEFINE_enum('task', 'digits', list(tasks.task_names()), 'The task.')
@@ -186,7 +187,7 @@ def check_flags() -> None:
   availability_specs()
 
 
-def task_from_flags() -> tasks.Task:
+def task_from_flags() -> Task:
   """Builds the task from ``--task`` and the task flags (see `task_options_from_flags`)."""
   return tasks.get_task(TASK.value, **task_options_from_flags())
 
@@ -240,7 +241,7 @@ def comparison(methods: Sequence[str], num_seeds: int,
 
 def run_uniform_cohorts(
     default_name: str,
-    make_process: Callable[[tasks.Task], tff.learning.templates.LearningProcess],
+    make_process: Callable[[Task], tff.learning.templates.LearningProcess],
     *,
     method_hparams: Mapping[str, Any] | None = None,
     uplink_fn: program.UplinkFn = communication.full_cohort_uplink,

@@ -14,9 +14,9 @@ import math
 import os
 
 from bin import experiment_config
-from tff_sampling import evidence_report
-from tff_sampling import results
-from tff_sampling.experiments import evidence_spec
+from tff_sampling.analysis import evidence_report
+from tff_sampling.analysis import evidence_spec
+from tff_sampling.runtime import results
 
 # Runs by name (their path relative to the runs directory, as in the raw metrics file).
 Named = dict[str, results.Run]

@@ -43,7 +43,8 @@ from bin import common_flags as cf
 from bin import experiment_flags as ef
 from bin import flag_checks
 from tff_sampling import experiments
-from tff_sampling import plotting
+from tff_sampling.analysis import fedgs_tables
+from tff_sampling.analysis import plotting
 from tff_sampling.experiments import fedgs
 
 # The paper's settings: Synthetic(0.5, 0.5) with 30 clients, 20% per round,
@@ -136,17 +137,17 @@ def main(argv: Sequence[str]) -> None:
         f'{ef.CLIENTS_PER_ROUND.value} per round), {cf.ROUNDS.value} rounds, '
         f'{_SEEDS.value} seed(s); best test loss, mean ± std over seeds '
         '(% = change against the same method under IDL):')
-  print(fedgs.loss_table(table))
+  print(fedgs_tables.loss_table(table))
   skewed = next((label for label in table if label != 'IDL'), None)
   if skewed is not None:
-    path = fedgs.plot_sampling_counts(
+    path = fedgs_tables.plot_sampling_counts(
         table[skewed], f'{ef.TASK.value}, {skewed}: final sampling counts', counts_plot)
     print(f'\nFinal sampling counts under {skewed} ({cf.ROUNDS.value} rounds):')
-    print(fedgs.count_table(table[skewed]))
+    print(fedgs_tables.count_table(table[skewed]))
     print(f'plot: {path}')
   print(f'wall time: {time.monotonic() - start:.1f} s')
 
 
 if __name__ == '__main__':
-  from tff_sampling import runtime  # pylint: disable=g-import-not-at-top
-  app.run(runtime.binary_main(main))
+  from tff_sampling.runtime import tff_context  # pylint: disable=g-import-not-at-top
+  app.run(tff_context.binary_main(main))

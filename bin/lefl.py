@@ -34,13 +34,13 @@ import numpy as np
 from bin import common_flags as cf
 from bin import experiment_flags as ef
 from bin import flag_checks
-import tasks
 from tasks import public
 from tff_sampling import communication
 from tff_sampling import experiments
-from tff_sampling import plotting
+from tff_sampling.analysis import plotting
 from tff_sampling.experiments import lefl
 from tff_sampling.learning import signals
+from tff_sampling.task import Task
 
 # The paper's settings (CIFAR 100 clients at 10% per round, EMNIST 1,000 at 1%,
 # E_p = 10), with fewer rounds; `digits` is the offline stand-in (Dirichlet 0.5).
@@ -91,7 +91,7 @@ flag_checks.check_choices('sampling', lefl.SAMPLINGS)
 
 def lefl_methods() -> lefl.LeflMethods:
   """The samplers' settings from the flags."""
-  def public_inputs(task: tasks.Task, seed: int) -> np.ndarray:
+  def public_inputs(task: Task, seed: int) -> np.ndarray:
     return public.public_inputs(task, _PUBLIC_DATA.value, num_examples=_PUBLIC_EXAMPLES.value,
                                 seed=seed, data_dir=_PUBLIC_DATA_DIR.value)
 
@@ -140,5 +140,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  from tff_sampling import runtime  # pylint: disable=g-import-not-at-top
-  app.run(runtime.binary_main(main))
+  from tff_sampling.runtime import tff_context  # pylint: disable=g-import-not-at-top
+  app.run(tff_context.binary_main(main))

@@ -41,11 +41,11 @@ from bin import common_flags as cf
 from bin import flag_checks
 from tasks import multi_model as suites
 from tff_sampling import experiments
-from tff_sampling import multi_model_program
-from tff_sampling import plotting
-from tff_sampling import results
+from tff_sampling.analysis import plotting
 from tff_sampling.experiments import mmfl
 from tff_sampling.learning import multi_model
+from tff_sampling.program import multi_model as multi_model_program
+from tff_sampling.runtime import results
 
 DEFAULT_SAMPLINGS = ('optimal', 'optimal_loss', 'optimal_secure', 'random', 'round_robin')
 
@@ -141,5 +141,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  from tff_sampling import runtime  # pylint: disable=g-import-not-at-top
-  app.run(runtime.binary_main(main))
+  from tff_sampling.runtime import tff_context  # pylint: disable=g-import-not-at-top
+  app.run(tff_context.binary_main(main))

@@ -58,5 +58,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  from tff_sampling import runtime  # pylint: disable=g-import-not-at-top
-  app.run(runtime.binary_main(main))
+  from tff_sampling.runtime import tff_context  # pylint: disable=g-import-not-at-top
+  app.run(tff_context.binary_main(main))

@@ -9,10 +9,10 @@ round, and against the cumulative uploaded bits (log scale). Runs whose
 hyper-parameters differ only in the seed form one line: the mean over seeds
 with a band of ± one (sample) standard deviation, labelled with the
 hyper-parameters that differ between lines and "n=3 seeds". See
-`tff_sampling.results.aggregate` for how seeds whose uploads differ are
+`tff_sampling.runtime.results.aggregate` for how seeds whose uploads differ are
 aligned on the bits axis.
 
-The plotting itself is `tff_sampling.plotting` (no flags), which other
+The plotting itself is `tff_sampling.analysis.plotting` (no flags), which other
 binaries call directly.
 """
 
@@ -24,7 +24,7 @@ import sys
 from absl import app
 from absl import flags
 
-from tff_sampling import plotting
+from tff_sampling.analysis import plotting
 
 _RUN_DIRS = flags.DEFINE_list(
     'run_dirs', None,
@@ -74,5 +74,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  from tff_sampling import runtime  # pylint: disable=g-import-not-at-top
-  app.run(runtime.binary_main(main))
+  from tff_sampling.runtime import tff_context  # pylint: disable=g-import-not-at-top
+  app.run(tff_context.binary_main(main))

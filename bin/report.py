@@ -26,7 +26,7 @@ only if this project wrote it, so hand-written files are never lost.
 
 Runs are grouped by ``--label_key`` (one group per value of that
 hyper-parameter) or, without it, by every hyper-parameter except the seed. The
-computation is `tff_sampling.report`.
+computation is `tff_sampling.analysis.report`.
 
 An experiment with a configuration file (``bin.experiment``) has its report
 regenerated from its committed raw metrics, with nothing else to give::
@@ -36,7 +36,7 @@ regenerated from its committed raw metrics, with nothing else to give::
 which reads ``runs.jsonl.gz`` beside it (or ``--run_dirs``, e.g. while the runs
 are going) and writes ``results.md`` and the plots into that folder, around
 the verdicts of the claims the configuration fixed
-(`tff_sampling.evidence_report`). Several configured experiments (e.g. one task
+(`tff_sampling.analysis.evidence_report`). Several configured experiments (e.g. one task
 under every availability mode) are put side by side, from their committed raw
 metrics, with::
 
@@ -56,10 +56,10 @@ from absl import flags
 
 from bin import experiment_config
 from bin import flag_checks
-from tff_sampling import evidence_report
-from tff_sampling import files
-from tff_sampling import plotting
-from tff_sampling import report
+from tff_sampling.analysis import evidence_report
+from tff_sampling.analysis import plotting
+from tff_sampling.analysis import report
+from tff_sampling.runtime import files
 
 _RUN_DIRS = flags.DEFINE_list(
     'run_dirs', None,
@@ -223,5 +223,5 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  from tff_sampling import runtime  # pylint: disable=g-import-not-at-top
-  app.run(runtime.binary_main(main))
+  from tff_sampling.runtime import tff_context  # pylint: disable=g-import-not-at-top
+  app.run(tff_context.binary_main(main))

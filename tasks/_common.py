@@ -24,7 +24,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 import tensorflow_federated as tff
 
-from tasks.base import Task
+from tff_sampling.task import Task
 
 Preprocess = Callable[[tf.data.Dataset], tf.data.Dataset]
 

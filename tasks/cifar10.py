@@ -50,7 +50,7 @@ import tensorflow as tf
 from tasks import _common
 from tasks import digits
 from tasks import models
-from tasks.base import Task
+from tff_sampling.task import Task
 
 DATASET = 'cifar10'
 NUM_CLASSES = 10

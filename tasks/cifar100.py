@@ -40,7 +40,7 @@ from tensorflow_federated.python.simulation.baselines.cifar100 import (
 
 from tasks import _common
 from tasks import models
-from tasks.base import Task
+from tff_sampling.task import Task
 
 DATABASE_FILE = 'cifar100.sqlite'
 NUM_CLASSES = 100

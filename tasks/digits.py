@@ -67,7 +67,7 @@ import sklearn.datasets
 
 from tasks import _common
 from tasks import models
-from tasks.base import Task
+from tff_sampling.task import Task
 
 NUM_CLASSES = 10
 NUM_FEATURES = 64

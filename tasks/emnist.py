@@ -109,7 +109,7 @@ from tasks import _common
 from tasks import digits
 from tasks import models
 from tasks import unbalance
-from tasks.base import Task
+from tff_sampling.task import Task
 
 DATABASE_FILE = 'emnist_all.sqlite'
 MODELS = ('cnn', '2nn')

@@ -1,7 +1,7 @@
 """Task suites for multi-model FL: ``S`` tasks over one population of ``N`` clients.
 
 Client ``i`` of the population is client ``i`` of every task of the suite
-(`tff_sampling.multi_model_program.align_clients`).
+(`tff_sampling.program.multi_model.align_clients`).
 
 * ``digits_noniid`` (offline; the slides' first setting, scaled): ``S``
   partitions of ``digits`` with different non-IID levels, Dirichlet
@@ -28,8 +28,8 @@ from __future__ import annotations
 import numpy as np
 
 from tasks import registry
-from tasks.base import Task
-from tff_sampling import multi_model_program
+from tff_sampling.program import multi_model as multi_model_program
+from tff_sampling.task import Task
 
 SUITES = ('digits_noniid', 'femnist_noniid', 'digits_synthetic', 'leaf', 'femnist_models')
 NONIID_ALPHAS = (0.05, 0.1, 0.3, 1.0, 10.0)

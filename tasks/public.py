@@ -69,8 +69,8 @@ from tensorflow_federated.python.simulation.baselines.cifar100 import (
 from tasks import _common
 from tasks import leaf
 from tasks import shakespeare
-from tasks.base import Task
 from tff_sampling.learning import graph_probe
+from tff_sampling.task import Task
 
 SOURCES = ('noise', 'fashion_mnist', 'leaf_femnist', 'cifar10')
 # Preprocessed evaluation inputs whose mean and covariance the 'noise' source takes.

@@ -25,7 +25,7 @@ from tasks import digits
 from tasks import emnist
 from tasks import shakespeare
 from tasks import synthetic
-from tasks.base import Task
+from tff_sampling.task import Task
 
 _CONSTRUCTORS: dict[str, Callable[..., Task]] = {
     'digits': digits.create_digits_task,

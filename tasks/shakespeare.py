@@ -54,7 +54,7 @@ from tensorflow_federated.python.simulation.baselines.shakespeare import (
 
 from tasks import _common
 from tasks import models
-from tasks.base import Task
+from tff_sampling.task import Task
 
 DATABASE_FILE = 'shakespeare.sqlite'
 VOCAB = tuple(char_prediction_preprocessing.CHAR_VOCAB)

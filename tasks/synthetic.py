@@ -32,7 +32,7 @@ import numpy as np
 
 from tasks import _common
 from tasks import models
-from tasks.base import Task
+from tff_sampling.task import Task
 
 NUM_FEATURES = 60
 NUM_CLASSES = 10

@@ -10,12 +10,12 @@ from tensorflow_federated.python.core.impl.compiler import tree_analysis
 import tensorflow_privacy as tfp
 
 from tff_sampling import probabilities
-from tff_sampling import runtime
 from tff_sampling.aggregators import OptimalSamplingFactory
 from tff_sampling.aggregators import ScalarSums
 from tff_sampling.aggregators import SecureScalarSums
+from tff_sampling.runtime import tff_context
 
-runtime.use_secure_sum_simulation()
+tff_context.use_secure_sum_simulation()
 
 _VALUE_TYPE = tff.to_type(collections.OrderedDict(
     a=tff.TensorType(np.float32, [3]), b=tff.TensorType(np.float32, [2])))

@@ -14,8 +14,8 @@ import pytest
 
 from bin import experiment_config
 from tff_sampling import communication
-from tff_sampling import results
 from tff_sampling.experiments import benchmark
+from tff_sampling.runtime import results
 
 
 def test_methods_are_samplers_alone_or_with_optimal_uploads():

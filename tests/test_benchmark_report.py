@@ -1,4 +1,4 @@
-"""Tests for the benchmark's page (tff_sampling/benchmark_report.py) on hand-made runs: a
+"""Tests for the benchmark's page (tff_sampling/analysis/benchmark_report.py) on hand-made runs: a
 tuning-only cell gives its rates to a reported cell, which alone is ranked and drawn; cells
 whose runs are not all in say how far they are."""
 
@@ -9,10 +9,10 @@ import fault_harness
 import pytest
 
 from bin import experiment_config
-from tff_sampling import benchmark_report
-from tff_sampling import evidence_report
-from tff_sampling import raw_metrics
-from tff_sampling import results
+from tff_sampling.analysis import benchmark_report
+from tff_sampling.analysis import evidence_report
+from tff_sampling.analysis import raw_metrics
+from tff_sampling.runtime import results
 
 COMMON = """\
 --binary=benchmark

@@ -21,9 +21,9 @@ from bin import demo
 from bin import fedavg
 import tasks
 from tff_sampling import experiments
-from tff_sampling import results
 from tff_sampling import samplers
 from tff_sampling.experiments import fedgs as fedgs_experiment
+from tff_sampling.runtime import results
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

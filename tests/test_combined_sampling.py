@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 import tensorflow_federated as tff
 
-from tff_sampling import runtime
 from tff_sampling import samplers
 from tff_sampling.aggregators import OptimalSamplingFactory
+from tff_sampling.runtime import tff_context
 
-runtime.use_secure_sum_simulation()
+tff_context.use_secure_sum_simulation()
 
 _VALUE_TYPE = tff.to_type(collections.OrderedDict(x=tff.TensorType(np.float32, [4])))
 _WEIGHT_TYPE = tff.TensorType(np.float32)

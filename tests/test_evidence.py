@@ -1,4 +1,4 @@
-"""Tests for tff_sampling/evidence.py: summaries, paired intervals and verdicts.
+"""Tests for tff_sampling/analysis/evidence.py: summaries, paired intervals and verdicts.
 
 Every expected number is computed by hand (t quantiles from tables:
 t(0.975, 4) = 2.776445, t(0.975, 2) = 4.302653).
@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from tff_sampling import evidence
-from tff_sampling import results
+from tff_sampling.analysis import evidence
+from tff_sampling.runtime import results
 
 
 def make_run(rounds, accuracy, bits=None, name='r'):

@@ -2,9 +2,9 @@
 
 import numpy as np
 
-from tff_sampling import evidence_report
-from tff_sampling import results
-from tff_sampling.experiments import evidence_spec
+from tff_sampling.analysis import evidence_report
+from tff_sampling.analysis import evidence_spec
+from tff_sampling.runtime import results
 
 ACTIVE = 'availability/active_clients'
 

@@ -1,5 +1,5 @@
 """Tests for an experiment's configuration (bin/experiment_config.py) and its spec
-(tff_sampling/experiments/evidence_spec.py): claims, refusals, tuning, divergence."""
+(tff_sampling/analysis/evidence_spec.py): claims, refusals, tuning, divergence."""
 
 import dataclasses
 import math
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from bin import experiment_config
-from tff_sampling import evidence
-from tff_sampling import results
-from tff_sampling import run_dir
-from tff_sampling.experiments import evidence_spec
+from tff_sampling.analysis import evidence
+from tff_sampling.analysis import evidence_spec
+from tff_sampling.runtime import results
+from tff_sampling.runtime import run_dir
 
 CONFIG = """\
 # A comment line.

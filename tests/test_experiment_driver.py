@@ -15,12 +15,12 @@ import pytest
 
 from bin import experiment_config
 from bin import experiment_jobs
-from tff_sampling import evidence
-from tff_sampling import evidence_report
-from tff_sampling import files
-from tff_sampling import raw_metrics
-from tff_sampling import results
-from tff_sampling.experiments import evidence_spec
+from tff_sampling.analysis import evidence
+from tff_sampling.analysis import evidence_report
+from tff_sampling.analysis import evidence_spec
+from tff_sampling.analysis import raw_metrics
+from tff_sampling.runtime import files
+from tff_sampling.runtime import results
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMITTED = sorted(

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from bin import experiment_config
-from tff_sampling import evidence_report
-from tff_sampling import results
-from tff_sampling.experiments import evidence_spec
+from tff_sampling.analysis import evidence_report
+from tff_sampling.analysis import evidence_spec
+from tff_sampling.runtime import results
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -70,7 +70,8 @@ _SECURE_SCRIPT = textwrap.dedent('''
     import numpy as np
     import tensorflow as tf
     import tensorflow_federated as tff
-    from tff_sampling import aggregators, learning, runtime
+    from tff_sampling import aggregators, learning
+    from tff_sampling.runtime import tff_context
 
     process = aggregators.OptimalSamplingFactory(2.0).create(
         tff.TensorType(np.float32, [2]), tff.TensorType(np.float32))
@@ -96,8 +97,8 @@ _SECURE_SCRIPT = textwrap.dedent('''
         call()
         print(name, 'ran')
       except aggregators.SecureSumContextError as e:
-        print(name, 'hint', 'tff_sampling.runtime.use_secure_sum_simulation()' in str(e))
-    runtime.use_secure_sum_simulation()
+        print(name, 'hint', 'tff_context.use_secure_sum_simulation()' in str(e))
+    tff_context.use_secure_sum_simulation()
     after = process.next(process.initialize(), values, weights).measurements
     print('after', int(after['cohort_size']),
           int(built.next(built.initialize(), data).metrics['aggregator']['cohort_size']))

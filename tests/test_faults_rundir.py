@@ -18,11 +18,11 @@ import tensorflow_federated as tff
 
 from bin import fedavg
 from tasks import multi_model as suites
-from tff_sampling import multi_model_program
 from tff_sampling import program
-from tff_sampling import run_dir
 from tff_sampling import samplers
 from tff_sampling.learning import multi_model
+from tff_sampling.program import multi_model as multi_model_program
+from tff_sampling.runtime import run_dir
 
 _COHORT = 5
 
@@ -326,7 +326,7 @@ def test_a_users_file_where_a_plot_goes_is_refused_before_any_run(sandbox):
 def test_save_figure_replaces_its_own_plots_only(tmp_path):
   from matplotlib import figure as mpl_figure
 
-  from tff_sampling import plotting
+  from tff_sampling.analysis import plotting
   path = tmp_path / 'plot.png'
   plotting.save_figure(mpl_figure.Figure(), path)
   assert plotting.is_own_plot(path)

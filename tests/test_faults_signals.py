@@ -34,7 +34,7 @@ import psutil
 import pytest
 import tensorflow as tf
 
-from tff_sampling import results
+from tff_sampling.runtime import results
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _FIRST_ROUND = re.compile(r'\bround +1/\d+')

@@ -13,10 +13,10 @@ import tensorflow_datasets as tfds
 from tasks import get_task
 from tff_sampling import availability
 from tff_sampling import program
-from tff_sampling import results
 from tff_sampling import samplers
 from tff_sampling.learning import graph_probe
 from tff_sampling.learning import signals
+from tff_sampling.runtime import results
 
 _PAPER_BETA = {'IDL': 0.0, 'LN': 0.5, 'SLN': 0.5, 'LDF': 0.7, 'MDF': 0.7, 'YMF': 0.9,
                'YC': 0.9}

@@ -15,11 +15,11 @@ from tensorflow_federated.python.core.impl.compiler import tree_analysis
 
 from tasks import multi_model as suites
 from tff_sampling import probabilities
-from tff_sampling import runtime
 from tff_sampling.learning import fedavg
 from tff_sampling.learning import multi_model
+from tff_sampling.runtime import tff_context
 
-runtime.use_secure_sum_simulation()
+tff_context.use_secure_sum_simulation()
 
 N = 8
 LR = 0.05

@@ -5,9 +5,9 @@ import pytest
 import tensorflow_federated as tff
 
 from tff_sampling import learning
-from tff_sampling import runtime
+from tff_sampling.runtime import tff_context
 
-runtime.use_secure_sum_simulation()
+tff_context.use_secure_sum_simulation()
 
 
 def _sgd(lr):

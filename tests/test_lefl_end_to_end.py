@@ -17,10 +17,10 @@ import tasks
 from tasks import public
 from tff_sampling import communication
 from tff_sampling import program
-from tff_sampling import results
 from tff_sampling import samplers
 from tff_sampling.learning import signals
 from tff_sampling.learning import soft_labels
+from tff_sampling.runtime import results
 
 
 def _lefl_sampler(task, clients_per_round, *, seed=0, public_examples=20, **kwargs):

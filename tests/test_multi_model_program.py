@@ -1,4 +1,4 @@
-"""Tests for tff_sampling/multi_model_program.py, tasks/multi_model.py and bin/mmfl.py."""
+"""Tests for tff_sampling/program/multi_model.py, tasks/multi_model.py and bin/mmfl.py."""
 
 import dataclasses
 import os
@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from tasks import multi_model as suites
-from tff_sampling import multi_model_program
 from tff_sampling import program
-from tff_sampling import results
 from tff_sampling.learning import multi_model
+from tff_sampling.program import multi_model as multi_model_program
+from tff_sampling.runtime import results
 
 
 @pytest.fixture(scope='module')

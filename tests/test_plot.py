@@ -1,4 +1,5 @@
-"""Tests for tff_sampling/plotting.py and bin/plot.py (the figure, `plot_runs`, the absl main)."""
+"""Tests for tff_sampling/analysis/plotting.py and bin/plot.py (the figure, `plot_runs`,
+the absl main)."""
 
 import os
 
@@ -9,8 +10,8 @@ import numpy as np
 import pytest
 
 from bin import plot
-from tff_sampling import plotting
-from tff_sampling import results
+from tff_sampling.analysis import plotting
+from tff_sampling.runtime import results
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MAGIC = b'\x89PNG\r\n\x1a\n'

@@ -1,4 +1,5 @@
-"""Tests for tff_sampling/processes.py: a child hears of its parent's death, however it dies."""
+"""Tests for tff_sampling/runtime/processes.py: a child hears of its parent's death,
+however it dies."""
 
 import os
 import subprocess
@@ -7,7 +8,7 @@ import sys
 import psutil
 import pytest
 
-from tff_sampling import processes
+from tff_sampling.runtime import processes
 
 # The parent: starts the child with `processes.start`, says its pid, then waits to be killed.
 # The child: notes the signal that stops it, says it is ready, then waits.
@@ -23,7 +24,7 @@ time.sleep(600)
 """
 _PARENT = """
 import signal, subprocess, sys, time
-from tff_sampling import processes
+from tff_sampling.runtime import processes
 child = processes.start([sys.executable, '-c', sys.argv[1], sys.argv[2]],
                         death_signal=signal.SIGTERM, stdout=subprocess.PIPE, text=True)
 assert child.stdout.readline() == 'ready\\n'

@@ -12,8 +12,8 @@ import tensorflow_federated as tff
 
 from tff_sampling import communication
 from tff_sampling import program
-from tff_sampling import results
 from tff_sampling import samplers
+from tff_sampling.runtime import results
 
 _COHORT = 5
 

@@ -1,4 +1,5 @@
-"""Tests for tff_sampling/raw_metrics.py: runs survive the file exactly, the file is stable."""
+"""Tests for tff_sampling/analysis/raw_metrics.py: runs survive the file exactly, the file
+is stable."""
 
 import gzip
 import math
@@ -7,8 +8,8 @@ import fault_harness
 import numpy as np
 import pytest
 
-from tff_sampling import raw_metrics
-from tff_sampling import results
+from tff_sampling.analysis import raw_metrics
+from tff_sampling.runtime import results
 
 CSV = (
   'key,eval/accuracy,train/loss,uplink/cumulative_bits,round_seconds,flag,vector\n'

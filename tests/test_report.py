@@ -1,4 +1,4 @@
-"""Tests for tff_sampling/report.py and bin/report.py on hand-written runs.
+"""Tests for tff_sampling/analysis/report.py and bin/report.py on hand-written runs.
 
 Every expected number below is computed by hand from the runs in `RUNS`;
 standard deviations are sample standard deviations over seeds (ddof = 1).
@@ -11,8 +11,8 @@ from absl.testing import flagsaver
 import fault_harness
 import pytest
 
-from tff_sampling import plotting
-from tff_sampling import report
+from tff_sampling.analysis import plotting
+from tff_sampling.analysis import report
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MAGIC = b'\x89PNG\r\n\x1a\n'

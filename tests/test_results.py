@@ -1,4 +1,4 @@
-"""Tests for tff_sampling/results.py on hand-written and TFF-written runs."""
+"""Tests for tff_sampling/runtime/results.py on hand-written and TFF-written runs."""
 
 import asyncio
 import collections
@@ -11,7 +11,7 @@ import fault_harness
 import numpy as np
 import pytest
 
-from tff_sampling import results
+from tff_sampling.runtime import results
 
 # The format of tff.program.CSVFileReleaseManager, with every cell quoted;
 # eval/* only on evaluation rounds (0, 2, 4); `process/clip` first released at

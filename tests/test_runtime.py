@@ -1,4 +1,4 @@
-"""Tests for tff_sampling/runtime.py.
+"""Tests for tff_sampling/runtime/tff_context.py.
 
 Each process-level case runs a small program as a subprocess that reports the
 pids of its own TFF workers; only those processes are checked afterwards
@@ -18,8 +18,8 @@ import psutil
 import pytest
 import tensorflow_federated as tff
 
-from tff_sampling import runtime
-from tff_sampling import workers
+from tff_sampling.runtime import tff_context
+from tff_sampling.runtime import workers
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -111,8 +111,8 @@ def test_the_default_worker_dies_with_a_killed_program():
   """`use_secure_sum_simulation`'s worker is started on first use from TFF's
   event-loop thread; the program is SIGKILLed (no atexit, no handler)."""
   program = _Program('import numpy as np, tensorflow_federated as tff\n'
-                     'from tff_sampling import runtime\n'
-                     'runtime.use_secure_sum_simulation()\n'
+                     'from tff_sampling.runtime import tff_context\n'
+                     'tff_context.use_secure_sum_simulation()\n'
                      'tff.tensorflow.computation(lambda: np.int32(7))()\n'
                      + _REPORT_CHILD_WORKERS)
   assert len(program.workers) == 1
@@ -122,15 +122,15 @@ def test_the_default_worker_dies_with_a_killed_program():
 
 
 def test_secure_sums_run_in_the_project_context_on_its_own_worker():
-  runtime.use_secure_sum_simulation()
-  runtime.use_secure_sum_simulation()  # Idempotent.
+  tff_context.use_secure_sum_simulation()
+  tff_context.use_secure_sum_simulation()  # Idempotent.
 
   @tff.federated_computation(tff.FederatedType(np.int32, tff.CLIENTS))
   def secure_total(values):
     return tff.federated_secure_sum_bitwidth(values, 8)
 
   assert secure_total([1, 2, 3, 100]) == 106
-  worker = runtime._LOCAL_WORKER.pid
+  worker = tff_context._LOCAL_WORKER.pid
   assert worker is not None and worker in {c.pid for c in psutil.Process().children()}
 
 
@@ -162,7 +162,7 @@ def test_the_executor_factory_closes_the_executors_it_no_longer_keeps():
 
 
 def test_computations_stay_right_across_more_cohort_sizes_than_executors_kept():
-  runtime.use_secure_sum_simulation()
+  tff_context.use_secure_sum_simulation()
 
   @tff.federated_computation(tff.FederatedType(np.int32, tff.CLIENTS))
   def total(values):
@@ -173,10 +173,10 @@ def test_computations_stay_right_across_more_cohort_sizes_than_executors_kept():
 
 
 def test_quiet_library_logs_keeps_own_info_and_library_warnings():
-  runtime.quiet_library_logs()
-  runtime.quiet_library_logs()  # Idempotent.
+  tff_context.quiet_library_logs()
+  tff_context.quiet_library_logs()  # Idempotent.
   logger = logging.getLogger('absl')
-  assert sum(isinstance(f, runtime._OwnInfoOnly) for f in logger.filters) == 1
+  assert sum(isinstance(f, tff_context._OwnInfoOnly) for f in logger.filters) == 1
 
   def record(level, path):
     return logging.LogRecord('absl', level, path, 1, 'message', None, None)
@@ -192,12 +192,12 @@ def test_a_worker_that_ignores_the_shutdown_does_not_hang_the_exit():
   run a worker was seen ignoring SIGINT, hanging the exit forever. Simulated
   here by a release that blocks until the worker dies: the watchdog kills it."""
   code = ('import time, numpy as np, tensorflow_federated as tff\n'
-          'from tff_sampling import runtime\n'
+          'from tff_sampling.runtime import tff_context\n'
           'tff.tensorflow.computation(lambda: np.int32(7))()\n'
-          'workers = runtime._tff_started_workers()\n'
-          'runtime._release_execution_context = lambda: [w.wait() for w in workers]\n'
+          'workers = tff_context._tff_started_workers()\n'
+          'tff_context._release_execution_context = lambda: [w.wait() for w in workers]\n'
           'start = time.monotonic()\n'
-          'stopped = runtime.stop_local_workers(timeout_s=2.0)\n'
+          'stopped = tff_context.stop_local_workers(timeout_s=2.0)\n'
           'print(len(workers), stopped, round(time.monotonic() - start),\n'
           '      any(w.is_running() for w in workers))\n')
   proc = subprocess.run([sys.executable, '-c', code], cwd=_REPO, capture_output=True,
@@ -215,14 +215,14 @@ def test_switching_to_the_project_context_cannot_hang_on_tff_s_worker():
   same blocking way (seen hanging a LEFL run after its pre-processing round);
   simulated by a switch that blocks until that worker dies."""
   code = ('import time, numpy as np, tensorflow_federated as tff\n'
-          'from tff_sampling import runtime\n'
+          'from tff_sampling.runtime import tff_context\n'
           'tff.tensorflow.computation(lambda: np.int32(7))()\n'
-          'workers = runtime._tff_started_workers()\n'
-          'runtime.context_stack_impl.context_stack.set_default_context = (\n'
+          'workers = tff_context._tff_started_workers()\n'
+          'tff_context.context_stack_impl.context_stack.set_default_context = (\n'
           '    lambda context: [w.wait() for w in workers])\n'
-          'runtime._SHUTDOWN_TIMEOUT_S = 2.0\n'
+          'tff_context._SHUTDOWN_TIMEOUT_S = 2.0\n'
           'start = time.monotonic()\n'
-          'runtime.use_secure_sum_simulation()\n'
+          'tff_context.use_secure_sum_simulation()\n'
           'print(len(workers), round(time.monotonic() - start),\n'
           '      any(w.is_running() for w in workers))\n')
   proc = subprocess.run([sys.executable, '-c', code], cwd=_REPO, capture_output=True,
@@ -238,20 +238,20 @@ def test_switching_to_the_project_context_cannot_hang_on_tff_s_worker():
 _STUCK_BINARY = '''
 import sys, threading, numpy as np, psutil, tensorflow_federated as tff
 from absl import app
-from tff_sampling import runtime
-from tff_sampling import workers
-runtime._EXIT_DEADLINE_S = 0.5
-runtime._WRITE_GRACE_S = {grace}
+from tff_sampling.runtime import tff_context
+from tff_sampling.runtime import workers
+tff_context._EXIT_DEADLINE_S = 0.5
+tff_context._WRITE_GRACE_S = {grace}
 
 def {name}():
   threading.Event().wait()  # A lock wait: the handler runs and returns; no end.
 
 def main(argv):
   tff.tensorflow.computation(lambda: np.int32(7))()
-  print('workers', runtime._LOCAL_WORKER.pid, flush=True)
+  print('workers', tff_context._LOCAL_WORKER.pid, flush=True)
   {name}()
 
-app.run(runtime.binary_main(main))
+app.run(tff_context.binary_main(main))
 '''
 
 
@@ -261,7 +261,7 @@ def test_a_binary_stuck_outside_tff_exits_by_the_deadline():
   program.process.send_signal(signal.SIGINT)
   code, _, err = program.finish()
   assert code == 130, err[-2000:]
-  assert err.strip().splitlines()[-1] == runtime.interruption_message(signal.SIGINT)
+  assert err.strip().splitlines()[-1] == tff_context.interruption_message(signal.SIGINT)
   assert 'Traceback' not in err
   assert _wait_gone(program.workers) == []
 
@@ -285,24 +285,24 @@ def test_the_deadline_exit_lets_a_write_in_progress_finish_for_a_while():
 _WAITING_BINARY = '''
 import sys, threading, time, numpy as np, tensorflow_federated as tff
 from absl import app
-from tff_sampling import runtime
-from tff_sampling import workers
-runtime._Interrupts._watch = lambda self, read_fd: None
+from tff_sampling.runtime import tff_context
+from tff_sampling.runtime import workers
+tff_context._Interrupts._watch = lambda self, read_fd: None
 
 def stub_never_ready():
   main = sys._current_frames()[threading.main_thread().ident]
-  while not any(f.f_code.co_name == 'run_coro_and_return_result' for f in runtime._stack(main)):
+  while not any(f.f_code.co_name == 'run_coro_and_return_result' for f in tff_context._stack(main)):
     time.sleep(0.01)
     main = sys._current_frames()[threading.main_thread().ident]
   print('workers', flush=True)  # The main thread now waits for this call.
   threading.Event().wait()
 
-runtime._LOCAL_WORKER.stub = stub_never_ready
+tff_context._LOCAL_WORKER.stub = stub_never_ready
 
 def main(argv):
   tff.tensorflow.computation(lambda: np.int32(7))()
 
-app.run(runtime.binary_main(main))
+app.run(tff_context.binary_main(main))
 '''
 
 
@@ -311,7 +311,7 @@ def test_the_handler_alone_ends_a_binary_waiting_on_tff():
   program.process.send_signal(signal.SIGTERM)
   code, _, err = program.finish()
   assert code == 143, err[-2000:]
-  assert err.strip().splitlines()[-1] == runtime.interruption_message(signal.SIGTERM)
+  assert err.strip().splitlines()[-1] == tff_context.interruption_message(signal.SIGTERM)
   assert 'Traceback' not in err
 
 
@@ -320,7 +320,7 @@ def test_no_signal_handler_is_installed_on_import():
   # background job has SIGINT ignored from the start.
   code = ('import signal\n'
           'before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)\n'
-          'import tff_sampling, tff_sampling.program, tff_sampling.runtime\n'
+          'import tff_sampling, tff_sampling.program, tff_sampling.runtime.tff_context\n'
           'print(signal.getsignal(signal.SIGINT) is before[0],\n'
           '      signal.getsignal(signal.SIGTERM) is before[1])\n')
   proc = subprocess.run([sys.executable, '-c', code], cwd=_REPO, capture_output=True,
@@ -330,7 +330,7 @@ def test_no_signal_handler_is_installed_on_import():
 
 def test_tensorflow_noise_filter_drops_only_the_secure_sum_reports_and_checkpoint_info():
 
-  noise = runtime._TffNoiseFilter()
+  noise = tff_context._TffNoiseFilter()
 
   def record(level, message):
     return logging.LogRecord('tensorflow', level, __file__, 1, message, None, None)
@@ -344,15 +344,15 @@ def test_tensorflow_noise_filter_drops_only_the_secure_sum_reports_and_checkpoin
   assert noise.filter(record(logging.ERROR, unused_assert.replace('assert_less_equal', 'my_op')))
   assert noise.filter(record(logging.WARNING, 'Assets written to: /somewhere'))
   assert noise.filter(record(logging.ERROR, 'Something the user must see'))
-  runtime.quiet_tensorflow_noise()
-  runtime.quiet_tensorflow_noise()
-  assert logging.getLogger('tensorflow').filters.count(runtime._NOISE_FILTER) == 1
+  tff_context.quiet_tensorflow_noise()
+  tff_context.quiet_tensorflow_noise()
+  assert logging.getLogger('tensorflow').filters.count(tff_context._NOISE_FILTER) == 1
 
 
 def test_sync_run_works_with_and_without_a_running_event_loop():
   import asyncio
 
-  from tff_sampling import sync
+  from tff_sampling.runtime import sync
 
   async def answer():
     await asyncio.sleep(0)

@@ -235,8 +235,8 @@ def test_femnist_models_suite_is_two_model_sizes_on_the_same_writers(cache_dir):
 
 def test_leaf_multi_model_suite_shares_one_population(cache_dir):
   from tasks import multi_model as suites
-  from tff_sampling import runtime
   from tff_sampling.learning import multi_model
+  from tff_sampling.runtime import tff_context
 
   tasks = suites.create_suite('leaf', num_clients=2, cache_dir=cache_dir)
   assert [t.name for t in tasks] == ['emnist', 'shakespeare', 'cifar100']
@@ -246,7 +246,7 @@ def test_leaf_multi_model_suite_shares_one_population(cache_dir):
     suites.create_suite('leaf', num_models=2, num_clients=4, cache_dir=cache_dir)
   # One round of the secure loss-based process over FEMNIST + Shakespeare.
   tasks = tasks[:2]
-  runtime.use_secure_sum_simulation()
+  tff_context.use_secure_sum_simulation()
   shares = multi_model.data_shares(np.stack([t.client_num_examples for t in tasks], axis=1))
   process = multi_model.build_multi_model_process(
       [t.model_fn for t in tasks], sampling='optimal_loss_secure', expected_clients=2,

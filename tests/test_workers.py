@@ -1,4 +1,4 @@
-"""Tests for tff_sampling/workers.py: rounds split over several local TFF workers.
+"""Tests for tff_sampling/runtime/workers.py: rounds split over several local TFF workers.
 
 Oracle: the same round in one process. Splitting changes only the order in
 which per-worker partial sums are added, so results agree to float32 rounding
@@ -32,10 +32,10 @@ import tensorflow_federated as tff
 
 from tff_sampling import program
 from tff_sampling import samplers
-from tff_sampling import workers
 from tff_sampling.learning import fedavg
 from tff_sampling.learning import optimal_sampling
 from tff_sampling.learning import signals
+from tff_sampling.runtime import workers
 
 _COHORT = 7  # Odd: the two workers get 4 and 3 clients.
 _RTOL = 1e-4  # Float32 summation order (module docstring).
@@ -264,7 +264,7 @@ def test_local_workers_die_with_a_killed_parent():
   parent = subprocess.Popen(
       [sys.executable, '-c',
        'import threading, time, numpy as np, tensorflow_federated as tff\n'
-       'from tff_sampling import workers\n'
+       'from tff_sampling.runtime import workers\n'
        'started = []\n'
        'start = lambda: started.append(workers.WorkerPool.start_local(1))\n'
        'thread = threading.Thread(target=start)\n'

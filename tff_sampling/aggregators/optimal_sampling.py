@@ -65,7 +65,7 @@ it used). Norms above `norm_bound` are clipped before the client uses
 them (``clipped_norms`` counts them); weights above `weight_bound` are an error
 of configuration and are counted as ``clipped_weights``. Secure sums only run in
 TFF's test C++ execution context, which simulates them
-(`tff_sampling.runtime.use_secure_sum_simulation`); in another context the
+(`tff_sampling.runtime.tff_context.use_secure_sum_simulation`); in another context the
 process raises `tff_sampling.aggregators.SecureSumContextError` saying so.
 
 Inner factory. The weighted uploads ``ζ_i (w_i/p_i) U_i`` are summed by

@@ -3,7 +3,7 @@
 TFF 0.87's default execution context cannot run ``tff.federated_secure_sum*``:
 its C++ runtime fails with a bare "Cannot embed a federated value" (a gRPC
 ``INVALID_ARGUMENT`` naming internal locals). The test execution context,
-which `tff_sampling.runtime.use_secure_sum_simulation` installs, compiles each
+which `tff_sampling.runtime.tff_context.use_secure_sum_simulation` installs, compiles each
 secure sum into a plain sum with the same bound checks (the simulation of
 secure aggregation).
 
@@ -15,7 +15,7 @@ raises `SecureSumContextError` saying what to call. `OptimalSamplingFactory`
 optimal_sampling` return such processes; for a process you compose yourself
 (e.g. ``tff.learning.algorithms.build_weighted_fed_avg(model_aggregator=
 OptimalSamplingFactory(m))``), wrap it, or call
-``tff_sampling.runtime.use_secure_sum_simulation()`` before running it.
+``tff_sampling.runtime.tff_context.use_secure_sum_simulation()`` before running it.
 
 The context is not switched automatically: installing a default context is a
 process-wide choice (it replaces, for example, a remote context the user set
@@ -41,8 +41,8 @@ HINT = (
   'This computation contains secure sums (tff.federated_secure_sum_bitwidth, e.g. from '
   'OptimalSamplingFactory(secure=True) or tff.aggregators.SecureSumFactory), which TFF '
   "0.87's default execution context cannot run (TFF's error: \"Cannot embed a federated "
-  'value"). Call tff_sampling.runtime.use_secure_sum_simulation() once before running it: '
-  "it installs TFF's test execution context, which simulates secure sums. Or build the "
+  'value"). Call tff_sampling.runtime.tff_context.use_secure_sum_simulation() once before '
+  "running it: it installs TFF's test execution context, which simulates secure sums. Or build the "
   'aggregator with secure=False.'
 )
 

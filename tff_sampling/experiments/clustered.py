@@ -8,9 +8,9 @@ import dataclasses
 import numpy as np
 import tensorflow_federated as tff
 
-from tff_sampling import results
 from tff_sampling import samplers
 from tff_sampling.learning import signals
+from tff_sampling.runtime import results
 from tff_sampling.task import Task
 
 SAMPLINGS = (

@@ -14,7 +14,7 @@ from absl import logging
 
 from tff_sampling import availability as availability_lib
 from tff_sampling import program
-from tff_sampling import run_dir
+from tff_sampling.runtime import run_dir
 from tff_sampling.task import Task
 
 # The FedGS paper's β per availability mode (docs/algorithms.md §3c).

@@ -8,9 +8,9 @@ import dataclasses
 import numpy as np
 
 from tff_sampling import communication
-from tff_sampling import results
 from tff_sampling import samplers
 from tff_sampling.learning import soft_labels
+from tff_sampling.runtime import results
 from tff_sampling.task import Task
 
 SAMPLINGS = ('lefl', 'uniform')

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tff_sampling import results
+from tff_sampling.runtime import results
 
 
 def _column_mean(run: results.Run, column: str) -> float:

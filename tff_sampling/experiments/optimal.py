@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow_federated as tff
 
 from tff_sampling import learning
-from tff_sampling import results
+from tff_sampling.runtime import results
 from tff_sampling.task import Task
 
 # --sampling -> the aggregator's mode: who uploads.

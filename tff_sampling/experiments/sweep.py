@@ -14,12 +14,12 @@ import tensorflow_federated as tff
 
 from tff_sampling import communication
 from tff_sampling import program
-from tff_sampling import results
-from tff_sampling import run_dir
 from tff_sampling import samplers
 from tff_sampling.experiments.config import AvailabilitySpec
 from tff_sampling.experiments.config import Comparison
 from tff_sampling.experiments.config import RunSettings
+from tff_sampling.runtime import results
+from tff_sampling.runtime import run_dir
 from tff_sampling.task import Task
 
 ProcessFn = Callable[[str, int], tff.learning.templates.LearningProcess]

@@ -17,7 +17,7 @@ model aggregator and TFF's optimizer finalizer with
 The aggregator's measurements appear under ``metrics['aggregator']``; the
 program loop counts uploads with
 `tff_sampling.aggregators.uplink_from_measurements`. Secure sums need
-`tff_sampling.runtime.use_secure_sum_simulation` (the program loop calls it);
+`tff_sampling.runtime.tff_context.use_secure_sum_simulation` (the program loop calls it);
 without it ``next`` raises `tff_sampling.aggregators.SecureSumContextError`
 saying so (`tff_sampling.aggregators.with_secure_sum_hint`).
 """

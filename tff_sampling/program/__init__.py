@@ -12,7 +12,7 @@ candidates' losses; processes built on `tff_sampling.learning.signals` get
 each dataset together with its slot and the sampler's weight, and return the
 per-client ``signals`` that `observe` receives: `tff_sampling.contract`.
 Multi-model processes run through the same loop without a sampler:
-`tff_sampling.multi_model_program`.)
+`tff_sampling.program.multi_model`.)
     release metrics (CSV keyed by round, TensorBoard, a progress line)
     every `checkpoint_every` rounds: save the program state
 
@@ -42,7 +42,7 @@ Modules: `config` (`ProgramConfig`, `ExperimentResult`), `loop`
 `SingleModel`), `evaluation` (`CentralEvaluator`), `progress` (the
 progress line), `checks` (divergence, a sampler's weights against a plain
 process); the selection analysis is `tff_sampling.selection_stats`, the
-run directory (resume, managers, files) `tff_sampling.run_dir`.
+run directory (resume, managers, files) `tff_sampling.runtime.run_dir`.
 """
 
 from tff_sampling.program.checks import check_diverged

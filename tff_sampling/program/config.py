@@ -9,9 +9,9 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from tff_sampling import communication
-from tff_sampling import run_dir
 from tff_sampling import validation
-from tff_sampling import workers as workers_lib
+from tff_sampling.runtime import run_dir
+from tff_sampling.runtime import workers as workers_lib
 
 RESUMABLE_HPARAMS = run_dir.RESUMABLE_HPARAMS
 
@@ -44,7 +44,7 @@ class ProgramConfig:
       ``hparams.json``; resuming with different values (other than
       `RESUMABLE_HPARAMS`) is an error.
     workers: ``host:port`` addresses of running TFF workers; each round's
-      clients are split over them (`tff_sampling.workers.WorkerPool`).
+      clients are split over them (`tff_sampling.runtime.workers.WorkerPool`).
     local_workers: Start this many TFF workers on this machine for the run
       instead (0: one process, TFF's default). Neither changes the results
       beyond floating-point summation order, so neither is a hyper-parameter

@@ -17,12 +17,7 @@ import numpy as np
 import tensorflow_federated as tff
 
 from tff_sampling import communication
-from tff_sampling import results
-from tff_sampling import run_dir
-from tff_sampling import runtime
 from tff_sampling import selection_stats
-from tff_sampling import sync
-from tff_sampling import workers as workers_lib
 from tff_sampling.program import checks
 from tff_sampling.program import progress
 from tff_sampling.program.config import Availability
@@ -31,6 +26,11 @@ from tff_sampling.program.config import ProgramConfig
 from tff_sampling.program.config import UplinkFn
 from tff_sampling.program.trainer import SingleModel
 from tff_sampling.program.trainer import Trainer
+from tff_sampling.runtime import results
+from tff_sampling.runtime import run_dir
+from tff_sampling.runtime import sync
+from tff_sampling.runtime import tff_context
+from tff_sampling.runtime import workers as workers_lib
 from tff_sampling.samplers import base as samplers_base
 from tff_sampling.task import Task
 
@@ -128,7 +128,7 @@ def run_rounds(
     raise ValueError('availability needs a sampler to select among the active clients.')
   trainer.check(sampler)  # Before anything is written.
   # Before any worker starts: switching TFF's context stops the workers it ran.
-  runtime.use_secure_sum_simulation()  # Secure-sum aggregators need it; harmless otherwise.
+  tff_context.use_secure_sum_simulation()  # Secure-sum aggregators need it; harmless otherwise.
   pool = None
   if config.workers or config.local_workers:
     workers_lib.check_splittable(

@@ -6,7 +6,7 @@ evaluation cadence, uploaded-bit totals, divergence checks and TFF workers. A
 `Trainer` owns what depends on the process: its initial state, where the model
 weights are, what each client receives, what a round uploaded and which of its
 metrics are released. `SingleModel` trains one `tff.learning` process on one
-task; `tff_sampling.multi_model_program.MultiModel` trains several models on
+task; `tff_sampling.program.multi_model.MultiModel` trains several models on
 one population (MMFL).
 """
 

@@ -32,7 +32,7 @@ import math
 import numpy as np
 from scipy import stats
 
-from tff_sampling import results
+from tff_sampling.runtime import results
 
 ACCURACY_COLUMN = 'eval/accuracy'
 LOSS_COLUMN = 'eval/loss'

@@ -17,8 +17,8 @@ from matplotlib.backends import backend_agg
 import numpy as np
 import PIL.Image
 
-from tff_sampling import files
-from tff_sampling import results
+from tff_sampling.runtime import files
+from tff_sampling.runtime import results
 
 METRIC_COLUMNS = {'accuracy': 'eval/accuracy', 'loss': 'eval/loss'}
 

@@ -4,7 +4,7 @@ An `ExperimentSpec` names the binary that trains, its flags, the methods and
 their learning-rate grid, the seed that tunes and the seeds that are reported,
 how a run is summarised (mean of the last ``final_k`` evaluations, targets)
 and the paper's claims, each a `Claim` to be decided by a paired interval
-(`tff_sampling.evidence`). The command-line form is an absl flagfile read by
+(`tff_sampling.analysis.evidence`). The command-line form is an absl flagfile read by
 ``python -m bin.experiment`` and ``python -m bin.report``.
 
 Run layout under a runs directory: ``lr<rate>/<prefix>_<method>_seed<seed>``,
@@ -22,8 +22,8 @@ import re
 
 import numpy as np
 
-from tff_sampling import evidence
-from tff_sampling import results
+from tff_sampling.analysis import evidence
+from tff_sampling.runtime import results
 
 # Claim metrics; ``rounds_to_<t>`` / ``bits_to_<t>`` take an accuracy target of the spec.
 FINAL = 'final'

@@ -1,11 +1,11 @@
 """An experiment's results.md built around its verdicts, from its spec and raw metrics.
 
-`write` takes an `ExperimentSpec` (`tff_sampling.experiments.evidence_spec`)
+`write` takes an `ExperimentSpec` (`tff_sampling.analysis.evidence_spec`)
 and the experiment's runs (usually read from its committed raw metrics file,
-`tff_sampling.raw_metrics`) and writes, into the spec's report folder:
+`tff_sampling.analysis.raw_metrics`) and writes, into the spec's report folder:
 
 * ``results.md``: the verdict of every claim (paired difference over the
-  reported seeds, its 95% t-interval and n; `tff_sampling.evidence`), each
+  reported seeds, its 95% t-interval and n; `tff_sampling.analysis.evidence`), each
   method's summaries over seeds, the per-seed values, the tuning table (the
   tuning seed's final accuracy for every method and rate, the chosen rate in
   bold), and the training binary's flags;
@@ -27,10 +27,10 @@ import shlex
 
 import numpy as np
 
-from tff_sampling import evidence
-from tff_sampling import report
-from tff_sampling import results
-from tff_sampling.experiments import evidence_spec
+from tff_sampling.analysis import evidence
+from tff_sampling.analysis import evidence_spec
+from tff_sampling.analysis import report
+from tff_sampling.runtime import results
 
 _MISSING = '—'
 

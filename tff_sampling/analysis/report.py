@@ -1,6 +1,6 @@
 """Experiment reports: a Markdown table of results over seeds and the two standard plots.
 
-A report summarizes a set of run directories (see `tff_sampling.results`)
+A report summarizes a set of run directories (see `tff_sampling.runtime.results`)
 grouped into configurations (by default every hyper-parameter except the seed,
 as `results.group_runs` does; or by one hyper-parameter such as ``sampling``).
 For each group, over its seeds:
@@ -49,9 +49,9 @@ from matplotlib import ticker
 from matplotlib.backends import backend_agg
 import numpy as np
 
-from tff_sampling import files
-from tff_sampling import plotting
-from tff_sampling import results
+from tff_sampling.analysis import plotting
+from tff_sampling.runtime import files
+from tff_sampling.runtime import results
 
 ACCURACY_COLUMN = 'eval/accuracy'
 LOSS_COLUMN = 'eval/loss'

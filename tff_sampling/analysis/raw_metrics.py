@@ -5,7 +5,7 @@ per run); what a report reads is each run's ``hparams.json`` and
 ``metrics.csv``. `write` stores exactly that for a set of runs in one gzip'd
 JSON-lines file (one run per line, sorted by run name), and `read` gives back
 `results.Run` objects equal to those `results.load_run` reads, so every table
-and plot of `tff_sampling.report` and `tff_sampling.evidence` comes out the
+and plot of `tff_sampling.analysis.report` and `tff_sampling.analysis.evidence` comes out the
 same from the file as from the directories.
 
 The file is byte-for-byte deterministic (no timestamp in the gzip header, keys
@@ -28,8 +28,8 @@ import zlib
 
 import numpy as np
 
-from tff_sampling import files
-from tff_sampling import results
+from tff_sampling.runtime import files
+from tff_sampling.runtime import results
 
 # Where a run was written or read its data from: not part of what it measured.
 MACHINE_HPARAMS = frozenset(

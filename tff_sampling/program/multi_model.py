@@ -11,8 +11,8 @@ Per round ``r``::
     every `eval_every` rounds: each model on its task's evaluation data
 
 The output directory has the layout of `tff_sampling.program` (hparams.json,
-metrics.csv, tensorboard/, checkpoints/), so `tff_sampling.results` and
-`tff_sampling.plotting` read it; metrics are ``eval/model_<s>/{accuracy,loss}``,
+metrics.csv, tensorboard/, checkpoints/), so `tff_sampling.runtime.results` and
+`tff_sampling.analysis.plotting` read it; metrics are ``eval/model_<s>/{accuracy,loss}``,
 ``eval/mean_accuracy`` (the average over models), ``process/…`` (the process's
 measurements, per-model vectors as ``…/model_<s>``) and ``uplink/…``. The
 program state (round, cumulative uploaded bits, process state: round counter

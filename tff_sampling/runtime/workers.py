@@ -31,7 +31,8 @@ round runs.
 **Starting workers by hand** (several machines)::
 
     # on each worker machine (TFF installed; choose any free port)
-    .venv/bin/python -c "from tff_sampling import workers; print(workers.worker_binary_path())"
+    .venv/bin/python -c \
+        "from tff_sampling.runtime import workers; print(workers.worker_binary_path())"
     <that path> --port=8000
 
     # on the machine that runs the program
@@ -44,9 +45,9 @@ each accepts connections, and fails within seconds naming the first that does
 not.
 
 **Lifetime of local workers.** Every ``worker_binary`` this package starts
-(`LocalWorkers`, and the default context's worker of `tff_sampling.runtime`)
+(`LocalWorkers`, and the default context's worker of `tff_sampling.runtime.tff_context`)
 is started by `start_worker_process` with ``PR_SET_PDEATHSIG``
-(`tff_sampling.processes`): Linux kills it with SIGKILL when this process dies,
+(`tff_sampling.runtime.processes`): Linux kills it with SIGKILL when this process dies,
 however it dies (SIGKILL included): a worker holds nothing worth saving, and was
 seen ignoring the SIGINT TFF stops it with. `shut_down` stops
 them all at once and makes every TFF call still running on them, or started
@@ -81,8 +82,8 @@ from tensorflow_federated.python.core.impl.executors import remote_executor
 from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
 from tensorflow_federated.python.core.impl.types import placements
 
-from tff_sampling import processes as processes_lib
 from tff_sampling import validation
+from tff_sampling.runtime import processes as processes_lib
 
 # TFF's own channel limits for its local worker (executor_factory.py): 2 GB messages.
 _MAX_MESSAGE_BYTES = 2 * 1000 * 1000 * 1000
@@ -130,7 +131,7 @@ def start_worker_process(
 ) -> subprocess.Popen:
   """Starts ``worker_binary --port=PORT [args]``, killed by Linux when this process dies.
 
-  See `tff_sampling.processes.start`. Raises `WorkersStopped` after `shut_down`.
+  See `tff_sampling.runtime.processes.start`. Raises `WorkersStopped` after `shut_down`.
   """
   check_not_shut_down()
   binary = worker_binary_path()

@@ -39,8 +39,8 @@ from absl import logging
 import numpy as np
 import tensorflow_federated as tff
 
-from tff_sampling import results
-from tff_sampling import sync
+from tff_sampling.runtime import results
+from tff_sampling.runtime import sync
 
 MARKER_FILENAME = '.tff_sampling_run'
 HPARAMS_FILENAME = results.HPARAMS_FILENAME

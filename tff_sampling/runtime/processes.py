@@ -2,7 +2,7 @@
 
 `start` runs a command as a child that Linux signals when this process dies
 (``PR_SET_PDEATHSIG``), SIGKILL included, so that no process outlives the
-program: the TFF workers (`tff_sampling.workers`, signalled with SIGKILL: they
+program: the TFF workers (`tff_sampling.runtime.workers`, signalled with SIGKILL: they
 hold nothing worth saving), the training binaries of ``bin.experiment`` and the
 ``bin.experiment`` driver of ``bin.benchmark_grid`` (signalled with SIGTERM: they
 stop so that their runs resume from the last checkpoint). `stop` stops one.

@@ -8,7 +8,7 @@ reliably (from a ``__del__`` at interpreter shutdown, when ``subprocess`` is
 already torn down). `use_secure_sum_simulation` therefore installs a context of
 our own: TFF's test C++ context (secure sums compiled into plain sums with the
 same bound checks), whose worker `_LocalWorker` starts through
-`tff_sampling.workers.start_worker_process`, i.e. with ``PR_SET_PDEATHSIG``
+`tff_sampling.runtime.workers.start_worker_process`, i.e. with ``PR_SET_PDEATHSIG``
 from a thread that lives as long as this process, so Linux kills it when this
 process dies, whatever kills it. The program loop calls it, and so does
 `binary_main` before a binary's ``main``.
@@ -56,8 +56,8 @@ from tensorflow_federated.python.core.impl.executors import remote_executor
 from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
 from tensorflow_federated.python.core.impl.types import placements
 
-from tff_sampling import processes
-from tff_sampling import workers as workers_lib
+from tff_sampling.runtime import processes
+from tff_sampling.runtime import workers as workers_lib
 
 _WORKER_NAME = 'worker_binary'
 _WORKER_START_TIMEOUT_S = 60.0

@@ -1,0 +1,11 @@
+"""Analysis: from finished runs to tables, verdicts and plots; nothing here trains.
+
+`evidence` holds the statistics (paired t-intervals, verdicts); `evidence_spec` an
+experiment's configuration as the reports read it (methods, claims, tuning);
+`raw_metrics` the compressed per-run metrics a report regenerates from; `report` the
+results table and curves of any runs, `evidence_report` a configured experiment's
+verdicts, `benchmark_report` the benchmark page; `plotting` draws and writes PNGs,
+`fedgs_tables` FedGS's loss and selection-count tables. It is the library's top layer:
+it may import everything below it (runtime, experiments), and nothing in the library
+imports it; the binaries do.
+"""
