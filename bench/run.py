@@ -10,7 +10,7 @@ Each row sets a measurement against a reference measured **in the same run**
 |---|---|---|
 | ``fedavg`` | TFF FedAvg round (``DATASET_ITERATOR``, and TFF's default ``DATASET_REDUCE``) / the same SGD steps as a plain-TF loop (`bench.fedavg_round`) | ≤ 1.2 |
 | ``processes`` | our sampling processes' round / TFF FedAvg's round: FedAvg with per-client signals (`build_fedavg_with_signals`) with and without sketches, and as all runs built it before this suite (sketch + losses); optimal-sampling FedAvg, secure sums (`bench.optimal_sampling_round`) | ≤ 1.05 |
-| ``program`` | a ``digits`` round of the program loop (`tff_sampling.program.run_experiment`: selection, the TFF round, evaluation, metrics, checkpoints every 10 rounds) / the bare ``process.next``; checkpointing every round / every 10 | informational |
+| ``program`` | a ``digits`` round of the program loop (`tff_sampling.program.train_model`: selection, the TFF round, evaluation, metrics, checkpoints every 10 rounds) / the bare ``process.next``; checkpointing every round / every 10 | informational |
 | ``samplers`` | server-side work / one TFF FedAvg round of the ``fedavg`` workload: exact and approximate probabilities on 10⁶ norms (`bench.probabilities`), clustered Algorithm 2 at N = 3,400 (`bench.clustered`), FedGS's per-round selection at N = 3,400 and its one-time 3DG (`bench.fedgs`), LEFL's one-time KL + k-means and per-round selection at N = 1,000 (`bench.lefl`) | per round < 0.05 |
 | ``workers`` | one round split over 2 local TFF workers / one process (`bench.workers`) | informational |
 | ``memory`` | peak memory increase of a 1,000-slot ``digits`` round in slices of 100 clients / in one call (`bench.memory`) | informational |
@@ -243,9 +243,9 @@ def program_rows(rounds: int, pairs: int) -> list[Row]:
   def loop(checkpoint_every: int) -> Callable[[], float]:
     def measure() -> float:
       with tempfile.TemporaryDirectory(prefix='bench_program_') as directory:
-        result = program.run_experiment(
+        result = program.train_model(
             task, process, samplers.UniformSampler(10, seed=0),
-            program.ProgramConfig(output_dir=os.path.join(directory, 'run'), rounds=rounds,
+            program.RunConfig(output_dir=os.path.join(directory, 'run'), rounds=rounds,
                                   checkpoint_every=checkpoint_every, hparams={'bench': 1}))
       return result.seconds / rounds
     return measure

@@ -9,7 +9,7 @@ A method is a sampler (``uniform``, ``md``, ``clustered_size``,
 ``lefl``, ``full``), alone (it picks ``--clients_per_round`` = m clients, all
 upload) or followed by ``+optimal`` (it picks ``--training_cohort`` = K > m
 clients, they train, and optimal client sampling's secure protocol lets about
-m of them upload); see `tff_sampling.experiments.benchmark`. Every method sees
+m of them upload); see `tff_sampling.comparisons.benchmark`. Every method sees
 the same availability (``--availability``, one mode) and, within a seed, the
 same initial model and client data order. Prints each method's final accuracy
 and uploaded bits (mean ± std over seeds).
@@ -32,8 +32,8 @@ from bin import common_flags as cf
 from bin import experiment_flags as ef
 from bin import flag_checks
 from tasks import public
-from tff_sampling import experiments
-from tff_sampling.experiments import benchmark
+from tff_sampling import comparisons
+from tff_sampling.comparisons import benchmark
 from tff_sampling.runtime import results
 from tff_sampling.task import Task
 
@@ -103,7 +103,7 @@ def main(argv: Sequence[str]) -> None:
     task = ef.task_from_flags()
     make_sampler, costs = methods.sampler_factory(task)
     availability = ef.availability_spec()
-    groups = experiments.run_comparison(
+    groups = comparisons.run_comparison(
       task, ef.comparison(_SAMPLING.value, _SEEDS.value, availability), ef.run_settings(),
       make_process=methods.process_factory(task), make_sampler=make_sampler,
       method_hparams=methods.method_hparams, availability=availability,

@@ -8,7 +8,7 @@
 
 The grid is a folder of cells, ``docs/benchmark/<cell>/experiment.flags``: each
 one task (regime) under one availability mode, every method of ``bin.benchmark``
-on the same seeds (`tff_sampling.experiments.benchmark`). ``--stage=train``
+on the same seeds (`tff_sampling.comparisons.benchmark`). ``--stage=train``
 runs every cell with ``python -m bin.experiment``, task by task (the cell that
 tunes, then those that borrow its rates; ``--cells`` picks cells and their
 order), resumable (a finished run is never trained again), exporting each

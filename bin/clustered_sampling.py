@@ -32,9 +32,9 @@ from absl import flags
 from bin import common_flags as cf
 from bin import experiment_flags as ef
 from bin import flag_checks
-from tff_sampling import experiments
+from tff_sampling import comparisons
 from tff_sampling.analysis import plotting
-from tff_sampling.experiments import clustered
+from tff_sampling.comparisons import clustered
 
 flags.FLAGS.set_default('root_output_dir', 'results/clustered')
 flags.FLAGS.set_default('rounds', 30)
@@ -71,7 +71,7 @@ def main(argv: Sequence[str]) -> None:
         ef.CLIENTS_PER_ROUND.value, cf.CLIENT_LEARNING_RATE.value, cf.SERVER_LEARNING_RATE.value,
         similarity=_SIMILARITY.value, sketch_size=_SKETCH_SIZE.value,
         num_candidates=_NUM_CANDIDATES.value, fedgs_alpha=_FEDGS_ALPHA.value)
-    groups = experiments.run_comparison(
+    groups = comparisons.run_comparison(
         task, ef.comparison(_SAMPLING.value, _SEEDS.value), ef.run_settings(),
         make_process=methods.process_factory(task),
         make_sampler=functools.partial(methods.make_sampler, task),

@@ -21,7 +21,7 @@ from absl import flags
 
 import bin
 from bin import flag_checks
-from tff_sampling import experiments
+from tff_sampling import comparisons
 from tff_sampling.runtime import run_dir
 from tff_sampling.runtime import tff_context
 
@@ -61,7 +61,7 @@ flag_checks.check_learning_rate('client_learning_rate')
 flag_checks.check_learning_rate('server_learning_rate')
 
 # Flags that do not change a run's results, so a run does not record them (it
-# records its own directory: `experiments.run_hparams`), and a resume may change them.
+# records its own directory: `comparisons.run_hparams`), and a resume may change them.
 IRRELEVANT_FLAGS = frozenset({
     'root_output_dir', 'experiment_name',  # Where the run is.
     'reset', 'report_only',  # Whether to (re)run, not what.
@@ -94,20 +94,20 @@ def recorded_hparams() -> dict[str, Any]:
   return {flag.name: flag.value for flag in recorded_flags()}
 
 
-def run_settings(**single_model: Any) -> experiments.RunSettings:
-  """The `RunSettings` of these flags; `single_model`: `bin.experiment_flags`' fields."""
-  return experiments.RunSettings(
+def run_settings(**single_model: Any) -> comparisons.ComparisonSettings:
+  """The `ComparisonSettings` of these flags; `single_model`: `bin.experiment_flags`' fields."""
+  return comparisons.ComparisonSettings(
       root_output_dir=ROOT_OUTPUT_DIR.value, rounds=ROUNDS.value, eval_every=EVAL_EVERY.value,
       checkpoint_every=CHECKPOINT_EVERY.value, reset=RESET.value, hparams=recorded_hparams(),
       defaults={flag.name: flag.default for flag in recorded_flags()}, **single_model)
 
 
 def comparison(methods: Sequence[str], num_seeds: int, default_name: str,
-               label: str | None = None) -> experiments.Comparison:
+               label: str | None = None) -> comparisons.Comparison:
   """The sweep of `methods` from ``--seed``: runs ``<name>[_<label>]_<method>_seed<seed>``,
   with ``<name>`` = ``--experiment_name`` if given, else `default_name`."""
   name = EXPERIMENT_NAME.value or default_name
-  return experiments.Comparison(name if label is None else f'{name}_{label}', tuple(methods),
+  return comparisons.Comparison(name if label is None else f'{name}_{label}', tuple(methods),
                                 SEED.value, num_seeds)
 
 

@@ -29,10 +29,10 @@ from bin import experiment_flags as ef
 from bin import flag_checks
 from bin import optimal_flags
 from tff_sampling import aggregators
-from tff_sampling import experiments
+from tff_sampling import comparisons
 from tff_sampling import samplers
 from tff_sampling.analysis import plotting
-from tff_sampling.experiments import optimal
+from tff_sampling.comparisons import optimal
 
 # The demo presets the shared experiment flags (`./run main --rounds=60` works).
 flags.FLAGS.set_default('root_output_dir', 'results/main')
@@ -59,7 +59,7 @@ def main(argv: Sequence[str]) -> None:
       cf.apply_defaults({'preset': 'unbalanced'})  # The demo's population (not a global default).
     task = ef.task_from_flags()
     method = optimal_flags.optimal_sampling(ef.CLIENTS_PER_ROUND.value)
-    groups = experiments.run_comparison(
+    groups = comparisons.run_comparison(
         task, ef.comparison(_METHODS.value, _SEEDS.value), ef.run_settings(),
         make_process=lambda sampling, seed: method.make_process(task, sampling, seed),
         make_sampler=lambda sampling, seed: samplers.UniformSampler(

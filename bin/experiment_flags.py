@@ -20,7 +20,7 @@ from bin import flag_checks
 import tasks
 from tff_sampling import availability as availability_lib
 from tff_sampling import communication
-from tff_sampling import experiments
+from tff_sampling import comparisons
 from tff_sampling import program
 from tff_sampling.task import Task
 
@@ -197,20 +197,20 @@ def apply_task_defaults(defaults: Mapping[str, Mapping[str, Any]]) -> None:
   cf.apply_defaults(defaults.get(TASK.value, {}))
 
 
-def parse_availability(spec: str) -> experiments.AvailabilitySpec:
+def parse_availability(spec: str) -> comparisons.AvailabilitySpec:
   """Parses ``MODE`` or ``MODE-β``; β defaults to ``--availability_beta`` or the paper's."""
-  return experiments.parse_availability(spec, beta=AVAILABILITY_BETA.value,
+  return comparisons.parse_availability(spec, beta=AVAILABILITY_BETA.value,
                                         period=AVAILABILITY_PERIOD.value)
 
 
-def availability_specs() -> list[experiments.AvailabilitySpec]:
+def availability_specs() -> list[comparisons.AvailabilitySpec]:
   """Every ``--availability`` setting, parsed (see `parse_availability`)."""
   if not AVAILABILITY.value:
     raise ValueError('--availability is empty; give a mode such as IDL or LN-0.5.')
   return [parse_availability(spec) for spec in AVAILABILITY.value]
 
 
-def availability_spec() -> experiments.AvailabilitySpec:
+def availability_spec() -> comparisons.AvailabilitySpec:
   """The single ``--availability`` setting of a binary that runs one.
 
   Raises:
@@ -223,8 +223,8 @@ def availability_spec() -> experiments.AvailabilitySpec:
   return specs[0]
 
 
-def run_settings() -> experiments.RunSettings:
-  """The `RunSettings` of the flags."""
+def run_settings() -> comparisons.ComparisonSettings:
+  """The `ComparisonSettings` of the flags."""
   return cf.run_settings(client_steps=CLIENT_STEPS.value, workers=tuple(WORKERS.value),
                          local_workers=LOCAL_WORKERS.value,
                          clients_per_call=CLIENTS_PER_CALL.value,
@@ -232,8 +232,8 @@ def run_settings() -> experiments.RunSettings:
 
 
 def comparison(methods: Sequence[str], num_seeds: int,
-               availability: experiments.AvailabilitySpec | None = None
-               ) -> experiments.Comparison:
+               availability: comparisons.AvailabilitySpec | None = None
+               ) -> comparisons.Comparison:
   """The sweep of `methods`: runs ``<name>[_<MODE-β>]_<method>_seed<seed>``, with
   ``<name>`` = ``--experiment_name`` if given, else the task."""
   return cf.comparison(methods, num_seeds, TASK.value, availability and availability.label)
@@ -246,7 +246,7 @@ def run_uniform_cohorts(
     method_hparams: Mapping[str, Any] | None = None,
     uplink_fn: program.UplinkFn = communication.full_cohort_uplink,
 ) -> None:
-  """Runs the flags' experiment with uniformly drawn cohorts (`experiments.run_uniform_cohorts`).
+  """Runs the flags' experiment with uniformly drawn cohorts (`comparisons.run_uniform_cohorts`).
 
   Exits with a one-line error naming the problem for bad input (flags, missing
   data, a non-finite model).
@@ -255,11 +255,11 @@ def run_uniform_cohorts(
     default_name: The run directory name when ``--experiment_name`` is unset.
     make_process: Builds the learning process for the task.
     method_hparams: The method's hyper-parameters that are not flags.
-    uplink_fn: Counts each round's uploads (see `program.run_experiment`).
+    uplink_fn: Counts each round's uploads (see `program.train_model`).
   """
   with cf.exit_on_bad_input():
     task = task_from_flags()
-    experiments.run_uniform_cohorts(
+    comparisons.run_uniform_cohorts(
         task, run_settings(), cf.EXPERIMENT_NAME.value or default_name, cf.SEED.value,
         CLIENTS_PER_ROUND.value, make_process, method_hparams=method_hparams or {},
         availability=availability_spec(), uplink_fn=uplink_fn)

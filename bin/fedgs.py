@@ -42,10 +42,10 @@ from absl import flags
 from bin import common_flags as cf
 from bin import experiment_flags as ef
 from bin import flag_checks
-from tff_sampling import experiments
+from tff_sampling import comparisons
 from tff_sampling.analysis import fedgs_tables
 from tff_sampling.analysis import plotting
-from tff_sampling.experiments import fedgs
+from tff_sampling.comparisons import fedgs
 
 # The paper's settings: Synthetic(0.5, 0.5) with 30 clients, 20% per round,
 # batch 10, η = 0.1; FashionMNIST-style (here `digits`, two labels per client)
@@ -127,9 +127,9 @@ def main(argv: Sequence[str]) -> None:
     for spec in specs:
       comparison = ef.comparison(_SAMPLING.value, _SEEDS.value, spec)
       if _REPORT_ONLY.value:
-        table[spec.label] = experiments.load_comparison(comparison, settings.root_output_dir)
+        table[spec.label] = comparisons.load_comparison(comparison, settings.root_output_dir)
         continue
-      table[spec.label] = experiments.run_comparison(
+      table[spec.label] = comparisons.run_comparison(
           task, comparison, settings, make_process=make_process, make_sampler=make_sampler,
           method_hparams=methods.method_hparams, availability=spec)
 

@@ -36,9 +36,9 @@ from bin import experiment_flags as ef
 from bin import flag_checks
 from tasks import public
 from tff_sampling import communication
-from tff_sampling import experiments
+from tff_sampling import comparisons
 from tff_sampling.analysis import plotting
-from tff_sampling.experiments import lefl
+from tff_sampling.comparisons import lefl
 from tff_sampling.learning import signals
 from tff_sampling.task import Task
 
@@ -117,7 +117,7 @@ def main(argv: Sequence[str]) -> None:
         task.model_fn, client_learning_rate=cf.CLIENT_LEARNING_RATE.value,
         server_learning_rate=cf.SERVER_LEARNING_RATE.value,
         sketch_size=None)  # LEFL reads no sketches: none computed.
-    groups = experiments.run_comparison(
+    groups = comparisons.run_comparison(
         task, ef.comparison(_SAMPLING.value, _SEEDS.value), ef.run_settings(),
         make_process=lambda method, seed: process,
         make_sampler=functools.partial(lefl_methods().make_sampler, task, costs=costs),

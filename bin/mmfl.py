@@ -40,9 +40,9 @@ from absl import logging
 from bin import common_flags as cf
 from bin import flag_checks
 from tasks import multi_model as suites
-from tff_sampling import experiments
+from tff_sampling import comparisons
 from tff_sampling.analysis import plotting
-from tff_sampling.experiments import mmfl
+from tff_sampling.comparisons import mmfl
 from tff_sampling.learning import multi_model
 from tff_sampling.program import multi_model as multi_model_program
 from tff_sampling.runtime import results
@@ -86,10 +86,10 @@ def check_flags() -> None:
                      'it is the expected number of the N clients that train each round.')
 
 
-def run_one(tasks, settings: experiments.RunSettings, name: str, method: str, seed: int
+def run_one(tasks, settings: comparisons.ComparisonSettings, name: str, method: str, seed: int
             ) -> results.Run:
   """Trains one (method, seed) run (resuming its checkpoints); returns it."""
-  config = settings.program_config(name, seed, experiments.run_hparams(
+  config = settings.program_config(name, seed, comparisons.run_hparams(
       settings, name, seed,
       dict(tasks=[t.name for t in tasks], num_models=len(tasks), sampling=method)))
   process = multi_model.build_multi_model_process(
@@ -98,7 +98,7 @@ def run_one(tasks, settings: experiments.RunSettings, name: str, method: str, se
       client_learning_rates=cf.CLIENT_LEARNING_RATE.value,
       server_learning_rate=cf.SERVER_LEARNING_RATE.value,
       max_rescaling_steps=_MAX_RESCALING_STEPS.value, seed=seed)
-  result = multi_model_program.run_multi_model_experiment(tasks, process, config)
+  result = multi_model_program.train_multi_model(tasks, process, config)
   logging.info('%s seed %d: mean accuracy %.4f after %d rounds (%.1f s).', method, seed,
                result.eval_metrics['mean_accuracy'], result.final_round, result.seconds)
   return results.load_run(config.output_dir)
@@ -116,7 +116,7 @@ def main(argv: Sequence[str]) -> None:
         seed=cf.DATA_SEED.value, client_epochs=cf.CLIENT_EPOCHS.value,
         client_batch_size=cf.CLIENT_BATCH_SIZE.value, cache_dir=cf.CACHE_DIR.value)
     if _REPORT_ONLY.value:
-      groups = experiments.load_comparison(comparison, cf.ROOT_OUTPUT_DIR.value)
+      groups = comparisons.load_comparison(comparison, cf.ROOT_OUTPUT_DIR.value)
     else:
       settings = cf.run_settings()
       groups = {}

@@ -6,7 +6,7 @@ from absl import flags
 
 from bin import common_flags as cf
 from bin import flag_checks
-from tff_sampling.experiments import optimal
+from tff_sampling.comparisons import optimal
 
 ALGORITHM = flags.DEFINE_enum('algorithm', 'fedavg', list(optimal.ALGORITHMS),
                               'FedAvg (local SGD) or DSGD (one gradient per client).')

@@ -23,7 +23,7 @@ from bin import common_flags as cf
 from bin import experiment_flags as ef
 from bin import optimal_flags
 from tff_sampling import aggregators
-from tff_sampling.experiments import optimal
+from tff_sampling.comparisons import optimal
 
 # The paper's settings (docs/algorithms.md §1e); `digits`/`synthetic` are
 # the offline stand-ins. Keys: rounds, eval_every, clients_per_round,

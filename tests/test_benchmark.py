@@ -1,4 +1,4 @@
-"""Tests for tff_sampling/experiments/benchmark.py, bin/benchmark.py and bin/benchmark_grid.py."""
+"""Tests for tff_sampling/comparisons/benchmark.py, bin/benchmark.py and bin/benchmark_grid.py."""
 
 import os
 import re
@@ -14,7 +14,7 @@ import pytest
 
 from bin import experiment_config
 from tff_sampling import communication
-from tff_sampling.experiments import benchmark
+from tff_sampling.comparisons import benchmark
 from tff_sampling.runtime import results
 
 

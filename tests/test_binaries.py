@@ -20,9 +20,9 @@ import pytest
 from bin import demo
 from bin import fedavg
 import tasks
-from tff_sampling import experiments
+from tff_sampling import comparisons
 from tff_sampling import samplers
-from tff_sampling.experiments import fedgs as fedgs_experiment
+from tff_sampling.comparisons import fedgs as fedgs_experiment
 from tff_sampling.runtime import results
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -273,7 +273,7 @@ def test_fedgs_binary_rejects_bad_availability(tmp_path, availability, message):
 
 def test_parse_availability_defaults_and_conflicts():
   from bin import experiment_flags as ef
-  assert ef.parse_availability('ln') == experiments.AvailabilitySpec('LN', 0.5, 24)
+  assert ef.parse_availability('ln') == comparisons.AvailabilitySpec('LN', 0.5, 24)
   assert ef.parse_availability('YC-0.3').label == 'YC-0.3'
   assert ef.parse_availability('IDL').label == 'IDL'
   with flagsaver.flagsaver(availability_beta=0.2):

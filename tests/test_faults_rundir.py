@@ -47,7 +47,7 @@ def process(small_digits_task):
 
 
 def _config(output_dir, rounds, **kwargs):
-  return program.ProgramConfig(output_dir=str(output_dir), rounds=rounds, seed=0,
+  return program.RunConfig(output_dir=str(output_dir), rounds=rounds, seed=0,
                                hparams={'seed': 0, 'task': 'digits'}, **kwargs)
 
 
@@ -55,7 +55,7 @@ _rows = fh.metrics_rows
 
 
 def _run(task, process, output_dir, rounds, **kwargs):
-  return program.run_experiment(task, process, samplers.UniformSampler(_COHORT, seed=0),
+  return program.train_model(task, process, samplers.UniformSampler(_COHORT, seed=0),
                                 _config(output_dir, rounds, **kwargs))
 
 
@@ -305,7 +305,7 @@ def test_a_diverging_multi_model_run_stops(tmp_path):
       [t.model_fn for t in suite], sampling='random', expected_clients=2,
       client_learning_rates=1e30, seed=3)
   with pytest.raises(FloatingPointError, match=r'diverged in round 1: .*learning rate'):
-    multi_model_program.run_multi_model_experiment(suite, process, program.ProgramConfig(
+    multi_model_program.train_multi_model(suite, process, program.RunConfig(
         output_dir=str(tmp_path / 'run'), rounds=3, seed=3, hparams={'run': 1}))
   assert [r['key'] for r in _rows(tmp_path / 'run')] == ['0', '1']
 
@@ -363,4 +363,4 @@ def test_a_plain_process_with_a_weighting_sampler_is_refused_before_any_write(
 
 
 def _run_with(task, process, sampler, output_dir, **kwargs):
-  return program.run_experiment(task, process, sampler, _config(output_dir, 1), **kwargs)
+  return program.train_model(task, process, sampler, _config(output_dir, 1), **kwargs)

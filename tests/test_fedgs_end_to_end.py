@@ -1,6 +1,6 @@
 """FedGS end to end: every availability mode, every 3DG kind, every FedGS task.
 
-Each run goes through `program.run_experiment` (the loop every binary uses) for
+Each run goes through `program.train_model` (the loop every binary uses) for
 two rounds, and checks what must hold whatever the data: only active clients
 are picked, exactly ``min(K, |A_t|)`` of them, the masks do not depend on the
 sampler, and the sampling counts add up.
@@ -28,9 +28,9 @@ def _run(task, sampler, path, mode, *, rounds=2, process=None):
   model = None if mode == 'IDL' else availability.build_availability(
       mode, _PAPER_BETA[mode], client_sizes=task.client_num_examples,
       client_labels=task.client_label_histograms, seed=0)
-  config = program.ProgramConfig(output_dir=str(path), rounds=rounds, seed=0,
+  config = program.RunConfig(output_dir=str(path), rounds=rounds, seed=0,
                                  client_steps=2, hparams={'mode': mode})
-  program.run_experiment(task, process, sampler, config, availability=model)
+  program.train_model(task, process, sampler, config, availability=model)
   return results.load_run(path)
 
 

@@ -16,7 +16,7 @@ from absl.testing import flagsaver
 import fault_harness
 import pytest
 
-from tff_sampling import experiments
+from tff_sampling import comparisons
 
 EXPERIMENT_BINARIES = ('fedavg', 'optimal_sampling', 'demo', 'clustered_sampling', 'fedgs',
                        'lefl', 'mmfl')
@@ -106,7 +106,7 @@ def test_irrelevant_flags_are_left_out(tmp_path):
 
 
 class _Captured(Exception):
-  """Stops a binary at its first run's `ProgramConfig`."""
+  """Stops a binary at its first run's `RunConfig`."""
 
 
 # One results flag per binary that only that binary (or its experiment) defines.
@@ -130,7 +130,7 @@ def test_each_binary_records_the_flags_and_their_defaults(binary, tmp_path, monk
     captured.update(name=name, hparams=hparams)
     raise _Captured
 
-  monkeypatch.setattr(experiments.RunSettings, 'program_config', program_config)
+  monkeypatch.setattr(comparisons.ComparisonSettings, 'program_config', program_config)
   flag, value = _OWN_FLAG[binary]
   with fault_harness.flags_of(binary) as module, flagsaver.flagsaver(
       root_output_dir=str(tmp_path), **{flag: value}, **_SMALL.get(binary, {})):

@@ -39,9 +39,9 @@ def _lefl_sampler(task, clients_per_round, *, seed=0, public_examples=20, **kwar
 def _run(task, sampler, path, rounds, bits=None, **config):
   process = signals.build_fedavg_with_signals(task.model_fn, client_learning_rate=0.05,
                                               sketch_size=1)
-  program.run_experiment(
+  program.train_model(
       task, process, sampler,
-      program.ProgramConfig(output_dir=str(path), rounds=rounds, seed=0, client_steps=2,
+      program.RunConfig(output_dir=str(path), rounds=rounds, seed=0, client_steps=2,
                             hparams={'seed': 0}, **config),
       preprocessing_bits=bits)
   return results.load_run(path)

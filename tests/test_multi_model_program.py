@@ -32,13 +32,13 @@ def _flat(models):
 
 def test_resumed_run_reproduces_the_uninterrupted_one(suite, tmp_path):
   def config(name, rounds):
-    return program.ProgramConfig(output_dir=str(tmp_path / name), rounds=rounds, seed=3,
+    return program.RunConfig(output_dir=str(tmp_path / name), rounds=rounds, seed=3,
                                  eval_every=1, hparams=dict(run=name))
 
   process = _process(suite)
-  whole = multi_model_program.run_multi_model_experiment(suite, process, config('a', 3))
-  multi_model_program.run_multi_model_experiment(suite, process, config('b', 2))
-  resumed = multi_model_program.run_multi_model_experiment(suite, process, config('b', 3))
+  whole = multi_model_program.train_multi_model(suite, process, config('a', 3))
+  multi_model_program.train_multi_model(suite, process, config('b', 2))
+  resumed = multi_model_program.train_multi_model(suite, process, config('b', 3))
   assert resumed.resumed_from == 2 and resumed.final_round == 3
   np.testing.assert_array_equal(_flat(whole.models), _flat(resumed.models))
   assert whole.cumulative_bits == resumed.cumulative_bits > 0
@@ -121,7 +121,7 @@ def test_binary_bad_flags(tmp_path, flags, message):
 def test_workers_are_refused_clearly_not_ignored(suite, tmp_path):
   # MMFL's rounds have dependent aggregations (shares, then assignment), which TFF
   # cannot split over workers: the loop says so before anything is written.
-  config = program.ProgramConfig(output_dir=str(tmp_path / 'run'), rounds=1, local_workers=2)
+  config = program.RunConfig(output_dir=str(tmp_path / 'run'), rounds=1, local_workers=2)
   with pytest.raises(ValueError, match='cannot run over several TFF workers'):
-    multi_model_program.run_multi_model_experiment(suite, _process(suite, 'random'), config)
+    multi_model_program.train_multi_model(suite, _process(suite, 'random'), config)
   assert not os.path.exists(tmp_path / 'run')

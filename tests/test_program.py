@@ -32,7 +32,7 @@ def process(small_digits_task):
 
 def _config(output_dir, rounds, **kwargs):
   kwargs.setdefault('hparams', {'seed': 0, 'task': 'digits', 'rounds': rounds})
-  return program.ProgramConfig(output_dir=str(output_dir), rounds=rounds, seed=0, **kwargs)
+  return program.RunConfig(output_dir=str(output_dir), rounds=rounds, seed=0, **kwargs)
 
 
 _rows = fault_harness.metrics_rows
@@ -53,17 +53,17 @@ class _CrashingSampler(samplers.UniformSampler):
 
 def test_kill_and_resume_equals_uninterrupted_run(small_digits_task, process, tmp_path):
   task = small_digits_task
-  full = program.run_experiment(
+  full = program.train_model(
       task, process, samplers.UniformSampler(_COHORT, seed=0),
       _config(tmp_path / 'full', 5, checkpoint_every=2))
   # Killed at the start of round 4: round 3's metrics are already written, the
   # last checkpoint is round 2, so rounds 3-5 are (re)computed after the restart.
   with pytest.raises(KeyboardInterrupt):
-    program.run_experiment(
+    program.train_model(
         task, process, _CrashingSampler(_COHORT, seed=0, crash_round=4),
         _config(tmp_path / 'killed', 5, checkpoint_every=2))
   assert [r['key'] for r in _rows(tmp_path / 'killed')] == ['0', '1', '2', '3']
-  resumed = program.run_experiment(
+  resumed = program.train_model(
       task, process, samplers.UniformSampler(_COHORT, seed=0),
       _config(tmp_path / 'killed', 5, checkpoint_every=2))
 
@@ -80,9 +80,9 @@ def test_kill_and_resume_equals_uninterrupted_run(small_digits_task, process, tm
 
 
 def test_extending_a_finished_run_continues_it(small_digits_task, process, tmp_path):
-  program.run_experiment(small_digits_task, process, samplers.UniformSampler(_COHORT, seed=0),
+  program.train_model(small_digits_task, process, samplers.UniformSampler(_COHORT, seed=0),
                          _config(tmp_path / 'run', 2))
-  longer = program.run_experiment(
+  longer = program.train_model(
       small_digits_task, process, samplers.UniformSampler(_COHORT, seed=0),
       _config(tmp_path / 'run', 3))  # `rounds` may change on resume.
   assert longer.resumed_from == 2 and longer.final_round == 3
@@ -91,7 +91,7 @@ def test_extending_a_finished_run_continues_it(small_digits_task, process, tmp_p
 
 def test_metrics_bits_and_eval_cadence(small_digits_task, process, tmp_path):
   memory = tff.program.MemoryReleaseManager()
-  result = program.run_experiment(
+  result = program.train_model(
       small_digits_task, process, samplers.UniformSampler(_COHORT, seed=0),
       _config(tmp_path / 'run', 5, eval_every=2), release_managers=[memory])
   rows = _rows(tmp_path / 'run')
@@ -116,19 +116,19 @@ def test_metrics_bits_and_eval_cadence(small_digits_task, process, tmp_path):
 
 
 def test_training_improves_the_model(small_digits_task, process, tmp_path):
-  program.run_experiment(small_digits_task, process, samplers.UniformSampler(10, seed=0),
+  program.train_model(small_digits_task, process, samplers.UniformSampler(10, seed=0),
                          _config(tmp_path / 'run', 8, eval_every=8))
   rows = _rows(tmp_path / 'run')
   assert float(rows[-1]['eval/loss']) < float(rows[0]['eval/loss']) - 0.05
 
 
 def test_resume_with_other_configuration_is_an_error(small_digits_task, process, tmp_path):
-  program.run_experiment(small_digits_task, process, samplers.UniformSampler(_COHORT, seed=0),
+  program.train_model(small_digits_task, process, samplers.UniformSampler(_COHORT, seed=0),
                          _config(tmp_path / 'run', 1))
   other = {'seed': 0, 'task': 'digits', 'rounds': 1, 'client_learning_rate': 0.5}
   with pytest.raises(ValueError, match=r"different configuration \(client_learning_rate: "
                                        r"saved None vs now 0.5\)"):
-    program.run_experiment(small_digits_task, process,
+    program.train_model(small_digits_task, process,
                            samplers.UniformSampler(_COHORT, seed=0),
                            _config(tmp_path / 'run', 2, hparams=other))
 
@@ -137,7 +137,7 @@ def test_unwritable_output_dir_is_an_error(small_digits_task, process, tmp_path)
   blocker = tmp_path / 'a_file'
   blocker.write_text('not a directory')
   with pytest.raises(ValueError, match=r"Output directory .*a_file/run' is not writable"):
-    program.run_experiment(small_digits_task, process,
+    program.train_model(small_digits_task, process,
                            samplers.UniformSampler(_COHORT, seed=0),
                            _config(blocker / 'run', 1))
 
@@ -148,12 +148,12 @@ def test_config_rejects_bad_values(field, value, tmp_path):
   kwargs = dict(output_dir=str(tmp_path), rounds=3)
   kwargs[field] = value
   with pytest.raises(ValueError, match=f'{field} must be a positive integer, got {value}'):
-    program.ProgramConfig(**kwargs)
+    program.RunConfig(**kwargs)
 
 
 def test_cohort_larger_than_population_is_an_error(small_digits_task, process, tmp_path):
   with pytest.raises(ValueError, match='clients_per_round=21 exceeds the population of 20'):
-    program.run_experiment(small_digits_task, process, samplers.UniformSampler(21, seed=0),
+    program.train_model(small_digits_task, process, samplers.UniformSampler(21, seed=0),
                            _config(tmp_path / 'run', 1))
 
 
@@ -182,7 +182,7 @@ def test_divergent_training_stops_after_releasing_the_round(small_digits_task, t
   # and no checkpoint of the diverged state.
   process = _fedavg(small_digits_task, client_lr=1e30)
   with pytest.raises(FloatingPointError, match=r'diverged in round 1: eval/loss = nan'):
-    program.run_experiment(
+    program.train_model(
         small_digits_task, process, samplers.UniformSampler(_COHORT, seed=0),
         _config(tmp_path / 'run', 3))
   assert [r['key'] for r in _rows(tmp_path / 'run')] == ['0', '1']
@@ -254,12 +254,12 @@ def test_client_steps_give_every_client_the_same_number_of_batches(small_digits_
   with pytest.raises(ValueError, match='steps must be a positive integer or None, got 0'):
     task.client_dataset(small, seed=1, steps=0)
   with pytest.raises(ValueError, match='client_steps must be a positive integer, got 0'):
-    program.ProgramConfig(output_dir=str(tmp_path), rounds=1, client_steps=0)
+    program.RunConfig(output_dir=str(tmp_path), rounds=1, client_steps=0)
 
 
 def test_preprocessing_bits_start_the_cumulative_upload(small_digits_task, process, tmp_path):
   cost = communication.PreprocessingBits(upload_bits=1000, download_bits=500)
-  program.run_experiment(small_digits_task, process, samplers.UniformSampler(_COHORT, seed=0),
+  program.train_model(small_digits_task, process, samplers.UniformSampler(_COHORT, seed=0),
                          _config(tmp_path / 'run', 2), preprocessing_bits=cost)
   run = results.load_run(tmp_path / 'run')
   assert run.metrics['uplink/round_bits'][0] == 1000
@@ -310,7 +310,7 @@ def test_client_learning_rate_decay_sets_each_rounds_rate_through_tff_hparams(
   # FedGS's schedule: round t trains at 0.1 · 0.5^(t−1), set with the process's own
   # set_hparams; the rate is released each round and a resumed run continues the schedule.
   decaying = _config(tmp_path / 'decay', 3, client_learning_rate_decay=0.5, checkpoint_every=1)
-  result = program.run_experiment(
+  result = program.train_model(
       small_digits_task, process, samplers.UniformSampler(_COHORT, seed=0), decaying)
   run = results.load_run(tmp_path / 'decay')
   np.testing.assert_allclose(run.column('client_learning_rate')[1:], [0.1, 0.05, 0.025])
@@ -330,14 +330,14 @@ def test_client_learning_rate_decay_sets_each_rounds_rate_through_tff_hparams(
   for a, b in zip(result.model_weights.trainable, process.get_model_weights(manual).trainable):
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
   # A constant rate (no decay) gives a different model: the schedule did act.
-  constant = program.run_experiment(
+  constant = program.train_model(
       small_digits_task, process, samplers.UniformSampler(_COHORT, seed=0),
       _config(tmp_path / 'constant', 3))
   assert not np.allclose(constant.model_weights.trainable[0], result.model_weights.trainable[0])
   # Resumed after round 2, round 3 is trained at 0.025 again (η₀ from a fresh state).
-  program.run_experiment(small_digits_task, process, samplers.UniformSampler(_COHORT, seed=0),
+  program.train_model(small_digits_task, process, samplers.UniformSampler(_COHORT, seed=0),
                          _config(tmp_path / 'resumed', 2, client_learning_rate_decay=0.5))
-  program.run_experiment(small_digits_task, process, samplers.UniformSampler(_COHORT, seed=0),
+  program.train_model(small_digits_task, process, samplers.UniformSampler(_COHORT, seed=0),
                          _config(tmp_path / 'resumed', 3, client_learning_rate_decay=0.5))
   assert _rows(tmp_path / 'resumed') == _rows(tmp_path / 'decay')
 
@@ -345,4 +345,4 @@ def test_client_learning_rate_decay_sets_each_rounds_rate_through_tff_hparams(
 @pytest.mark.parametrize('decay', [0, 1.5, -0.5, True])
 def test_client_learning_rate_decay_must_be_in_0_1(decay, tmp_path):
   with pytest.raises(ValueError, match='client_learning_rate_decay must be in'):
-    program.ProgramConfig(output_dir=str(tmp_path), rounds=3, client_learning_rate_decay=decay)
+    program.RunConfig(output_dir=str(tmp_path), rounds=3, client_learning_rate_decay=decay)

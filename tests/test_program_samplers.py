@@ -63,13 +63,13 @@ def signals_process(small_digits_task):
 
 
 def _config(path, rounds, **kwargs):
-  return program.ProgramConfig(output_dir=str(path), rounds=rounds, seed=0,
+  return program.RunConfig(output_dir=str(path), rounds=rounds, seed=0,
                                hparams={'seed': 0}, **kwargs)
 
 
 def test_signals_reach_the_sampler_not_the_csv(small_digits_task, signals_process, tmp_path):
   sampler = _SignalDrivenSampler(4)
-  program.run_experiment(small_digits_task, signals_process, sampler, _config(tmp_path, 2))
+  program.train_model(small_digits_task, signals_process, sampler, _config(tmp_path, 2))
   assert [s.shape for s in sampler.observed] == [(4, _SKETCH), (4, _SKETCH)]
   assert np.all(np.linalg.norm(sampler.observed[0], axis=1) > 0)
   header = _rows(tmp_path)[0].keys()
@@ -83,17 +83,17 @@ def test_a_sampler_needing_a_signal_the_process_lacks_is_refused_before_writing(
                                             client_learning_rate=0.1, sketch_size=None)
   with pytest.raises(ValueError, match=r"_SignalDrivenSampler reads .*\['update_sketch'\].*"
                      'sketch_size'):
-    program.run_experiment(small_digits_task, plain, _SignalDrivenSampler(4),
+    program.train_model(small_digits_task, plain, _SignalDrivenSampler(4),
                            _config(tmp_path / 'run', 1))
   assert not os.path.exists(tmp_path / 'run')
 
 
 def test_stateful_sampler_resumes_identically(small_digits_task, signals_process, tmp_path):
-  full = program.run_experiment(small_digits_task, signals_process, _SignalDrivenSampler(4),
+  full = program.train_model(small_digits_task, signals_process, _SignalDrivenSampler(4),
                                 _config(tmp_path / 'full', 6, checkpoint_every=2))
-  program.run_experiment(small_digits_task, signals_process, _SignalDrivenSampler(4),
+  program.train_model(small_digits_task, signals_process, _SignalDrivenSampler(4),
                          _config(tmp_path / 'part', 4, checkpoint_every=2))
-  resumed = program.run_experiment(small_digits_task, signals_process,
+  resumed = program.train_model(small_digits_task, signals_process,
                                    _SignalDrivenSampler(4),
                                    _config(tmp_path / 'part', 6, checkpoint_every=2))
   assert resumed.resumed_from == 4
@@ -119,7 +119,7 @@ def test_power_of_choice_through_the_program(small_digits_task, tmp_path):
     return selection
 
   sampler.select = recording_select
-  program.run_experiment(small_digits_task, process, sampler, _config(tmp_path, 2))
+  program.train_model(small_digits_task, process, sampler, _config(tmp_path, 2))
   for candidates, losses, clients in chosen:
     assert len(set(candidates.tolist())) == 8 and len(clients) == 3
     top = set(candidates[np.argsort(-losses, kind='stable')[:3]].tolist())
@@ -144,7 +144,7 @@ class _EveryOtherRound:
 ])
 def test_every_sampler_selects_only_active_clients(small_digits_task, signals_process, tmp_path,
                                                    make_sampler):
-  program.run_experiment(small_digits_task, signals_process, make_sampler(),
+  program.train_model(small_digits_task, signals_process, make_sampler(),
                          _config(tmp_path, 3), availability=_EveryOtherRound())
   rows = _rows(tmp_path)[1:]
   assert [r['availability/active_clients'] for r in rows] == ['10'] * 3
@@ -158,5 +158,5 @@ def test_a_sampler_that_ignores_availability_is_caught(small_digits_task, signal
       return super().select(state, round_num, np.ones_like(available))
 
   with pytest.raises(RuntimeError, match='Careless selected inactive clients in round 1'):
-    program.run_experiment(small_digits_task, signals_process, Careless(4, seed=0),
+    program.train_model(small_digits_task, signals_process, Careless(4, seed=0),
                            _config(tmp_path, 1), availability=_EveryOtherRound())

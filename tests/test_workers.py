@@ -124,9 +124,9 @@ def test_program_with_two_local_workers_equals_one_process(small_digits_task, tm
   process = fedavg.build_fedavg(task.model_fn, client_learning_rate=0.1)
 
   def run(name, **worker_options):
-    return program.run_experiment(
+    return program.train_model(
         task, process, samplers.UniformSampler(_COHORT, seed=3),
-        program.ProgramConfig(output_dir=str(tmp_path / name), rounds=3, seed=3,
+        program.RunConfig(output_dir=str(tmp_path / name), rounds=3, seed=3,
                               hparams={'task': 'digits'}, **worker_options))
 
   single = run('single')
@@ -181,9 +181,9 @@ def test_optimal_sampling_round_cannot_be_split_and_says_why(small_digits_task, 
     workers.check_splittable(process.next, 'optimal sampling')
   # The program refuses before starting any worker or round.
   with pytest.raises(ValueError, match='cannot run over several TFF workers'):
-    program.run_experiment(
+    program.train_model(
         task, process, samplers.UniformSampler(_COHORT, seed=0),
-        program.ProgramConfig(output_dir=str(tmp_path / 'os'), rounds=1, local_workers=2))
+        program.RunConfig(output_dir=str(tmp_path / 'os'), rounds=1, local_workers=2))
   assert not (tmp_path / 'os' / 'metrics.csv').exists()
   workers.check_splittable(fedavg.build_fedavg(task.model_fn, client_learning_rate=0.1).next,
                            'fedavg')  # No error.
@@ -194,19 +194,19 @@ def test_bad_worker_address_is_an_error_naming_it(address):
   with pytest.raises(ValueError, match='is not host:port'):
     workers.check_address(address)
   with pytest.raises(ValueError, match='is not host:port'):
-    program.ProgramConfig(output_dir='/tmp/x', rounds=1, workers=(address,))
+    program.RunConfig(output_dir='/tmp/x', rounds=1, workers=(address,))
 
 
 def test_config_rejects_both_kinds_of_workers_and_negative_counts():
   with pytest.raises(ValueError, match='not both'):
-    program.ProgramConfig(output_dir='/tmp/x', rounds=1, workers=('localhost:8000',),
+    program.RunConfig(output_dir='/tmp/x', rounds=1, workers=('localhost:8000',),
                           local_workers=2)
   with pytest.raises(ValueError, match='local_workers must be a non-negative integer, got -1'):
-    program.ProgramConfig(output_dir='/tmp/x', rounds=1, local_workers=-1)
+    program.RunConfig(output_dir='/tmp/x', rounds=1, local_workers=-1)
   with pytest.raises(ValueError, match='clients_per_call=50 needs workers'):
-    program.ProgramConfig(output_dir='/tmp/x', rounds=1, clients_per_call=50)
+    program.RunConfig(output_dir='/tmp/x', rounds=1, clients_per_call=50)
   with pytest.raises(ValueError, match='clients_per_call must be a positive integer, got 0'):
-    program.ProgramConfig(output_dir='/tmp/x', rounds=1, local_workers=1, clients_per_call=0)
+    program.RunConfig(output_dir='/tmp/x', rounds=1, local_workers=1, clients_per_call=0)
 
 
 def test_unreachable_worker_is_a_value_error_naming_it_and_how_to_start_one(tmp_path):
@@ -218,7 +218,7 @@ def test_unreachable_worker_is_a_value_error_naming_it_and_how_to_start_one(tmp_
   with pytest.raises(ValueError, match=expected) as raised:
     workers.WorkerPool([address])
   assert '\n' not in str(raised.value)
-  config = program.ProgramConfig(output_dir=str(tmp_path / 'run'), rounds=1, workers=(address,))
+  config = program.RunConfig(output_dir=str(tmp_path / 'run'), rounds=1, workers=(address,))
   with pytest.raises(ValueError, match=expected):
     config.worker_pool()
 

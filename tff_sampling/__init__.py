@@ -5,7 +5,7 @@ Where to look, from the bottom up: `probabilities` (optimal sampling's math),
 (learning processes: FedAvg/FedProx with signals, optimal sampling for FedAvg and DSGD,
 multi-model FL), `samplers` (server-side samplers with checkpointable state), `contract`
 (what a sampler needs of a process), `runtime` (TFF's context, workers, run directories,
-reading runs back), `program` (the round loop: `run_experiment`, `run_rounds`, and
+reading runs back), `program` (the round loop: `train_model`, `run_rounds`, and
 multi-model runs), `experiments` (what each binary runs), `analysis` (tables, verdicts
 and plots from runs).
 """

@@ -21,7 +21,7 @@ The context is not switched automatically: installing a default context is a
 process-wide choice (it replaces, for example, a remote context the user set
 up, and stops the local worker TFF had started), which a library call that
 only *builds* a computation should not make behind the user's back. The
-program loop (`tff_sampling.program.run_experiment`) makes it explicitly.
+program loop (`tff_sampling.program.train_model`) makes it explicitly.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from tff_sampling.analysis import evidence
 from tff_sampling.analysis import evidence_report
 from tff_sampling.analysis import evidence_spec
 from tff_sampling.analysis import report
-from tff_sampling.experiments import benchmark
+from tff_sampling.comparisons import benchmark
 from tff_sampling.runtime import files
 from tff_sampling.runtime import results
 

@@ -407,7 +407,7 @@ def client_graph_features(
   (slots ``0..chunk−1`` per TFF call). Client ``c`` trains on
   ``task.client_dataset(c, randomness.client_shuffle_seed(seed, 0, c),
   steps=client_steps)``: the stream the program loop would give it (pass the
-  run's ``ProgramConfig.client_steps``), with the task's batching and epochs,
+  run's ``RunConfig.client_steps``), with the task's batching and epochs,
   shuffled as for round 0 (a round in which nobody trains). For
   ``'functional'``, the noise is `noise_batch` of the first
   `validation_examples` preprocessed evaluation inputs, drawn with
@@ -428,7 +428,7 @@ def client_graph_features(
     seed: The run's seed (client shuffles and noise).
     client_steps: If set, every client takes exactly this many local batches
       (`Task.client_dataset`'s ``steps``), as the program does with
-      ``ProgramConfig.client_steps``; ``None`` keeps the task's epochs.
+      ``RunConfig.client_steps``; ``None`` keeps the task's epochs.
     client_epochs: Optional check: the task's datasets already carry its
       ``client_epochs`` option; a different value is an error.
     client_batch_size: Optional check, like `client_epochs`.

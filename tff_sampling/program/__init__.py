@@ -36,8 +36,8 @@ Output directory layout::
     <output_dir>/selection_counts.csv  client_id, num_examples, selection_count
                                   (as of the last checkpoint)
 
-Modules: `config` (`ProgramConfig`, `ExperimentResult`), `loop`
-(`run_experiment` for one `tff.learning` process, `run_rounds` for any
+Modules: `config` (`RunConfig`, `RunResult`), `loop`
+(`train_model` for one `tff.learning` process, `run_rounds` for any
 `Trainer`), `trainer` (`Trainer`: what the loop leaves to the process's side;
 `SingleModel`), `evaluation` (`CentralEvaluator`), `progress` (the
 progress line), `checks` (divergence, a sampler's weights against a plain
@@ -49,12 +49,12 @@ from tff_sampling.program.checks import check_diverged
 from tff_sampling.program.checks import model_weights_of
 from tff_sampling.program.config import RESUMABLE_HPARAMS
 from tff_sampling.program.config import Availability
-from tff_sampling.program.config import ExperimentResult
-from tff_sampling.program.config import ProgramConfig
+from tff_sampling.program.config import RunConfig
+from tff_sampling.program.config import RunResult
 from tff_sampling.program.config import UplinkFn
 from tff_sampling.program.evaluation import CentralEvaluator
-from tff_sampling.program.loop import run_experiment
 from tff_sampling.program.loop import run_rounds
+from tff_sampling.program.loop import train_model
 from tff_sampling.program.progress import ProgressReleaseManager
 from tff_sampling.program.trainer import Clients
 from tff_sampling.program.trainer import RoundOutput
@@ -67,8 +67,8 @@ __all__ = [
   'Availability',
   'CentralEvaluator',
   'Clients',
-  'ExperimentResult',
-  'ProgramConfig',
+  'RunResult',
+  'RunConfig',
   'ProgressReleaseManager',
   'RESUMABLE_HPARAMS',
   'RoundOutput',
@@ -78,7 +78,7 @@ __all__ = [
   'check_diverged',
   'client_shuffle_seed',
   'model_weights_of',
-  'run_experiment',
+  'train_model',
   'run_rounds',
   'selection_metrics',
 ]

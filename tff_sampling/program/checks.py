@@ -12,7 +12,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_sampling.program.config import ProgramConfig
+from tff_sampling.program.config import RunConfig
 from tff_sampling.samplers import base as samplers_base
 from tff_sampling.samplers import weighting
 
@@ -82,7 +82,7 @@ def check_diverged(
 
 
 def check_plain_process_weighting(
-  sampler: samplers_base.Sampler | None, client_weighting, config: ProgramConfig
+  sampler: samplers_base.Sampler | None, client_weighting, config: RunConfig
 ) -> None:
   """Raises unless a plain TFF process applies the sampler's aggregation weights."""
   if sampler is None or not weighting.sampler_sets_weights(sampler):
@@ -92,7 +92,7 @@ def check_plain_process_weighting(
       f'{type(sampler).__name__} sets aggregation weights, which a plain TFF process (one not '
       'built on tff_sampling.learning.signals) cannot receive: build it with client_weighting='
       f'{weighting.required_client_weighting(sampler)} and pass the same client_weighting to '
-      'run_experiment, or build it with signals.build_fedavg_with_signals.'
+      'train_model, or build it with signals.build_fedavg_with_signals.'
     )
   weighting.check_fed_avg_weighting(
     sampler, client_weighting, fixed_local_steps=config.client_steps is not None

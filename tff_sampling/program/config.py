@@ -1,4 +1,4 @@
-"""What a run of the round loop is given: `ProgramConfig`, and what it returns."""
+"""What a run of the round loop is given: `RunConfig`, and what it returns."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ class Availability(Protocol):
 
 
 @dataclasses.dataclass(frozen=True)
-class ProgramConfig:
-  """How to run an experiment.
+class RunConfig:
+  """Everything the round loop needs for one run.
 
   Attributes:
     output_dir: Directory of this run's results and checkpoints.
@@ -117,8 +117,8 @@ class ProgramConfig:
     return None
 
 
-class ExperimentResult(NamedTuple):
-  """What `run_experiment` returns.
+class RunResult(NamedTuple):
+  """What `train_model` returns.
 
   Attributes:
     final_round: The last round completed.

@@ -1,4 +1,4 @@
-"""The round loop: `run_rounds`, and `run_experiment` for one `tff.learning` process.
+"""The round loop: `run_rounds`, and `train_model` for one `tff.learning` process.
 
 See the package docstring for a round's steps; `tff_sampling.program.trainer`
 for what the loop leaves to the process's side.
@@ -21,8 +21,8 @@ from tff_sampling import selection_stats
 from tff_sampling.program import checks
 from tff_sampling.program import progress
 from tff_sampling.program.config import Availability
-from tff_sampling.program.config import ExperimentResult
-from tff_sampling.program.config import ProgramConfig
+from tff_sampling.program.config import RunConfig
+from tff_sampling.program.config import RunResult
 from tff_sampling.program.config import UplinkFn
 from tff_sampling.program.trainer import SingleModel
 from tff_sampling.program.trainer import Trainer
@@ -35,18 +35,18 @@ from tff_sampling.samplers import base as samplers_base
 from tff_sampling.task import Task
 
 
-def run_experiment(
+def train_model(
   task: Task,
   process: tff.learning.templates.LearningProcess,
   sampler: samplers_base.Sampler,
-  config: ProgramConfig,
+  config: RunConfig,
   *,
   uplink_fn: UplinkFn = communication.full_cohort_uplink,
   availability: Availability | None = None,
   preprocessing_bits: communication.PreprocessingBits | None = None,
   client_weighting: tff.learning.ClientWeighting | None = None,
   release_managers: Sequence[tff.program.ReleaseManager] = (),
-) -> ExperimentResult:
+) -> RunResult:
   """Runs (or resumes) the experiment described by `config`.
 
   Args:
@@ -80,7 +80,7 @@ def run_experiment(
       progress line (e.g. a `tff.program.MemoryReleaseManager`).
 
   Returns:
-    An `ExperimentResult`.
+    An `RunResult`.
 
   Raises:
     ValueError: For an unwritable output directory, checkpoints written by a
@@ -103,13 +103,13 @@ def run_experiment(
 def run_rounds(
   trainer: Trainer,
   sampler: samplers_base.Sampler | None,
-  config: ProgramConfig,
+  config: RunConfig,
   *,
   availability: Availability | None = None,
   preprocessing_bits: communication.PreprocessingBits | None = None,
   release_managers: Sequence[tff.program.ReleaseManager] = (),
-) -> ExperimentResult:
-  """Runs (or resumes) the rounds of `trainer`'s process; see `run_experiment`.
+) -> RunResult:
+  """Runs (or resumes) the rounds of `trainer`'s process; see `train_model`.
 
   Args:
     trainer: The process and its task(s) (`tff_sampling.program.trainer`).
@@ -122,7 +122,7 @@ def run_rounds(
     release_managers: Where each round's metrics also go.
 
   Returns:
-    An `ExperimentResult`.
+    An `RunResult`.
   """
   if sampler is None and availability is not None:
     raise ValueError('availability needs a sampler to select among the active clients.')
@@ -159,7 +159,7 @@ class _Rounds:
     release_managers: Sequence[tff.program.ReleaseManager],
     trainer: Trainer,
     sampler: samplers_base.Sampler | None,
-    config: ProgramConfig,
+    config: RunConfig,
     availability: Availability | None,
     preprocessing_bits: communication.PreprocessingBits | None,
     pool,
@@ -183,7 +183,7 @@ class _Rounds:
       state['sampler'] = self.sampler.initialize(self.population)
     return state
 
-  def run(self) -> ExperimentResult:
+  def run(self) -> RunResult:
     """Resumes or starts, then trains the remaining rounds."""
     state, resumed_from = self.directory.resume(self.config.hparams, self._initial_state())
     self.release_manager = self.directory.release_manager(
@@ -214,7 +214,7 @@ class _Rounds:
       eval_metrics = self.trainer.evaluate(model_weights)
     elif first_round <= self.config.rounds:
       monitor.at_end(self.config.rounds, eval_metrics)
-    return ExperimentResult(
+    return RunResult(
       final_round=max(first_round - 1, self.config.rounds),
       resumed_from=resumed_from,
       eval_metrics=eval_metrics,

@@ -95,7 +95,7 @@ def check_population(tasks: Sequence[Task]) -> np.ndarray:
 
 
 class MultiModelResult(NamedTuple):
-  """What `run_multi_model_experiment` returns.
+  """What `train_multi_model` returns.
 
   Attributes:
     final_round: The last round completed.
@@ -130,10 +130,10 @@ def _flatten_vectors(measurements: Mapping[str, Any]) -> collections.OrderedDict
   return flat
 
 
-def run_multi_model_experiment(
+def train_multi_model(
   tasks: Sequence[Task],
   process: tff.templates.MeasuredProcess,
-  config: program.ProgramConfig,
+  config: program.RunConfig,
 ) -> MultiModelResult:
   """Runs (or resumes) a multi-model experiment through the program's round loop.
 
@@ -176,7 +176,7 @@ class MultiModel:
     self,
     tasks: Sequence[Task],
     process: tff.templates.MeasuredProcess,
-    config: program.ProgramConfig,
+    config: program.RunConfig,
   ):
     self.tasks, self.process, self.config = list(tasks), process, config
     self.examples = check_population(tasks)

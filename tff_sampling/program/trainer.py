@@ -28,7 +28,7 @@ from tff_sampling import randomness
 from tff_sampling.learning import signals as signals_lib
 from tff_sampling.program import checks
 from tff_sampling.program import evaluation
-from tff_sampling.program.config import ProgramConfig
+from tff_sampling.program.config import RunConfig
 from tff_sampling.program.config import UplinkFn
 from tff_sampling.samplers import base as samplers_base
 from tff_sampling.task import Task
@@ -110,11 +110,11 @@ def _train_metrics(process_metrics: Mapping[str, Any]) -> dict[str, float]:
 
 @dataclasses.dataclass
 class SingleModel:
-  """One `tff.learning` process on one task (see `tff_sampling.program.run_experiment`)."""
+  """One `tff.learning` process on one task (see `tff_sampling.program.train_model`)."""
 
   task: Task
   process: tff.learning.templates.LearningProcess
-  config: ProgramConfig
+  config: RunConfig
   uplink_fn: UplinkFn = communication.full_cohort_uplink
   client_weighting: tff.learning.ClientWeighting | None = None
 

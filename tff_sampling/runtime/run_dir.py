@@ -365,7 +365,7 @@ class HParams(dict):
 
   A run written before a flag was recorded lacks its key; `check_resume_compatible`
   resumes it only if the flag is at its default now. `defaults` rides along with
-  the values (e.g. through `program.ProgramConfig`) and is not written.
+  the values (e.g. through `program.RunConfig`) and is not written.
   """
 
   def __init__(

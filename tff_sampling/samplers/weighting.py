@@ -82,7 +82,7 @@ _RTOL = 1e-5
 _SIGNALS_HINT = (
   'build the process with tff_sampling.learning.signals.build_fedavg_with_signals (its '
   "clients receive each slot's weight: signals.selection_client_data), which "
-  "tff_sampling.program.run_experiment feeds the sampler's weights"
+  "tff_sampling.program.train_model feeds the sampler's weights"
 )
 
 

@@ -15,9 +15,9 @@ import tensorflow_federated as tff
 from tff_sampling import communication
 from tff_sampling import program
 from tff_sampling import samplers
-from tff_sampling.experiments.config import AvailabilitySpec
-from tff_sampling.experiments.config import Comparison
-from tff_sampling.experiments.config import RunSettings
+from tff_sampling.comparisons.settings import AvailabilitySpec
+from tff_sampling.comparisons.settings import Comparison
+from tff_sampling.comparisons.settings import ComparisonSettings
 from tff_sampling.runtime import results
 from tff_sampling.runtime import run_dir
 from tff_sampling.task import Task
@@ -32,7 +32,7 @@ def task_hparams(task: Task) -> dict[str, Any]:
 
 
 def run_hparams(
-  settings: RunSettings, name: str, seed: int, *parts: Mapping[str, Any]
+  settings: ComparisonSettings, name: str, seed: int, *parts: Mapping[str, Any]
 ) -> run_dir.HParams:
   """What run `name` records: ``settings.hparams``, then `parts` in order (later
   ones win, e.g. a sweep's method), then the run's seed, name and root directory.
@@ -52,7 +52,7 @@ def run_hparams(
 
 def run_uniform_cohorts(
   task: Task,
-  settings: RunSettings,
+  settings: ComparisonSettings,
   name: str,
   seed: int,
   clients_per_round: int,
@@ -61,11 +61,11 @@ def run_uniform_cohorts(
   method_hparams: Mapping[str, Any],
   availability: AvailabilitySpec = AvailabilitySpec(),
   uplink_fn: program.UplinkFn = communication.full_cohort_uplink,
-) -> program.ExperimentResult:
+) -> program.RunResult:
   """Runs (or resumes) run `name` with uniformly drawn cohorts, and logs the outcome.
 
   Checks the cohort size against the population before any TFF work. Raises
-  like `program.run_experiment`.
+  like `program.train_model`.
   """
   config = settings.program_config(
     name,
@@ -74,7 +74,7 @@ def run_uniform_cohorts(
   )
   sampler = samplers.UniformSampler(clients_per_round, seed=seed)
   sampler.initialize(samplers.Population(task.client_num_examples))  # Fail fast.
-  result = program.run_experiment(
+  result = program.train_model(
     task,
     make_process(task),
     sampler,
@@ -95,7 +95,7 @@ def run_uniform_cohorts(
 def run_comparison(
   task: Task,
   comparison: Comparison,
-  settings: RunSettings,
+  settings: ComparisonSettings,
   *,
   make_process: ProcessFn,
   make_sampler: SamplerFn,
@@ -110,7 +110,7 @@ def run_comparison(
   given) besides the settings' and the task's hyper-parameters.
   `preprocessing_bits(method, seed)`, if given, is called after
   ``make_sampler(method, seed)`` (which may do the pre-processing) and its
-  result passed to `program.run_experiment`. Raises like `program.run_experiment`.
+  result passed to `program.train_model`. Raises like `program.train_model`.
   """
   groups: dict[str, list[results.Run]] = {}
   for method, seed in comparison.runs():
@@ -129,7 +129,7 @@ def run_comparison(
       ),
     )
     sampler = make_sampler(method, seed)
-    program.run_experiment(
+    program.train_model(
       task,
       make_process(method, seed),
       sampler,

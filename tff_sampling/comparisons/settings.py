@@ -1,7 +1,7 @@
-"""Typed settings of an experiment: client availability, shared run settings, a sweep.
+"""Typed settings of a comparison: client availability, shared run settings, a sweep.
 
 Frozen dataclasses that the binaries fill from their flags and the rest of
-`tff_sampling.experiments` reads; nothing here reads a flag.
+`tff_sampling.comparisons` reads; nothing here reads a flag.
 """
 
 from __future__ import annotations
@@ -93,16 +93,16 @@ def parse_availability(
 
 
 @dataclasses.dataclass(frozen=True)
-class RunSettings:
-  """What every run of an experiment shares.
+class ComparisonSettings:
+  """What every run of a comparison shares.
 
   Attributes:
     root_output_dir: Directory of the run directories.
     rounds, eval_every, checkpoint_every, client_steps, client_learning_rate_decay: As
-      `program.ProgramConfig`'s.
+      `program.RunConfig`'s.
     reset: Delete a run's earlier output first (only a directory this project
       created for a run); otherwise an existing run resumes.
-    workers, local_workers, clients_per_call: As `program.ProgramConfig`'s.
+    workers, local_workers, clients_per_call: As `program.RunConfig`'s.
     hparams: Hyper-parameters every run records (e.g. each flag that changes results).
     defaults: The defaults of those of `hparams` that are flags: a run written
       before one was recorded resumes only with it at its default (`run_dir.HParams`).
@@ -133,11 +133,9 @@ class RunSettings:
       logging.info('--reset: deleted the earlier run in %s.', path)
     return path
 
-  def program_config(
-    self, name: str, seed: int, hparams: Mapping[str, Any]
-  ) -> program.ProgramConfig:
-    """The `ProgramConfig` of run `name` (its directory reset first under `reset`)."""
-    return program.ProgramConfig(
+  def program_config(self, name: str, seed: int, hparams: Mapping[str, Any]) -> program.RunConfig:
+    """The `RunConfig` of run `name` (its directory reset first under `reset`)."""
+    return program.RunConfig(
       output_dir=self.run_directory(name),
       rounds=self.rounds,
       seed=seed,

@@ -32,9 +32,9 @@ from tff_sampling import communication
 from tff_sampling import samplers
 from tff_sampling.aggregators import OptimalSamplingFactory
 from tff_sampling.aggregators import optimal_sampling
-from tff_sampling.experiments import clustered
-from tff_sampling.experiments import fedgs
-from tff_sampling.experiments import lefl
+from tff_sampling.comparisons import clustered
+from tff_sampling.comparisons import fedgs
+from tff_sampling.comparisons import lefl
 from tff_sampling.learning import signals
 from tff_sampling.task import Task
 
