@@ -54,36 +54,48 @@ from tff_sampling.samplers import clustered
 
 # Flag names carry the `cl_` prefix: other binaries define flags in the same
 # process when the tests import them all.
-_SIZES = flags.DEFINE_list(
-    'cl_sizes', ['100', '1000', '3400'], 'Numbers of clients N to time.')
+_SIZES = flags.DEFINE_list('cl_sizes', ['100', '1000', '3400'], 'Numbers of clients N to time.')
 _SKETCH_SIZE = flags.DEFINE_integer(
-    'cl_sketch_size', 1024, 'Length d of the representative update sketches.', lower_bound=1)
+  'cl_sketch_size', 1024, 'Length d of the representative update sketches.', lower_bound=1
+)
 _NUM_DRAWS = flags.DEFINE_integer(
-    'cl_num_draws', 10, 'Distributions (clients per round) m.', lower_bound=1)
+  'cl_num_draws', 10, 'Distributions (clients per round) m.', lower_bound=1
+)
 _REPETITIONS = flags.DEFINE_integer(
-    'cl_repetitions', 5, 'Timed repetitions per configuration.', lower_bound=1)
+  'cl_repetitions', 5, 'Timed repetitions per configuration.', lower_bound=1
+)
 _SIMILARITY = flags.DEFINE_enum(
-    'cl_similarity', 'arccos', list(clustered.SIMILARITIES), 'Similarity of Algorithm 2.')
+  'cl_similarity', 'arccos', list(clustered.SIMILARITIES), 'Similarity of Algorithm 2.'
+)
 _DIRECTIONS = flags.DEFINE_integer(
-    'cl_directions', 5, 'Mixture directions of the synthetic updates.', lower_bound=1)
+  'cl_directions', 5, 'Mixture directions of the synthetic updates.', lower_bound=1
+)
 _NOISE = flags.DEFINE_float(
-    'cl_noise', 1.0, 'Norm of the Gaussian noise added to each unit direction.', lower_bound=0.0)
+  'cl_noise', 1.0, 'Norm of the Gaussian noise added to each unit direction.', lower_bound=0.0
+)
 _ZERO_FRACTION = flags.DEFINE_float(
-    'cl_zero_fraction', 0.2, 'Fraction of never-sampled clients (zero updates) in the '
-    'timing workload.', lower_bound=0.0, upper_bound=1.0)
+  'cl_zero_fraction',
+  0.2,
+  'Fraction of never-sampled clients (zero updates) in the timing workload.',
+  lower_bound=0.0,
+  upper_bound=1.0,
+)
 _SIZE_SIGMA = flags.DEFINE_float(
-    'cl_size_sigma', 1.0, 'Sigma of the lognormal client sizes.', lower_bound=0.0)
+  'cl_size_sigma', 1.0, 'Sigma of the lognormal client sizes.', lower_bound=0.0
+)
 _SEED = flags.DEFINE_integer('cl_seed', 0, 'Seed of the workload.', lower_bound=0)
 _TARGET_SECONDS = flags.DEFINE_float(
-    'cl_target_seconds', 5.0, 'Target for the median end-to-end time at the largest N.')
+  'cl_target_seconds', 5.0, 'Target for the median end-to-end time at the largest N.'
+)
 _ARI_SIZES = flags.DEFINE_list(
-    'cl_ari_sizes', ['100', '1000'],
-    'Numbers of clients for the sketch agreement (empty: time only).')
+  'cl_ari_sizes', ['100', '1000'], 'Numbers of clients for the sketch agreement (empty: time only).'
+)
 _EXACT_DIM = flags.DEFINE_integer(
-    'cl_exact_dim', 20_000, 'Length of the exact updates for the sketch agreement.',
-    lower_bound=1)
+  'cl_exact_dim', 20_000, 'Length of the exact updates for the sketch agreement.', lower_bound=1
+)
 _ARI_SKETCH_SEEDS = flags.DEFINE_integer(
-    'cl_ari_sketch_seeds', 3, 'Sketch seeds per N for the agreement.', lower_bound=1)
+  'cl_ari_sketch_seeds', 3, 'Sketch seeds per N for the agreement.', lower_bound=1
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,8 +130,9 @@ def client_sizes(num_clients: int, sigma: float, seed: int) -> np.ndarray:
   return np.ceil(rng.lognormal(np.log(100.0), sigma, num_clients)).astype(np.int64)
 
 
-def mixture_updates(num_clients: int, dim: int, directions: int, noise: float,
-                    zero_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def mixture_updates(
+  num_clients: int, dim: int, directions: int, noise: float, zero_fraction: float, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
   """``float32[N, dim]`` updates and their mixture labels (-1 for zero rows)."""
   rng = np.random.default_rng([seed, 1, num_clients, dim])
   centers = rng.normal(size=(directions, dim))
@@ -138,25 +151,42 @@ def _time(function: Callable[[], object], repetitions: int) -> tuple[tuple[float
   return seconds, results[-1]
 
 
-def time_algorithm2(num_clients: int, *, sketch_size: int, num_draws: int, similarity: str,
-                    repetitions: int, directions: int, noise: float, zero_fraction: float,
-                    size_sigma: float, seed: int) -> TimingRow:
+def time_algorithm2(
+  num_clients: int,
+  *,
+  sketch_size: int,
+  num_draws: int,
+  similarity: str,
+  repetitions: int,
+  directions: int,
+  noise: float,
+  zero_fraction: float,
+  size_sigma: float,
+  seed: int,
+) -> TimingRow:
   """Times Algorithm 2 end to end and its similarity and linkage phases."""
   sizes = client_sizes(num_clients, size_sigma, seed)
   updates, _ = mixture_updates(num_clients, sketch_size, directions, noise, zero_fraction, seed)
-  total, units = _time(lambda: clustered.similarity_based_units(
-      sizes, updates, num_draws, similarity=similarity), repetitions)
+  total, units = _time(
+    lambda: clustered.similarity_based_units(sizes, updates, num_draws, similarity=similarity),
+    repetitions,
+  )
   similarity_seconds, matrix = _time(
-      lambda: clustered.similarity_matrix(updates, similarity), repetitions)
+    lambda: clustered.similarity_matrix(updates, similarity), repetitions
+  )
   linkage_seconds, _ = _time(lambda: clustered.ward_linkage_of_rows(matrix), repetitions)
   labels = clustered.similarity_groups(sizes, updates, num_draws, similarity=similarity)
   r = units / sizes.sum()
   p = sizes / sizes.sum()
   return TimingRow(
-      num_clients=num_clients, total_seconds=total, similarity_seconds=similarity_seconds,
-      linkage_seconds=linkage_seconds, num_groups=int(labels.max()) + 1,
-      expected_distinct=clustered.expected_distinct_clients(r),
-      md_expected_distinct=float(np.sum(clustered.md_inclusion_probability(p, num_draws))))
+    num_clients=num_clients,
+    total_seconds=total,
+    similarity_seconds=similarity_seconds,
+    linkage_seconds=linkage_seconds,
+    num_groups=int(labels.max()) + 1,
+    expected_distinct=clustered.expected_distinct_clients(r),
+    md_expected_distinct=float(np.sum(clustered.md_inclusion_probability(p, num_draws))),
+  )
 
 
 def expected_directions_covered(r: np.ndarray, labels: np.ndarray) -> float:
@@ -177,9 +207,19 @@ def _top_labels(updates: np.ndarray, num_clusters: int, similarity: str) -> np.n
   return hierarchy.fcluster(linkage, num_clusters, criterion='maxclust')
 
 
-def sketch_agreement(num_clients: int, *, exact_dim: int, sketch_size: int, num_draws: int,
-                     similarity: str, directions: int, noise: float, size_sigma: float,
-                     seed: int, sketch_seeds: int) -> AgreementRow:
+def sketch_agreement(
+  num_clients: int,
+  *,
+  exact_dim: int,
+  sketch_size: int,
+  num_draws: int,
+  similarity: str,
+  directions: int,
+  noise: float,
+  size_sigma: float,
+  seed: int,
+  sketch_seeds: int,
+) -> AgreementRow:
   """ARI between the clusterings of exact updates and of their count sketches."""
   sizes = client_sizes(num_clients, size_sigma, seed)
   exact, truth = mixture_updates(num_clients, exact_dim, directions, noise, 0.0, seed)
@@ -187,65 +227,84 @@ def sketch_agreement(num_clients: int, *, exact_dim: int, sketch_size: int, num_
   exact_top = _top_labels(exact, directions, similarity)
   total = sizes.sum()
   covered_exact = expected_directions_covered(
-      clustered.similarity_based_units(sizes, exact, num_draws, similarity=similarity) / total,
-      truth)
+    clustered.similarity_based_units(sizes, exact, num_draws, similarity=similarity) / total, truth
+  )
   covered_md = expected_directions_covered(np.tile(sizes / total, (num_draws, 1)), truth)
   group_ari, top_ari, covered_sketch = [], [], []
   for sketch_seed in range(sketch_seeds):
     sketch = clustered.count_sketch(exact, sketch_size, seed=sketch_seed)
     groups = clustered.similarity_groups(sizes, sketch, num_draws, similarity=similarity)
-    covered_sketch.append(expected_directions_covered(
+    covered_sketch.append(
+      expected_directions_covered(
         clustered.similarity_based_units(sizes, sketch, num_draws, similarity=similarity) / total,
-        truth))
+        truth,
+      )
+    )
     group_ari.append(metrics.adjusted_rand_score(exact_groups, groups))
-    top_ari.append(metrics.adjusted_rand_score(exact_top, _top_labels(sketch, directions,
-                                                                      similarity)))
+    top_ari.append(
+      metrics.adjusted_rand_score(exact_top, _top_labels(sketch, directions, similarity))
+    )
   return AgreementRow(
-      num_clients=num_clients, group_ari=tuple(group_ari), top_ari=tuple(top_ari),
-      exact_top_vs_truth_ari=metrics.adjusted_rand_score(truth, exact_top),
-      num_groups_exact=int(exact_groups.max()) + 1, covered_exact=covered_exact,
-      covered_sketch=tuple(covered_sketch), covered_md=covered_md)
+    num_clients=num_clients,
+    group_ari=tuple(group_ari),
+    top_ari=tuple(top_ari),
+    exact_top_vs_truth_ari=metrics.adjusted_rand_score(truth, exact_top),
+    num_groups_exact=int(exact_groups.max()) + 1,
+    covered_exact=covered_exact,
+    covered_sketch=tuple(covered_sketch),
+    covered_md=covered_md,
+  )
 
 
-def format_timing(rows: Sequence[TimingRow], *, sketch_size: int, num_draws: int,
-                  similarity: str, target_seconds: float) -> str:
+def format_timing(
+  rows: Sequence[TimingRow],
+  *,
+  sketch_size: int,
+  num_draws: int,
+  similarity: str,
+  target_seconds: float,
+) -> str:
   lines = [
-      f'Algorithm 2 server time per round: sketch_size={sketch_size}, m={num_draws}, '
-      f'similarity={similarity} (median [min, max] seconds)',
-      f'{"N":>6} {"total_s [min, max]":>24} {"similarity_s":>12} {"linkage_s":>10} '
-      f'{"groups":>7} {"E[distinct]":>11} {"MD":>6}',
+    f'Algorithm 2 server time per round: sketch_size={sketch_size}, m={num_draws}, '
+    f'similarity={similarity} (median [min, max] seconds)',
+    f'{"N":>6} {"total_s [min, max]":>24} {"similarity_s":>12} {"linkage_s":>10} '
+    f'{"groups":>7} {"E[distinct]":>11} {"MD":>6}',
   ]
   for row in rows:
     lines.append(
-        f'{row.num_clients:>6} {statistics.median(row.total_seconds):>8.3f} '
-        f'[{min(row.total_seconds):>6.3f}, {max(row.total_seconds):>6.3f}] '
-        f'{statistics.median(row.similarity_seconds):>12.3f} '
-        f'{statistics.median(row.linkage_seconds):>10.3f} {row.num_groups:>7} '
-        f'{row.expected_distinct:>11.2f} {row.md_expected_distinct:>6.2f}')
+      f'{row.num_clients:>6} {statistics.median(row.total_seconds):>8.3f} '
+      f'[{min(row.total_seconds):>6.3f}, {max(row.total_seconds):>6.3f}] '
+      f'{statistics.median(row.similarity_seconds):>12.3f} '
+      f'{statistics.median(row.linkage_seconds):>10.3f} {row.num_groups:>7} '
+      f'{row.expected_distinct:>11.2f} {row.md_expected_distinct:>6.2f}'
+    )
   largest = max(rows, key=lambda row: row.num_clients)
   median = statistics.median(largest.total_seconds)
   verdict = 'met' if median < target_seconds else 'NOT met'
-  lines.append(f'target: N={largest.num_clients} median {median:.3f} s < {target_seconds:g} s: '
-               f'{verdict}')
+  lines.append(
+    f'target: N={largest.num_clients} median {median:.3f} s < {target_seconds:g} s: {verdict}'
+  )
   return '\n'.join(lines)
 
 
-def format_agreement(rows: Sequence[AgreementRow], *, exact_dim: int, sketch_size: int,
-                     directions: int) -> str:
+def format_agreement(
+  rows: Sequence[AgreementRow], *, exact_dim: int, sketch_size: int, directions: int
+) -> str:
   lines = [
-      f'Clustering of exact ({exact_dim}-dim) vs count-sketched ({sketch_size}-dim) updates: '
-      'adjusted Rand index, mean [min, max] over sketch seeds; expected directions (of '
-      f'{directions}) covered per round',
-      f'{"N":>6} {"groups":>7} {"ARI_groups":>24} {"ARI_top":>24} {"top_vs_truth":>12} '
-      f'{"cover_exact":>11} {"cover_sketch":>12} {"cover_MD":>8}',
+    f'Clustering of exact ({exact_dim}-dim) vs count-sketched ({sketch_size}-dim) updates: '
+    'adjusted Rand index, mean [min, max] over sketch seeds; expected directions (of '
+    f'{directions}) covered per round',
+    f'{"N":>6} {"groups":>7} {"ARI_groups":>24} {"ARI_top":>24} {"top_vs_truth":>12} '
+    f'{"cover_exact":>11} {"cover_sketch":>12} {"cover_MD":>8}',
   ]
   for row in rows:
     lines.append(
-        f'{row.num_clients:>6} {row.num_groups_exact:>7} '
-        f'{np.mean(row.group_ari):>8.3f} [{min(row.group_ari):.3f}, {max(row.group_ari):.3f}] '
-        f'{np.mean(row.top_ari):>8.3f} [{min(row.top_ari):.3f}, {max(row.top_ari):.3f}] '
-        f'{row.exact_top_vs_truth_ari:>12.3f} {row.covered_exact:>11.3f} '
-        f'{np.mean(row.covered_sketch):>12.3f} {row.covered_md:>8.3f}')
+      f'{row.num_clients:>6} {row.num_groups_exact:>7} '
+      f'{np.mean(row.group_ari):>8.3f} [{min(row.group_ari):.3f}, {max(row.group_ari):.3f}] '
+      f'{np.mean(row.top_ari):>8.3f} [{min(row.top_ari):.3f}, {max(row.top_ari):.3f}] '
+      f'{row.exact_top_vs_truth_ari:>12.3f} {row.covered_exact:>11.3f} '
+      f'{np.mean(row.covered_sketch):>12.3f} {row.covered_md:>8.3f}'
+    )
   return '\n'.join(lines)
 
 
@@ -265,24 +324,53 @@ def main(argv: Sequence[str]) -> None:
   sizes = _positive_ints(_SIZES.value, 'cl_sizes')
   ari_sizes = _positive_ints(_ARI_SIZES.value, 'cl_ari_sizes', allow_empty=True)
   timing = [
-      time_algorithm2(
-          n, sketch_size=_SKETCH_SIZE.value, num_draws=_NUM_DRAWS.value,
-          similarity=_SIMILARITY.value, repetitions=_REPETITIONS.value,
-          directions=_DIRECTIONS.value, noise=_NOISE.value,
-          zero_fraction=_ZERO_FRACTION.value, size_sigma=_SIZE_SIGMA.value, seed=_SEED.value)
-      for n in sizes]
-  print(format_timing(timing, sketch_size=_SKETCH_SIZE.value, num_draws=_NUM_DRAWS.value,
-                      similarity=_SIMILARITY.value, target_seconds=_TARGET_SECONDS.value))
+    time_algorithm2(
+      n,
+      sketch_size=_SKETCH_SIZE.value,
+      num_draws=_NUM_DRAWS.value,
+      similarity=_SIMILARITY.value,
+      repetitions=_REPETITIONS.value,
+      directions=_DIRECTIONS.value,
+      noise=_NOISE.value,
+      zero_fraction=_ZERO_FRACTION.value,
+      size_sigma=_SIZE_SIGMA.value,
+      seed=_SEED.value,
+    )
+    for n in sizes
+  ]
+  print(
+    format_timing(
+      timing,
+      sketch_size=_SKETCH_SIZE.value,
+      num_draws=_NUM_DRAWS.value,
+      similarity=_SIMILARITY.value,
+      target_seconds=_TARGET_SECONDS.value,
+    )
+  )
   agreement = [
-      sketch_agreement(
-          n, exact_dim=_EXACT_DIM.value, sketch_size=_SKETCH_SIZE.value,
-          num_draws=_NUM_DRAWS.value, similarity=_SIMILARITY.value,
-          directions=_DIRECTIONS.value, noise=_NOISE.value, size_sigma=_SIZE_SIGMA.value,
-          seed=_SEED.value, sketch_seeds=_ARI_SKETCH_SEEDS.value)
-      for n in ari_sizes]
+    sketch_agreement(
+      n,
+      exact_dim=_EXACT_DIM.value,
+      sketch_size=_SKETCH_SIZE.value,
+      num_draws=_NUM_DRAWS.value,
+      similarity=_SIMILARITY.value,
+      directions=_DIRECTIONS.value,
+      noise=_NOISE.value,
+      size_sigma=_SIZE_SIGMA.value,
+      seed=_SEED.value,
+      sketch_seeds=_ARI_SKETCH_SEEDS.value,
+    )
+    for n in ari_sizes
+  ]
   if agreement:
-    print(format_agreement(agreement, exact_dim=_EXACT_DIM.value,
-                           sketch_size=_SKETCH_SIZE.value, directions=_DIRECTIONS.value))
+    print(
+      format_agreement(
+        agreement,
+        exact_dim=_EXACT_DIM.value,
+        sketch_size=_SKETCH_SIZE.value,
+        directions=_DIRECTIONS.value,
+      )
+    )
 
 
 if __name__ == '__main__':

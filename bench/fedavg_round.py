@@ -91,40 +91,55 @@ class TffLoop(enum.Enum):
 
 
 _ROUNDS = flags.DEFINE_integer(
-    'timed_rounds', 5, 'Timed blocks (one round of each implementation) after the warm-up.',
-    lower_bound=1)
+  'timed_rounds',
+  5,
+  'Timed blocks (one round of each implementation) after the warm-up.',
+  lower_bound=1,
+)
 _CLIENTS = flags.DEFINE_integer('clients', 32, 'Clients per round.', lower_bound=1)
 _EXAMPLES = flags.DEFINE_integer(
-    'examples', 4800, 'Examples over all clients (one local epoch each).', lower_bound=1)
+  'examples', 4800, 'Examples over all clients (one local epoch each).', lower_bound=1
+)
 _BATCH_SIZE = flags.DEFINE_integer('batch_size', 20, 'Client batch size.', lower_bound=1)
-_CLIENT_LEARNING_RATE = flags.DEFINE_float(
-    'client_lr', 0.1, 'Client SGD learning rate.')
-_SERVER_LEARNING_RATE = flags.DEFINE_float(
-    'server_lr', 1.0, 'Server SGD learning rate.')
+_CLIENT_LEARNING_RATE = flags.DEFINE_float('client_lr', 0.1, 'Client SGD learning rate.')
+_SERVER_LEARNING_RATE = flags.DEFINE_float('server_lr', 1.0, 'Server SGD learning rate.')
 _SEED = flags.DEFINE_integer(
-    'workload_seed', 0, 'Seed of the synthetic data and of the initial weights.', lower_bound=0)
+  'workload_seed', 0, 'Seed of the synthetic data and of the initial weights.', lower_bound=0
+)
 _TFF_LOOPS = flags.DEFINE_list(
-    'tff_loops', [TffLoop.REDUCE.value, TffLoop.ITERATOR.value],
-    'Comma-separated TFF client loop implementation(s) to time: `reduce` '
-    '(DATASET_REDUCE, the default of build_weighted_fed_avg) and/or `iterator` '
-    '(DATASET_ITERATOR).')
+  'tff_loops',
+  [TffLoop.REDUCE.value, TffLoop.ITERATOR.value],
+  'Comma-separated TFF client loop implementation(s) to time: `reduce` '
+  '(DATASET_REDUCE, the default of build_weighted_fed_avg) and/or `iterator` '
+  '(DATASET_ITERATOR).',
+)
 flags.register_validator(
-    'tff_loops',
-    lambda values: bool(values) and all(v in {loop.value for loop in TffLoop} for v in values),
-    message=f'--tff_loops takes a non-empty list of {[loop.value for loop in TffLoop]}.')
+  'tff_loops',
+  lambda values: bool(values) and all(v in {loop.value for loop in TffLoop} for v in values),
+  message=f'--tff_loops takes a non-empty list of {[loop.value for loop in TffLoop]}.',
+)
 _TARGET_RATIO = flags.DEFINE_float(
-    'target_ratio', 1.3, 'Target for the median per-round ratio TFF / plain TF.')
+  'target_ratio', 1.3, 'Target for the median per-round ratio TFF / plain TF.'
+)
 _TOLERANCE = flags.DEFINE_float(
-    'agreement_tolerance', 1e-3,
-    'Largest allowed max|w_tff - w_plain| after the short check round from the same '
-    'start, relative to max|update| of that round.')
+  'agreement_tolerance',
+  1e-3,
+  'Largest allowed max|w_tff - w_plain| after the short check round from the same '
+  'start, relative to max|update| of that round.',
+)
 _AGREEMENT_STEPS = flags.DEFINE_integer(
-    'agreement_steps', 4,
-    'Batches per client in the agreement check round (longer rounds are chaotic at '
-    'learning rate 0.1, see the module docstring).', lower_bound=1)
+  'agreement_steps',
+  4,
+  'Batches per client in the agreement check round (longer rounds are chaotic at '
+  'learning rate 0.1, see the module docstring).',
+  lower_bound=1,
+)
 _CSV = flags.DEFINE_string(
-    'csv', None, 'If set, append (benchmark, metric, value, commit, timestamp) rows to '
-    'this CSV file (header written when the file is new).')
+  'csv',
+  None,
+  'If set, append (benchmark, metric, value, commit, timestamp) rows to '
+  'this CSV file (header written when the file is new).',
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,20 +164,27 @@ class BenchmarkConfig:
         raise ValueError(f'{name} must be at least 1, got {getattr(self, name)!r}.')
     if self.total_examples < self.num_clients:
       raise ValueError(
-          f'total_examples ({self.total_examples}) must be at least num_clients '
-          f'({self.num_clients}): every client needs one example.')
+        f'total_examples ({self.total_examples}) must be at least num_clients '
+        f'({self.num_clients}): every client needs one example.'
+      )
     if not self.tff_loops or len(set(self.tff_loops)) != len(self.tff_loops):
       raise ValueError(f'tff_loops must be non-empty and distinct, got {self.tff_loops!r}.')
-    for name in ('client_learning_rate', 'server_learning_rate', 'target_ratio',
-                 'agreement_tolerance'):
+    for name in (
+      'client_learning_rate',
+      'server_learning_rate',
+      'target_ratio',
+      'agreement_tolerance',
+    ):
       if not getattr(self, name) > 0:
         raise ValueError(f'{name} must be positive, got {getattr(self, name)!r}.')
 
   @property
   def tag(self) -> str:
     """Benchmark name with the workload, so CSV rows of different sizes never mix."""
-    return (f'{BENCHMARK_NAME}/clients={self.num_clients},examples={self.total_examples},'
-            f'batch={self.batch_size}')
+    return (
+      f'{BENCHMARK_NAME}/clients={self.num_clients},examples={self.total_examples},'
+      f'batch={self.batch_size}'
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,7 +266,7 @@ def client_sizes(num_clients: int, total_examples: int, seed: int) -> np.ndarray
 
 
 def synthetic_client_arrays(
-    sizes: Sequence[int], seed: int
+  sizes: Sequence[int], seed: int
 ) -> list[collections.OrderedDict[str, np.ndarray]]:
   """FEMNIST-shaped examples per client: ``x`` float32[n, 28, 28, 1] in [0, 1], ``y`` int32[n].
 
@@ -266,11 +288,12 @@ def synthetic_client_arrays(
 
 
 def client_datasets(
-    arrays: Sequence[Mapping[str, np.ndarray]], batch_size: int
+  arrays: Sequence[Mapping[str, np.ndarray]], batch_size: int
 ) -> list[tf.data.Dataset]:
   """One batched, unshuffled dataset per client (the same batches for both sides)."""
-  return [tf.data.Dataset.from_tensor_slices(collections.OrderedDict(a)).batch(batch_size)
-          for a in arrays]
+  return [
+    tf.data.Dataset.from_tensor_slices(collections.OrderedDict(a)).batch(batch_size) for a in arrays
+  ]
 
 
 def _loss() -> tf.keras.losses.Loss:
@@ -286,20 +309,22 @@ def tff_model_fn(element_spec, seed: int) -> Callable[[], tff.learning.models.Va
 
   def model_fn() -> tff.learning.models.VariableModel:
     return tff.learning.models.from_keras_model(
-        models.mcmahan_cnn(NUM_CLASSES, seed), loss=_loss(), input_spec=element_spec)
+      models.mcmahan_cnn(NUM_CLASSES, seed), loss=_loss(), input_spec=element_spec
+    )
 
   return model_fn
 
 
 def build_tff_process(
-    element_spec, config: BenchmarkConfig, loop: TffLoop
+  element_spec, config: BenchmarkConfig, loop: TffLoop
 ) -> tff.learning.templates.LearningProcess:
   """TFF's weighted FedAvg over the McMahan CNN (example weighting, SGD both sides)."""
   return tff.learning.algorithms.build_weighted_fed_avg(
-      tff_model_fn(element_spec, config.seed),
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(config.client_learning_rate),
-      server_optimizer_fn=tff.learning.optimizers.build_sgdm(config.server_learning_rate),
-      loop_implementation=loop.loop_implementation)
+    tff_model_fn(element_spec, config.seed),
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(config.client_learning_rate),
+    server_optimizer_fn=tff.learning.optimizers.build_sgdm(config.server_learning_rate),
+    loop_implementation=loop.loop_implementation,
+  )
 
 
 class PlainFedAvg:
@@ -321,8 +346,9 @@ class PlainFedAvg:
   so the ratio is against the best plain loop.
   """
 
-  def __init__(self, keras_model: tf.keras.Model, *, client_learning_rate: float,
-               server_learning_rate: float):
+  def __init__(
+    self, keras_model: tf.keras.Model, *, client_learning_rate: float, server_learning_rate: float
+  ):
     self._model = keras_model
     self._loss = _loss()
     self._client_lr = tf.constant(client_learning_rate, tf.float32)
@@ -383,7 +409,7 @@ class PlainFedAvg:
 
 
 def compare_weights(
-    start: Sequence[np.ndarray], candidate: Sequence[np.ndarray], reference: Sequence[np.ndarray]
+  start: Sequence[np.ndarray], candidate: Sequence[np.ndarray], reference: Sequence[np.ndarray]
 ) -> Agreement:
   """Compares `candidate` with `reference`, two results of one round from `start`.
 
@@ -392,7 +418,8 @@ def compare_weights(
   """
   if not (len(start) == len(candidate) == len(reference)):
     raise ValueError(
-        f'Weight lists differ in length: {len(start)}, {len(candidate)}, {len(reference)}.')
+      f'Weight lists differ in length: {len(start)}, {len(candidate)}, {len(reference)}.'
+    )
   differences, updates = [0.0], [0.0]
   for s, c, r in zip(start, candidate, reference):
     s, c, r = (np.asarray(x, np.float64) for x in (s, c, r))
@@ -417,9 +444,14 @@ def run_benchmark(config: BenchmarkConfig) -> BenchmarkResult:
   sizes = client_sizes(config.num_clients, config.total_examples, config.seed)
   datasets = client_datasets(synthetic_client_arrays(sizes, config.seed), config.batch_size)
   check_datasets = [d.take(config.agreement_steps) for d in datasets]
-  logging.info('%d clients, %d examples, sizes %d..%d, %d SGD steps per round',
-               len(sizes), sizes.sum(), sizes.min(), sizes.max(),
-               int(np.sum(-(-sizes // config.batch_size))))
+  logging.info(
+    '%d clients, %d examples, sizes %d..%d, %d SGD steps per round',
+    len(sizes),
+    sizes.sum(),
+    sizes.min(),
+    sizes.max(),
+    int(np.sum(-(-sizes // config.batch_size))),
+  )
 
   # All TFF processes first: TFF builds its models inside a `tf.Graph`, which
   # invalidates Keras models created earlier in eager mode.
@@ -427,9 +459,11 @@ def run_benchmark(config: BenchmarkConfig) -> BenchmarkResult:
   for loop in config.tff_loops:
     logging.info('Building TFF process (%s)', loop.label)
     processes[loop.label] = build_tff_process(datasets[0].element_spec, config, loop)
-  plain = PlainFedAvg(models.mcmahan_cnn(NUM_CLASSES, config.seed),
-                      client_learning_rate=config.client_learning_rate,
-                      server_learning_rate=config.server_learning_rate)
+  plain = PlainFedAvg(
+    models.mcmahan_cnn(NUM_CLASSES, config.seed),
+    client_learning_rate=config.client_learning_rate,
+    server_learning_rate=config.server_learning_rate,
+  )
 
   def plain_round(start: Sequence[np.ndarray], cohort) -> list[np.ndarray]:
     plain.set_global_weights(start)
@@ -447,9 +481,14 @@ def run_benchmark(config: BenchmarkConfig) -> BenchmarkResult:
     # The warm-up: a full round of each side from the same start.
     states[label] = process.next(initial_state, datasets).state
     full_round_agreement[label] = compare_weights(
-        start, _tff_weights(process, states[label]), plain_round(start, datasets))
-    logging.info('%s vs plain TF: check round %s; full round %s', label, agreement[label],
-                 full_round_agreement[label])
+      start, _tff_weights(process, states[label]), plain_round(start, datasets)
+    )
+    logging.info(
+      '%s vs plain TF: check round %s; full round %s',
+      label,
+      agreement[label],
+      full_round_agreement[label],
+    )
   reference = plain_round(start, datasets)
   perturbed = plain_round([w * np.float32(1 + 1e-6) for w in start], datasets)
   noise_floor = compare_weights(start, perturbed, reference)
@@ -461,6 +500,7 @@ def run_benchmark(config: BenchmarkConfig) -> BenchmarkResult:
   def tff_runner(label):
     def run():
       states[label] = processes[label].next(states[label], datasets).state
+
     return run
 
   runners = {label: stats.timed(tff_runner(label)) for label in processes}
@@ -468,12 +508,13 @@ def run_benchmark(config: BenchmarkConfig) -> BenchmarkResult:
   # The check and warm-up rounds above ran every side already.
   seconds = stats.interleave(runners, config.rounds, warmup=0)
   return BenchmarkResult(
-      config=config,
-      seconds={label: tuple(values) for label, values in seconds.items()},
-      agreement=agreement,
-      full_round_agreement=full_round_agreement,
-      full_round_noise_floor=noise_floor,
-      client_sizes=tuple(int(s) for s in sizes))
+    config=config,
+    seconds={label: tuple(values) for label, values in seconds.items()},
+    agreement=agreement,
+    full_round_agreement=full_round_agreement,
+    full_round_noise_floor=noise_floor,
+    client_sizes=tuple(int(s) for s in sizes),
+  )
 
 
 # --------------------------------------------------------------------------
@@ -481,8 +522,10 @@ def run_benchmark(config: BenchmarkConfig) -> BenchmarkResult:
 
 
 def _describe(agreement: Agreement) -> str:
-  return (f'max |diff| {agreement.max_abs_difference:.3g}, max |update| '
-          f'{agreement.max_abs_update:.3g}, relative {agreement.relative_difference:.3g}')
+  return (
+    f'max |diff| {agreement.max_abs_difference:.3g}, max |update| '
+    f'{agreement.max_abs_update:.3g}, relative {agreement.relative_difference:.3g}'
+  )
 
 
 def format_table(result: BenchmarkResult) -> str:
@@ -490,32 +533,39 @@ def format_table(result: BenchmarkResult) -> str:
   config = result.config
   sizes = np.asarray(result.client_sizes)
   lines = [
-      f'FedAvg round: {len(sizes)} clients, {sizes.sum()} examples '
-      f'(sizes {sizes.min()}..{sizes.max()}), McMahan CNN, batch {config.batch_size}, '
-      f'{config.rounds} timed blocks; TFF/plain: median per-block ratio and bootstrap 95% CI',
-      f'{"implementation":<24}{"median s":>10}{"min s":>10}{"max s":>10}{"TFF/plain":>11}'
-      f'{"95% CI":>22}{"target":>8}  verdict',
+    f'FedAvg round: {len(sizes)} clients, {sizes.sum()} examples '
+    f'(sizes {sizes.min()}..{sizes.max()}), McMahan CNN, batch {config.batch_size}, '
+    f'{config.rounds} timed blocks; TFF/plain: median per-block ratio and bootstrap 95% CI',
+    f'{"implementation":<24}{"median s":>10}{"min s":>10}{"max s":>10}{"TFF/plain":>11}'
+    f'{"95% CI":>22}{"target":>8}  verdict',
   ]
   for label, values in result.seconds.items():
     if label == PLAIN_TF:
       verdict = ''
     else:
       ratio = result.ratio(label)
-      verdict = (f'{ratio.median:>11.3f}{ratio.interval:>22}'
-                 f'{"<=" + format(config.target_ratio, "g"):>8}  '
-                 f'{stats.verdict(ratio, config.target_ratio)}')
-    lines.append(f'{label:<24}{result.median(label):>10.3f}{min(values):>10.3f}'
-                 f'{max(values):>10.3f}{verdict}')
+      verdict = (
+        f'{ratio.median:>11.3f}{ratio.interval:>22}'
+        f'{"<=" + format(config.target_ratio, "g"):>8}  '
+        f'{stats.verdict(ratio, config.target_ratio)}'
+      )
+    lines.append(
+      f'{label:<24}{result.median(label):>10.3f}{min(values):>10.3f}{max(values):>10.3f}{verdict}'
+    )
   lines.append('')
   lines.append('Agreement of the new global weights, TFF vs plain TF, from the same start:')
   for label, agreement in result.agreement.items():
     ok = 'OK' if result.agreement_ok(label) else 'FAILED'
-    lines.append(f'  {label}, check round ({config.agreement_steps} batches per client): '
-                 f'{_describe(agreement)} <= {config.agreement_tolerance:g}: {ok}')
+    lines.append(
+      f'  {label}, check round ({config.agreement_steps} batches per client): '
+      f'{_describe(agreement)} <= {config.agreement_tolerance:g}: {ok}'
+    )
   for label, agreement in result.full_round_agreement.items():
     lines.append(f'  {label}, full round (informational): {_describe(agreement)}')
-  lines.append(f'  noise floor, full round, plain TF vs itself from start x (1 + 1e-6): '
-               f'{_describe(result.full_round_noise_floor)}')
+  lines.append(
+    f'  noise floor, full round, plain TF vs itself from start x (1 + 1e-6): '
+    f'{_describe(result.full_round_noise_floor)}'
+  )
   return '\n'.join(lines)
 
 
@@ -530,16 +580,32 @@ def csv_rows(result: BenchmarkResult) -> list[dict[str, str]]:
     metrics[f'ratio_low/{label}_over_{PLAIN_TF}'] = ratio.low
     metrics[f'ratio_high/{label}_over_{PLAIN_TF}'] = ratio.high
     metrics[f'agreement_relative/{label}'] = agreement.relative_difference
-    metrics[f'full_round_agreement_relative/{label}'] = (
-        result.full_round_agreement[label].relative_difference)
-  metrics['full_round_noise_floor_relative'] = (
-      result.full_round_noise_floor.relative_difference)
-  return [dict(benchmark=result.config.tag, metric=metric, value=f'{value:.6g}',
-               commit=commit, timestamp=timestamp) for metric, value in metrics.items()]
+    metrics[f'full_round_agreement_relative/{label}'] = result.full_round_agreement[
+      label
+    ].relative_difference
+  metrics['full_round_noise_floor_relative'] = result.full_round_noise_floor.relative_difference
+  return [
+    dict(
+      benchmark=result.config.tag,
+      metric=metric,
+      value=f'{value:.6g}',
+      commit=commit,
+      timestamp=timestamp,
+    )
+    for metric, value in metrics.items()
+  ]
 
 
-CSV_FIELDS = ('benchmark', 'metric', 'value', 'commit', 'timestamp', 'cpu', 'logical_cores',
-              'load_average')
+CSV_FIELDS = (
+  'benchmark',
+  'metric',
+  'value',
+  'commit',
+  'timestamp',
+  'cpu',
+  'logical_cores',
+  'load_average',
+)
 
 
 def append_csv(path: str, rows: Sequence[Mapping[str, str]]) -> None:
@@ -553,8 +619,10 @@ def append_csv(path: str, rows: Sequence[Mapping[str, str]]) -> None:
     with open(path, newline='') as f:
       header = next(csv.reader(f), [])
     if tuple(header) != CSV_FIELDS:
-      raise ValueError(f'{path} has the columns {header}, not {list(CSV_FIELDS)}: '
-                       'move it aside or write to another file.')
+      raise ValueError(
+        f'{path} has the columns {header}, not {list(CSV_FIELDS)}: '
+        'move it aside or write to another file.'
+      )
   with open(path, 'a', newline='') as f:
     writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, restval='')
     if is_new:
@@ -566,10 +634,17 @@ def git_commit() -> str:
   """The repository's HEAD commit (``-dirty`` if the tree has changes), or ``''``."""
   root = pathlib.Path(__file__).resolve().parent.parent
   try:
-    head = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=root, capture_output=True,
-                          text=True, timeout=10, check=True).stdout.strip()
-    status = subprocess.run(['git', 'status', '--porcelain'], cwd=root, capture_output=True,
-                            text=True, timeout=10, check=True).stdout.strip()
+    head = subprocess.run(
+      ['git', 'rev-parse', 'HEAD'], cwd=root, capture_output=True, text=True, timeout=10, check=True
+    ).stdout.strip()
+    status = subprocess.run(
+      ['git', 'status', '--porcelain'],
+      cwd=root,
+      capture_output=True,
+      text=True,
+      timeout=10,
+      check=True,
+    ).stdout.strip()
   except (OSError, subprocess.SubprocessError):
     return ''
   return f'{head}-dirty' if status else head
@@ -584,11 +659,18 @@ def main(argv: Sequence[str]) -> None:
       loops.append(TffLoop(value))
   try:
     config = BenchmarkConfig(
-        rounds=_ROUNDS.value, num_clients=_CLIENTS.value, total_examples=_EXAMPLES.value,
-        batch_size=_BATCH_SIZE.value, client_learning_rate=_CLIENT_LEARNING_RATE.value,
-        server_learning_rate=_SERVER_LEARNING_RATE.value, seed=_SEED.value,
-        tff_loops=tuple(loops), target_ratio=_TARGET_RATIO.value,
-        agreement_tolerance=_TOLERANCE.value, agreement_steps=_AGREEMENT_STEPS.value)
+      rounds=_ROUNDS.value,
+      num_clients=_CLIENTS.value,
+      total_examples=_EXAMPLES.value,
+      batch_size=_BATCH_SIZE.value,
+      client_learning_rate=_CLIENT_LEARNING_RATE.value,
+      server_learning_rate=_SERVER_LEARNING_RATE.value,
+      seed=_SEED.value,
+      tff_loops=tuple(loops),
+      target_ratio=_TARGET_RATIO.value,
+      agreement_tolerance=_TOLERANCE.value,
+      agreement_steps=_AGREEMENT_STEPS.value,
+    )
   except ValueError as e:
     raise app.UsageError(str(e)) from e
   result = run_benchmark(config)
@@ -599,8 +681,10 @@ def main(argv: Sequence[str]) -> None:
     logging.info('Appended %d rows to %s', len(rows), _CSV.value)
   failed = [label for label in result.agreement if not result.agreement_ok(label)]
   if failed:
-    raise SystemExit(f'Agreement check failed for {failed}: the implementations do not '
-                     'compute the same update, so their timings are not comparable.')
+    raise SystemExit(
+      f'Agreement check failed for {failed}: the implementations do not '
+      'compute the same update, so their timings are not comparable.'
+    )
 
 
 if __name__ == '__main__':

@@ -41,9 +41,10 @@ from tasks import emnist
 from tasks import registry
 from tff_sampling.learning import fedavg
 
-_CACHE_DIR = flags.DEFINE_string('imc_cache_dir', None, "Directory holding emnist_all.sqlite.")
+_CACHE_DIR = flags.DEFINE_string('imc_cache_dir', None, 'Directory holding emnist_all.sqlite.')
 _CLIENTS = flags.DEFINE_integer(
-  'imc_clients', None, 'Clients per round (default: every writer).', lower_bound=1)
+  'imc_clients', None, 'Clients per round (default: every writer).', lower_bound=1
+)
 _PAIRS = flags.DEFINE_integer('imc_pairs', 5, 'Timed blocks.', lower_bound=1)
 
 
@@ -51,8 +52,14 @@ def _task(in_memory: bool):
   limit = emnist.IN_MEMORY_MAX_EXAMPLES
   emnist.IN_MEMORY_MAX_EXAMPLES = limit if in_memory else -1
   try:
-    return registry.get_task('emnist', cache_dir=_CACHE_DIR.value, only_digits=False,
-                             model='2nn', client_batch_size=20, client_epochs=1)
+    return registry.get_task(
+      'emnist',
+      cache_dir=_CACHE_DIR.value,
+      only_digits=False,
+      model='2nn',
+      client_batch_size=20,
+      client_epochs=1,
+    )
   finally:
     emnist.IN_MEMORY_MAX_EXAMPLES = limit
 
@@ -83,12 +90,16 @@ def main(argv: Sequence[str]) -> None:
     rounds[name], firsts[name] = _side(task, clients)
   for a, b in zip(firsts['in_memory'], firsts['sql']):
     if not np.array_equal(a, b):
-      sys.exit('Error: the two sides trained different weights '
-               f'(max difference {np.max(np.abs(a - b)):.3g}).')
+      sys.exit(
+        'Error: the two sides trained different weights '
+        f'(max difference {np.max(np.abs(a - b)):.3g}).'
+      )
   seconds = stats.interleave({name: stats.timed(r) for name, r in rounds.items()}, _PAIRS.value)
   ratio = stats.ratio_estimate(seconds['in_memory'], seconds['sql'])
-  print(f'emnist (62 classes, 2NN), {clients} clients a round, {_PAIRS.value} pairs, '
-        f'TF {tf.__version__}; the two sides trained identical weights.')
+  print(
+    f'emnist (62 classes, 2NN), {clients} clients a round, {_PAIRS.value} pairs, '
+    f'TF {tf.__version__}; the two sides trained identical weights.'
+  )
   print('| side | median s/round |\n|---|---|')
   for name, values in seconds.items():
     print(f'| {name} | {np.median(values):.3f} |')

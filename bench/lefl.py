@@ -49,13 +49,18 @@ _SIZES = flags.DEFINE_list('lf_sizes', ['100', '1000'], 'Numbers of clients N to
 _REPEATS = flags.DEFINE_integer('lf_repeats', 3, 'Timed repetitions.', lower_bound=1)
 _SEED = flags.DEFINE_integer('lf_seed', 0, 'Seed of the workload.', lower_bound=0)
 _PUBLIC_EXAMPLES = flags.DEFINE_integer(
-    'lf_public_examples', 200, 'Public examples P of the soft labels.', lower_bound=1)
+  'lf_public_examples', 200, 'Public examples P of the soft labels.', lower_bound=1
+)
 _LABELS = flags.DEFINE_integer('lf_labels', 10, 'Classes C of the soft labels.', lower_bound=2)
 _DIRICHLET = flags.DEFINE_float(
-    'lf_dirichlet', 0.5, 'Concentration of the clients\' Dirichlet label distributions.',
-    lower_bound=0.0)
+  'lf_dirichlet',
+  0.5,
+  "Concentration of the clients' Dirichlet label distributions.",
+  lower_bound=0.0,
+)
 _CLIENTS_PER_ROUND = flags.DEFINE_integer(
-    'lf_clients_per_round', 10, 'clients_per_round K of the selection.', lower_bound=1)
+  'lf_clients_per_round', 10, 'clients_per_round K of the selection.', lower_bound=1
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,8 +87,9 @@ class Row:
   cohort_size: int
 
 
-def soft_labels(num_clients: int, *, public_examples: int, labels: int, concentration: float,
-                seed: int) -> np.ndarray:
+def soft_labels(
+  num_clients: int, *, public_examples: int, labels: int, concentration: float, seed: int
+) -> np.ndarray:
   """``float64[N, P, C]`` soft labels ``p_i(x) ∝ π_i ⊙ ℓ(x)`` (module docstring)."""
   rng = np.random.default_rng([seed, 0, num_clients])
   priors = rng.dirichlet(np.full(labels, concentration), size=num_clients)
@@ -104,12 +110,24 @@ def _time(function: Callable[[], object], repeats: int) -> tuple[float, object]:
   return statistics.median(seconds), results[-1]
 
 
-def time_size(num_clients: int, *, repeats: int, seed: int, public_examples: int = 200,
-              labels: int = 10, concentration: float = 0.5,
-              clients_per_round: int = 10) -> Row:
+def time_size(
+  num_clients: int,
+  *,
+  repeats: int,
+  seed: int,
+  public_examples: int = 200,
+  labels: int = 10,
+  concentration: float = 0.5,
+  clients_per_round: int = 10,
+) -> Row:
   """Times the KL matrix, the clustering and one selection for one N."""
-  outputs = soft_labels(num_clients, public_examples=public_examples, labels=labels,
-                        concentration=concentration, seed=seed)
+  outputs = soft_labels(
+    num_clients,
+    public_examples=public_examples,
+    labels=labels,
+    concentration=concentration,
+    seed=seed,
+  )
   kl_seconds, kl = _time(lambda: lefl.kl_matrix(outputs), repeats)
   cluster_seconds, _ = _time(lambda: lefl.cluster_clients(kl, seed=seed), repeats)
   sampler = lefl.LeflSampler(min(clients_per_round, num_clients), seed=seed, kl=kl)
@@ -118,33 +136,54 @@ def time_size(num_clients: int, *, repeats: int, seed: int, public_examples: int
   sampler.select(state, 0, available)  # Warm-up.
   select_seconds, selection = _time(lambda: sampler.select(state, 1, available), repeats)
   return Row(
-      num_clients=num_clients, kl_seconds=kl_seconds, cluster_seconds=cluster_seconds,
-      setup_seconds=kl_seconds + cluster_seconds, select_seconds=select_seconds,
-      num_clusters=sampler.num_clusters, cohort_size=int(selection.clients.shape[0]))
+    num_clients=num_clients,
+    kl_seconds=kl_seconds,
+    cluster_seconds=cluster_seconds,
+    setup_seconds=kl_seconds + cluster_seconds,
+    select_seconds=select_seconds,
+    num_clusters=sampler.num_clusters,
+    cohort_size=int(selection.clients.shape[0]),
+  )
 
 
-def run(sizes: Sequence[int], repeats: int, seed: int, *, public_examples: int = 200,
-        labels: int = 10, concentration: float = 0.5,
-        clients_per_round: int = 10) -> list[Row]:
+def run(
+  sizes: Sequence[int],
+  repeats: int,
+  seed: int,
+  *,
+  public_examples: int = 200,
+  labels: int = 10,
+  concentration: float = 0.5,
+  clients_per_round: int = 10,
+) -> list[Row]:
   """One `Row` per N in `sizes` (see `time_size`; the defaults are the flags')."""
-  return [time_size(int(n), repeats=repeats, seed=seed, public_examples=public_examples,
-                    labels=labels, concentration=concentration,
-                    clients_per_round=clients_per_round)
-          for n in sizes]
+  return [
+    time_size(
+      int(n),
+      repeats=repeats,
+      seed=seed,
+      public_examples=public_examples,
+      labels=labels,
+      concentration=concentration,
+      clients_per_round=clients_per_round,
+    )
+    for n in sizes
+  ]
 
 
 def format_table(rows: Sequence[Row]) -> str:
   lines = [
-      'LEFL server time (median seconds): KL matrix and k-means once (setup = their sum), '
-      'then one round\'s selection',
-      f'{"N":>6} {"kl_s":>8} {"cluster_s":>9} {"setup_s":>8} {"select_s":>9} '
-      f'{"clusters":>8} {"cohort":>6}',
+    'LEFL server time (median seconds): KL matrix and k-means once (setup = their sum), '
+    "then one round's selection",
+    f'{"N":>6} {"kl_s":>8} {"cluster_s":>9} {"setup_s":>8} {"select_s":>9} '
+    f'{"clusters":>8} {"cohort":>6}',
   ]
   for row in rows:
     lines.append(
-        f'{row.num_clients:>6} {row.kl_seconds:>8.4f} {row.cluster_seconds:>9.4f} '
-        f'{row.setup_seconds:>8.4f} {row.select_seconds:>9.6f} {row.num_clusters:>8} '
-        f'{row.cohort_size:>6}')
+      f'{row.num_clients:>6} {row.kl_seconds:>8.4f} {row.cluster_seconds:>9.4f} '
+      f'{row.setup_seconds:>8.4f} {row.select_seconds:>9.6f} {row.num_clusters:>8} '
+      f'{row.cohort_size:>6}'
+    )
   return '\n'.join(lines)
 
 
@@ -161,14 +200,23 @@ def _sizes(values: Sequence[str]) -> list[int]:
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  rows = run(_sizes(_SIZES.value), _REPEATS.value, _SEED.value,
-             public_examples=_PUBLIC_EXAMPLES.value, labels=_LABELS.value,
-             concentration=_DIRICHLET.value, clients_per_round=_CLIENTS_PER_ROUND.value)
-  print(format_table(rows) + '\n' +
-        f'(P={_PUBLIC_EXAMPLES.value} public examples, C={_LABELS.value} classes, '
-        f'Dirichlet({_DIRICHLET.value:g}) label distributions, '
-        f'clients_per_round={_CLIENTS_PER_ROUND.value}, all clients available, '
-        f'{_REPEATS.value} repetitions, seed {_SEED.value})')
+  rows = run(
+    _sizes(_SIZES.value),
+    _REPEATS.value,
+    _SEED.value,
+    public_examples=_PUBLIC_EXAMPLES.value,
+    labels=_LABELS.value,
+    concentration=_DIRICHLET.value,
+    clients_per_round=_CLIENTS_PER_ROUND.value,
+  )
+  print(
+    format_table(rows)
+    + '\n'
+    + f'(P={_PUBLIC_EXAMPLES.value} public examples, C={_LABELS.value} classes, '
+    f'Dirichlet({_DIRICHLET.value:g}) label distributions, '
+    f'clients_per_round={_CLIENTS_PER_ROUND.value}, all clients available, '
+    f'{_REPEATS.value} repetitions, seed {_SEED.value})'
+  )
 
 
 if __name__ == '__main__':

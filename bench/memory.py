@@ -42,10 +42,12 @@ from tff_sampling.learning import fedavg
 from tff_sampling.runtime import workers as workers_lib
 
 _COHORT = flags.DEFINE_integer('mem_cohort', 1000, 'Client slots in the round.', lower_bound=1)
-_POPULATION = flags.DEFINE_integer('mem_population', 700, 'digits clients (at most 719).',
-                                   lower_bound=1)
-_CLIENTS_PER_CALL = flags.DEFINE_list('mem_clients_per_call', ['100'],
-                                      'Slice sizes to measure with one local worker.')
+_POPULATION = flags.DEFINE_integer(
+  'mem_population', 700, 'digits clients (at most 719).', lower_bound=1
+)
+_CLIENTS_PER_CALL = flags.DEFINE_list(
+  'mem_clients_per_call', ['100'], 'Slice sizes to measure with one local worker.'
+)
 
 _MB = 1024 * 1024
 
@@ -113,8 +115,9 @@ def _measure(label: str, run_round, cohort: int) -> MemoryRow:
   return MemoryRow(label, cohort, seconds, before / _MB, sampler.peak / _MB)
 
 
-def measures(cohort: int = 1000, population: int = 700, clients_per_call: Sequence[int] = (100,),
-             seed: int = 0) -> dict[str, Callable[[], MemoryRow]]:
+def measures(
+  cohort: int = 1000, population: int = 700, clients_per_call: Sequence[int] = (100,), seed: int = 0
+) -> dict[str, Callable[[], MemoryRow]]:
   """Row label -> a call that measures one round of `cohort` slots on a fresh worker."""
   task = tasks.get_task('digits', num_clients=population)
   slots = np.random.default_rng([seed, 0]).choice(population, size=cohort, replace=True)
@@ -126,6 +129,7 @@ def measures(cohort: int = 1000, population: int = 700, clients_per_call: Sequen
     def call() -> MemoryRow:
       with workers_lib.WorkerPool.start_local(1, clients_per_call=size) as pool:
         return _measure(label, lambda: pool.run(process.next, state, data), cohort)
+
     return call
 
   calls = {}
@@ -135,20 +139,25 @@ def measures(cohort: int = 1000, population: int = 700, clients_per_call: Sequen
   return calls
 
 
-def run(cohort: int = 1000, population: int = 700,
-        clients_per_call: Sequence[int] = (100,), seed: int = 0) -> list[MemoryRow]:
+def run(
+  cohort: int = 1000, population: int = 700, clients_per_call: Sequence[int] = (100,), seed: int = 0
+) -> list[MemoryRow]:
   """Measures one round of `cohort` slots, in one call and in each slice size."""
   return [call() for call in measures(cohort, population, clients_per_call, seed).values()]
 
 
 def format_table(rows: Sequence[MemoryRow]) -> str:
-  lines = [f'One FedAvg round, {rows[0].cohort} client slots of digits (RSS of this process + '
-           'TFF workers)',
-           f'{"row":<16}{"seconds":>9}{"before MB":>11}{"peak MB":>10}{"increase MB":>13}'
-           f'{"KB/client":>11}']
+  lines = [
+    f'One FedAvg round, {rows[0].cohort} client slots of digits (RSS of this process + '
+    'TFF workers)',
+    f'{"row":<16}{"seconds":>9}{"before MB":>11}{"peak MB":>10}{"increase MB":>13}'
+    f'{"KB/client":>11}',
+  ]
   for row in rows:
-    lines.append(f'{row.label:<16}{row.seconds:>9.2f}{row.before_mb:>11.0f}{row.peak_mb:>10.0f}'
-                 f'{row.increase_mb:>13.0f}{row.kb_per_client:>11.1f}')
+    lines.append(
+      f'{row.label:<16}{row.seconds:>9.2f}{row.before_mb:>11.0f}{row.peak_mb:>10.0f}'
+      f'{row.increase_mb:>13.0f}{row.kb_per_client:>11.1f}'
+    )
   return '\n'.join(lines)
 
 

@@ -33,8 +33,11 @@ from tff_sampling import learning
 from tff_sampling.runtime import tff_context
 
 _TIMED_ROUNDS = flags.DEFINE_integer(
-    'os_timed_rounds', 5, 'Timed blocks (one round of each process) after a warm-up block.',
-    lower_bound=1)
+  'os_timed_rounds',
+  5,
+  'Timed blocks (one round of each process) after a warm-up block.',
+  lower_bound=1,
+)
 _CLIENTS = flags.DEFINE_integer('os_clients', 32, 'Cohort size.', lower_bound=1)
 _EXAMPLES = flags.DEFINE_integer('os_examples', 4800, 'Examples over the cohort.', lower_bound=1)
 _EXPECTED = flags.DEFINE_float('os_expected_clients', 3.0, 'm: expected uploads.')
@@ -42,27 +45,36 @@ _CSV = flags.DEFINE_string('os_csv', None, 'Append result rows to this CSV file.
 _TARGET = 1.10
 
 
-def run(*, timed_rounds: int, clients: int, examples: int,
-        expected_clients: float) -> dict[str, np.ndarray]:
+def run(
+  *, timed_rounds: int, clients: int, examples: int, expected_clients: float
+) -> dict[str, np.ndarray]:
   """Round times (seconds) of each process, interleaved, after a warm-up round."""
   tff_context.use_secure_sum_simulation()
   sizes = fedavg_round.client_sizes(clients, examples, seed=0)
   datasets = fedavg_round.client_datasets(
-      fedavg_round.synthetic_client_arrays(sizes, seed=0), batch_size=20)
+    fedavg_round.synthetic_client_arrays(sizes, seed=0), batch_size=20
+  )
   model_fn = fedavg_round.tff_model_fn(datasets[0].element_spec, seed=0)
 
   sgd = tff.learning.optimizers.build_sgdm
   processes = {
-      'plain': learning.build_fedavg(model_fn, client_learning_rate=0.1),
-      'optimal': learning.build_fed_avg_with_optimal_sampling(
-          model_fn, sgd(0.1), sgd(1.0), expected_clients=expected_clients,
-          max_rescaling_steps=4, mode='approximate', secure=True),
+    'plain': learning.build_fedavg(model_fn, client_learning_rate=0.1),
+    'optimal': learning.build_fed_avg_with_optimal_sampling(
+      model_fn,
+      sgd(0.1),
+      sgd(1.0),
+      expected_clients=expected_clients,
+      max_rescaling_steps=4,
+      mode='approximate',
+      secure=True,
+    ),
   }
   states = {name: p.initialize() for name, p in processes.items()}
 
   def runner(name: str):
     def run():
       states[name] = processes[name].next(states[name], datasets).state
+
     return stats.timed(run)
 
   return stats.interleave({name: runner(name) for name in processes}, timed_rounds)
@@ -71,28 +83,48 @@ def run(*, timed_rounds: int, clients: int, examples: int,
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  times = run(timed_rounds=_TIMED_ROUNDS.value, clients=_CLIENTS.value,
-              examples=_EXAMPLES.value, expected_clients=_EXPECTED.value)
+  times = run(
+    timed_rounds=_TIMED_ROUNDS.value,
+    clients=_CLIENTS.value,
+    examples=_EXAMPLES.value,
+    expected_clients=_EXPECTED.value,
+  )
   plain, optimal = np.median(times['plain']), np.median(times['optimal'])
   ratio = stats.ratio_estimate(times['optimal'], times['plain'])
-  print(f'FedAvg round, {_CLIENTS.value} clients, {_EXAMPLES.value} examples, McMahan CNN, '
-        f'{_TIMED_ROUNDS.value} timed blocks')
+  print(
+    f'FedAvg round, {_CLIENTS.value} clients, {_EXAMPLES.value} examples, McMahan CNN, '
+    f'{_TIMED_ROUNDS.value} timed blocks'
+  )
   print(f'{"process":<10} {"median s":>9} {"min s":>7} {"max s":>7}')
   for name in ('plain', 'optimal'):
     t = times[name]
     print(f'{name:<10} {np.median(t):>9.3f} {min(t):>7.3f} {max(t):>7.3f}')
-  print(f'optimal / plain, median per-block ratio = {ratio.median:.3f}, 95% CI {ratio.interval} '
-        f'(target <= {_TARGET}: {stats.verdict(ratio, _TARGET)})')
+  print(
+    f'optimal / plain, median per-block ratio = {ratio.median:.3f}, 95% CI {ratio.interval} '
+    f'(target <= {_TARGET}: {stats.verdict(ratio, _TARGET)})'
+  )
   if _CSV.value:
     commit = fedavg_round.git_commit()
     stamp = time.strftime('%Y-%m-%dT%H:%M:%S')
-    fedavg_round.append_csv(_CSV.value, [
-        dict(benchmark='optimal_sampling_round', metric=m, value=f'{v:.6g}', commit=commit,
-             timestamp=stamp)
-        for m, v in (('plain_median_s', plain), ('optimal_median_s', optimal),
-                     ('optimal_over_plain', ratio.median),
-                     ('optimal_over_plain_low', ratio.low),
-                     ('optimal_over_plain_high', ratio.high))])
+    fedavg_round.append_csv(
+      _CSV.value,
+      [
+        dict(
+          benchmark='optimal_sampling_round',
+          metric=m,
+          value=f'{v:.6g}',
+          commit=commit,
+          timestamp=stamp,
+        )
+        for m, v in (
+          ('plain_median_s', plain),
+          ('optimal_median_s', optimal),
+          ('optimal_over_plain', ratio.median),
+          ('optimal_over_plain_low', ratio.low),
+          ('optimal_over_plain_high', ratio.high),
+        )
+      ],
+    )
 
 
 if __name__ == '__main__':

@@ -77,12 +77,17 @@ SECTIONS = ('fedavg', 'processes', 'program', 'samplers', 'workers', 'memory')
 
 _ONLY = flags.DEFINE_list('only', list(SECTIONS), f'Sections to run, of {list(SECTIONS)}.')
 _PAIRS = flags.DEFINE_integer(
-    'suite_pairs', 20, 'Timed blocks (pairs) of the round and sampler rows.', lower_bound=2)
+  'suite_pairs', 20, 'Timed blocks (pairs) of the round and sampler rows.', lower_bound=2
+)
 _EXPENSIVE_PAIRS = flags.DEFINE_integer(
-    'suite_expensive_pairs', 5, 'Blocks (pairs) of the program, memory and FedGS 3DG rows.',
-    lower_bound=2)
-_CSV = flags.DEFINE_string('suite_csv', 'bench_results.csv',
-                           'Append the rows to this CSV file ("" for none).')
+  'suite_expensive_pairs',
+  5,
+  'Blocks (pairs) of the program, memory and FedGS 3DG rows.',
+  lower_bound=2,
+)
+_CSV = flags.DEFINE_string(
+  'suite_csv', 'bench_results.csv', 'Append the rows to this CSV file ("" for none).'
+)
 _QUICK = flags.DEFINE_bool('quick', False, 'Tiny workloads (smoke test only).')
 
 ROUND_TARGET = 1.2
@@ -106,8 +111,16 @@ class Sizes:
 
   @classmethod
   def quick(cls) -> Sizes:
-    return cls(clients=4, examples=120, norms=10_000, sampler_clients=60, lefl_clients=40,
-               memory_cohort=12, memory_slice=4, program_rounds=3)
+    return cls(
+      clients=4,
+      examples=120,
+      norms=10_000,
+      sampler_clients=60,
+      lefl_clients=40,
+      memory_cohort=12,
+      memory_slice=4,
+      program_rounds=3,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,8 +164,9 @@ class Machine:
     cpu = platform.processor() or platform.machine()
     try:
       with open('/proc/cpuinfo') as f:
-        cpu = next((line.split(':', 1)[1].strip() for line in f
-                    if line.startswith('model name')), cpu)
+        cpu = next(
+          (line.split(':', 1)[1].strip() for line in f if line.startswith('model name')), cpu
+        )
     except OSError:
       pass
     return cls(cpu, os.cpu_count() or 0, tuple(os.getloadavg()))
@@ -170,7 +184,8 @@ def _fedavg_workload(sizes: Sizes) -> tuple[np.ndarray, list, Callable]:
   config = fedavg_round.BenchmarkConfig(num_clients=sizes.clients, total_examples=sizes.examples)
   client_sizes = fedavg_round.client_sizes(sizes.clients, sizes.examples, config.seed)
   datasets = fedavg_round.client_datasets(
-      fedavg_round.synthetic_client_arrays(client_sizes, config.seed), config.batch_size)
+    fedavg_round.synthetic_client_arrays(client_sizes, config.seed), config.batch_size
+  )
   return client_sizes, datasets, fedavg_round.tff_model_fn(datasets[0].element_spec, config.seed)
 
 
@@ -187,25 +202,35 @@ def _round(process, data) -> Callable[[], float]:
 
 def fedavg_rows(sizes: Sizes, pairs: int) -> list[Row]:
   """TFF's FedAvg round against plain TF."""
-  result = fedavg_round.run_benchmark(fedavg_round.BenchmarkConfig(
-      rounds=pairs, num_clients=sizes.clients, total_examples=sizes.examples))
+  result = fedavg_round.run_benchmark(
+    fedavg_round.BenchmarkConfig(
+      rounds=pairs, num_clients=sizes.clients, total_examples=sizes.examples
+    )
+  )
   rows = []
   for loop in result.config.tff_loops:
     if not result.agreement_ok(loop.label):
-      raise RuntimeError(f'{loop.label} and plain TF computed different rounds: '
-                         f'{result.agreement[loop.label]}.')
-    rows.append(Row('fedavg', f'TFF round ({loop.label}) / plain-TF loop',
-                    result.seconds[loop.label], result.seconds[fedavg_round.PLAIN_TF], 's',
-                    ROUND_TARGET))
+      raise RuntimeError(
+        f'{loop.label} and plain TF computed different rounds: {result.agreement[loop.label]}.'
+      )
+    rows.append(
+      Row(
+        'fedavg',
+        f'TFF round ({loop.label}) / plain-TF loop',
+        result.seconds[loop.label],
+        result.seconds[fedavg_round.PLAIN_TF],
+        's',
+        ROUND_TARGET,
+      )
+    )
   return rows
 
 
 # FedAvg with per-client signals, as the binaries build it, by row label.
 SIGNAL_VARIANTS = {
-    'no sketch (FedGS, LEFL, MD, clustered by size)': dict(sketch_size=None),
-    'sketch 1,024 (clustered by similarity)': dict(sketch_size=1024),
-    'sketch 1,024 + losses (all runs before this suite)': dict(sketch_size=1024,
-                                                               client_losses=True),
+  'no sketch (FedGS, LEFL, MD, clustered by size)': dict(sketch_size=None),
+  'sketch 1,024 (clustered by similarity)': dict(sketch_size=1024),
+  'sketch 1,024 + losses (all runs before this suite)': dict(sketch_size=1024, client_losses=True),
 }
 
 
@@ -215,15 +240,34 @@ def process_rows(sizes: Sizes, pairs: int) -> list[Row]:
   signal_data = signals.selection_client_data(datasets, [float(s) for s in client_sizes])
   measures = {'plain': _round(fedavg.build_fedavg(model_fn, client_learning_rate=0.1), datasets)}
   for label, kwargs in SIGNAL_VARIANTS.items():
-    measures[label] = _round(signals.build_fedavg_with_signals(
-        model_fn, client_learning_rate=0.1, **kwargs), signal_data)
+    measures[label] = _round(
+      signals.build_fedavg_with_signals(model_fn, client_learning_rate=0.1, **kwargs), signal_data
+    )
   seconds = stats.interleave(measures, pairs)
-  rows = [Row('processes', f'FedAvg with signals, {label} / TFF FedAvg', seconds[label],
-              seconds['plain'], 's', PROCESS_TARGET) for label in SIGNAL_VARIANTS]
-  times = optimal_sampling_round.run(timed_rounds=pairs, clients=sizes.clients,
-                                     examples=sizes.examples, expected_clients=3.0)
-  rows.append(Row('processes', 'optimal-sampling FedAvg, secure sums / TFF FedAvg',
-                  times['optimal'], times['plain'], 's', PROCESS_TARGET))
+  rows = [
+    Row(
+      'processes',
+      f'FedAvg with signals, {label} / TFF FedAvg',
+      seconds[label],
+      seconds['plain'],
+      's',
+      PROCESS_TARGET,
+    )
+    for label in SIGNAL_VARIANTS
+  ]
+  times = optimal_sampling_round.run(
+    timed_rounds=pairs, clients=sizes.clients, examples=sizes.examples, expected_clients=3.0
+  )
+  rows.append(
+    Row(
+      'processes',
+      'optimal-sampling FedAvg, secure sums / TFF FedAvg',
+      times['optimal'],
+      times['plain'],
+      's',
+      PROCESS_TARGET,
+    )
+  )
   return rows
 
 
@@ -244,17 +288,37 @@ def program_rows(rounds: int, pairs: int) -> list[Row]:
     def measure() -> float:
       with tempfile.TemporaryDirectory(prefix='bench_program_') as directory:
         result = program.train_model(
-            task, process, samplers.UniformSampler(10, seed=0),
-            program.RunConfig(output_dir=os.path.join(directory, 'run'), rounds=rounds,
-                                  checkpoint_every=checkpoint_every, hparams={'bench': 1}))
+          task,
+          process,
+          samplers.UniformSampler(10, seed=0),
+          program.RunConfig(
+            output_dir=os.path.join(directory, 'run'),
+            rounds=rounds,
+            checkpoint_every=checkpoint_every,
+            hparams={'bench': 1},
+          ),
+        )
       return result.seconds / rounds
+
     return measure
 
   seconds = stats.interleave({'bare': bare, 'every 10': loop(10), 'every 1': loop(1)}, pairs)
-  return [Row('program', 'digits: loop round (eval each round, checkpoint every 10) / '
-              'process.next', seconds['every 10'], seconds['bare'], 's'),
-          Row('program', 'digits: loop round, checkpoint every round / every 10',
-              seconds['every 1'], seconds['every 10'], 's')]
+  return [
+    Row(
+      'program',
+      'digits: loop round (eval each round, checkpoint every 10) / process.next',
+      seconds['every 10'],
+      seconds['bare'],
+      's',
+    ),
+    Row(
+      'program',
+      'digits: loop round, checkpoint every round / every 10',
+      seconds['every 1'],
+      seconds['every 10'],
+      's',
+    ),
+  ]
 
 
 def sampler_rows(sizes: Sizes, pairs: int, expensive_pairs: int) -> list[Row]:
@@ -269,10 +333,12 @@ def sampler_rows(sizes: Sizes, pairs: int, expensive_pairs: int) -> list[Row]:
 
   def build_graph() -> None:
     graph['distances'] = fedgs.graph_distances(
-        fedgs.similarity_from_features(features), epsilon=0.1, sigma2=0.01)
+      fedgs.similarity_from_features(features), epsilon=0.1, sigma2=0.01
+    )
 
   graph_seconds = stats.interleave(
-      {_ROUND: fedavg_round_seconds, '3DG': stats.timed(build_graph)}, expensive_pairs, warmup=0)
+    {_ROUND: fedavg_round_seconds, '3DG': stats.timed(build_graph)}, expensive_pairs, warmup=0
+  )
 
   norms = bench_probabilities.lognormal_norms(sizes.norms, sigma=1.0, seed=0)
   cluster_sizes = bench_clustered.client_sizes(n, 1.0, 0)
@@ -280,73 +346,124 @@ def sampler_rows(sizes: Sizes, pairs: int, expensive_pairs: int) -> list[Row]:
   counts = np.random.default_rng([0, 2, n]).integers(0, 10, n)
   available = np.ones(n, bool)
   m = sizes.lefl_clients
-  soft_labels = bench_lefl.soft_labels(m, public_examples=200, labels=10, concentration=0.5,
-                                       seed=0)
+  soft_labels = bench_lefl.soft_labels(m, public_examples=200, labels=10, concentration=0.5, seed=0)
   lefl_sampler = lefl.LeflSampler(min(10, m), seed=0, kl=lefl.kl_matrix(soft_labels))
   lefl_state = lefl_sampler.initialize(base.Population(bench_lefl.client_sizes(m, 0)))
   lefl_available = np.ones(m, bool)
   work = {  # Row name -> (the work, its target).
-      f'probabilities, {sizes.norms:,} norms, exact_numpy': (
-          lambda: probabilities.optimal_probabilities(norms, 100.0), SAMPLER_SHARE_TARGET),
-      f'probabilities, {sizes.norms:,} norms, approximate_numpy_4_steps': (
-          lambda: probabilities.approximate_optimal_probabilities_with_info(norms, 100.0, 4),
-          SAMPLER_SHARE_TARGET),
-      f'clustered Algorithm 2, N={n:,}': (
-          lambda: clustered.similarity_based_units(cluster_sizes, updates, 10,
-                                                   similarity='arccos'), SAMPLER_SHARE_TARGET),
-      f'FedGS selection (heuristic), N={n:,}': (
-          lambda: fedgs.select_clients_with_report(
-              graph['distances'], counts, available, 10, alpha=1.0, time_limit_s=1.0,
-              seed=0, method='heuristic', max_solver_clients=150), SAMPLER_SHARE_TARGET),
-      f'LEFL KL + k-means (once per run), N={m:,}': (
-          lambda: lefl.cluster_clients(lefl.kl_matrix(soft_labels), seed=0), None),
-      f'LEFL selection, N={m:,}': (
-          lambda: lefl_sampler.select(lefl_state, 1, lefl_available), SAMPLER_SHARE_TARGET),
+    f'probabilities, {sizes.norms:,} norms, exact_numpy': (
+      lambda: probabilities.optimal_probabilities(norms, 100.0),
+      SAMPLER_SHARE_TARGET,
+    ),
+    f'probabilities, {sizes.norms:,} norms, approximate_numpy_4_steps': (
+      lambda: probabilities.approximate_optimal_probabilities_with_info(norms, 100.0, 4),
+      SAMPLER_SHARE_TARGET,
+    ),
+    f'clustered Algorithm 2, N={n:,}': (
+      lambda: clustered.similarity_based_units(cluster_sizes, updates, 10, similarity='arccos'),
+      SAMPLER_SHARE_TARGET,
+    ),
+    f'FedGS selection (heuristic), N={n:,}': (
+      lambda: fedgs.select_clients_with_report(
+        graph['distances'],
+        counts,
+        available,
+        10,
+        alpha=1.0,
+        time_limit_s=1.0,
+        seed=0,
+        method='heuristic',
+        max_solver_clients=150,
+      ),
+      SAMPLER_SHARE_TARGET,
+    ),
+    f'LEFL KL + k-means (once per run), N={m:,}': (
+      lambda: lefl.cluster_clients(lefl.kl_matrix(soft_labels), seed=0),
+      None,
+    ),
+    f'LEFL selection, N={m:,}': (
+      lambda: lefl_sampler.select(lefl_state, 1, lefl_available),
+      SAMPLER_SHARE_TARGET,
+    ),
   }
   seconds = stats.interleave(
-      {_ROUND: fedavg_round_seconds, **{name: stats.timed(w) for name, (w, _) in work.items()}},
-      pairs)
-  return [Row('samplers', f'{name} / round', seconds[name], seconds[_ROUND], 's', target)
-          for name, (_, target) in work.items()] + [
-              Row('samplers', f'FedGS 3DG (once per run), N={n:,} / round', graph_seconds['3DG'],
-                  graph_seconds[_ROUND], 's')]
+    {_ROUND: fedavg_round_seconds, **{name: stats.timed(w) for name, (w, _) in work.items()}}, pairs
+  )
+  return [
+    Row('samplers', f'{name} / round', seconds[name], seconds[_ROUND], 's', target)
+    for name, (_, target) in work.items()
+  ] + [
+    Row(
+      'samplers',
+      f'FedGS 3DG (once per run), N={n:,} / round',
+      graph_seconds['3DG'],
+      graph_seconds[_ROUND],
+      's',
+    )
+  ]
 
 
 def worker_rows(sizes: Sizes, pairs: int) -> list[Row]:
   result = bench_workers.run(sizes.clients, sizes.examples, pairs, worker_counts=(2,))
   one = bench_workers.ONE_PROCESS
-  return [Row('workers', 'round over 2 local TFF workers / one process',
-              result.seconds['workers=2'], result.seconds[one], 's'),
-          Row('workers', 'CPU cores busy, 2 workers / one process',
-              result.cores_busy('workers=2'), result.cores_busy(one), 'cores')]
+  return [
+    Row(
+      'workers',
+      'round over 2 local TFF workers / one process',
+      result.seconds['workers=2'],
+      result.seconds[one],
+      's',
+    ),
+    Row(
+      'workers',
+      'CPU cores busy, 2 workers / one process',
+      result.cores_busy('workers=2'),
+      result.cores_busy(one),
+      'cores',
+    ),
+  ]
 
 
 def memory_rows(sizes: Sizes, pairs: int) -> list[Row]:
-  calls = bench_memory.measures(sizes.memory_cohort, min(700, sizes.memory_cohort),
-                                clients_per_call=(sizes.memory_slice,))
+  calls = bench_memory.measures(
+    sizes.memory_cohort, min(700, sizes.memory_cohort), clients_per_call=(sizes.memory_slice,)
+  )
   # Each call starts a fresh worker and warms it up itself.
   increase = stats.interleave(
-      {label: (lambda c: lambda: c().increase_mb)(call) for label, call in calls.items()}, pairs,
-      warmup=0)
-  return [Row('memory', f'peak increase, {sizes.memory_cohort:,}-slot digits round in slices '
-              f'of {sizes.memory_slice} / one call', increase[f'slices_of_{sizes.memory_slice}'],
-              increase['one_call'], 'MB')]
+    {label: (lambda c: lambda: c().increase_mb)(call) for label, call in calls.items()},
+    pairs,
+    warmup=0,
+  )
+  return [
+    Row(
+      'memory',
+      f'peak increase, {sizes.memory_cohort:,}-slot digits round in slices '
+      f'of {sizes.memory_slice} / one call',
+      increase[f'slices_of_{sizes.memory_slice}'],
+      increase['one_call'],
+      'MB',
+    )
+  ]
 
 
 def format_table(rows: Sequence[Row], machine: Machine) -> str:
   name_width = max(len(r.name) for r in rows)
-  lines = [f'machine: {machine.cpu}, {machine.logical_cores} logical cores, load average '
-           f'{machine.load} (1, 5, 15 min) at the start',
-           f'value, reference: medians; ratio: median of per-pair ratios, {stats.CONFIDENCE:.0%} '
-           f'CI by percentile bootstrap over the pairs ({stats.RESAMPLES:,} resamples)',
-           f'{"section":<10} {"measurement / reference":<{name_width}} {"value":>10} '
-           f'{"reference":>10} {"unit":>5} {"ratio":>9} {"95% CI":>22} {"pairs":>5} '
-           f'{"target":>7} verdict']
+  lines = [
+    f'machine: {machine.cpu}, {machine.logical_cores} logical cores, load average '
+    f'{machine.load} (1, 5, 15 min) at the start',
+    f'value, reference: medians; ratio: median of per-pair ratios, {stats.CONFIDENCE:.0%} '
+    f'CI by percentile bootstrap over the pairs ({stats.RESAMPLES:,} resamples)',
+    f'{"section":<10} {"measurement / reference":<{name_width}} {"value":>10} '
+    f'{"reference":>10} {"unit":>5} {"ratio":>9} {"95% CI":>22} {"pairs":>5} '
+    f'{"target":>7} verdict',
+  ]
   for r in rows:
     target = '' if r.target is None else f'<={r.target:g}'
-    lines.append(f'{r.section:<10} {r.name:<{name_width}} {r.value:>10.4g} {r.reference:>10.4g} '
-                 f'{r.unit:>5} {r.ratio.median:>9.4g} {r.ratio.interval:>22} '
-                 f'{r.ratio.pairs:>5} {target:>7} {r.verdict}'.rstrip())
+    lines.append(
+      f'{r.section:<10} {r.name:<{name_width}} {r.value:>10.4g} {r.reference:>10.4g} '
+      f'{r.unit:>5} {r.ratio.median:>9.4g} {r.ratio.interval:>22} '
+      f'{r.ratio.pairs:>5} {target:>7} {r.verdict}'.rstrip()
+    )
   return '\n'.join(lines)
 
 
@@ -355,16 +472,28 @@ def csv_rows(rows: Sequence[Row], machine: Machine) -> list[dict[str, str]]:
   stamp = datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds')
   out = []
   for r in rows:
-    for metric, value in (('value', r.value), ('reference', r.reference),
-                          ('ratio', r.ratio.median), ('ratio_low', r.ratio.low),
-                          ('ratio_high', r.ratio.high), ('pairs', r.ratio.pairs)):
-      out.append(dict(benchmark=f'{r.section}/{r.name}', metric=metric, value=f'{value:.6g}',
-                      commit=commit, timestamp=stamp, **machine.csv_fields()))
+    for metric, value in (
+      ('value', r.value),
+      ('reference', r.reference),
+      ('ratio', r.ratio.median),
+      ('ratio_low', r.ratio.low),
+      ('ratio_high', r.ratio.high),
+      ('pairs', r.ratio.pairs),
+    ):
+      out.append(
+        dict(
+          benchmark=f'{r.section}/{r.name}',
+          metric=metric,
+          value=f'{value:.6g}',
+          commit=commit,
+          timestamp=stamp,
+          **machine.csv_fields(),
+        )
+      )
   return out
 
 
-def run_suite(sections: Sequence[str], sizes: Sizes, pairs: int,
-              expensive_pairs: int) -> list[Row]:
+def run_suite(sections: Sequence[str], sizes: Sizes, pairs: int, expensive_pairs: int) -> list[Row]:
   """Runs the sections in a fixed order (secure sums last: they change TFF's context)."""
   unknown = set(sections) - set(SECTIONS)
   if unknown or not sections:

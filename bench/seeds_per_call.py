@@ -50,7 +50,8 @@ _DEFAULT_CELL = os.path.join('docs', 'benchmark', 'natural_LDF')
 _QUICK_CELL = os.path.join('docs', 'benchmark', 'quick', 'digits_LN')
 
 _CELL = flags.DEFINE_string(
-  'spc_cell', _DEFAULT_CELL, 'The benchmark cell (a folder with experiment.flags) to run.')
+  'spc_cell', _DEFAULT_CELL, 'The benchmark cell (a folder with experiment.flags) to run.'
+)
 _METHOD = flags.DEFINE_string('spc_method', 'uniform', 'The method that trains.')
 _SEEDS = flags.DEFINE_integer('spc_seeds', 5, 'k: seeds per call.', lower_bound=2)
 _ROUNDS = flags.DEFINE_integer('spc_rounds', 10, 'Rounds of each run.', lower_bound=1)
@@ -63,24 +64,47 @@ ONE_CALL, K_CALLS = 'one_call', 'k_calls'
 TOLERANCE = 1e-6
 
 
-def command(cell: str, method: str, rounds: int, rate: float, seed: int, seeds: int,
-            root_output_dir: str, cache_dir: str | None = None) -> list[str]:
+def command(
+  cell: str,
+  method: str,
+  rounds: int,
+  rate: float,
+  seed: int,
+  seeds: int,
+  root_output_dir: str,
+  cache_dir: str | None = None,
+) -> list[str]:
   """The binary call of `cell`'s settings that trains seeds ``seed..seed+seeds-1``."""
   spec = experiment_config.load(os.path.join(cell, experiment_config.CONFIG_FILENAME))
-  kept = [f for f in spec.binary_flags
-          if not f.startswith(('--rounds=', '--checkpoint_every=', '--eval_every='))]
-  return [sys.executable, '-m', f'bin.{spec.binary}', *kept, f'--rounds={rounds}',
-          f'--eval_every={rounds}', f'--checkpoint_every={rounds}',
-          *([f'--cache_dir={cache_dir}']
-            if cache_dir and experiment_config.takes_cache_dir(spec) else []),
-          f'--{spec.method_flag}={method}', *experiment_config.run_name_flags(spec, method),
-          f'--seed={seed}', f'--seeds={seeds}', f'--client_learning_rate={rate:g}',
-          f'--root_output_dir={root_output_dir}']
+  kept = [
+    f
+    for f in spec.binary_flags
+    if not f.startswith(('--rounds=', '--checkpoint_every=', '--eval_every='))
+  ]
+  return [
+    sys.executable,
+    '-m',
+    f'bin.{spec.binary}',
+    *kept,
+    f'--rounds={rounds}',
+    f'--eval_every={rounds}',
+    f'--checkpoint_every={rounds}',
+    *(
+      [f'--cache_dir={cache_dir}'] if cache_dir and experiment_config.takes_cache_dir(spec) else []
+    ),
+    f'--{spec.method_flag}={method}',
+    *experiment_config.run_name_flags(spec, method),
+    f'--seed={seed}',
+    f'--seeds={seeds}',
+    f'--client_learning_rate={rate:g}',
+    f'--root_output_dir={root_output_dir}',
+  ]
 
 
 def _call(args: list[str]) -> None:
-  done = subprocess.run(args, cwd=_REPO, capture_output=True, text=True,
-                        stdin=subprocess.DEVNULL, check=False)
+  done = subprocess.run(
+    args, cwd=_REPO, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False
+  )
   if done.returncode != 0:
     raise RuntimeError(f'{" ".join(args)} failed (exit {done.returncode}): {done.stderr[-1500:]}')
 
@@ -94,8 +118,16 @@ def accuracies(root: str, seeds: int) -> list[np.ndarray]:
   return found
 
 
-def run(cell: str, method: str, seeds: int, rounds: int, pairs: int, rate: float,
-        cache_dir: str | None, warmup: int = 1) -> dict[str, np.ndarray]:
+def run(
+  cell: str,
+  method: str,
+  seeds: int,
+  rounds: int,
+  pairs: int,
+  rate: float,
+  cache_dir: str | None,
+  warmup: int = 1,
+) -> dict[str, np.ndarray]:
   """Seconds of each side per timed block; raises if the first block's runs disagree."""
   with tempfile.TemporaryDirectory(prefix='seeds_per_call_') as scratch:
     roots: dict[str, list[str]] = {ONE_CALL: [], K_CALLS: []}
@@ -112,8 +144,9 @@ def run(cell: str, method: str, seeds: int, rounds: int, pairs: int, rate: float
       for seed in range(seeds):
         _call(command(cell, method, rounds, rate, seed, 1, root, cache_dir))
 
-    seconds = stats.interleave({ONE_CALL: stats.timed(one_call), K_CALLS: stats.timed(k_calls)},
-                               pairs, warmup=warmup)
+    seconds = stats.interleave(
+      {ONE_CALL: stats.timed(one_call), K_CALLS: stats.timed(k_calls)}, pairs, warmup=warmup
+    )
     together, apart = accuracies(roots[ONE_CALL][0], seeds), accuracies(roots[K_CALLS][0], seeds)
     for seed, (a, b) in enumerate(zip(together, apart)):
       if not np.allclose(a, b, rtol=TOLERANCE, atol=0, equal_nan=True):
@@ -124,14 +157,16 @@ def run(cell: str, method: str, seeds: int, rounds: int, pairs: int, rate: float
 def format_table(seconds: dict[str, np.ndarray], seeds: int, label: str) -> str:
   ratio = stats.ratio_estimate(seconds[ONE_CALL], seconds[K_CALLS])
   saved = stats.median_ci((seconds[K_CALLS] - seconds[ONE_CALL]) / seeds)
-  return '\n'.join([
-    label,
-    f'{"side":<10}{"median s":>10}',
-    f'{ONE_CALL:<10}{np.median(seconds[ONE_CALL]):>10.1f}',
-    f'{K_CALLS:<10}{np.median(seconds[K_CALLS]):>10.1f}',
-    f'ratio one_call / k_calls: {ratio.median:.3f} {ratio.interval} ({ratio.pairs} pairs)',
-    f'saved per run: {saved.median:.1f} s {saved.interval}',
-  ])
+  return '\n'.join(
+    [
+      label,
+      f'{"side":<10}{"median s":>10}',
+      f'{ONE_CALL:<10}{np.median(seconds[ONE_CALL]):>10.1f}',
+      f'{K_CALLS:<10}{np.median(seconds[K_CALLS]):>10.1f}',
+      f'ratio one_call / k_calls: {ratio.median:.3f} {ratio.interval} ({ratio.pairs} pairs)',
+      f'saved per run: {saved.median:.1f} s {saved.interval}',
+    ]
+  )
 
 
 def main(argv: Sequence[str]) -> None:
@@ -141,14 +176,24 @@ def main(argv: Sequence[str]) -> None:
     cell, method, seeds, rounds, pairs, warmup = _QUICK_CELL, 'uniform', 2, 2, 1, 0
   else:
     cell, method, seeds, rounds, pairs, warmup = (
-      _CELL.value, _METHOD.value, _SEEDS.value, _ROUNDS.value, _PAIRS.value, 1)
+      _CELL.value,
+      _METHOD.value,
+      _SEEDS.value,
+      _ROUNDS.value,
+      _PAIRS.value,
+      1,
+    )
   cell = os.path.join(_REPO, cell) if not os.path.isabs(cell) else cell
   if not os.path.isfile(os.path.join(cell, experiment_config.CONFIG_FILENAME)):
-    raise app.UsageError(f'--spc_cell={cell} has no {experiment_config.CONFIG_FILENAME}; give a '
-                         'folder of docs/benchmark/.')
+    raise app.UsageError(
+      f'--spc_cell={cell} has no {experiment_config.CONFIG_FILENAME}; give a '
+      'folder of docs/benchmark/.'
+    )
   seconds = run(cell, method, seeds, rounds, pairs, _RATE.value, _CACHE_DIR.value, warmup)
-  label = (f'{os.path.basename(cell)}, {method}, {seeds} seeds of {rounds} rounds; '
-           f'{warmup} warm-up block(s), then {pairs} timed')
+  label = (
+    f'{os.path.basename(cell)}, {method}, {seeds} seeds of {rounds} rounds; '
+    f'{warmup} warm-up block(s), then {pairs} timed'
+  )
   print(format_table(seconds, seeds, label))
 
 

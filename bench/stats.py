@@ -50,8 +50,9 @@ def block_order(labels: Sequence[_T], block: int) -> list[_T]:
   return list(labels[shift:]) + list(labels[:shift])
 
 
-def interleave(measures: Mapping[str, Callable[[], Any]], pairs: int, *,
-               warmup: int = 1) -> dict[str, np.ndarray]:
+def interleave(
+  measures: Mapping[str, Callable[[], Any]], pairs: int, *, warmup: int = 1
+) -> dict[str, np.ndarray]:
   """Calls every measure once per block, in `block_order`; returns each one's values.
 
   Args:
@@ -67,8 +68,13 @@ def interleave(measures: Mapping[str, Callable[[], Any]], pairs: int, *,
   for block in range(warmup + pairs):
     for label in block_order(labels, block):
       values[label].append(measures[label]())
-    logging.info('Block %d/%d%s: %s', block + 1, warmup + pairs, ' (warm-up)' * (block < warmup),
-                 ', '.join(f'{label} {np.round(values[label][-1], 4)}' for label in labels))
+    logging.info(
+      'Block %d/%d%s: %s',
+      block + 1,
+      warmup + pairs,
+      ' (warm-up)' * (block < warmup),
+      ', '.join(f'{label} {np.round(values[label][-1], 4)}' for label in labels),
+    )
   return {label: np.asarray(v[warmup:], np.float64) for label, v in values.items()}
 
 
@@ -93,8 +99,13 @@ def repeat(function: Callable[[], _T], repeats: int) -> tuple[tuple[float, ...],
   return tuple(seconds), results
 
 
-def median_ci(samples: Sequence[float], *, confidence: float = CONFIDENCE,
-              resamples: int = RESAMPLES, seed: int = SEED) -> Estimate:
+def median_ci(
+  samples: Sequence[float],
+  *,
+  confidence: float = CONFIDENCE,
+  resamples: int = RESAMPLES,
+  seed: int = SEED,
+) -> Estimate:
   """The median of `samples` and its percentile-bootstrap confidence interval.
 
   One sample has no interval: it is ``[-inf, inf]``, so no target is decided.
@@ -105,14 +116,18 @@ def median_ci(samples: Sequence[float], *, confidence: float = CONFIDENCE,
   median = float(np.median(samples))
   if samples.size == 1:
     return Estimate(median, -math.inf, math.inf, 1)
-  interval = stats.bootstrap((samples,), np.median, n_resamples=resamples,
-                             confidence_level=confidence, method='percentile',
-                             random_state=np.random.default_rng(seed)).confidence_interval
+  interval = stats.bootstrap(
+    (samples,),
+    np.median,
+    n_resamples=resamples,
+    confidence_level=confidence,
+    method='percentile',
+    random_state=np.random.default_rng(seed),
+  ).confidence_interval
   return Estimate(median, float(interval.low), float(interval.high), samples.size)
 
 
-def ratio_estimate(values: Sequence[float], references: Sequence[float],
-                   **kwargs) -> Estimate:
+def ratio_estimate(values: Sequence[float], references: Sequence[float], **kwargs) -> Estimate:
   """`median_ci` of the per-pair ratios ``values[i] / references[i]``."""
   values, references = np.asarray(values, np.float64), np.asarray(references, np.float64)
   if values.shape != references.shape:

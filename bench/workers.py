@@ -65,15 +65,21 @@ class WorkersResult:
     return self.cpu_seconds[label] / self.seconds[label]
 
 
-def run(num_clients: int = 32, total_examples: int = 4800, timed_rounds: int = 5,
-        worker_counts: Sequence[int] = (1, 2)) -> WorkersResult:
+def run(
+  num_clients: int = 32,
+  total_examples: int = 4800,
+  timed_rounds: int = 5,
+  worker_counts: Sequence[int] = (1, 2),
+) -> WorkersResult:
   """Builds the workload, checks each pool against one process, then times them alternately."""
   config = fedavg_round.BenchmarkConfig(num_clients=num_clients, total_examples=total_examples)
   sizes = fedavg_round.client_sizes(num_clients, total_examples, config.seed)
   datasets = fedavg_round.client_datasets(
-      fedavg_round.synthetic_client_arrays(sizes, config.seed), config.batch_size)
+    fedavg_round.synthetic_client_arrays(sizes, config.seed), config.batch_size
+  )
   process = fedavg_round.build_tff_process(
-      datasets[0].element_spec, config, fedavg_round.TffLoop.ITERATOR)
+    datasets[0].element_spec, config, fedavg_round.TffLoop.ITERATOR
+  )
   initial = process.initialize()
   start = fedavg_round._tff_weights(process, initial)  # pylint: disable=protected-access
   reference = fedavg_round._tff_weights(process, process.next(initial, datasets).state)  # pylint: disable=protected-access
@@ -85,20 +91,27 @@ def run(num_clients: int = 32, total_examples: int = 4800, timed_rounds: int = 5
       agreement[label] = fedavg_round.compare_weights(start, split, reference).relative_difference
       logging.info('%s vs one process: relative difference %.2e', label, agreement[label])
       if not agreement[label] < TOLERANCE:
-        raise RuntimeError(f'{label} computed a different round: relative difference '
-                           f'{agreement[label]:.3g} >= {TOLERANCE}.')
+        raise RuntimeError(
+          f'{label} computed a different round: relative difference '
+          f'{agreement[label]:.3g} >= {TOLERANCE}.'
+        )
     runners = {ONE_PROCESS: lambda: process.next(initial, datasets)}
     for label, pool in pools.items():
       runners[label] = (lambda p: lambda: p.run(process.next, initial, datasets))(pool)
     # Every runner ran in the agreement check above: no warm-up block.
-    measured = stats.interleave({label: _wall_and_cpu(run) for label, run in runners.items()},
-                                timed_rounds, warmup=0)
+    measured = stats.interleave(
+      {label: _wall_and_cpu(run) for label, run in runners.items()}, timed_rounds, warmup=0
+    )
   finally:
     for pool in pools.values():
       pool.close()
-  return WorkersResult(num_clients, total_examples,
-                       {label: m[:, 0] for label, m in measured.items()},
-                       {label: m[:, 1] for label, m in measured.items()}, agreement)
+  return WorkersResult(
+    num_clients,
+    total_examples,
+    {label: m[:, 0] for label, m in measured.items()},
+    {label: m[:, 1] for label, m in measured.items()},
+    agreement,
+  )
 
 
 def _wall_and_cpu(function: Callable[[], object]) -> Callable[[], tuple[float, float]]:
@@ -126,14 +139,18 @@ def cpu_seconds() -> float:
 
 
 def format_table(result: WorkersResult) -> str:
-  lines = [f'{result.num_clients} clients, {result.total_examples} examples, McMahan CNN; '
-           'medians over the timed rounds',
-           f'{"row":<14}{"median s":>10}{"speed-up":>10}{"cores busy":>11}{"agreement":>11}']
+  lines = [
+    f'{result.num_clients} clients, {result.total_examples} examples, McMahan CNN; '
+    'medians over the timed rounds',
+    f'{"row":<14}{"median s":>10}{"speed-up":>10}{"cores busy":>11}{"agreement":>11}',
+  ]
   for label in result.seconds:
     agreement = result.agreement.get(label)
-    lines.append(f'{label:<14}{result.median(label):>10.3f}{result.speedup(label):>10.2f}'
-                 f'{np.median(result.cores_busy(label)):>11.2f}'
-                 f'{"" if agreement is None else f"{agreement:.1e}":>11}')
+    lines.append(
+      f'{label:<14}{result.median(label):>10.3f}{result.speedup(label):>10.2f}'
+      f'{np.median(result.cores_busy(label)):>11.2f}'
+      f'{"" if agreement is None else f"{agreement:.1e}":>11}'
+    )
   return '\n'.join(lines)
 
 

@@ -12,7 +12,8 @@ import sys
 from absl import flags
 
 VERBOSE = flags.DEFINE_bool(
-    'verbose', False, "Show TensorFlow's C++ log, library INFO logs and absl's log prefix.")
+  'verbose', False, "Show TensorFlow's C++ log, library INFO logs and absl's log prefix."
+)
 
 # The C++ log level is read when TensorFlow loads, before flags are parsed; with
 # --verbose, TF_CPP_MIN_LOG_LEVEL is left as the environment has it.

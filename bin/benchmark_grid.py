@@ -51,23 +51,33 @@ PAGE = os.path.join(_REPO, 'docs', 'benchmark.md')
 SUMMARY = 'summary.md'
 
 _RUNS_DIR = flags.DEFINE_string(
-  'runs_dir', None, 'Directory of the runs, one sub-folder per cell (required to train).')
+  'runs_dir', None, 'Directory of the runs, one sub-folder per cell (required to train).'
+)
 _CACHE_DIR = flags.DEFINE_string('cache_dir', None, "TFF's dataset caches (passed to the runs).")
 _PARALLEL = flags.DEFINE_integer('parallel', 1, 'Binary calls running at once.', lower_bound=1)
 _SEEDS_PER_CALL = flags.DEFINE_integer(
-  'seeds_per_call', 1, "Seeds of a method that one binary call trains (bin.experiment's flag).",
-  lower_bound=1)
+  'seeds_per_call',
+  1,
+  "Seeds of a method that one binary call trains (bin.experiment's flag).",
+  lower_bound=1,
+)
 _STAGE = flags.DEFINE_enum(
-  'stage', 'all', ['all', 'train', 'report', 'check'],
+  'stage',
+  'all',
+  ['all', 'train', 'report', 'check'],
   'What to do: train, report (write the page), both, or check (exit 1 unless the page is what '
-  'report would write).')
+  'report would write).',
+)
 _QUICK = flags.DEFINE_bool('quick', False, 'The small grid, inside --runs_dir only.')
-flag_checks.check_path('runs_dir', flag_checks.Path.NEW_DIRECTORY,
-                       hint='where the runs go, one folder per cell')
+flag_checks.check_path(
+  'runs_dir', flag_checks.Path.NEW_DIRECTORY, hint='where the runs go, one folder per cell'
+)
 flag_checks.check_path('cache_dir', flag_checks.Path.DIRECTORY, hint="TFF's dataset caches")
 _CELLS = flags.DEFINE_list(
-  'cells', [], 'Cells to train, in this order (default: all, task by task); the page shows '
-  'every cell.')
+  'cells',
+  [],
+  'Cells to train, in this order (default: all, task by task); the page shows every cell.',
+)
 
 
 def _run_driver(args: Sequence[str]) -> tuple[int, int | None]:
@@ -76,8 +86,12 @@ def _run_driver(args: Sequence[str]) -> tuple[int, int | None]:
   stops its binaries, whose runs resume on a rerun) or None."""
   # Its own session: a terminal's Ctrl-C reaches the driver once, through `forward`; and
   # SIGTERM from Linux should this process die unannounced (SIGKILL).
-  driver = processes.start([sys.executable, '-m', 'bin.experiment', *args], cwd=_REPO,
-                           stdin=subprocess.DEVNULL, start_new_session=True)
+  driver = processes.start(
+    [sys.executable, '-m', 'bin.experiment', *args],
+    cwd=_REPO,
+    stdin=subprocess.DEVNULL,
+    start_new_session=True,
+  )
   stopped_by: list[int] = []
 
   def forward(signum, frame):  # pylint: disable=unused-argument
@@ -101,12 +115,19 @@ def train(configs: Sequence[str], runs_dir: str) -> None:
     name = os.path.basename(os.path.dirname(config))
     print(f'=== {name}', flush=True)
     returncode, stopped_by = _run_driver(
-      [f'--config={config}', f'--runs_dir={os.path.join(runs_dir, name)}',
-       f'--parallel={_PARALLEL.value}', f'--seeds_per_call={_SEEDS_PER_CALL.value}',
-       *([f'--cache_dir={_CACHE_DIR.value}'] if _CACHE_DIR.value else [])])
+      [
+        f'--config={config}',
+        f'--runs_dir={os.path.join(runs_dir, name)}',
+        f'--parallel={_PARALLEL.value}',
+        f'--seeds_per_call={_SEEDS_PER_CALL.value}',
+        *([f'--cache_dir={_CACHE_DIR.value}'] if _CACHE_DIR.value else []),
+      ]
+    )
     if stopped_by is not None:
-      print(f'Stopped by {signal.Signals(stopped_by).name}; rerun the same command to resume.',
-            flush=True)
+      print(
+        f'Stopped by {signal.Signals(stopped_by).name}; rerun the same command to resume.',
+        flush=True,
+      )
       sys.exit(128 + stopped_by)
     if returncode != 0:
       raise RuntimeError(f'Cell {name} failed (exit {returncode}); rerun to resume.')
@@ -117,8 +138,7 @@ def load_cells(configs: Sequence[str]) -> list[benchmark_report.Cell]:
   return [experiment_config.committed_cell(config) for config in sorted(configs)]
 
 
-def check(cells: Sequence[benchmark_report.Cell], page: str, *, command: str,
-          preface: str) -> None:
+def check(cells: Sequence[benchmark_report.Cell], page: str, *, command: str, preface: str) -> None:
   """Raises unless `page` and the cells' plots are what the report stage would write from
   the raw metrics, naming the files that are not.
 
@@ -126,11 +146,13 @@ def check(cells: Sequence[benchmark_report.Cell], page: str, *, command: str,
   """
   if not os.path.exists(page) and not any(cell.runs for cell in cells):
     return
-  stale = files.differing(benchmark_report.page_files(cells, page, command=command,
-                                                       preface=preface))
+  stale = files.differing(
+    benchmark_report.page_files(cells, page, command=command, preface=preface)
+  )
   if stale:
-    raise RuntimeError(f'Not what the raw metrics give: {", ".join(stale)}; rewrite with '
-                       '--stage=report.')
+    raise RuntimeError(
+      f'Not what the raw metrics give: {", ".join(stale)}; rewrite with --stage=report.'
+    )
 
 
 def _quick_grid(runs_dir: str) -> str:
@@ -161,8 +183,7 @@ def main(argv: Sequence[str]) -> None:
     if _STAGE.value in ('all', 'train'):
       if not _RUNS_DIR.value:
         raise ValueError('--runs_dir is required to train.')
-      train(experiment_config.grid_configs(grid, _CELLS.value),
-            os.path.abspath(_RUNS_DIR.value))
+      train(experiment_config.grid_configs(grid, _CELLS.value), os.path.abspath(_RUNS_DIR.value))
     configs = experiment_config.grid_configs(grid)
     preface = ''
     if summary and os.path.isfile(summary):
@@ -172,8 +193,9 @@ def main(argv: Sequence[str]) -> None:
       check(load_cells(configs), page, command=command, preface=preface)
       print(f'{page} is what its raw metrics give.')
     if _STAGE.value in ('all', 'report'):
-      for path in benchmark_report.write(load_cells(configs), page, command=command,
-                                         preface=preface):
+      for path in benchmark_report.write(
+        load_cells(configs), page, command=command, preface=preface
+      ):
         print(f'Wrote {path}')
   except (ValueError, FileNotFoundError, RuntimeError) as e:
     sys.exit(f'Error: {e}')

@@ -52,8 +52,11 @@ def problems(binary: str, argvs: Sequence[Sequence[str]]) -> list[str | None]:
   """
   done = subprocess.run(
     [sys.executable, '-m', 'bin.binary_flags', binary],
-    input=json.dumps([list(a) for a in argvs]), capture_output=True, text=True,
-    check=False)
+    input=json.dumps([list(a) for a in argvs]),
+    capture_output=True,
+    text=True,
+    check=False,
+  )
   if done.returncode != 0:
     last = (done.stderr.strip().splitlines() or ['no output'])[-1]
     raise RuntimeError(f'Checking the flags of bin.{binary} failed: {last}')

@@ -27,49 +27,73 @@ from tff_sampling.runtime import tff_context
 
 ROUNDS = flags.DEFINE_integer('rounds', 20, 'Training rounds.', lower_bound=1)
 SEED = flags.DEFINE_integer(
-    'seed', 0, 'Seed of the cohorts, client data order and initial model (of a comparison: '
-    'the first seed).', lower_bound=0, upper_bound=2**32 - 1)
+  'seed',
+  0,
+  'Seed of the cohorts, client data order and initial model (of a comparison: the first seed).',
+  lower_bound=0,
+  upper_bound=2**32 - 1,
+)
 DATA_SEED = flags.DEFINE_integer(
-    'data_seed', None, "Seed of generated/partitioned task data (default: the task's).",
-    lower_bound=0, upper_bound=2**32 - 1)
+  'data_seed',
+  None,
+  "Seed of generated/partitioned task data (default: the task's).",
+  lower_bound=0,
+  upper_bound=2**32 - 1,
+)
 CLIENT_LEARNING_RATE = flags.DEFINE_float(
-    'client_learning_rate', 0.1, 'Client SGD learning rate (finite, > 0).')
+  'client_learning_rate', 0.1, 'Client SGD learning rate (finite, > 0).'
+)
 SERVER_LEARNING_RATE = flags.DEFINE_float(
-    'server_learning_rate', 1.0, 'Server SGD learning rate (finite, > 0).')
-CLIENT_EPOCHS = flags.DEFINE_integer(
-    'client_epochs', 1, 'Local epochs per round.', lower_bound=1)
+  'server_learning_rate', 1.0, 'Server SGD learning rate (finite, > 0).'
+)
+CLIENT_EPOCHS = flags.DEFINE_integer('client_epochs', 1, 'Local epochs per round.', lower_bound=1)
 CLIENT_BATCH_SIZE = flags.DEFINE_integer(
-    'client_batch_size', None, "Local batch size (default: the task's).", lower_bound=1)
+  'client_batch_size', None, "Local batch size (default: the task's).", lower_bound=1
+)
 CACHE_DIR = flags.DEFINE_string('cache_dir', None, 'Directory of the TFF dataset SQLite caches.')
 EVAL_EVERY = flags.DEFINE_integer(
-    'eval_every', 1, 'Evaluate every this many rounds (and at the end).', lower_bound=1)
+  'eval_every', 1, 'Evaluate every this many rounds (and at the end).', lower_bound=1
+)
 CHECKPOINT_EVERY = flags.DEFINE_integer(
-    'checkpoint_every', 1, 'Save program state every this many rounds.', lower_bound=1)
+  'checkpoint_every', 1, 'Save program state every this many rounds.', lower_bound=1
+)
 ROOT_OUTPUT_DIR = flags.DEFINE_string(
-    'root_output_dir', '/tmp/tff_sampling', 'Root directory of results.')
+  'root_output_dir', '/tmp/tff_sampling', 'Root directory of results.'
+)
 EXPERIMENT_NAME = flags.DEFINE_string(
-    'experiment_name', None,
-    'Sub-directory of --root_output_dir for this run (default: derived from '
-    'the task, method and seed). An existing run there is resumed. Binaries that '
-    'compare methods use it as the prefix of <prefix>_<method>_seed<seed>.')
+  'experiment_name',
+  None,
+  'Sub-directory of --root_output_dir for this run (default: derived from '
+  'the task, method and seed). An existing run there is resumed. Binaries that '
+  'compare methods use it as the prefix of <prefix>_<method>_seed<seed>.',
+)
 RESET = flags.DEFINE_bool(
-    'reset', False,
-    'Start over: delete this run\'s earlier output first (only a directory this project '
-    'created for a run, which carries a .tff_sampling_run marker). Without it an existing run '
-    'is resumed from its newest intact checkpoint.')
+  'reset',
+  False,
+  "Start over: delete this run's earlier output first (only a directory this project "
+  'created for a run, which carries a .tff_sampling_run marker). Without it an existing run '
+  'is resumed from its newest intact checkpoint.',
+)
 flag_checks.check_learning_rate('client_learning_rate')
 flag_checks.check_learning_rate('server_learning_rate')
 
 # Flags that do not change a run's results, so a run does not record them (it
 # records its own directory: `comparisons.run_hparams`), and a resume may change them.
-IRRELEVANT_FLAGS = frozenset({
-    'root_output_dir', 'experiment_name',  # Where the run is.
-    'reset', 'report_only',  # Whether to (re)run, not what.
-    'workers', 'local_workers', 'clients_per_call',  # Equal results up to summation order.
-    'seeds', 'methods',  # Which runs a sweep has; each records its seed and method.
+IRRELEVANT_FLAGS = frozenset(
+  {
+    'root_output_dir',
+    'experiment_name',  # Where the run is.
+    'reset',
+    'report_only',  # Whether to (re)run, not what.
+    'workers',
+    'local_workers',
+    'clients_per_call',  # Equal results up to summation order.
+    'seeds',
+    'methods',  # Which runs a sweep has; each records its seed and method.
     'target_accuracy',  # Printed tables only.
     'verbose',  # What is logged.
-})
+  }
+)
 _BIN_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -82,10 +106,13 @@ def _is_ours(module_name: str) -> bool:
 
 def recorded_flags() -> list[flags.Flag]:
   """The flags our binaries defined in the current registry, bar `IRRELEVANT_FLAGS`, by name."""
-  found = {flag.name: flag
-           for module, module_flags in flags.FLAGS.flags_by_module_dict().items()
-           if _is_ours(module) for flag in module_flags
-           if flag.name in flags.FLAGS and flags.FLAGS[flag.name] is flag}
+  found = {
+    flag.name: flag
+    for module, module_flags in flags.FLAGS.flags_by_module_dict().items()
+    if _is_ours(module)
+    for flag in module_flags
+    if flag.name in flags.FLAGS and flags.FLAGS[flag.name] is flag
+  }
   return [found[name] for name in sorted(found) if name not in IRRELEVANT_FLAGS]
 
 
@@ -97,24 +124,33 @@ def recorded_hparams() -> dict[str, Any]:
 def run_settings(**single_model: Any) -> comparisons.ComparisonSettings:
   """The `ComparisonSettings` of these flags; `single_model`: `bin.experiment_flags`' fields."""
   return comparisons.ComparisonSettings(
-      root_output_dir=ROOT_OUTPUT_DIR.value, rounds=ROUNDS.value, eval_every=EVAL_EVERY.value,
-      checkpoint_every=CHECKPOINT_EVERY.value, reset=RESET.value, hparams=recorded_hparams(),
-      defaults={flag.name: flag.default for flag in recorded_flags()}, **single_model)
+    root_output_dir=ROOT_OUTPUT_DIR.value,
+    rounds=ROUNDS.value,
+    eval_every=EVAL_EVERY.value,
+    checkpoint_every=CHECKPOINT_EVERY.value,
+    reset=RESET.value,
+    hparams=recorded_hparams(),
+    defaults={flag.name: flag.default for flag in recorded_flags()},
+    **single_model,
+  )
 
 
-def comparison(methods: Sequence[str], num_seeds: int, default_name: str,
-               label: str | None = None) -> comparisons.Comparison:
+def comparison(
+  methods: Sequence[str], num_seeds: int, default_name: str, label: str | None = None
+) -> comparisons.Comparison:
   """The sweep of `methods` from ``--seed``: runs ``<name>[_<label>]_<method>_seed<seed>``,
   with ``<name>`` = ``--experiment_name`` if given, else `default_name`."""
   name = EXPERIMENT_NAME.value or default_name
-  return comparisons.Comparison(name if label is None else f'{name}_{label}', tuple(methods),
-                                SEED.value, num_seeds)
+  return comparisons.Comparison(
+    name if label is None else f'{name}_{label}', tuple(methods), SEED.value, num_seeds
+  )
 
 
 def define_seeds(default: int = 1) -> flags.FlagHolder[int]:
   """Defines ``--seeds`` of a binary that compares methods over seeds."""
-  return flags.DEFINE_integer('seeds', default, 'Runs per method (seeds seed..seed+seeds-1).',
-                              lower_bound=1)
+  return flags.DEFINE_integer(
+    'seeds', default, 'Runs per method (seeds seed..seed+seeds-1).', lower_bound=1
+  )
 
 
 def begin_main(argv: Sequence[str]) -> float:

@@ -31,20 +31,26 @@ from absl import flags
 from tasks import leaf
 
 _FEMNIST_LEAF_DIR = flags.DEFINE_string(
-    'femnist_leaf_dir', None,
-    "LEAF's FEMNIST folder holding train/*.json and test/*.json -> emnist_all.sqlite.")
+  'femnist_leaf_dir',
+  None,
+  "LEAF's FEMNIST folder holding train/*.json and test/*.json -> emnist_all.sqlite.",
+)
 _PLAY_TEXT = flags.DEFINE_string(
-    'play_text', None,
-    'Play text in speaker-block form ("ROLE:" line, speech lines, blank line) -> '
-    'shakespeare.sqlite.')
+  'play_text',
+  None,
+  'Play text in speaker-block form ("ROLE:" line, speech lines, blank line) -> shakespeare.sqlite.',
+)
 # The experiment binaries' --cache_dir (bin.common_flags) names the same directory. Defined
 # here only when absent, overridable, and read by name, so that a process importing both modules
 # (the test suite) has a single --cache_dir flag whichever module comes first.
 if 'cache_dir' not in flags.FLAGS:
   flags.DEFINE_string(
-      'cache_dir', None,
-      'Directory to write the databases to (created if missing); pass the same --cache_dir '
-      'to the experiment binaries. Required.', allow_override=True)
+    'cache_dir',
+    None,
+    'Directory to write the databases to (created if missing); pass the same --cache_dir '
+    'to the experiment binaries. Required.',
+    allow_override=True,
+  )
 _OVERWRITE = flags.DEFINE_bool('overwrite', False, 'Replace databases that already exist.')
 
 
@@ -52,8 +58,10 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     sys.exit(f'Error: unexpected arguments: {" ".join(argv[1:])}')
   if not _FEMNIST_LEAF_DIR.value and not _PLAY_TEXT.value:
-    sys.exit('Error: nothing to convert; give --femnist_leaf_dir=DIR (LEAF FEMNIST JSON), '
-             '--play_text=FILE (speaker-block text), or both.')
+    sys.exit(
+      'Error: nothing to convert; give --femnist_leaf_dir=DIR (LEAF FEMNIST JSON), '
+      '--play_text=FILE (speaker-block text), or both.'
+    )
   if not flags.FLAGS.cache_dir:
     sys.exit('Error: --cache_dir is required (the directory to write the databases to).')
   cache_dir = os.path.expanduser(flags.FLAGS.cache_dir)
@@ -67,11 +75,17 @@ def main(argv: Sequence[str]) -> None:
     if play_text:
       leaf.check_absent(os.path.join(cache_dir, leaf.SHAKESPEARE_DATABASE_FILE), overwrite)
     if femnist_dir:
-      print('\n'.join(leaf.write_emnist_database(femnist_dir, cache_dir,
-                                                 overwrite=overwrite).lines()), flush=True)
+      print(
+        '\n'.join(leaf.write_emnist_database(femnist_dir, cache_dir, overwrite=overwrite).lines()),
+        flush=True,
+      )
     if play_text:
-      print('\n'.join(leaf.write_shakespeare_database(play_text, cache_dir,
-                                                      overwrite=overwrite).lines()), flush=True)
+      print(
+        '\n'.join(
+          leaf.write_shakespeare_database(play_text, cache_dir, overwrite=overwrite).lines()
+        ),
+        flush=True,
+      )
   except (ValueError, OSError, sqlite3.Error) as e:
     sys.exit(f'Error: {e}')
   if femnist_dir:
@@ -82,4 +96,5 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == '__main__':
   from tff_sampling.runtime import tff_context  # pylint: disable=g-import-not-at-top
+
   app.run(tff_context.binary_main(main))

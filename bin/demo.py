@@ -42,11 +42,14 @@ flags.FLAGS.set_default('client_learning_rate', 0.3)
 flags.FLAGS.set_default('eval_every', 2)
 flags.FLAGS.set_default('checkpoint_every', 10)
 _SEEDS = cf.define_seeds(3)
-_METHODS = flags.DEFINE_list('methods', ['optimal', 'uniform', 'full'],
-                             f'Samplings to compare, of {", ".join(optimal.SAMPLING_MODES)}.')
+_METHODS = flags.DEFINE_list(
+  'methods',
+  ['optimal', 'uniform', 'full'],
+  f'Samplings to compare, of {", ".join(optimal.SAMPLING_MODES)}.',
+)
 _TARGET_ACCURACY = flags.DEFINE_float(
-    'target_accuracy', 0.7,
-    'Accuracy for the rounds/bits-to-target columns, a fraction in (0, 1].')
+  'target_accuracy', 0.7, 'Accuracy for the rounds/bits-to-target columns, a fraction in (0, 1].'
+)
 flag_checks.check_accuracy('target_accuracy')
 flag_checks.check_choices('methods', list(optimal.SAMPLING_MODES))
 
@@ -60,19 +63,29 @@ def main(argv: Sequence[str]) -> None:
     task = ef.task_from_flags()
     method = optimal_flags.optimal_sampling(ef.CLIENTS_PER_ROUND.value)
     groups = comparisons.run_comparison(
-        task, ef.comparison(_METHODS.value, _SEEDS.value), ef.run_settings(),
-        make_process=lambda sampling, seed: method.make_process(task, sampling, seed),
-        make_sampler=lambda sampling, seed: samplers.UniformSampler(
-            ef.CLIENTS_PER_ROUND.value, seed=seed),
-        availability=ef.availability_spec(), uplink_fn=aggregators.uplink_from_measurements)
+      task,
+      ef.comparison(_METHODS.value, _SEEDS.value),
+      ef.run_settings(),
+      make_process=lambda sampling, seed: method.make_process(task, sampling, seed),
+      make_sampler=lambda sampling, seed: samplers.UniformSampler(
+        ef.CLIENTS_PER_ROUND.value, seed=seed
+      ),
+      availability=ef.availability_spec(),
+      uplink_fn=aggregators.uplink_from_measurements,
+    )
   plot_path = plotting.plot_runs(
-      [r.path for runs in groups.values() for r in runs],
-      plot_path,
-      title=(f'FedAvg on {ef.TASK.value} ({task.num_clients} clients), cohort '
-             f'{ef.CLIENTS_PER_ROUND.value}, m = {method.expected_clients:g}'))
-  print(f'\nFedAvg on {ef.TASK.value} (preset {task.options.get("preset", "-")}), cohort '
-        f'{ef.CLIENTS_PER_ROUND.value}, expected uploads m = {method.expected_clients:g}, '
-        f'{cf.ROUNDS.value} rounds, {_SEEDS.value} seeds (mean ± std):')
+    [r.path for runs in groups.values() for r in runs],
+    plot_path,
+    title=(
+      f'FedAvg on {ef.TASK.value} ({task.num_clients} clients), cohort '
+      f'{ef.CLIENTS_PER_ROUND.value}, m = {method.expected_clients:g}'
+    ),
+  )
+  print(
+    f'\nFedAvg on {ef.TASK.value} (preset {task.options.get("preset", "-")}), cohort '
+    f'{ef.CLIENTS_PER_ROUND.value}, expected uploads m = {method.expected_clients:g}, '
+    f'{cf.ROUNDS.value} rounds, {_SEEDS.value} seeds (mean ± std):'
+  )
   print(optimal.summary_table(groups, _TARGET_ACCURACY.value))
   print('\nImprovement factor α by rounds (mean over seeds and rounds):')
   print(optimal.improvement_table(groups))
@@ -82,4 +95,5 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == '__main__':
   from tff_sampling.runtime import tff_context  # pylint: disable=g-import-not-at-top
+
   app.run(tff_context.binary_main(main))

@@ -95,8 +95,10 @@ _RETRIES = flags.DEFINE_integer(
   lower_bound=0,
 )
 flag_checks.check_path(
-  'config', flag_checks.Path.FILE,
-  hint='the experiment.flags file, e.g. docs/experiments/<name>/experiment.flags')
+  'config',
+  flag_checks.Path.FILE,
+  hint='the experiment.flags file, e.g. docs/experiments/<name>/experiment.flags',
+)
 flag_checks.check_path('runs_dir', flag_checks.Path.NEW_DIRECTORY, hint='where the runs go')
 flag_checks.check_path('raw_metrics', flag_checks.Path.NEW_FILE, hint='a runs.jsonl.gz file')
 flag_checks.check_path('cache_dir', flag_checks.Path.DIRECTORY, hint="TFF's dataset caches")
@@ -140,8 +142,7 @@ def check_binary_flags(spec: evidence_spec.ExperimentSpec, runs_dir: str) -> Non
   definitions: `bin.binary_flags`)."""
   rate = max(spec.learning_rates)
   seed = spec.tuning_seed if spec.tuned else 0
-  argvs = [command(spec, [experiment_jobs.Job(m, rate, seed)], runs_dir)[3:]
-           for m in spec.methods]
+  argvs = [command(spec, [experiment_jobs.Job(m, rate, seed)], runs_dir)[3:] for m in spec.methods]
   found = binary_flags.problems(spec.binary, argvs)
   if all(found) and len(set(found)) == 1:
     raise ValueError(f'{_CONFIG.value}: bin.{spec.binary} refuses its flags: {found[0]}')
@@ -236,8 +237,11 @@ def train(
         failed = process.returncode != 0 and all(at is None for at in diverged)
         log_path = os.path.join(logs, name + '.log')
         if failed and not left:
-          print(f'Call {name} exited with status {process.returncode} after its runs ended '
-                f'(see {log_path}); they are kept.', flush=True)
+          print(
+            f'Call {name} exited with status {process.returncode} after its runs ended '
+            f'(see {log_path}); they are kept.',
+            flush=True,
+          )
         elif failed or (left and process.returncode == 0):
           first = left[0]
           failure = _read_failure(log_path, log_start)
@@ -250,8 +254,7 @@ def train(
           if failures[first] > _RETRIES.value:
             tries = '' if failures[first] == 1 else f' {failures[first]} times'
             raise RuntimeError(
-              f'Run {first.name} failed{tries} (exit {process.returncode}){said} '
-              f'[log: {log_path}]'
+              f'Run {first.name} failed{tries} (exit {process.returncode}){said} [log: {log_path}]'
             )
           print(
             f'{first.name}: call {name} failed (exit {process.returncode}{said}; see '

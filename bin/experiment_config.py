@@ -50,36 +50,43 @@ BINARIES = {
 }
 # Flags the driver sets per run; the file must leave them out.
 DRIVER_FLAGS = (
-  'seed', 'seeds', 'client_learning_rate', 'root_output_dir', 'reset', 'cache_dir',
+  'seed',
+  'seeds',
+  'client_learning_rate',
+  'root_output_dir',
+  'reset',
+  'cache_dir',
   'experiment_name',
 )
 
 
 def _registry() -> flags.FlagValues:
   fv = flags.FlagValues()
-  flags.DEFINE_enum(
-    'binary', None, list(BINARIES), 'Training binary bin.<binary>.', flag_values=fv
-  )
+  flags.DEFINE_enum('binary', None, list(BINARIES), 'Training binary bin.<binary>.', flag_values=fv)
   flags.DEFINE_string('title', None, "The report's heading.", flag_values=fv)
   flags.DEFINE_list('methods', None, 'Methods compared.', flag_values=fv)
   flags.DEFINE_string('baseline', None, 'The method the others are compared with.', flag_values=fv)
   flags.DEFINE_list(
-    'learning_rates', None,
+    'learning_rates',
+    None,
     'Client learning-rate grid (one value: no tuning), or one fixed rate per method as '
     '<method>:<rate>,... (no tuning; e.g. the rates another experiment tuned).',
     flag_values=fv,
   )
   flags.DEFINE_string(
-    'learning_rates_from', None,
+    'learning_rates_from',
+    None,
     "Instead of --learning_rates: every method's rate as chosen by the tuning of this sibling "
     'experiment (docs/experiments/<name>), e.g. the same task under full availability; '
-    '<name>:<method> gives every method that one method\'s rate.',
+    "<name>:<method> gives every method that one method's rate.",
     flag_values=fv,
   )
   flags.DEFINE_integer(
-    'extend_grid', 0,
+    'extend_grid',
+    0,
     "Rates a method's tuning may add past the grid's edge when its best rate is there, one at "
-    'a time at the ratio of the last two (e.g. 0.0033 past 0.03, 0.01).', flag_values=fv
+    'a time at the ratio of the last two (e.g. 0.0033 past 0.03, 0.01).',
+    flag_values=fv,
   )
   flags.DEFINE_integer('tuning_seed', 100, 'Seed of the tuning runs.', flag_values=fv)
   flags.DEFINE_integer('seeds', 5, 'Reported seeds 0..seeds-1.', flag_values=fv)
@@ -91,17 +98,22 @@ def _registry() -> flags.FlagValues:
     'claims', [], 'Claims <method><op><baseline>:<metric>[@margin].', flag_values=fv
   )
   flags.DEFINE_string(
-    'method_flag', None,
+    'method_flag',
+    None,
     "The binary's flag the driver sets to each method (default: the binary's method flag, "
-    'e.g. --sampling; --method_flag=alpha compares values of --alpha).', flag_values=fv
+    'e.g. --sampling; --method_flag=alpha compares values of --alpha).',
+    flag_values=fv,
   )
   flags.DEFINE_string(
-    'label_key', None,
+    'label_key',
+    None,
     "Hyper-parameter naming a run's method (default: --method_flag if given, else sampling).",
-    flag_values=fv
+    flag_values=fv,
   )
   flags.DEFINE_list(
-    'extra_columns', [], 'metrics.csv columns the report summarises (mean per round).',
+    'extra_columns',
+    [],
+    'metrics.csv columns the report summarises (mean per round).',
     flag_values=fv,
   )
   return fv
@@ -139,7 +151,8 @@ def load(path: str) -> evidence_spec.ExperimentSpec:
   """
   if os.path.isdir(path):
     raise FileNotFoundError(
-      f'Experiment configuration {path!r} is a directory; give the {CONFIG_FILENAME} in it.')
+      f'Experiment configuration {path!r} is a directory; give the {CONFIG_FILENAME} in it.'
+    )
   if not os.path.isfile(path):
     raise FileNotFoundError(f'Experiment configuration {path!r} does not exist.')
   fv = _registry()
@@ -187,8 +200,9 @@ def load(path: str) -> evidence_spec.ExperimentSpec:
 
 def sibling(config: str, name: str) -> str:
   """The configuration file of experiment `name`, beside `config`'s folder."""
-  return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(config))), name,
-                      CONFIG_FILENAME)
+  return os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(config))), name, CONFIG_FILENAME
+  )
 
 
 def borrow_rates(
@@ -211,8 +225,7 @@ def borrow_rates(
   source = load(sibling(config, name))
   if source.rates_from:
     raise ValueError(f'{config}: {name} borrows its rates too; name the one that tunes.')
-  return evidence_spec.with_borrowed_rates(
-    spec, evidence_spec.tune(source, sibling_runs(source)))
+  return evidence_spec.with_borrowed_rates(spec, evidence_spec.tune(source, sibling_runs(source)))
 
 
 def committed_runs(config: str) -> list[results.Run]:
@@ -222,13 +235,15 @@ def committed_runs(config: str) -> list[results.Run]:
     FileNotFoundError: If there are none (the experiment has not run).
   """
   return raw_metrics.read(
-    os.path.join(os.path.dirname(os.path.abspath(config)), raw_metrics.FILENAME))
+    os.path.join(os.path.dirname(os.path.abspath(config)), raw_metrics.FILENAME)
+  )
 
 
 def load_committed(config: str) -> evidence_spec.ExperimentSpec:
   """`load`, with borrowed rates resolved from the sibling's committed raw metrics."""
   return borrow_rates(
-    load(config), config, lambda source: committed_runs(sibling(config, source.name)))
+    load(config), config, lambda source: committed_runs(sibling(config, source.name))
+  )
 
 
 def committed_cell(config: str) -> benchmark_report.Cell:
@@ -244,7 +259,8 @@ def committed_cell(config: str) -> benchmark_report.Cell:
       spec = load_committed(config)
     except (FileNotFoundError, ValueError):  # The sibling has not run, or not finished tuning.
       return benchmark_report.Cell(
-        spec, runs, folder, benchmark_report.progress(spec, runs, rates_from_pending=True))
+        spec, runs, folder, benchmark_report.progress(spec, runs, rates_from_pending=True)
+      )
   return benchmark_report.Cell(spec, runs, folder, benchmark_report.progress(spec, runs))
 
 
@@ -267,8 +283,9 @@ def grid_configs(grid: str, names: Sequence[str] = ()) -> list[str]:
     by_name = {_cell_name(c): c for c in configs}
     unknown = [n for n in names if n not in by_name]
     if unknown:
-      raise ValueError(f'No cell {", ".join(unknown)} in {grid}; its cells are '
-                       f'{", ".join(sorted(by_name))}.')
+      raise ValueError(
+        f'No cell {", ".join(unknown)} in {grid}; its cells are {", ".join(sorted(by_name))}.'
+      )
     return [by_name[n] for n in names]
 
   def order(config: str) -> tuple[str, bool, str]:
@@ -300,8 +317,9 @@ def _shown(path: str) -> str:
   return path if relative.startswith(os.pardir) else relative
 
 
-def summary_text(summary: str, entries: Sequence[str], *, title: str | None,
-                 relative_to: str | None) -> str:
+def summary_text(
+  summary: str, entries: Sequence[str], *, title: str | None, relative_to: str | None
+) -> str:
   """The family summary of the experiments `entries` name, to be written at `summary`.
 
   Every experiment needs its committed raw metrics (a part-run family is summarised
@@ -314,18 +332,28 @@ def summary_text(summary: str, entries: Sequence[str], *, title: str | None,
   members = []
   for config in expand_configs(entries):
     results_md = os.path.join(os.path.dirname(os.path.abspath(config)), 'results.md')
-    members.append(evidence_report.Member(
-        load_committed(config), committed_runs(config),
-        os.path.relpath(results_md, os.path.dirname(os.path.abspath(summary)))))
-  command = ['python -m bin.report', f'--summary={shlex.quote(_shown(summary))}',
-             f'--experiments={shlex.quote(",".join(_shown(e) for e in entries))}']
+    members.append(
+      evidence_report.Member(
+        load_committed(config),
+        committed_runs(config),
+        os.path.relpath(results_md, os.path.dirname(os.path.abspath(summary))),
+      )
+    )
+  command = [
+    'python -m bin.report',
+    f'--summary={shlex.quote(_shown(summary))}',
+    f'--experiments={shlex.quote(",".join(_shown(e) for e in entries))}',
+  ]
   if relative_to:
     command.append(f'--relative_to={shlex.quote(relative_to)}')
   if title:
     command.append(f'--title={shlex.quote(title)}')
   return evidence_report.family_markdown(
-      members, title=title or 'Experiments side by side', command=' '.join(command),
-      relative_to=relative_to)
+    members,
+    title=title or 'Experiments side by side',
+    command=' '.join(command),
+    relative_to=relative_to,
+  )
 
 
 def _same_value(flag_value: str, recorded) -> bool:
@@ -354,13 +382,15 @@ def check_settings(spec: evidence_spec.ExperimentSpec, run: results.Run) -> None
       # Recorded as mode and β apart; the flag gives the mode, optionally with β (``LN-0.5``).
       mode, _, beta = value.partition('-')
       same = mode.upper() == str(run.hparams['availability']) and (
-        not beta or _same_value(beta, run.hparams['availability_beta']))
+        not beta or _same_value(beta, run.hparams['availability_beta'])
+      )
       if not same:
         raise ValueError(
           f'{run.path} was trained with availability {run.hparams["availability"]} (β '
           f'{run.hparams["availability_beta"]:g}), but the configuration says '
           f'--availability={value}: use another --runs_dir for the new configuration, or '
-          'restore it.')
+          'restore it.'
+        )
       continue
     if name in run.hparams and not _same_value(value, run.hparams[name]):
       raise ValueError(
@@ -388,4 +418,5 @@ def takes_cache_dir(spec: evidence_spec.ExperimentSpec) -> bool:
   if task is None:
     return True  # E.g. bin.mmfl's suites, which take it whatever they hold.
   import tasks  # pylint: disable=g-import-not-at-top  (TensorFlow: only when it matters)
+
   return 'cache_dir' in tasks.task_options(task)

@@ -24,13 +24,17 @@ from tff_sampling import learning
 def main(argv: Sequence[str]) -> None:
   cf.begin_main(argv)
   ef.run_uniform_cohorts(
-      f'{ef.TASK.value}_fedavg_seed{cf.SEED.value}',
-      make_process=lambda task: learning.build_fedavg(
-          task.model_fn, client_learning_rate=cf.CLIENT_LEARNING_RATE.value,
-          server_learning_rate=cf.SERVER_LEARNING_RATE.value),
-      method_hparams=dict(algorithm='fedavg', sampling='uniform'))
+    f'{ef.TASK.value}_fedavg_seed{cf.SEED.value}',
+    make_process=lambda task: learning.build_fedavg(
+      task.model_fn,
+      client_learning_rate=cf.CLIENT_LEARNING_RATE.value,
+      server_learning_rate=cf.SERVER_LEARNING_RATE.value,
+    ),
+    method_hparams=dict(algorithm='fedavg', sampling='uniform'),
+  )
 
 
 if __name__ == '__main__':
   from tff_sampling.runtime import tff_context  # pylint: disable=g-import-not-at-top
+
   app.run(tff_context.binary_main(main))

@@ -27,14 +27,12 @@ from absl import flags
 _INTEGER = re.compile(r'[+-]?\d+')
 
 
-def _describe(low: float | None, high: float | None, low_open: bool,
-              high_open: bool) -> str:
+def _describe(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
   def text(x: float) -> str:
     return f'{x:g}'
 
   if low is not None and high is not None:
-    return (f'in {"(" if low_open else "["}{text(low)}, {text(high)}'
-            f'{")" if high_open else "]"}')
+    return f'in {"(" if low_open else "["}{text(low)}, {text(high)}{")" if high_open else "]"}'
   if low is not None:
     return f'a finite number {">" if low_open else ">="} {text(low)}'
   if high is not None:
@@ -42,9 +40,16 @@ def _describe(low: float | None, high: float | None, low_open: bool,
   return 'a finite number'
 
 
-def check_number(name: str, *, low: float | None = None, high: float | None = None,
-                 low_open: bool = False, high_open: bool = False, hint: str = '',
-                 flag_values: flags.FlagValues = flags.FLAGS) -> None:
+def check_number(
+  name: str,
+  *,
+  low: float | None = None,
+  high: float | None = None,
+  low_open: bool = False,
+  high_open: bool = False,
+  hint: str = '',
+  flag_values: flags.FlagValues = flags.FLAGS,
+) -> None:
   """Makes ``--name`` (a float or integer flag) reject values outside the range.
 
   Args:
@@ -75,18 +80,30 @@ def check_number(name: str, *, low: float | None = None, high: float | None = No
 
 def check_learning_rate(name: str, flag_values: flags.FlagValues = flags.FLAGS) -> None:
   """Makes ``--name`` accept only a finite learning rate > 0."""
-  check_number(name, low=0.0, low_open=True, hint='a step size such as 0.1',
-               flag_values=flag_values)
+  check_number(
+    name, low=0.0, low_open=True, hint='a step size such as 0.1', flag_values=flag_values
+  )
 
 
 def check_accuracy(name: str, flag_values: flags.FlagValues = flags.FLAGS) -> None:
   """Makes ``--name`` accept only an accuracy as a fraction in (0, 1]."""
-  check_number(name, low=0.0, high=1.0, low_open=True,
-               hint='an accuracy as a fraction: write 0.7 for 70%', flag_values=flag_values)
+  check_number(
+    name,
+    low=0.0,
+    high=1.0,
+    low_open=True,
+    hint='an accuracy as a fraction: write 0.7 for 70%',
+    flag_values=flag_values,
+  )
 
 
-def check_int_list(name: str, *, minimum: int = 1, example: str = '64,32',
-                   flag_values: flags.FlagValues = flags.FLAGS) -> None:
+def check_int_list(
+  name: str,
+  *,
+  minimum: int = 1,
+  example: str = '64,32',
+  flag_values: flags.FlagValues = flags.FLAGS,
+) -> None:
   """Makes the list flag ``--name`` accept only non-empty lists of integers >= `minimum`."""
   allowed = f'comma-separated integers >= {minimum}, e.g. --{name}={example}'
 
@@ -114,8 +131,9 @@ def int_list(name: str, values: list[str]) -> tuple[int, ...]:
     raise ValueError(f'--{name} must be comma-separated integers, got {values!r}.') from None
 
 
-def check_list(name: str, check: Callable[[str], object],
-               flag_values: flags.FlagValues = flags.FLAGS) -> None:
+def check_list(
+  name: str, check: Callable[[str], object], flag_values: flags.FlagValues = flags.FLAGS
+) -> None:
   """Makes the list flag ``--name`` accept only non-empty lists whose every entry `check`
   accepts (it raises ValueError naming the entry and the fix otherwise)."""
 
@@ -134,8 +152,9 @@ def check_list(name: str, check: Callable[[str], object],
   flags.register_validator(name, checker, flag_values=flag_values)
 
 
-def check_choices(name: str, choices: Sequence[str],
-                  flag_values: flags.FlagValues = flags.FLAGS) -> None:
+def check_choices(
+  name: str, choices: Sequence[str], flag_values: flags.FlagValues = flags.FLAGS
+) -> None:
   """Makes the list flag ``--name`` accept only entries of `choices`."""
 
   def check(value: str) -> None:
@@ -197,8 +216,9 @@ def path_problem(path: str, kind: Path) -> str | None:
   return f'cannot be made: {blocker} is a file, not a directory; give another path'
 
 
-def check_path(name: str, kind: Path, *, hint: str = '',
-               flag_values: flags.FlagValues = flags.FLAGS) -> None:
+def check_path(
+  name: str, kind: Path, *, hint: str = '', flag_values: flags.FlagValues = flags.FLAGS
+) -> None:
   """Makes ``--name`` accept only a path that can be what `kind` says (`path_problem`), with
   `hint` (what the path is for) added to the message; unset (None) always passes."""
 

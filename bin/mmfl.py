@@ -57,50 +57,79 @@ flags.FLAGS.set_default('eval_every', 5)
 flags.FLAGS.set_default('checkpoint_every', 10)
 flags.FLAGS.set_default('root_output_dir', 'results/mmfl')
 _SUITE = flags.DEFINE_enum('suite', 'digits_noniid', list(suites.SUITES), 'The task suite.')
-_SAMPLING = flags.DEFINE_list('sampling', list(DEFAULT_SAMPLINGS),
-                              f'Methods to run, of {", ".join(multi_model.SAMPLINGS)}.')
-_NUM_MODELS = flags.DEFINE_integer('num_models', None,
-                                   'S, the number of models (default: the suite\'s).',
-                                   lower_bound=1)
-_CLIENTS = flags.DEFINE_integer('clients', 120, 'N, the clients shared by the models.',
-                                lower_bound=1)
+_SAMPLING = flags.DEFINE_list(
+  'sampling', list(DEFAULT_SAMPLINGS), f'Methods to run, of {", ".join(multi_model.SAMPLINGS)}.'
+)
+_NUM_MODELS = flags.DEFINE_integer(
+  'num_models', None, "S, the number of models (default: the suite's).", lower_bound=1
+)
+_CLIENTS = flags.DEFINE_integer(
+  'clients', 120, 'N, the clients shared by the models.', lower_bound=1
+)
 _EXPECTED_CLIENTS = flags.DEFINE_float(
-    'expected_clients', 12.0,
-    'm, the expected number of clients that train per round, in (0, --clients].')
+  'expected_clients',
+  12.0,
+  'm, the expected number of clients that train per round, in (0, --clients].',
+)
 _MAX_RESCALING_STEPS = flags.DEFINE_integer(
-    'max_rescaling_steps', 2, 'Secure samplings: Algorithm 2 rescaling steps (also the largest '
-    'j of the reported secure/exact variance ratios).', lower_bound=0)
-_REPORT_ONLY = flags.DEFINE_bool('report_only', False,
-                                 'Print the report from existing runs; train nothing.')
+  'max_rescaling_steps',
+  2,
+  'Secure samplings: Algorithm 2 rescaling steps (also the largest '
+  'j of the reported secure/exact variance ratios).',
+  lower_bound=0,
+)
+_REPORT_ONLY = flags.DEFINE_bool(
+  'report_only', False, 'Print the report from existing runs; train nothing.'
+)
 _SEEDS = cf.define_seeds()
 flag_checks.check_choices('sampling', multi_model.SAMPLINGS)
-flag_checks.check_number('expected_clients', low=0.0, low_open=True,
-                         hint='expected trainers per round, at most --clients')
+flag_checks.check_number(
+  'expected_clients', low=0.0, low_open=True, hint='expected trainers per round, at most --clients'
+)
 
 
 def check_flags() -> None:
   """Raises ValueError naming the bad flag value and the fix."""
   m = _EXPECTED_CLIENTS.value
   if not 0 < m <= _CLIENTS.value:
-    raise ValueError(f'--expected_clients must be in (0, --clients={_CLIENTS.value}], got {m}: '
-                     'it is the expected number of the N clients that train each round.')
+    raise ValueError(
+      f'--expected_clients must be in (0, --clients={_CLIENTS.value}], got {m}: '
+      'it is the expected number of the N clients that train each round.'
+    )
 
 
-def run_one(tasks, settings: comparisons.ComparisonSettings, name: str, method: str, seed: int
-            ) -> results.Run:
+def run_one(
+  tasks, settings: comparisons.ComparisonSettings, name: str, method: str, seed: int
+) -> results.Run:
   """Trains one (method, seed) run (resuming its checkpoints); returns it."""
-  config = settings.program_config(name, seed, comparisons.run_hparams(
-      settings, name, seed,
-      dict(tasks=[t.name for t in tasks], num_models=len(tasks), sampling=method)))
+  config = settings.program_config(
+    name,
+    seed,
+    comparisons.run_hparams(
+      settings,
+      name,
+      seed,
+      dict(tasks=[t.name for t in tasks], num_models=len(tasks), sampling=method),
+    ),
+  )
   process = multi_model.build_multi_model_process(
-      [task.model_fn for task in tasks], sampling=method,
-      expected_clients=_EXPECTED_CLIENTS.value,
-      client_learning_rates=cf.CLIENT_LEARNING_RATE.value,
-      server_learning_rate=cf.SERVER_LEARNING_RATE.value,
-      max_rescaling_steps=_MAX_RESCALING_STEPS.value, seed=seed)
+    [task.model_fn for task in tasks],
+    sampling=method,
+    expected_clients=_EXPECTED_CLIENTS.value,
+    client_learning_rates=cf.CLIENT_LEARNING_RATE.value,
+    server_learning_rate=cf.SERVER_LEARNING_RATE.value,
+    max_rescaling_steps=_MAX_RESCALING_STEPS.value,
+    seed=seed,
+  )
   result = multi_model_program.train_multi_model(tasks, process, config)
-  logging.info('%s seed %d: mean accuracy %.4f after %d rounds (%.1f s).', method, seed,
-               result.eval_metrics['mean_accuracy'], result.final_round, result.seconds)
+  logging.info(
+    '%s seed %d: mean accuracy %.4f after %d rounds (%.1f s).',
+    method,
+    seed,
+    result.eval_metrics['mean_accuracy'],
+    result.final_round,
+    result.seconds,
+  )
   return results.load_run(config.output_dir)
 
 
@@ -109,12 +138,18 @@ def main(argv: Sequence[str]) -> None:
   with cf.exit_on_bad_input():
     check_flags()
     comparison = cf.comparison(_SAMPLING.value, _SEEDS.value, _SUITE.value)
-    plot_path = plotting.check_plot_path(os.path.join(
-        cf.ROOT_OUTPUT_DIR.value, f'{comparison.prefix}_mean_accuracy.png'))
+    plot_path = plotting.check_plot_path(
+      os.path.join(cf.ROOT_OUTPUT_DIR.value, f'{comparison.prefix}_mean_accuracy.png')
+    )
     tasks = suites.create_suite(
-        _SUITE.value, num_models=_NUM_MODELS.value, num_clients=_CLIENTS.value,
-        seed=cf.DATA_SEED.value, client_epochs=cf.CLIENT_EPOCHS.value,
-        client_batch_size=cf.CLIENT_BATCH_SIZE.value, cache_dir=cf.CACHE_DIR.value)
+      _SUITE.value,
+      num_models=_NUM_MODELS.value,
+      num_clients=_CLIENTS.value,
+      seed=cf.DATA_SEED.value,
+      client_epochs=cf.CLIENT_EPOCHS.value,
+      client_batch_size=cf.CLIENT_BATCH_SIZE.value,
+      cache_dir=cf.CACHE_DIR.value,
+    )
     if _REPORT_ONLY.value:
       groups = comparisons.load_comparison(comparison, cf.ROOT_OUTPUT_DIR.value)
     else:
@@ -124,17 +159,20 @@ def main(argv: Sequence[str]) -> None:
         run = run_one(tasks, settings, comparison.run_name(method, seed), method, seed)
         groups.setdefault(method, []).append(run)
   plot = plotting.plot_runs(
-      [run.path for runs in groups.values() for run in runs], plot_path,
-      metric='eval/mean_accuracy',
-      title=f'{comparison.prefix}: average accuracy over {len(tasks)} models')
-  labels = [f'{t.name} ({t.options["model"]})' if 'model' in t.options else t.name
-            for t in tasks]
-  print(f'\n{_SUITE.value}: {len(tasks)} models ({", ".join(labels)}), '
-        f'N = {_CLIENTS.value}, m = {_EXPECTED_CLIENTS.value:g}, E = {cf.CLIENT_EPOCHS.value}, '
-        f'{cf.ROUNDS.value} rounds, {_SEEDS.value} seed(s); accuracy averaged over the models, '
-        'mean ± std over seeds; "secure/exact var": the secure version\'s sampling variance '
-        f'over the exact one\'s with j = 0…{_MAX_RESCALING_STEPS.value} rescaling steps, on '
-        'this run\'s signals (mean over rounds):')
+    [run.path for runs in groups.values() for run in runs],
+    plot_path,
+    metric='eval/mean_accuracy',
+    title=f'{comparison.prefix}: average accuracy over {len(tasks)} models',
+  )
+  labels = [f'{t.name} ({t.options["model"]})' if 'model' in t.options else t.name for t in tasks]
+  print(
+    f'\n{_SUITE.value}: {len(tasks)} models ({", ".join(labels)}), '
+    f'N = {_CLIENTS.value}, m = {_EXPECTED_CLIENTS.value:g}, E = {cf.CLIENT_EPOCHS.value}, '
+    f'{cf.ROUNDS.value} rounds, {_SEEDS.value} seed(s); accuracy averaged over the models, '
+    'mean ± std over seeds; "secure/exact var": the secure version\'s sampling variance '
+    f"over the exact one's with j = 0…{_MAX_RESCALING_STEPS.value} rescaling steps, on "
+    "this run's signals (mean over rounds):"
+  )
   print(mmfl.summary_table(groups, cf.ROUNDS.value, cf.EVAL_EVERY.value, len(tasks)))
   print(f'plot: {plot}')
   print(f'wall time: {time.monotonic() - start:.1f} s')
@@ -142,4 +180,5 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == '__main__':
   from tff_sampling.runtime import tff_context  # pylint: disable=g-import-not-at-top
+
   app.run(tff_context.binary_main(main))

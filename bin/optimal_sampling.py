@@ -29,22 +29,53 @@ from tff_sampling.comparisons import optimal
 # the offline stand-ins. Keys: rounds, eval_every, clients_per_round,
 # expected_clients, client_batch_size, client_learning_rate.
 PAPER_DEFAULTS = {
-    'emnist': dict(rounds=151, eval_every=5, clients_per_round=32, expected_clients=3.0,
-                   client_batch_size=20, client_learning_rate=0.1),
-    'shakespeare': dict(rounds=151, eval_every=5, clients_per_round=32, expected_clients=2.0,
-                        client_batch_size=8, client_learning_rate=0.1),
-    'cifar100': dict(rounds=1001, eval_every=10, clients_per_round=32, expected_clients=3.0,
-                     client_batch_size=20, client_learning_rate=0.001),
-    'digits': dict(rounds=40, eval_every=2, clients_per_round=32, expected_clients=3.0,
-                   client_batch_size=20, client_learning_rate=0.3),
-    'synthetic': dict(rounds=40, eval_every=2, clients_per_round=16, expected_clients=2.0,
-                      client_batch_size=20, client_learning_rate=0.05),
+  'emnist': dict(
+    rounds=151,
+    eval_every=5,
+    clients_per_round=32,
+    expected_clients=3.0,
+    client_batch_size=20,
+    client_learning_rate=0.1,
+  ),
+  'shakespeare': dict(
+    rounds=151,
+    eval_every=5,
+    clients_per_round=32,
+    expected_clients=2.0,
+    client_batch_size=8,
+    client_learning_rate=0.1,
+  ),
+  'cifar100': dict(
+    rounds=1001,
+    eval_every=10,
+    clients_per_round=32,
+    expected_clients=3.0,
+    client_batch_size=20,
+    client_learning_rate=0.001,
+  ),
+  'digits': dict(
+    rounds=40,
+    eval_every=2,
+    clients_per_round=32,
+    expected_clients=3.0,
+    client_batch_size=20,
+    client_learning_rate=0.3,
+  ),
+  'synthetic': dict(
+    rounds=40,
+    eval_every=2,
+    clients_per_round=16,
+    expected_clients=2.0,
+    client_batch_size=20,
+    client_learning_rate=0.05,
+  ),
 }
 for _name in ('emnist_unbalanced_1', 'emnist_unbalanced_2', 'emnist_unbalanced_3'):
   PAPER_DEFAULTS[_name] = PAPER_DEFAULTS['emnist']
 
-_SAMPLING = flags.DEFINE_enum('sampling', 'optimal', list(optimal.SAMPLING_MODES),
-                              'Who uploads (see the module docstring).')
+_SAMPLING = flags.DEFINE_enum(
+  'sampling', 'optimal', list(optimal.SAMPLING_MODES), 'Who uploads (see the module docstring).'
+)
 
 
 def main(argv: Sequence[str]) -> None:
@@ -52,11 +83,13 @@ def main(argv: Sequence[str]) -> None:
   ef.apply_task_defaults(PAPER_DEFAULTS)
   method = optimal_flags.optimal_sampling(ef.CLIENTS_PER_ROUND.value)
   ef.run_uniform_cohorts(
-      f'{ef.TASK.value}_{method.algorithm}_{_SAMPLING.value}_seed{cf.SEED.value}',
-      make_process=lambda task: method.make_process(task, _SAMPLING.value, cf.SEED.value),
-      uplink_fn=aggregators.uplink_from_measurements)
+    f'{ef.TASK.value}_{method.algorithm}_{_SAMPLING.value}_seed{cf.SEED.value}',
+    make_process=lambda task: method.make_process(task, _SAMPLING.value, cf.SEED.value),
+    uplink_fn=aggregators.uplink_from_measurements,
+  )
 
 
 if __name__ == '__main__':
   from tff_sampling.runtime import tff_context  # pylint: disable=g-import-not-at-top
+
   app.run(tff_context.binary_main(main))

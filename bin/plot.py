@@ -27,14 +27,18 @@ from absl import flags
 from tff_sampling.analysis import plotting
 
 _RUN_DIRS = flags.DEFINE_list(
-    'run_dirs', None,
-    'Comma-separated run directories (<root_output_dir>/<experiment_name>); an '
-    'entry may be a glob pattern such as results/digits_*. Required.')
+  'run_dirs',
+  None,
+  'Comma-separated run directories (<root_output_dir>/<experiment_name>); an '
+  'entry may be a glob pattern such as results/digits_*. Required.',
+)
 _OUTPUT = flags.DEFINE_string('output', None, 'Path of the PNG to write. Required.')
 _METRIC = flags.DEFINE_string(
-    'metric', 'accuracy',
-    "'accuracy' (eval/accuracy), 'loss' (eval/loss), or any numeric column of "
-    'metrics.csv such as train/loss.')
+  'metric',
+  'accuracy',
+  "'accuracy' (eval/accuracy), 'loss' (eval/loss), or any numeric column of "
+  'metrics.csv such as train/loss.',
+)
 _TITLE = flags.DEFINE_string('title', None, 'Figure title; none if unset.')
 
 
@@ -42,8 +46,9 @@ def _check_metric(metric: str) -> bool:
   if metric in plotting.METRIC_COLUMNS or '/' in metric:
     return True
   raise flags.ValidationError(
-      f'--metric must be {", ".join(plotting.METRIC_COLUMNS)} or a metrics.csv column such as '
-      f'train/loss, got {metric!r}.')
+    f'--metric must be {", ".join(plotting.METRIC_COLUMNS)} or a metrics.csv column such as '
+    f'train/loss, got {metric!r}.'
+  )
 
 
 flags.register_validator('metric', _check_metric)
@@ -62,17 +67,22 @@ def main(argv: Sequence[str]) -> None:
   except (ValueError, FileNotFoundError) as e:
     sys.exit(f'Error: {e}')
   except KeyError as e:  # A run lacks the column: its message names the file.
-    sys.exit(f'Error: {e.args[0]}; plot a column every run has (--metric), or leave that '
-             'run out of --run_dirs.')
+    sys.exit(
+      f'Error: {e.args[0]}; plot a column every run has (--metric), or leave that '
+      'run out of --run_dirs.'
+    )
   try:
     path = plotting.save_figure(figure, _OUTPUT.value)
   except (OSError, ValueError) as e:  # ValueError: a directory, or a file not ours.
-    sys.exit(f'Error: Cannot write --output={_OUTPUT.value!r}: '
-             f'{getattr(e, "strerror", None) or e}; give the path of a PNG file in a writable '
-             'directory.')
+    sys.exit(
+      f'Error: Cannot write --output={_OUTPUT.value!r}: '
+      f'{getattr(e, "strerror", None) or e}; give the path of a PNG file in a writable '
+      'directory.'
+    )
   print(f'Wrote {path}')
 
 
 if __name__ == '__main__':
   from tff_sampling.runtime import tff_context  # pylint: disable=g-import-not-at-top
+
   app.run(tff_context.binary_main(main))

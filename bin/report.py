@@ -62,68 +62,103 @@ from tff_sampling.analysis import report
 from tff_sampling.runtime import files
 
 _RUN_DIRS = flags.DEFINE_list(
-    'run_dirs', None,
-    'Comma-separated run directories (<root_output_dir>/<experiment_name>); an entry may be a '
-    'glob pattern such as results/emnist_* (quote it). Required.')
+  'run_dirs',
+  None,
+  'Comma-separated run directories (<root_output_dir>/<experiment_name>); an entry may be a '
+  'glob pattern such as results/emnist_* (quote it). Required.',
+)
 _EXPERIMENT = flags.DEFINE_string(
-    'experiment', None,
-    'An experiment.flags file (bin.experiment): report it from the raw metrics beside it (or '
-    'from --run_dirs), with its verdicts, into its folder. The other flags do not apply.')
+  'experiment',
+  None,
+  'An experiment.flags file (bin.experiment): report it from the raw metrics beside it (or '
+  'from --run_dirs), with its verdicts, into its folder. The other flags do not apply.',
+)
 _SUMMARY = flags.DEFINE_string(
-    'summary', None,
-    'A Markdown file to write the family summary of --experiments into: their verdicts in '
-    'one table, and each summary (final accuracy, mean accuracy, lowest loss), client rate and '
-    'seconds per round as method x experiment. The other flags but --relative_to and --title '
-    'do not apply.')
+  'summary',
+  None,
+  'A Markdown file to write the family summary of --experiments into: their verdicts in '
+  'one table, and each summary (final accuracy, mean accuracy, lowest loss), client rate and '
+  'seconds per round as method x experiment. The other flags but --relative_to and --title '
+  'do not apply.',
+)
 _EXPERIMENTS = flags.DEFINE_list(
-    'experiments', None,
-    'With --summary: the experiment.flags files, in column order; an entry may be a glob '
-    'pattern (quote it; its matches in sorted order). Each needs its committed raw metrics.')
+  'experiments',
+  None,
+  'With --summary: the experiment.flags files, in column order; an entry may be a glob '
+  'pattern (quote it; its matches in sorted order). Each needs its committed raw metrics.',
+)
 _RELATIVE_TO = flags.DEFINE_string(
-    'relative_to', None,
-    "With --summary: an experiment's name; every other cell also gives its change against that "
-    "experiment's value for the same method, e.g. each availability mode against IDL.")
+  'relative_to',
+  None,
+  "With --summary: an experiment's name; every other cell also gives its change against that "
+  "experiment's value for the same method, e.g. each availability mode against IDL.",
+)
 _OUTPUT_DIR = flags.DEFINE_string(
-    'output_dir', None,
-    'Directory for results.md, accuracy_rounds.png and accuracy_bits.png (made if missing), '
-    'e.g. docs/experiments/<name>. Required.')
+  'output_dir',
+  None,
+  'Directory for results.md, accuracy_rounds.png and accuracy_bits.png (made if missing), '
+  'e.g. docs/experiments/<name>. Required.',
+)
 _LABEL_KEY = flags.DEFINE_string(
-    'label_key', None,
-    "Hyper-parameter whose value labels the groups, e.g. 'sampling'; unset: runs differing "
-    'only in the seed form a group, labelled by the hyper-parameters that differ.')
+  'label_key',
+  None,
+  "Hyper-parameter whose value labels the groups, e.g. 'sampling'; unset: runs differing "
+  'only in the seed form a group, labelled by the hyper-parameters that differ.',
+)
 _TARGET_ACCURACY = flags.DEFINE_float(
-    'target_accuracy', None,
-    'Evaluation accuracy for the rounds/bits-to-target columns, a fraction in (0, 1]; unset: '
-    'no such columns.')
+  'target_accuracy',
+  None,
+  'Evaluation accuracy for the rounds/bits-to-target columns, a fraction in (0, 1]; unset: '
+  'no such columns.',
+)
 _EXTRA_COLUMNS = flags.DEFINE_list(
-    'extra_columns', [],
-    'metrics.csv columns to add to the table, each averaged over rounds then seeds, e.g. '
-    'selection/weight_variance,selection/label_kl,process/aggregator/improvement_factor (the '
-    'improvement factor α of optimal sampling).')
+  'extra_columns',
+  [],
+  'metrics.csv columns to add to the table, each averaged over rounds then seeds, e.g. '
+  'selection/weight_variance,selection/label_kl,process/aggregator/improvement_factor (the '
+  'improvement factor α of optimal sampling).',
+)
 _PANEL_KEY = flags.DEFINE_string(
-    'panel_key', None,
-    "Hyper-parameter splitting the runs into panels, e.g. 'availability' (FedGS's modes): "
-    'results.md opens with pivot tables (groups × panels: final accuracy, lowest loss) and '
-    'each plot has a panel per value.')
+  'panel_key',
+  None,
+  "Hyper-parameter splitting the runs into panels, e.g. 'availability' (FedGS's modes): "
+  'results.md opens with pivot tables (groups × panels: final accuracy, lowest loss) and '
+  'each plot has a panel per value.',
+)
 _TITLE = flags.DEFINE_string('title', None, 'Heading of results.md and title of the plots.')
 _MAX_ROUND = flags.DEFINE_integer(
-    'max_round', None,
-    'Count only rounds up to this one, e.g. to compare at a round that every run has reached.',
-    lower_bound=0)
+  'max_round',
+  None,
+  'Count only rounds up to this one, e.g. to compare at a round that every run has reached.',
+  lower_bound=0,
+)
 _CHECK = flags.DEFINE_bool(
-    'check', False,
-    'Write nothing: exit 1, naming the files, unless results.md and the plots on disk are what '
-    'the runs give (e.g. after hand-editing a committed report).')
+  'check',
+  False,
+  'Write nothing: exit 1, naming the files, unless results.md and the plots on disk are what '
+  'the runs give (e.g. after hand-editing a committed report).',
+)
 flag_checks.check_accuracy('target_accuracy')
 flag_checks.check_path(
-    'experiment', flag_checks.Path.FILE,
-    hint='an experiment.flags file, e.g. docs/experiments/<name>/experiment.flags')
+  'experiment',
+  flag_checks.Path.FILE,
+  hint='an experiment.flags file, e.g. docs/experiments/<name>/experiment.flags',
+)
 flag_checks.check_path('summary', flag_checks.Path.NEW_FILE, hint='the Markdown file to write')
-flag_checks.check_path('output_dir', flag_checks.Path.NEW_DIRECTORY,
-                       hint='the folder of results.md and the plots')
+flag_checks.check_path(
+  'output_dir', flag_checks.Path.NEW_DIRECTORY, hint='the folder of results.md and the plots'
+)
 
-_FLAG_ORDER = ('run_dirs', 'label_key', 'panel_key', 'target_accuracy', 'max_round',
-               'extra_columns', 'title', 'output_dir')
+_FLAG_ORDER = (
+  'run_dirs',
+  'label_key',
+  'panel_key',
+  'target_accuracy',
+  'max_round',
+  'extra_columns',
+  'title',
+  'output_dir',
+)
 
 
 def regenerate_command() -> str:
@@ -147,8 +182,10 @@ def check_or_write(outputs: Mapping[str, str | bytes]) -> None:
   if _CHECK.value:
     stale = files.differing(outputs)
     if stale:
-      sys.exit(f'Error: Not what the runs give: {", ".join(stale)}; rerun the same command '
-               'without --check to regenerate.')
+      sys.exit(
+        f'Error: Not what the runs give: {", ".join(stale)}; rerun the same command '
+        'without --check to regenerate.'
+      )
     print(f'{len(outputs)} files are what the runs give: {", ".join(outputs)}')
     return
   for path in report.write_files(outputs):
@@ -179,8 +216,9 @@ def summary_main() -> None:
     raise app.UsageError('--summary needs --experiments (experiment.flags files or patterns).')
   path = _SUMMARY.value
   try:
-    text = experiment_config.summary_text(path, _EXPERIMENTS.value, title=_TITLE.value,
-                                          relative_to=_RELATIVE_TO.value)
+    text = experiment_config.summary_text(
+      path, _EXPERIMENTS.value, title=_TITLE.value, relative_to=_RELATIVE_TO.value
+    )
     check_or_write({os.path.abspath(path): text})
   except (ValueError, FileNotFoundError) as e:
     sys.exit(f'Error: {e}')
@@ -205,9 +243,16 @@ def main(argv: Sequence[str]) -> None:
   try:
     runs = plotting.load_runs(_RUN_DIRS.value)
     built = report.build_report(
-        runs, _OUTPUT_DIR.value, command=regenerate_command(), label_key=_LABEL_KEY.value,
-        target=_TARGET_ACCURACY.value, extra_columns=extra_columns, title=_TITLE.value,
-        max_round=_MAX_ROUND.value, panel_key=_PANEL_KEY.value)
+      runs,
+      _OUTPUT_DIR.value,
+      command=regenerate_command(),
+      label_key=_LABEL_KEY.value,
+      target=_TARGET_ACCURACY.value,
+      extra_columns=extra_columns,
+      title=_TITLE.value,
+      max_round=_MAX_ROUND.value,
+      panel_key=_PANEL_KEY.value,
+    )
     if not _CHECK.value:
       print(built.table)
       for run, last, planned in built.unfinished:
@@ -218,10 +263,13 @@ def main(argv: Sequence[str]) -> None:
   except KeyError as e:  # A run lacks a column: the message names its file.
     sys.exit(f'Error: {e.args[0]}')
   except OSError as e:
-    sys.exit(f'Error: Cannot write into --output_dir={_OUTPUT_DIR.value!r}: '
-             f'{e.strerror or e}; give a writable directory.')
+    sys.exit(
+      f'Error: Cannot write into --output_dir={_OUTPUT_DIR.value!r}: '
+      f'{e.strerror or e}; give a writable directory.'
+    )
 
 
 if __name__ == '__main__':
   from tff_sampling.runtime import tff_context  # pylint: disable=g-import-not-at-top
+
   app.run(tff_context.binary_main(main))

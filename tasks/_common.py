@@ -48,13 +48,13 @@ def check_optional_int(name: str, value: Any, *, minimum: int = 1) -> int | None
 
 
 def check_float(
-    name: str,
-    value: Any,
-    *,
-    minimum: float = 0.0,
-    maximum: float = float('inf'),
-    min_inclusive: bool = False,
-    max_inclusive: bool = True,
+  name: str,
+  value: Any,
+  *,
+  minimum: float = 0.0,
+  maximum: float = float('inf'),
+  min_inclusive: bool = False,
+  max_inclusive: bool = True,
 ) -> float:
   """`value` as a finite float within the given bounds, else a ValueError."""
   if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value):
@@ -71,8 +71,7 @@ def check_float(
 def check_int_tuple(name: str, values: Any, *, minimum: int = 1) -> tuple[int, ...]:
   """`values` as a non-empty tuple of ints >= `minimum`, else a ValueError naming `name`."""
   if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
-    raise ValueError(f'{name} must be a non-empty list of integers >= {minimum}, got '
-                     f'{values!r}.')
+    raise ValueError(f'{name} must be a non-empty list of integers >= {minimum}, got {values!r}.')
   return tuple(check_int(name, v, minimum=minimum) for v in values)
 
 
@@ -96,20 +95,20 @@ def check_bool(name: str, value: Any) -> bool:
 
 
 def check_common_options(
-    *,
-    client_batch_size: Any,
-    client_epochs: Any,
-    max_client_examples: Any,
-    seed: Any,
-    eval_batch_size: Any,
+  *,
+  client_batch_size: Any,
+  client_epochs: Any,
+  max_client_examples: Any,
+  seed: Any,
+  eval_batch_size: Any,
 ) -> dict[str, Any]:
   """Validates the options every task accepts; returns them resolved."""
   return collections.OrderedDict(
-      client_batch_size=check_int('client_batch_size', client_batch_size),
-      client_epochs=check_int('client_epochs', client_epochs),
-      max_client_examples=check_optional_int('max_client_examples', max_client_examples),
-      seed=check_int('seed', seed, minimum=0, maximum=2**32 - 1),
-      eval_batch_size=check_int('eval_batch_size', eval_batch_size),
+    client_batch_size=check_int('client_batch_size', client_batch_size),
+    client_epochs=check_int('client_epochs', client_epochs),
+    max_client_examples=check_optional_int('max_client_examples', max_client_examples),
+    seed=check_int('seed', seed, minimum=0, maximum=2**32 - 1),
+    eval_batch_size=check_int('eval_batch_size', eval_batch_size),
   )
 
 
@@ -135,17 +134,17 @@ def as_xy(x: tf.Tensor, y: tf.Tensor) -> collections.OrderedDict:
 
 
 def make_task(
-    name: str,
-    options: Mapping[str, Any],
-    train_data: tff.simulation.datasets.ClientData,
-    eval_data: tf.data.Dataset,
-    *,
-    preprocess_client: Callable[[tf.data.Dataset, Any], tf.data.Dataset],
-    preprocess_eval: Preprocess,
-    keras_model_fn: Callable[[int], tf.keras.Model],
-    statistics: tuple[np.ndarray, np.ndarray],
-    num_classes: int,
-    metrics_fn: Callable[[], list[tf.keras.metrics.Metric]] = accuracy_metrics,
+  name: str,
+  options: Mapping[str, Any],
+  train_data: tff.simulation.datasets.ClientData,
+  eval_data: tf.data.Dataset,
+  *,
+  preprocess_client: Callable[[tf.data.Dataset, Any], tf.data.Dataset],
+  preprocess_eval: Preprocess,
+  keras_model_fn: Callable[[int], tf.keras.Model],
+  statistics: tuple[np.ndarray, np.ndarray],
+  num_classes: int,
+  metrics_fn: Callable[[], list[tf.keras.metrics.Metric]] = accuracy_metrics,
 ) -> Task:
   """A `Task` with the sparse categorical loss, clients in `train_data`'s order.
 
@@ -153,19 +152,19 @@ def make_task(
   """
   num_examples, histograms = statistics
   return Task(
-      name=name,
-      train_data=train_data,
-      eval_data=eval_data,
-      preprocess_client=preprocess_client,
-      preprocess_eval=preprocess_eval,
-      keras_model_fn=keras_model_fn,
-      loss_fn=sparse_categorical_loss,
-      metrics_fn=metrics_fn,
-      client_ids=tuple(train_data.client_ids),
-      client_num_examples=num_examples,
-      client_label_histograms=histograms,
-      num_classes=num_classes,
-      options=options,
+    name=name,
+    train_data=train_data,
+    eval_data=eval_data,
+    preprocess_client=preprocess_client,
+    preprocess_eval=preprocess_eval,
+    keras_model_fn=keras_model_fn,
+    loss_fn=sparse_categorical_loss,
+    metrics_fn=metrics_fn,
+    client_ids=tuple(train_data.client_ids),
+    client_num_examples=num_examples,
+    client_label_histograms=histograms,
+    num_classes=num_classes,
+    options=options,
   )
 
 
@@ -179,7 +178,7 @@ def cap_and_repeat(dataset: tf.data.Dataset, options: Mapping[str, Any]) -> tf.d
 
 
 def training_stream(
-    dataset: tf.data.Dataset, seed, options: Mapping[str, Any], *, shuffle_buffer_size: int
+  dataset: tf.data.Dataset, seed, options: Mapping[str, Any], *, shuffle_buffer_size: int
 ) -> tf.data.Dataset:
   """Seeded shuffle, then `cap_and_repeat` (batching is left to the caller).
 
@@ -194,19 +193,18 @@ def training_stream(
 
 
 def client_preprocess(
-    options: Mapping[str, Any], *, shuffle_buffer_size: int, batches: Preprocess
+  options: Mapping[str, Any], *, shuffle_buffer_size: int, batches: Preprocess
 ) -> Callable[[tf.data.Dataset, Any], tf.data.Dataset]:
   """``preprocess_client``: `training_stream`, then `batches`."""
 
   def preprocess_client(dataset: tf.data.Dataset, seed) -> tf.data.Dataset:
-    return batches(training_stream(dataset, seed, options,
-                                   shuffle_buffer_size=shuffle_buffer_size))
+    return batches(training_stream(dataset, seed, options, shuffle_buffer_size=shuffle_buffer_size))
 
   return preprocess_client
 
 
 def batch(
-    dataset: tf.data.Dataset, *, batch_size: int, batch_map: Callable[[Any], Any] | None = None
+  dataset: tf.data.Dataset, *, batch_size: int, batch_map: Callable[[Any], Any] | None = None
 ) -> tf.data.Dataset:
   """Batches of `batch_size`, each mapped by `batch_map` if given."""
   dataset = dataset.batch(batch_size)
@@ -218,9 +216,7 @@ def batch(
 
 
 def in_memory_client_data(
-    client_ids: Sequence[str],
-    features: Mapping[str, np.ndarray],
-    offsets: np.ndarray,
+  client_ids: Sequence[str], features: Mapping[str, np.ndarray], offsets: np.ndarray
 ) -> tff.simulation.datasets.ClientData:
   """A `ClientData` over arrays sorted by client.
 
@@ -249,17 +245,20 @@ def in_memory_client_data(
       # client's rows become tensors.
       start, stop = offsets[index[client_id]], offsets[index[client_id] + 1]
       return tf.data.Dataset.from_tensor_slices(
-          collections.OrderedDict((k, v[start:stop]) for k, v in features.items()))
+        collections.OrderedDict((k, v[start:stop]) for k, v in features.items())
+      )
     # Traced use (inside tf.function / TFF): the constants are created in the
     # tracing graph, never captured from eager mode.
     matches = tf.equal(client_id, tf.constant(client_ids))
-    with tf.control_dependencies([
-        tf.debugging.Assert(tf.reduce_any(matches), ['Unknown client id:', client_id])]):
+    with tf.control_dependencies(
+      [tf.debugging.Assert(tf.reduce_any(matches), ['Unknown client id:', client_id])]
+    ):
       position = tf.argmax(tf.cast(matches, tf.int32))
     bounds = tf.constant(offsets)
     start, stop = bounds[position], bounds[position + 1]
-    return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
-        (k, tf.constant(v)[start:stop]) for k, v in features.items()))
+    return tf.data.Dataset.from_tensor_slices(
+      collections.OrderedDict((k, tf.constant(v)[start:stop]) for k, v in features.items())
+    )
 
   return tff.simulation.datasets.ClientData.from_clients_and_tf_fn(client_ids, dataset_fn)
 
@@ -267,19 +266,20 @@ def in_memory_client_data(
 def tf_dataset_from_arrays(arrays: Mapping[str, np.ndarray]) -> tf.data.Dataset:
   """Unbatched dataset of ``OrderedDict`` elements from equal-length arrays."""
   return tf.data.Dataset.from_tensor_slices(
-      collections.OrderedDict((k, np.asarray(v)) for k, v in arrays.items()))
+    collections.OrderedDict((k, np.asarray(v)) for k, v in arrays.items())
+  )
 
 
 def in_memory_task(
-    name: str,
-    options: Mapping[str, Any],
-    *,
-    train: Mapping[str, np.ndarray],
-    sizes: np.ndarray,
-    evaluation: Mapping[str, np.ndarray],
-    keras_model_fn: Callable[[int], tf.keras.Model],
-    num_classes: int,
-    batch_map: Callable[[Any], Any] | None = None,
+  name: str,
+  options: Mapping[str, Any],
+  *,
+  train: Mapping[str, np.ndarray],
+  sizes: np.ndarray,
+  evaluation: Mapping[str, np.ndarray],
+  keras_model_fn: Callable[[int], tf.keras.Model],
+  num_classes: int,
+  batch_map: Callable[[Any], Any] | None = None,
 ) -> Task:
   """A task over in-memory ``{x, y}`` arrays, clients ``client_0``, ... in row order.
 
@@ -292,17 +292,23 @@ def in_memory_task(
   width = len(str(len(sizes) - 1))
   client_ids = tuple(f'client_{i:0{width}d}' for i in range(len(sizes)))
   return make_task(
-      name, options, in_memory_client_data(client_ids, train, offsets),
-      tf_dataset_from_arrays(evaluation),
-      preprocess_client=client_preprocess(
-          options, shuffle_buffer_size=int(sizes.max()), batches=functools.partial(
-              batch, batch_size=options['client_batch_size'], batch_map=batch_map)),
-      preprocess_eval=functools.partial(
-          batch, batch_size=options['eval_batch_size'], batch_map=batch_map),
-      keras_model_fn=keras_model_fn,
-      statistics=(np.asarray(sizes, np.int64),
-                  label_histograms(train['y'], offsets, num_classes)),
-      num_classes=num_classes,
+    name,
+    options,
+    in_memory_client_data(client_ids, train, offsets),
+    tf_dataset_from_arrays(evaluation),
+    preprocess_client=client_preprocess(
+      options,
+      shuffle_buffer_size=int(sizes.max()),
+      batches=functools.partial(
+        batch, batch_size=options['client_batch_size'], batch_map=batch_map
+      ),
+    ),
+    preprocess_eval=functools.partial(
+      batch, batch_size=options['eval_batch_size'], batch_map=batch_map
+    ),
+    keras_model_fn=keras_model_fn,
+    statistics=(np.asarray(sizes, np.int64), label_histograms(train['y'], offsets, num_classes)),
+    num_classes=num_classes,
   )
 
 
@@ -327,8 +333,8 @@ def default_cache_dir() -> str:
 # The tables and columns TFF's `SqlClientData` reads (the layout written by
 # `tff.simulation.datasets.save_to_sql_client_data`).
 TFF_DATABASE_SCHEMA = {
-    'examples': ('split_name', 'client_id', 'serialized_example_proto'),
-    'client_metadata': ('client_id', 'split_name', 'num_examples'),
+  'examples': ('split_name', 'client_id', 'serialized_example_proto'),
+  'client_metadata': ('client_id', 'split_name', 'num_examples'),
 }
 
 
@@ -359,21 +365,22 @@ def require_cached_database(dataset: str, file_name: str, cache_dir: str | None)
   if not tf.io.gfile.exists(path):
     url = f'{_TFF_DATASETS_URL}{file_name}.lzma'
     raise FileNotFoundError(
-        f'The {dataset} task needs TFF\'s cached database {path!r} '
-        f'(cache_dir={cache_dir!r}), which does not exist, and '
-        f'tff.simulation.datasets.{dataset}.load_data would try to download it. '
-        'To provide it: run '
-        f'`tff.simulation.datasets.{dataset}.load_data(cache_dir=...)` once on a '
-        f'machine with internet access and copy the resulting {file_name} into '
-        f'{directory!r}; or download {url} and decompress it there '
-        f'(`unlzma {file_name}.lzma` or `xz --format=lzma -d {file_name}.lzma`).')
+      f"The {dataset} task needs TFF's cached database {path!r} "
+      f'(cache_dir={cache_dir!r}), which does not exist, and '
+      f'tff.simulation.datasets.{dataset}.load_data would try to download it. '
+      'To provide it: run '
+      f'`tff.simulation.datasets.{dataset}.load_data(cache_dir=...)` once on a '
+      f'machine with internet access and copy the resulting {file_name} into '
+      f'{directory!r}; or download {url} and decompress it there '
+      f'(`unlzma {file_name}.lzma` or `xz --format=lzma -d {file_name}.lzma`).'
+    )
   if os.path.exists(path):  # A local file (gfile also reaches remote ones, not checked).
     check_tff_database(path, dataset, file_name)
   return path
 
 
 def load_tff_data(
-    dataset: str, file_name: str, cache_dir: str | None, **load_options: Any
+  dataset: str, file_name: str, cache_dir: str | None, **load_options: Any
 ) -> tuple[str, tff.simulation.datasets.ClientData, tff.simulation.datasets.ClientData]:
   """``(database path, train data, test data)`` from ``tff.simulation.datasets.<dataset>``.
 
@@ -381,7 +388,8 @@ def load_tff_data(
   """
   database = require_cached_database(dataset, file_name, cache_dir)
   train_data, test_data = getattr(tff.simulation.datasets, dataset).load_data(
-      cache_dir=cache_dir, **load_options)
+    cache_dir=cache_dir, **load_options
+  )
   return database, train_data, test_data
 
 
@@ -402,12 +410,13 @@ def check_tff_database(path: str, dataset: str, file_name: str) -> None:
     return
   url = f'{_TFF_DATASETS_URL}{file_name}.lzma'
   raise ValueError(
-      f'The {dataset} task\'s cache file {path!r} {problem}, so it is not the database '
-      f'TFF\'s loader reads. To get a good file: delete it and run '
-      f'`tff.simulation.datasets.{dataset}.load_data(cache_dir=...)` on a machine with internet '
-      f'access, then copy its {file_name} here; or download {url} and decompress it here '
-      f'(`xz --format=lzma -d {file_name}.lzma`); or convert your own data into this format '
-      'with `tff.simulation.datasets.save_to_sql_client_data`.')
+    f"The {dataset} task's cache file {path!r} {problem}, so it is not the database "
+    f"TFF's loader reads. To get a good file: delete it and run "
+    f'`tff.simulation.datasets.{dataset}.load_data(cache_dir=...)` on a machine with internet '
+    f'access, then copy its {file_name} here; or download {url} and decompress it here '
+    f'(`xz --format=lzma -d {file_name}.lzma`); or convert your own data into this format '
+    'with `tff.simulation.datasets.save_to_sql_client_data`.'
+  )
 
 
 def read_only_uri(path: str) -> str:
@@ -428,8 +437,9 @@ def _tff_database_problem(path: str) -> str | None:
   uri = read_only_uri(path)
   try:
     with contextlib.closing(sqlite3.connect(uri, uri=True)) as connection:
-      tables = {row[0] for row in connection.execute(
-          "SELECT name FROM sqlite_master WHERE type = 'table';")}
+      tables = {
+        row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table';")
+      }
       for table, required in TFF_DATABASE_SCHEMA.items():
         if table not in tables:
           found = ', '.join(repr(t) for t in sorted(tables)) or 'none'
@@ -447,13 +457,13 @@ def _tff_database_problem(path: str) -> str | None:
 
 
 def scan_sql_split(
-    database_path: str,
-    split_name: str,
-    client_ids: Sequence[str],
-    row_statistics: Callable[[list[bytes]], tuple[np.ndarray, np.ndarray]],
-    num_classes: int,
-    *,
-    chunk_size: int = 20_000,
+  database_path: str,
+  split_name: str,
+  client_ids: Sequence[str],
+  row_statistics: Callable[[list[bytes]], tuple[np.ndarray, np.ndarray]],
+  num_classes: int,
+  *,
+  chunk_size: int = 20_000,
 ) -> tuple[np.ndarray, np.ndarray]:
   """Per-client example counts and label histograms in one pass over SQLite.
 
@@ -478,8 +488,9 @@ def scan_sql_split(
   """
   num_examples = np.zeros(len(client_ids), np.int64)
   histograms = np.zeros((len(client_ids), num_classes), np.int64)
-  for owners, protos in sql_split_chunks(database_path, split_name, client_ids,
-                                         chunk_size=chunk_size):
+  for owners, protos in sql_split_chunks(
+    database_path, split_name, client_ids, chunk_size=chunk_size
+  ):
     counts, examples = row_statistics(protos)
     np.add.at(histograms, owners, counts)
     np.add.at(num_examples, owners, examples)
@@ -487,8 +498,12 @@ def scan_sql_split(
 
 
 def sql_split_chunks(
-    database_path: str, split_name: str, client_ids: Sequence[str], *,
-    chunk_size: int = 20_000, rowid_order: bool = False,
+  database_path: str,
+  split_name: str,
+  client_ids: Sequence[str],
+  *,
+  chunk_size: int = 20_000,
+  rowid_order: bool = False,
 ) -> Iterator[tuple[np.ndarray, list[bytes]]]:
   """The rows of one split, in chunks ``(int64 owners, serialised examples)``.
 
@@ -500,25 +515,30 @@ def sql_split_chunks(
   order = ' ORDER BY rowid' if rowid_order else ''
   with contextlib.closing(sqlite3.connect(uri, uri=True)) as connection:
     cursor = connection.execute(
-        'SELECT client_id, serialized_example_proto FROM examples WHERE split_name = ?'
-        f'{order};', (split_name,))
+      f'SELECT client_id, serialized_example_proto FROM examples WHERE split_name = ?{order};',
+      (split_name,),
+    )
     while rows := cursor.fetchmany(chunk_size):
-      yield (np.fromiter((index[row[0]] for row in rows), np.int64, len(rows)),
-             [row[1] for row in rows])
+      yield (
+        np.fromiter((index[row[0]] for row in rows), np.int64, len(rows)),
+        [row[1] for row in rows],
+      )
 
 
 def count_split_rows(database_path: str, split_name: str) -> int:
   """The number of examples (rows) of one split of a TFF database."""
   with contextlib.closing(sqlite3.connect(read_only_uri(database_path), uri=True)) as connection:
     (count,) = connection.execute(
-        'SELECT COUNT(*) FROM examples WHERE split_name = ?;', (split_name,)).fetchone()
+      'SELECT COUNT(*) FROM examples WHERE split_name = ?;', (split_name,)
+    ).fetchone()
   return int(count)
 
 
 def parse_int_feature(protos: list[bytes], key: str) -> np.ndarray:
   """The scalar int64 feature `key` of serialised ``tf.train.Example``s."""
   parsed = tf.io.parse_example(
-      tf.constant(protos, tf.string), {key: tf.io.FixedLenFeature([], tf.int64)})
+    tf.constant(protos, tf.string), {key: tf.io.FixedLenFeature([], tf.int64)}
+  )
   return parsed[key].numpy()
 
 
@@ -526,8 +546,9 @@ def check_label_range(labels: np.ndarray, key: str, num_classes: int) -> None:
   """Raises a ValueError unless every label `key` read from a database is a class."""
   if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
     raise ValueError(
-        f'Label {key!r} outside [0, {num_classes}) in the database: '
-        f'found values in [{labels.min()}, {labels.max()}].')
+      f'Label {key!r} outside [0, {num_classes}) in the database: '
+      f'found values in [{labels.min()}, {labels.max()}].'
+    )
 
 
 def one_hot_label_statistics(key: str, num_classes: int):
@@ -544,7 +565,7 @@ def one_hot_label_statistics(key: str, num_classes: int):
 
 
 def centralized_eval_data(
-    test_data: tff.simulation.datasets.ClientData, options: Mapping[str, Any]
+  test_data: tff.simulation.datasets.ClientData, options: Mapping[str, Any]
 ) -> tf.data.Dataset:
   """The test split as one dataset, at most ``max_eval_examples`` raw elements.
 
@@ -563,7 +584,7 @@ def centralized_eval_data(
 
 
 def load_tfds(
-    name: str, data_dir: str | None, *, user: str, alternative: str = '', **load_options: Any
+  name: str, data_dir: str | None, *, user: str, alternative: str = '', **load_options: Any
 ) -> tf.data.Dataset:
   """``tfds.load(name, data_dir=data_dir, download=False, **load_options)``.
 
@@ -573,11 +594,12 @@ def load_tfds(
   try:
     return tfds.load(name, data_dir=data_dir, download=False, **load_options)
   except AssertionError as error:  # TFDS's "could not find data in ..." check.
-    default = ' (TFDS\'s default: $TFDS_DATA_DIR or ~/tensorflow_datasets)'
+    default = " (TFDS's default: $TFDS_DATA_DIR or ~/tensorflow_datasets)"
     raise FileNotFoundError(
-        f'{user} needs TensorFlow Datasets\' prepared {name!r} dataset in '
-        f'data_dir={data_dir!r}{default if data_dir is None else ""}, which TFDS could not '
-        f'find ({error}); it is not downloaded here. To provide it: on a machine with '
-        f'internet access run `tfds build {name} --data_dir=DIR` (or `tfds.load({name!r}, '
-        f'data_dir=DIR)` in Python), copy DIR/{name} into a directory here and pass that '
-        f'directory as data_dir{alternative}.') from error
+      f"{user} needs TensorFlow Datasets' prepared {name!r} dataset in "
+      f'data_dir={data_dir!r}{default if data_dir is None else ""}, which TFDS could not '
+      f'find ({error}); it is not downloaded here. To provide it: on a machine with '
+      f'internet access run `tfds build {name} --data_dir=DIR` (or `tfds.load({name!r}, '
+      f'data_dir=DIR)` in Python), copy DIR/{name} into a directory here and pass that '
+      f'directory as data_dir{alternative}.'
+    ) from error

@@ -57,10 +57,10 @@ NUM_CLASSES = 10
 IMAGE_SHAPE = (32, 32, 3)
 TRAIN_EXAMPLES = 50_000
 SIZE_PROFILES = collections.OrderedDict(
-    fraboni=collections.OrderedDict(
-        size_group_clients=(10, 30, 30, 20, 10),
-        size_group_examples=(100, 250, 500, 750, 1000)),
-    balanced=collections.OrderedDict(size_group_clients=(100,), size_group_examples=(500,)),
+  fraboni=collections.OrderedDict(
+    size_group_clients=(10, 30, 30, 20, 10), size_group_examples=(100, 250, 500, 750, 1000)
+  ),
+  balanced=collections.OrderedDict(size_group_clients=(100,), size_group_examples=(500,)),
 )
 MODELS = ('lenet', 'vgg')
 _READ_BATCH = 10_000
@@ -109,7 +109,8 @@ def load_split(split: str, data_dir: str | None) -> tuple[np.ndarray, np.ndarray
     FileNotFoundError: If the prepared dataset is not in `data_dir`.
   """
   dataset = _common.load_tfds(
-      DATASET, data_dir, user='The cifar10 task', split=split, as_supervised=True)
+    DATASET, data_dir, user='The cifar10 task', split=split, as_supervised=True
+  )
   images, labels = [], []
   for image_batch, label_batch in dataset.batch(_READ_BATCH).as_numpy_iterator():
     images.append(image_batch)
@@ -118,25 +119,28 @@ def load_split(split: str, data_dir: str | None) -> tuple[np.ndarray, np.ndarray
   labels = np.concatenate(labels).astype(np.int32)
   if images.shape[1:] != IMAGE_SHAPE or labels.min() < 0 or labels.max() >= NUM_CLASSES:
     raise ValueError(
-        f'Unexpected {DATASET} {split!r} data: images {images.shape}, labels in '
-        f'[{labels.min()}, {labels.max()}].')
+      f'Unexpected {DATASET} {split!r} data: images {images.shape}, labels in '
+      f'[{labels.min()}, {labels.max()}].'
+    )
   return images, labels
 
 
 def profile_sizes(
-    size_group_clients: Sequence[int], size_group_examples: Sequence[int]
+  size_group_clients: Sequence[int], size_group_examples: Sequence[int]
 ) -> np.ndarray:
   """``int64[N]`` client sizes: group ``g``'s count repeated, group by group."""
-  return np.repeat(np.asarray(size_group_examples, np.int64),
-                   np.asarray(size_group_clients, np.int64))
+  return np.repeat(
+    np.asarray(size_group_examples, np.int64), np.asarray(size_group_clients, np.int64)
+  )
 
 
 def _check_total(sizes: np.ndarray, available: int) -> None:
   if sizes.sum() > available:
     raise ValueError(
-        f'The size profile needs {sizes.sum()} training examples '
-        f'({len(sizes)} clients), but the cifar10 train split has {available}; '
-        'reduce size_group_clients or size_group_examples.')
+      f'The size profile needs {sizes.sum()} training examples '
+      f'({len(sizes)} clients), but the cifar10 train split has {available}; '
+      'reduce size_group_clients or size_group_examples.'
+    )
 
 
 def _scale_images(batch: collections.OrderedDict) -> collections.OrderedDict:
@@ -145,19 +149,19 @@ def _scale_images(batch: collections.OrderedDict) -> collections.OrderedDict:
 
 
 def create_cifar10_task(
-    *,
-    client_batch_size: int = 50,
-    client_epochs: int = 1,
-    max_client_examples: int | None = None,
-    seed: int = 0,
-    eval_batch_size: int = 256,
-    data_dir: str | None = None,
-    dirichlet_alpha: float = 0.1,
-    size_profile: str = 'fraboni',
-    size_group_clients: Sequence[int] | None = None,
-    size_group_examples: Sequence[int] | None = None,
-    max_eval_examples: int | None = 10_000,
-    model: str = 'lenet',
+  *,
+  client_batch_size: int = 50,
+  client_epochs: int = 1,
+  max_client_examples: int | None = None,
+  seed: int = 0,
+  eval_batch_size: int = 256,
+  data_dir: str | None = None,
+  dirichlet_alpha: float = 0.1,
+  size_profile: str = 'fraboni',
+  size_group_clients: Sequence[int] | None = None,
+  size_group_examples: Sequence[int] | None = None,
+  max_eval_examples: int | None = 10_000,
+  model: str = 'lenet',
 ) -> Task:
   """Builds the ``cifar10`` task.
 
@@ -190,30 +194,37 @@ def create_cifar10_task(
     FileNotFoundError: If the TFDS data is not in `data_dir`.
   """
   options = _common.check_common_options(
-      client_batch_size=client_batch_size, client_epochs=client_epochs,
-      max_client_examples=max_client_examples, seed=seed, eval_batch_size=eval_batch_size)
+    client_batch_size=client_batch_size,
+    client_epochs=client_epochs,
+    max_client_examples=max_client_examples,
+    seed=seed,
+    eval_batch_size=eval_batch_size,
+  )
   if data_dir is not None and not isinstance(data_dir, str):
     raise ValueError(f'data_dir must be a string or None, got {data_dir!r}.')
   size_profile = _common.check_choice('size_profile', size_profile, tuple(SIZE_PROFILES))
   profile = SIZE_PROFILES[size_profile]
   group_clients = _common.check_int_tuple(
-      'size_group_clients',
-      profile['size_group_clients'] if size_group_clients is None else size_group_clients)
+    'size_group_clients',
+    profile['size_group_clients'] if size_group_clients is None else size_group_clients,
+  )
   group_examples = _common.check_int_tuple(
-      'size_group_examples',
-      profile['size_group_examples'] if size_group_examples is None else size_group_examples)
+    'size_group_examples',
+    profile['size_group_examples'] if size_group_examples is None else size_group_examples,
+  )
   if len(group_clients) != len(group_examples):
     raise ValueError(
-        f'size_group_clients and size_group_examples must have the same length, got '
-        f'{list(group_clients)} and {list(group_examples)}.')
+      f'size_group_clients and size_group_examples must have the same length, got '
+      f'{list(group_clients)} and {list(group_examples)}.'
+    )
   options.update(
-      data_dir=data_dir,
-      dirichlet_alpha=_common.check_float('dirichlet_alpha', dirichlet_alpha),
-      size_profile=size_profile,
-      size_group_clients=group_clients,
-      size_group_examples=group_examples,
-      max_eval_examples=_common.check_optional_int('max_eval_examples', max_eval_examples),
-      model=_common.check_choice('model', model, MODELS),
+    data_dir=data_dir,
+    dirichlet_alpha=_common.check_float('dirichlet_alpha', dirichlet_alpha),
+    size_profile=size_profile,
+    size_group_clients=group_clients,
+    size_group_examples=group_examples,
+    max_eval_examples=_common.check_optional_int('max_eval_examples', max_eval_examples),
+    model=_common.check_choice('model', model, MODELS),
   )
   sizes = profile_sizes(group_clients, group_examples)
   _check_total(sizes, TRAIN_EXAMPLES)
@@ -221,17 +232,21 @@ def create_cifar10_task(
   images, labels = load_split('train', data_dir)
   _check_total(sizes, len(labels))
   rng = np.random.default_rng([options['seed'], 0])
-  selected = rng.permutation(len(labels))[:sizes.sum()]
+  selected = rng.permutation(len(labels))[: sizes.sum()]
   members = digits.dirichlet_partition(
-      labels[selected], sizes, options['dirichlet_alpha'], rng, NUM_CLASSES)
+    labels[selected], sizes, options['dirichlet_alpha'], rng, NUM_CLASSES
+  )
   order = selected[np.concatenate(members)]
   train = collections.OrderedDict(x=images[order], y=labels[order])
   del images
 
   eval_images, eval_labels = load_split('test', data_dir)
   if options['max_eval_examples'] is not None and options['max_eval_examples'] < len(eval_labels):
-    kept = np.sort(np.random.default_rng([options['seed'], 1]).permutation(
-        len(eval_labels))[:options['max_eval_examples']])
+    kept = np.sort(
+      np.random.default_rng([options['seed'], 1]).permutation(len(eval_labels))[
+        : options['max_eval_examples']
+      ]
+    )
     eval_images, eval_labels = eval_images[kept], eval_labels[kept]
 
   if options['model'] == 'lenet':
@@ -240,11 +255,12 @@ def create_cifar10_task(
     keras_model_fn = functools.partial(models.small_vgg, NUM_CLASSES, input_shape=IMAGE_SHAPE)
 
   return _common.in_memory_task(
-      'cifar10', options,
-      train=train,
-      sizes=sizes,
-      evaluation=collections.OrderedDict(x=eval_images, y=eval_labels),
-      keras_model_fn=keras_model_fn,
-      num_classes=NUM_CLASSES,
-      batch_map=_scale_images,
+    'cifar10',
+    options,
+    train=train,
+    sizes=sizes,
+    evaluation=collections.OrderedDict(x=eval_images, y=eval_labels),
+    keras_model_fn=keras_model_fn,
+    num_classes=NUM_CLASSES,
+    batch_map=_scale_images,
   )

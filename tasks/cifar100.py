@@ -51,19 +51,22 @@ _SHUFFLE_BUFFER_SIZE = image_classification_preprocessing.NUM_EXAMPLES_PER_CLIEN
 def _tff_crop_and_batch(batch_size: int, crop_shape: tuple[int, int, int]):
   """TFF's baseline CIFAR preprocessing (centre crop, standardise, batch)."""
   tff_fn = image_classification_preprocessing.create_preprocess_fn(
-      client_spec.ClientSpec(num_epochs=1, batch_size=batch_size, shuffle_buffer_size=1),
-      crop_shape=crop_shape, distort_image=False)
+    client_spec.ClientSpec(num_epochs=1, batch_size=batch_size, shuffle_buffer_size=1),
+    crop_shape=crop_shape,
+    distort_image=False,
+  )
   return lambda dataset: tff_fn(dataset).map(_common.as_xy)
 
 
 def _seeded_distortion(
-    dataset: tf.data.Dataset, seed, crop_shape: tuple[int, int, int]
+  dataset: tf.data.Dataset, seed, crop_shape: tuple[int, int, int]
 ) -> tf.data.Dataset:
   """Random crop + horizontal flip, reproducible from (seed, position)."""
 
   def distort(position, example):
-    crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(
-        tf.stack([tf.cast(seed, tf.int64), position]), num=2))
+    crop_seed, flip_seed = tf.unstack(
+      tf.random.experimental.stateless_split(tf.stack([tf.cast(seed, tf.int64), position]), num=2)
+    )
     image = tf.image.stateless_random_crop(example['image'], crop_shape, seed=crop_seed)
     image = tf.image.stateless_random_flip_left_right(image, seed=flip_seed)
     distorted = dict(example)
@@ -74,17 +77,17 @@ def _seeded_distortion(
 
 
 def create_cifar100_task(
-    *,
-    client_batch_size: int = 20,
-    client_epochs: int = 1,
-    max_client_examples: int | None = None,
-    seed: int = 0,
-    eval_batch_size: int = 256,
-    cache_dir: str | None = None,
-    crop_size: int = 24,
-    distort_images: bool = False,
-    max_eval_examples: int | None = 10_000,
-    model: str = 'resnet18',
+  *,
+  client_batch_size: int = 20,
+  client_epochs: int = 1,
+  max_client_examples: int | None = None,
+  seed: int = 0,
+  eval_batch_size: int = 256,
+  cache_dir: str | None = None,
+  crop_size: int = 24,
+  distort_images: bool = False,
+  max_eval_examples: int | None = 10_000,
+  model: str = 'resnet18',
 ) -> Task:
   """Builds the ``cifar100`` task.
 
@@ -112,27 +115,37 @@ def create_cifar100_task(
       format (empty, not SQLite, missing tables).
   """
   options = _common.check_common_options(
-      client_batch_size=client_batch_size, client_epochs=client_epochs,
-      max_client_examples=max_client_examples, seed=seed, eval_batch_size=eval_batch_size)
+    client_batch_size=client_batch_size,
+    client_epochs=client_epochs,
+    max_client_examples=max_client_examples,
+    seed=seed,
+    eval_batch_size=eval_batch_size,
+  )
   options.update(
-      cache_dir=_common.check_optional_path('cache_dir', cache_dir),
-      crop_size=_common.check_int('crop_size', crop_size, maximum=32),
-      distort_images=_common.check_bool('distort_images', distort_images),
-      max_eval_examples=_common.check_optional_int('max_eval_examples', max_eval_examples),
-      model=_common.check_choice('model', model, MODELS),
+    cache_dir=_common.check_optional_path('cache_dir', cache_dir),
+    crop_size=_common.check_int('crop_size', crop_size, maximum=32),
+    distort_images=_common.check_bool('distort_images', distort_images),
+    max_eval_examples=_common.check_optional_int('max_eval_examples', max_eval_examples),
+    model=_common.check_choice('model', model, MODELS),
   )
   database, train_data, test_data = _common.load_tff_data(
-      'cifar100', DATABASE_FILE, options['cache_dir'])
+    'cifar100', DATABASE_FILE, options['cache_dir']
+  )
   statistics = _common.scan_sql_split(
-      database, 'train', tuple(train_data.client_ids),
-      _common.one_hot_label_statistics('label', NUM_CLASSES), NUM_CLASSES)
+    database,
+    'train',
+    tuple(train_data.client_ids),
+    _common.one_hot_label_statistics('label', NUM_CLASSES),
+    NUM_CLASSES,
+  )
 
   crop_shape = (options['crop_size'], options['crop_size'], 3)
   train_batches = _tff_crop_and_batch(options['client_batch_size'], crop_shape)
 
   def preprocess_client(dataset: tf.data.Dataset, shuffle_seed) -> tf.data.Dataset:
     dataset = _common.training_stream(
-        dataset, shuffle_seed, options, shuffle_buffer_size=_SHUFFLE_BUFFER_SIZE)
+      dataset, shuffle_seed, options, shuffle_buffer_size=_SHUFFLE_BUFFER_SIZE
+    )
     if options['distort_images']:
       # TFF's centre crop is then a no-op: the image already has crop_shape.
       dataset = _seeded_distortion(dataset, shuffle_seed, crop_shape)
@@ -144,10 +157,13 @@ def create_cifar100_task(
     keras_model_fn = functools.partial(models.small_vgg, NUM_CLASSES, input_shape=crop_shape)
 
   return _common.make_task(
-      'cifar100', options, train_data, _common.centralized_eval_data(test_data, options),
-      preprocess_client=preprocess_client,
-      preprocess_eval=_tff_crop_and_batch(options['eval_batch_size'], crop_shape),
-      keras_model_fn=keras_model_fn,
-      statistics=statistics,
-      num_classes=NUM_CLASSES,
+    'cifar100',
+    options,
+    train_data,
+    _common.centralized_eval_data(test_data, options),
+    preprocess_client=preprocess_client,
+    preprocess_eval=_tff_crop_and_batch(options['eval_batch_size'], crop_shape),
+    keras_model_fn=keras_model_fn,
+    statistics=statistics,
+    num_classes=NUM_CLASSES,
   )

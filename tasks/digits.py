@@ -74,30 +74,30 @@ NUM_FEATURES = 64
 # Preset -> the values its ``None`` options resolve to; ``None`` here means the
 # option does not apply to the preset (setting it is an error).
 PRESETS = collections.OrderedDict(
-    default=collections.OrderedDict(size_sigma=1.0, dirichlet_alpha=0.5),
-    unbalanced=collections.OrderedDict(size_sigma=3.0, dirichlet_alpha=0.5),
-    shards=collections.OrderedDict(size_sigma=None, dirichlet_alpha=None),
-    two_labels=collections.OrderedDict(size_sigma=None, dirichlet_alpha=None),
+  default=collections.OrderedDict(size_sigma=1.0, dirichlet_alpha=0.5),
+  unbalanced=collections.OrderedDict(size_sigma=3.0, dirichlet_alpha=0.5),
+  shards=collections.OrderedDict(size_sigma=None, dirichlet_alpha=None),
+  two_labels=collections.OrderedDict(size_sigma=None, dirichlet_alpha=None),
 )
 MODELS = ('mlp', 'logistic')
 _MIN_CLIENT_EXAMPLES = 2
 
 
 def stratified_split(
-    labels: np.ndarray, fraction: float, rng: np.random.Generator
+  labels: np.ndarray, fraction: float, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
   """Indices ``(rest, held_out)``: `fraction` of every class held out."""
   held_out = []
   for label in np.unique(labels):
     members = rng.permutation(np.flatnonzero(labels == label))
-    held_out.append(members[:int(round(fraction * len(members)))])
+    held_out.append(members[: int(round(fraction * len(members)))])
   held_out = np.sort(np.concatenate(held_out))
   rest = np.setdiff1d(np.arange(len(labels)), held_out)
   return rest, held_out
 
 
 def lognormal_sizes(
-    total: int, num_clients: int, sigma: float, min_size: int, rng: np.random.Generator
+  total: int, num_clients: int, sigma: float, min_size: int, rng: np.random.Generator
 ) -> np.ndarray:
   """``int64[num_clients]`` sizes >= `min_size` summing to `total`.
 
@@ -112,24 +112,21 @@ def lognormal_sizes(
   """
   if total < num_clients * min_size:
     raise ValueError(
-        f'{total} examples cannot give {num_clients} clients {min_size} examples each; '
-        f'use num_clients <= {total // min_size}.')
+      f'{total} examples cannot give {num_clients} clients {min_size} examples each; '
+      f'use num_clients <= {total // min_size}.'
+    )
   quantiles = (rng.permutation(num_clients) + rng.random(num_clients)) / num_clients
   weights = np.exp(sigma * scipy.special.ndtri(quantiles))
   spare = total - num_clients * min_size
   quotas = spare * weights / weights.sum()
   extra = np.floor(quotas).astype(np.int64)
   remainder_order = np.argsort(-(quotas - extra), kind='stable')
-  extra[remainder_order[:spare - extra.sum()]] += 1
+  extra[remainder_order[: spare - extra.sum()]] += 1
   return extra + min_size
 
 
 def dirichlet_partition(
-    labels: np.ndarray,
-    sizes: np.ndarray,
-    alpha: float,
-    rng: np.random.Generator,
-    num_classes: int,
+  labels: np.ndarray, sizes: np.ndarray, alpha: float, rng: np.random.Generator, num_classes: int
 ) -> list[np.ndarray]:
   """Assigns every example to exactly one client, with Dirichlet label skew.
 
@@ -166,18 +163,18 @@ def dirichlet_partition(
   for counts in client_counts:
     members = []
     for c in np.flatnonzero(counts):
-      members.append(pools[c][taken[c]:taken[c] + counts[c]])
+      members.append(pools[c][taken[c] : taken[c] + counts[c]])
       taken[c] += counts[c]
     assignment.append(rng.permutation(np.concatenate(members)))
   return assignment
 
 
 def shard_partition(
-    labels: np.ndarray,
-    num_clients: int,
-    rng: np.random.Generator,
-    num_classes: int,
-    min_size: int = 1,
+  labels: np.ndarray,
+  num_clients: int,
+  rng: np.random.Generator,
+  num_classes: int,
+  min_size: int = 1,
 ) -> list[np.ndarray]:
   """Single-label shards: every client holds examples of one label only.
 
@@ -205,20 +202,26 @@ def shard_partition(
   class_counts = np.bincount(labels, minlength=num_classes)
   if np.any(class_counts == 0):
     raise ValueError(
-        f'Shards need every label; labels {np.flatnonzero(class_counts == 0).tolist()} '
-        'have no examples.')
+      f'Shards need every label; labels {np.flatnonzero(class_counts == 0).tolist()} '
+      'have no examples.'
+    )
   if num_clients < num_classes:
     raise ValueError(
-        f'Shards need num_clients >= {num_classes} (one client per label at least), '
-        f'got {num_clients}.')
+      f'Shards need num_clients >= {num_classes} (one client per label at least), '
+      f'got {num_clients}.'
+    )
   clients_per_class = _shards_per_class(class_counts, num_clients)
   if np.any(class_counts // clients_per_class < min_size):
-    feasible = [n for n in range(num_classes, num_clients)
-                if np.all(class_counts // _shards_per_class(class_counts, n) >= min_size)]
+    feasible = [
+      n
+      for n in range(num_classes, num_clients)
+      if np.all(class_counts // _shards_per_class(class_counts, n) >= min_size)
+    ]
     hint = f'use num_clients <= {feasible[-1]}' if feasible else 'too few examples per label'
     raise ValueError(
-        f'{len(labels)} examples cannot give {num_clients} single-label clients '
-        f'{min_size} examples each; {hint}.')
+      f'{len(labels)} examples cannot give {num_clients} single-label clients '
+      f'{min_size} examples each; {hint}.'
+    )
   shards = []
   for label in range(num_classes):
     members = rng.permutation(np.flatnonzero(labels == label))
@@ -227,11 +230,11 @@ def shard_partition(
 
 
 def label_pair_partition(
-    labels: np.ndarray,
-    num_clients: int,
-    rng: np.random.Generator,
-    num_classes: int,
-    min_size: int = 1,
+  labels: np.ndarray,
+  num_clients: int,
+  rng: np.random.Generator,
+  num_classes: int,
+  min_size: int = 1,
 ) -> list[np.ndarray]:
   """Two-label clients: every client holds two shards of two different labels.
 
@@ -262,8 +265,10 @@ def label_pair_partition(
   try:
     shards = shard_partition(labels, 2 * num_clients, rng, num_classes, min_size)
   except ValueError as e:
-    raise ValueError(f'{num_clients} two-label clients need {2 * num_clients} single-label '
-                     f'shards: {e} (halve that bound for num_clients)') from e
+    raise ValueError(
+      f'{num_clients} two-label clients need {2 * num_clients} single-label '
+      f'shards: {e} (halve that bound for num_clients)'
+    ) from e
   shard_label = np.array([labels[s[0]] for s in shards])
   pairs = rng.permutation(2 * num_clients).reshape(num_clients, 2)
   for bad in range(num_clients):
@@ -275,9 +280,13 @@ def label_pair_partition(
     # exists: a label has at most num_clients shards, two of them are here, so
     # one of the other num_clients - 1 pairs holds none of that label.
     pair_labels = shard_label[pairs]
-    options = [(p, side) for p in range(num_clients) if p != bad for side in (0, 1)
-               if pair_labels[p, side] != shard_label[a]
-               and pair_labels[p, 1 - side] != shard_label[b]]
+    options = [
+      (p, side)
+      for p in range(num_clients)
+      if p != bad
+      for side in (0, 1)
+      if pair_labels[p, side] != shard_label[a] and pair_labels[p, 1 - side] != shard_label[b]
+    ]
     p, side = options[rng.integers(len(options))]
     pairs[bad, 1], pairs[p, side] = pairs[p, side], b
   return [rng.permutation(np.concatenate([shards[a], shards[b]])) for a, b in pairs]
@@ -286,7 +295,7 @@ def label_pair_partition(
 def _shards_per_class(class_counts: np.ndarray, num_clients: int) -> np.ndarray:
   """Clients per label: an equal share, extras to the largest labels."""
   clients = np.full(len(class_counts), num_clients // len(class_counts), np.int64)
-  clients[np.argsort(-class_counts, kind='stable')[:num_clients % len(class_counts)]] += 1
+  clients[np.argsort(-class_counts, kind='stable')[: num_clients % len(class_counts)]] += 1
   return clients
 
 
@@ -311,9 +320,10 @@ def shard_labels(task: Task) -> np.ndarray:
   mixed = np.flatnonzero(labels_held != 1)
   if mixed.size:
     raise ValueError(
-        f'Task {task.name!r} is not single-label: {mixed.size} clients hold '
-        f'{sorted(set(labels_held[mixed].tolist()))} labels (first: '
-        f'{task.client_ids[mixed[0]]!r}); use the shards preset.')
+      f'Task {task.name!r} is not single-label: {mixed.size} clients hold '
+      f'{sorted(set(labels_held[mixed].tolist()))} labels (first: '
+      f'{task.client_ids[mixed[0]]!r}); use the shards preset.'
+    )
   return np.argmax(histograms, axis=1).astype(np.int64)
 
 
@@ -329,19 +339,19 @@ def _optional(check, name: str, value, **bounds):
 
 
 def create_digits_task(
-    *,
-    client_batch_size: int = 20,
-    client_epochs: int = 1,
-    max_client_examples: int | None = None,
-    seed: int = 0,
-    eval_batch_size: int = 256,
-    num_clients: int = 100,
-    dirichlet_alpha: float | None = None,
-    size_sigma: float | None = None,
-    eval_fraction: float = 0.2,
-    preset: str = 'default',
-    model: str = 'mlp',
-    mlp_hidden: Sequence[int] = (64,),
+  *,
+  client_batch_size: int = 20,
+  client_epochs: int = 1,
+  max_client_examples: int | None = None,
+  seed: int = 0,
+  eval_batch_size: int = 256,
+  num_clients: int = 100,
+  dirichlet_alpha: float | None = None,
+  size_sigma: float | None = None,
+  eval_fraction: float = 0.2,
+  preset: str = 'default',
+  model: str = 'mlp',
+  mlp_hidden: Sequence[int] = (64,),
 ) -> Task:
   """Builds the ``digits`` task.
 
@@ -379,28 +389,34 @@ def create_digits_task(
       for the data.
   """
   options = _common.check_common_options(
-      client_batch_size=client_batch_size, client_epochs=client_epochs,
-      max_client_examples=max_client_examples, seed=seed, eval_batch_size=eval_batch_size)
+    client_batch_size=client_batch_size,
+    client_epochs=client_epochs,
+    max_client_examples=max_client_examples,
+    seed=seed,
+    eval_batch_size=eval_batch_size,
+  )
   preset = _common.check_choice('preset', preset, tuple(PRESETS))
   explicit = collections.OrderedDict(dirichlet_alpha=dirichlet_alpha, size_sigma=size_sigma)
   resolved = collections.OrderedDict()
   for name, value in explicit.items():
     if PRESETS[preset][name] is None and value is not None:
       raise ValueError(
-          f'{name} does not apply to preset={preset!r} (fixed labels per client, '
-          f'in equal shares), got {value!r}; leave it unset.')
+        f'{name} does not apply to preset={preset!r} (fixed labels per client, '
+        f'in equal shares), got {value!r}; leave it unset.'
+      )
     resolved[name] = PRESETS[preset][name] if value is None else value
   options.update(
-      num_clients=_common.check_int('num_clients', num_clients),
-      dirichlet_alpha=_optional(_common.check_float, 'dirichlet_alpha',
-                                resolved['dirichlet_alpha']),
-      size_sigma=_optional(_common.check_float, 'size_sigma', resolved['size_sigma'],
-                           min_inclusive=True),
-      eval_fraction=_common.check_float('eval_fraction', eval_fraction, maximum=1.0,
-                                        max_inclusive=False),
-      preset=preset,
-      model=_common.check_choice('model', model, MODELS),
-      mlp_hidden=_common.check_int_tuple('mlp_hidden', mlp_hidden),
+    num_clients=_common.check_int('num_clients', num_clients),
+    dirichlet_alpha=_optional(_common.check_float, 'dirichlet_alpha', resolved['dirichlet_alpha']),
+    size_sigma=_optional(
+      _common.check_float, 'size_sigma', resolved['size_sigma'], min_inclusive=True
+    ),
+    eval_fraction=_common.check_float(
+      'eval_fraction', eval_fraction, maximum=1.0, max_inclusive=False
+    ),
+    preset=preset,
+    model=_common.check_choice('model', model, MODELS),
+    mlp_hidden=_common.check_int_tuple('mlp_hidden', mlp_hidden),
   )
 
   digits = sklearn.datasets.load_digits()
@@ -411,28 +427,35 @@ def create_digits_task(
   if preset in ('shards', 'two_labels'):
     partition = shard_partition if preset == 'shards' else label_pair_partition
     members = partition(
-        labels[train_index], options['num_clients'], rng, NUM_CLASSES,
-        1 if preset == 'two_labels' else _MIN_CLIENT_EXAMPLES)
+      labels[train_index],
+      options['num_clients'],
+      rng,
+      NUM_CLASSES,
+      1 if preset == 'two_labels' else _MIN_CLIENT_EXAMPLES,
+    )
     sizes = np.array([len(m) for m in members], np.int64)
   else:
     sizes = lognormal_sizes(
-        len(train_index), options['num_clients'], options['size_sigma'],
-        _MIN_CLIENT_EXAMPLES, rng)
+      len(train_index), options['num_clients'], options['size_sigma'], _MIN_CLIENT_EXAMPLES, rng
+    )
     members = dirichlet_partition(
-        labels[train_index], sizes, options['dirichlet_alpha'], rng, NUM_CLASSES)
+      labels[train_index], sizes, options['dirichlet_alpha'], rng, NUM_CLASSES
+    )
   order = train_index[np.concatenate(members)]
 
   if options['model'] == 'mlp':
     keras_model_fn = functools.partial(
-        models.dense_mlp, NUM_FEATURES, NUM_CLASSES, hidden=options['mlp_hidden'])
+      models.dense_mlp, NUM_FEATURES, NUM_CLASSES, hidden=options['mlp_hidden']
+    )
   else:
     keras_model_fn = functools.partial(models.logistic_regression, NUM_FEATURES, NUM_CLASSES)
 
   return _common.in_memory_task(
-      'digits', options,
-      train=collections.OrderedDict(x=features[order], y=labels[order]),
-      sizes=sizes,
-      evaluation=collections.OrderedDict(x=features[eval_index], y=labels[eval_index]),
-      keras_model_fn=keras_model_fn,
-      num_classes=NUM_CLASSES,
+    'digits',
+    options,
+    train=collections.OrderedDict(x=features[order], y=labels[order]),
+    sizes=sizes,
+    evaluation=collections.OrderedDict(x=features[eval_index], y=labels[eval_index]),
+    keras_model_fn=keras_model_fn,
+    num_classes=NUM_CLASSES,
   )

@@ -121,12 +121,12 @@ _SHUFFLE_BUFFER_SIZE = emnist_preprocessing.MAX_CLIENT_DATASET_SIZE
 UNBALANCED_TARGETS = collections.OrderedDict([(1, (0.1, 0.82)), (2, (0.2, 0.90)), (3, (0.5, 0.98))])
 # (set, only_digits) -> parameters calibrated on `femnist_standin_client_sizes`.
 UNBALANCED_PRESETS = {
-    (1, True): unbalance.UnbalanceParams(1, 167, 0.5, 3),
-    (2, True): unbalance.UnbalanceParams(1, 148, 0.5, 2),
-    (3, True): unbalance.UnbalanceParams(1, 114, 0.5, 3),
-    (1, False): unbalance.UnbalanceParams(1, 332, 0.5, 9),
-    (2, False): unbalance.UnbalanceParams(1, 294, 0.5, 9),
-    (3, False): unbalance.UnbalanceParams(1, 223, 0.5, 5),
+  (1, True): unbalance.UnbalanceParams(1, 167, 0.5, 3),
+  (2, True): unbalance.UnbalanceParams(1, 148, 0.5, 2),
+  (3, True): unbalance.UnbalanceParams(1, 114, 0.5, 3),
+  (1, False): unbalance.UnbalanceParams(1, 332, 0.5, 9),
+  (2, False): unbalance.UnbalanceParams(1, 294, 0.5, 9),
+  (3, False): unbalance.UnbalanceParams(1, 223, 0.5, 5),
 }
 # Calibration settings of the presets (see the module docstring).
 CALIBRATION_REMOVAL_PROBABILITY = 0.5
@@ -149,32 +149,37 @@ def _tff_batch_and_reshape(batch_size: int):
   (``deterministic=True``); with shuffling off it seeds nothing.
   """
   tff_fn = emnist_preprocessing.create_preprocess_fn(
-      client_spec.ClientSpec(num_epochs=1, batch_size=batch_size, shuffle_buffer_size=1),
-      emnist_task='character_recognition',
-      debug_seed=0)
+    client_spec.ClientSpec(num_epochs=1, batch_size=batch_size, shuffle_buffer_size=1),
+    emnist_task='character_recognition',
+    debug_seed=0,
+  )
   return lambda dataset: tff_fn(dataset).map(_common.as_xy)
 
 
 def _check_options(
-    *,
-    client_batch_size: Any,
-    client_epochs: Any,
-    max_client_examples: Any,
-    seed: Any,
-    eval_batch_size: Any,
-    cache_dir: Any,
-    only_digits: Any,
-    max_eval_examples: Any,
-    model: Any,
+  *,
+  client_batch_size: Any,
+  client_epochs: Any,
+  max_client_examples: Any,
+  seed: Any,
+  eval_batch_size: Any,
+  cache_dir: Any,
+  only_digits: Any,
+  max_eval_examples: Any,
+  model: Any,
 ) -> dict[str, Any]:
   options = _common.check_common_options(
-      client_batch_size=client_batch_size, client_epochs=client_epochs,
-      max_client_examples=max_client_examples, seed=seed, eval_batch_size=eval_batch_size)
+    client_batch_size=client_batch_size,
+    client_epochs=client_epochs,
+    max_client_examples=max_client_examples,
+    seed=seed,
+    eval_batch_size=eval_batch_size,
+  )
   options.update(
-      cache_dir=_common.check_optional_path('cache_dir', cache_dir),
-      only_digits=_common.check_bool('only_digits', only_digits),
-      max_eval_examples=_common.check_optional_int('max_eval_examples', max_eval_examples),
-      model=_common.check_choice('model', model, MODELS),
+    cache_dir=_common.check_optional_path('cache_dir', cache_dir),
+    only_digits=_common.check_bool('only_digits', only_digits),
+    max_eval_examples=_common.check_optional_int('max_eval_examples', max_eval_examples),
+    model=_common.check_choice('model', model, MODELS),
   )
   return options
 
@@ -182,7 +187,8 @@ def _check_options(
 def _load(options: dict[str, Any]):
   """``(database_path, train_data, test_data, num_classes, train_split)``."""
   database, train_data, test_data = _common.load_tff_data(
-      'emnist', DATABASE_FILE, options['cache_dir'], only_digits=options['only_digits'])
+    'emnist', DATABASE_FILE, options['cache_dir'], only_digits=options['only_digits']
+  )
   num_classes = 10 if options['only_digits'] else 62
   split = 'digits_only_train' if options['only_digits'] else 'all_train'
   if _common.count_split_rows(database, split) <= IN_MEMORY_MAX_EXAMPLES:
@@ -191,17 +197,22 @@ def _load(options: dict[str, Any]):
 
 
 def _in_memory_training_clients(
-    database: str, split: str, train_data: tff.simulation.datasets.ClientData,
-    num_classes: int) -> tff.simulation.datasets.ClientData:
+  database: str, split: str, train_data: tff.simulation.datasets.ClientData, num_classes: int
+) -> tff.simulation.datasets.ClientData:
   """`train_data` (TFF's SQL-backed clients) held in memory: the same clients, elements,
   element structure and order, without an SQLite query and a parse per client and round."""
   client_ids = tuple(train_data.client_ids)
   owners, pixels, labels = [], [], []
-  for chunk_owners, protos in _common.sql_split_chunks(database, split, client_ids,
-                                                       rowid_order=True):
-    parsed = tf.io.parse_example(tf.constant(protos, tf.string), {
+  for chunk_owners, protos in _common.sql_split_chunks(
+    database, split, client_ids, rowid_order=True
+  ):
+    parsed = tf.io.parse_example(
+      tf.constant(protos, tf.string),
+      {
         'pixels': tf.io.FixedLenFeature([28, 28], tf.float32),
-        'label': tf.io.FixedLenFeature([], tf.int64)})
+        'label': tf.io.FixedLenFeature([], tf.int64),
+      },
+    )
     owners.append(chunk_owners)
     pixels.append(parsed['pixels'].numpy())
     labels.append(parsed['label'].numpy().astype(np.int32))
@@ -210,43 +221,50 @@ def _in_memory_training_clients(
   by_client = np.argsort(owner, kind='stable')  # Each client's rows keep their storage order.
   offsets = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=len(client_ids)))])
   return _common.in_memory_client_data(
-      client_ids,
-      collections.OrderedDict(label=np.concatenate(labels)[by_client],
-                              pixels=np.concatenate(pixels)[by_client]),
-      offsets.astype(np.int64))
+    client_ids,
+    collections.OrderedDict(
+      label=np.concatenate(labels)[by_client], pixels=np.concatenate(pixels)[by_client]
+    ),
+    offsets.astype(np.int64),
+  )
 
 
 def _build_task(
-    name: str,
-    options: dict[str, Any],
-    train_data: tff.simulation.datasets.ClientData,
-    test_data: tff.simulation.datasets.ClientData,
-    num_classes: int,
-    statistics: tuple[np.ndarray, np.ndarray],
+  name: str,
+  options: dict[str, Any],
+  train_data: tff.simulation.datasets.ClientData,
+  test_data: tff.simulation.datasets.ClientData,
+  num_classes: int,
+  statistics: tuple[np.ndarray, np.ndarray],
 ) -> Task:
   return _common.make_task(
-      name, options, train_data, _common.centralized_eval_data(test_data, options),
-      preprocess_client=_common.client_preprocess(
-          options, shuffle_buffer_size=_SHUFFLE_BUFFER_SIZE,
-          batches=_tff_batch_and_reshape(options['client_batch_size'])),
-      preprocess_eval=_tff_batch_and_reshape(options['eval_batch_size']),
-      keras_model_fn=functools.partial(_MODEL_FNS[options['model']], num_classes),
-      statistics=statistics,
-      num_classes=num_classes,
+    name,
+    options,
+    train_data,
+    _common.centralized_eval_data(test_data, options),
+    preprocess_client=_common.client_preprocess(
+      options,
+      shuffle_buffer_size=_SHUFFLE_BUFFER_SIZE,
+      batches=_tff_batch_and_reshape(options['client_batch_size']),
+    ),
+    preprocess_eval=_tff_batch_and_reshape(options['eval_batch_size']),
+    keras_model_fn=functools.partial(_MODEL_FNS[options['model']], num_classes),
+    statistics=statistics,
+    num_classes=num_classes,
   )
 
 
 def create_emnist_task(
-    *,
-    client_batch_size: int = 20,
-    client_epochs: int = 1,
-    max_client_examples: int | None = None,
-    seed: int = 0,
-    eval_batch_size: int = 256,
-    cache_dir: str | None = None,
-    only_digits: bool = True,
-    max_eval_examples: int | None = 10_000,
-    model: str = 'cnn',
+  *,
+  client_batch_size: int = 20,
+  client_epochs: int = 1,
+  max_client_examples: int | None = None,
+  seed: int = 0,
+  eval_batch_size: int = 256,
+  cache_dir: str | None = None,
+  only_digits: bool = True,
+  max_eval_examples: int | None = 10_000,
+  model: str = 'cnn',
 ) -> Task:
   """Builds the ``emnist`` task.
 
@@ -273,14 +291,24 @@ def create_emnist_task(
       format (empty, not SQLite, missing tables).
   """
   options = _check_options(
-      client_batch_size=client_batch_size, client_epochs=client_epochs,
-      max_client_examples=max_client_examples, seed=seed, eval_batch_size=eval_batch_size,
-      cache_dir=cache_dir, only_digits=only_digits, max_eval_examples=max_eval_examples,
-      model=model)
+    client_batch_size=client_batch_size,
+    client_epochs=client_epochs,
+    max_client_examples=max_client_examples,
+    seed=seed,
+    eval_batch_size=eval_batch_size,
+    cache_dir=cache_dir,
+    only_digits=only_digits,
+    max_eval_examples=max_eval_examples,
+    model=model,
+  )
   database, train_data, test_data, num_classes, split = _load(options)
   statistics = _common.scan_sql_split(
-      database, split, tuple(train_data.client_ids),
-      _common.one_hot_label_statistics('label', num_classes), num_classes)
+    database,
+    split,
+    tuple(train_data.client_ids),
+    _common.one_hot_label_statistics('label', num_classes),
+    num_classes,
+  )
   return _build_task('emnist', options, train_data, test_data, num_classes, statistics)
 
 
@@ -292,15 +320,20 @@ SKEWED_MODELS = (*MODELS, 'ffnn')
 SKEWED_MIN_SIZE = 10  # Smallest client of a log-normal size draw (`size_sigma`).
 
 
-def _pooled_examples(database: str, split: str, client_ids: Sequence[str],
-                     num_classes: int) -> tuple[np.ndarray, np.ndarray]:
+def _pooled_examples(
+  database: str, split: str, client_ids: Sequence[str], num_classes: int
+) -> tuple[np.ndarray, np.ndarray]:
   """Every example of a split, ``(pixels float32[M, 28, 28, 1], labels int32[M])``,
   in storage order (read straight from the SQLite rows: one parse per chunk)."""
   pixels, labels = [], []
   for _, protos in _common.sql_split_chunks(database, split, client_ids, rowid_order=True):
-    parsed = tf.io.parse_example(tf.constant(protos, tf.string), {
+    parsed = tf.io.parse_example(
+      tf.constant(protos, tf.string),
+      {
         'pixels': tf.io.FixedLenFeature([28, 28], tf.float32),
-        'label': tf.io.FixedLenFeature([], tf.int64)})
+        'label': tf.io.FixedLenFeature([], tf.int64),
+      },
+    )
     pixels.append(parsed['pixels'].numpy()[..., np.newaxis])
     labels.append(parsed['label'].numpy().astype(np.int32))
   labels_array = np.concatenate(labels) if labels else np.zeros(0, np.int32)
@@ -309,22 +342,22 @@ def _pooled_examples(database: str, split: str, client_ids: Sequence[str],
 
 
 def create_emnist_skewed_task(
-    *,
-    client_batch_size: int = 20,
-    client_epochs: int = 1,
-    max_client_examples: int | None = None,
-    seed: int = 0,
-    eval_batch_size: int = 256,
-    cache_dir: str | None = None,
-    only_digits: bool = False,
-    max_eval_examples: int | None = 10_000,
-    model: str = 'cnn',
-    num_clients: int = 100,
-    partition: str = 'dirichlet',
-    dirichlet_alpha: float | None = None,
-    size_group_clients: Sequence[int] | None = None,
-    size_group_examples: Sequence[int] | None = None,
-    size_sigma: float | None = None,
+  *,
+  client_batch_size: int = 20,
+  client_epochs: int = 1,
+  max_client_examples: int | None = None,
+  seed: int = 0,
+  eval_batch_size: int = 256,
+  cache_dir: str | None = None,
+  only_digits: bool = False,
+  max_eval_examples: int | None = 10_000,
+  model: str = 'cnn',
+  num_clients: int = 100,
+  partition: str = 'dirichlet',
+  dirichlet_alpha: float | None = None,
+  size_group_clients: Sequence[int] | None = None,
+  size_group_examples: Sequence[int] | None = None,
+  size_sigma: float | None = None,
 ) -> Task:
   """Builds ``emnist_skewed``: real FEMNIST examples re-split into label-skewed clients.
 
@@ -367,39 +400,54 @@ def create_emnist_skewed_task(
     ValueError: For an invalid option, or a partition the data cannot give.
   """
   options = _check_options(
-      client_batch_size=client_batch_size, client_epochs=client_epochs,
-      max_client_examples=max_client_examples, seed=seed, eval_batch_size=eval_batch_size,
-      cache_dir=cache_dir, only_digits=only_digits, max_eval_examples=max_eval_examples,
-      model=model if model != 'ffnn' else 'cnn')
+    client_batch_size=client_batch_size,
+    client_epochs=client_epochs,
+    max_client_examples=max_client_examples,
+    seed=seed,
+    eval_batch_size=eval_batch_size,
+    cache_dir=cache_dir,
+    only_digits=only_digits,
+    max_eval_examples=max_eval_examples,
+    model=model if model != 'ffnn' else 'cnn',
+  )
   options['model'] = _common.check_choice('model', model, SKEWED_MODELS)
   partition = _common.check_choice('partition', partition, SKEWED_PARTITIONS)
   if partition != 'dirichlet' and dirichlet_alpha is not None:
     raise ValueError(
-        f'dirichlet_alpha applies to partition=dirichlet only, got {dirichlet_alpha!r} with '
-        f'partition={partition!r}; leave it unset.')
+      f'dirichlet_alpha applies to partition=dirichlet only, got {dirichlet_alpha!r} with '
+      f'partition={partition!r}; leave it unset.'
+    )
   options.update(
-      num_clients=_common.check_int('num_clients', num_clients),
-      partition=partition,
-      dirichlet_alpha=None if partition != 'dirichlet' else _common.check_float(
-          'dirichlet_alpha', 0.1 if dirichlet_alpha is None else dirichlet_alpha))
+    num_clients=_common.check_int('num_clients', num_clients),
+    partition=partition,
+    dirichlet_alpha=None
+    if partition != 'dirichlet'
+    else _common.check_float(
+      'dirichlet_alpha', 0.1 if dirichlet_alpha is None else dirichlet_alpha
+    ),
+  )
   profile = _check_size_profile(options, size_group_clients, size_group_examples)
   if size_sigma is not None and (partition != 'dirichlet' or profile is not None):
     raise ValueError(
-        f'size_sigma={size_sigma!r} applies to partition=dirichlet without size groups; '
-        'leave it unset.')
-  options['size_sigma'] = None if size_sigma is None else _common.check_float(
-      'size_sigma', size_sigma)
+      f'size_sigma={size_sigma!r} applies to partition=dirichlet without size groups; '
+      'leave it unset.'
+    )
+  options['size_sigma'] = (
+    None if size_sigma is None else _common.check_float('size_sigma', size_sigma)
+  )
   database, train_data, test_data, num_classes, split = _load(options)
   pixels, labels = _pooled_examples(database, split, tuple(train_data.client_ids), num_classes)
   if options['num_clients'] > labels.size:
-    raise ValueError(f'num_clients={num_clients} exceeds the {labels.size} pooled examples; '
-                     'use fewer clients.')
+    raise ValueError(
+      f'num_clients={num_clients} exceeds the {labels.size} pooled examples; use fewer clients.'
+    )
   rng = np.random.default_rng([options['seed'], 2])
   if profile is not None:
     if profile.sum() > labels.size:
       raise ValueError(
-          f'The size profile needs {profile.sum()} training examples, the pool has '
-          f'{labels.size}; reduce size_group_clients or size_group_examples.')
+        f'The size profile needs {profile.sum()} training examples, the pool has '
+        f'{labels.size}; reduce size_group_clients or size_group_examples.'
+      )
     subset = np.sort(rng.choice(labels.size, int(profile.sum()), replace=False))
     pixels, labels = pixels[subset], labels[subset]
   if partition == 'dirichlet':
@@ -407,12 +455,14 @@ def create_emnist_skewed_task(
       sizes = profile
     elif options['size_sigma'] is not None:
       sizes = digits.lognormal_sizes(
-          labels.size, options['num_clients'], options['size_sigma'], SKEWED_MIN_SIZE, rng)
+        labels.size, options['num_clients'], options['size_sigma'], SKEWED_MIN_SIZE, rng
+      )
     else:
       sizes = np.full(options['num_clients'], labels.size // options['num_clients'], np.int64)
-      sizes[:labels.size % options['num_clients']] += 1
+      sizes[: labels.size % options['num_clients']] += 1
     members = digits.dirichlet_partition(
-        labels, sizes, options['dirichlet_alpha'], rng, num_classes)
+      labels, sizes, options['dirichlet_alpha'], rng, num_classes
+    )
   else:
     split_fn = digits.shard_partition if partition == 'shards' else digits.label_pair_partition
     members = split_fn(labels, options['num_clients'], rng, num_classes)
@@ -422,25 +472,31 @@ def create_emnist_skewed_task(
   width = len(str(len(sizes) - 1))
   client_ids = tuple(f'client_{i:0{width}d}' for i in range(len(sizes)))
   train = collections.OrderedDict(x=pixels[order], y=labels[order])
-  model_fn = (functools.partial(models.image_ffnn, num_classes, hidden=(128,))
-              if options['model'] == 'ffnn' else
-              functools.partial(_MODEL_FNS[options['model']], num_classes))
+  model_fn = (
+    functools.partial(models.image_ffnn, num_classes, hidden=(128,))
+    if options['model'] == 'ffnn'
+    else functools.partial(_MODEL_FNS[options['model']], num_classes)
+  )
   return _common.make_task(
-      'emnist_skewed', options,
-      _common.in_memory_client_data(client_ids, train, offsets),
-      _common.centralized_eval_data(test_data, options),
-      preprocess_client=_common.client_preprocess(
-          options, shuffle_buffer_size=int(sizes.max()), batches=functools.partial(
-              _common.batch, batch_size=options['client_batch_size'])),
-      preprocess_eval=_tff_batch_and_reshape(options['eval_batch_size']),
-      keras_model_fn=model_fn,
-      statistics=(sizes, _common.label_histograms(train['y'], offsets, num_classes)),
-      num_classes=num_classes,
+    'emnist_skewed',
+    options,
+    _common.in_memory_client_data(client_ids, train, offsets),
+    _common.centralized_eval_data(test_data, options),
+    preprocess_client=_common.client_preprocess(
+      options,
+      shuffle_buffer_size=int(sizes.max()),
+      batches=functools.partial(_common.batch, batch_size=options['client_batch_size']),
+    ),
+    preprocess_eval=_tff_batch_and_reshape(options['eval_batch_size']),
+    keras_model_fn=model_fn,
+    statistics=(sizes, _common.label_histograms(train['y'], offsets, num_classes)),
+    num_classes=num_classes,
   )
 
 
 def _check_size_profile(
-    options: dict[str, Any], group_clients: Any, group_examples: Any) -> np.ndarray | None:
+  options: dict[str, Any], group_clients: Any, group_examples: Any
+) -> np.ndarray | None:
   """Records the size-profile options; returns the client sizes, or None for equal sizes."""
   options.update(size_group_clients=None, size_group_examples=None)
   if group_clients is None and group_examples is None:
@@ -449,15 +505,19 @@ def _check_size_profile(
     raise ValueError('Give both size_group_clients and size_group_examples, or neither.')
   if options['partition'] != 'dirichlet':
     raise ValueError(
-        f"A size profile applies to partition='dirichlet' only, got {options['partition']!r}.")
+      f"A size profile applies to partition='dirichlet' only, got {options['partition']!r}."
+    )
   clients = _common.check_int_tuple('size_group_clients', group_clients)
   examples = _common.check_int_tuple('size_group_examples', group_examples)
   if len(clients) != len(examples):
-    raise ValueError(f'size_group_clients {clients} and size_group_examples {examples} '
-                     'must have the same length.')
+    raise ValueError(
+      f'size_group_clients {clients} and size_group_examples {examples} must have the same length.'
+    )
   if sum(clients) != options['num_clients']:
-    raise ValueError(f'size_group_clients {clients} give {sum(clients)} clients, '
-                     f"num_clients is {options['num_clients']}; make them agree.")
+    raise ValueError(
+      f'size_group_clients {clients} give {sum(clients)} clients, '
+      f'num_clients is {options["num_clients"]}; make them agree.'
+    )
   options.update(size_group_clients=clients, size_group_examples=examples)
   return np.repeat(np.asarray(examples, np.int64), np.asarray(clients, np.int64))
 
@@ -487,9 +547,12 @@ def femnist_standin_client_sizes(only_digits: bool) -> np.ndarray:
   only_digits = _common.check_bool('only_digits', only_digits)
   num_clients = _TFF_CLIENTS[only_digits]
   total = _TFF_TRAIN_EXAMPLES[only_digits]
-  largest = (emnist_preprocessing.MAX_CLIENT_DATASET_SIZE if not only_digits else round(
-      emnist_preprocessing.MAX_CLIENT_DATASET_SIZE * total / _TFF_TRAIN_EXAMPLES[False]))
-  shape = _LEAF_FEMNIST_CV ** -2
+  largest = (
+    emnist_preprocessing.MAX_CLIENT_DATASET_SIZE
+    if not only_digits
+    else round(emnist_preprocessing.MAX_CLIENT_DATASET_SIZE * total / _TFF_TRAIN_EXAMPLES[False])
+  )
+  shape = _LEAF_FEMNIST_CV**-2
   levels = (np.arange(num_clients) + 0.5) / num_clients
 
   def quantiles(scale: float) -> np.ndarray:
@@ -497,17 +560,22 @@ def femnist_standin_client_sizes(only_digits: bool) -> np.ndarray:
     return scipy.stats.gamma.ppf(levels * mass, shape, scale=scale)
 
   scale = scipy.optimize.brentq(
-      lambda s: quantiles(s).mean() - total / num_clients, 1e-3, 1e4, xtol=1e-9)
+    lambda s: quantiles(s).mean() - total / num_clients, 1e-3, 1e4, xtol=1e-9
+  )
   exact = quantiles(scale) * total / quantiles(scale).sum()
   sizes = np.floor(exact).astype(np.int64)
   order = np.argsort(-(exact - sizes), kind='stable')
-  sizes[order[:total - sizes.sum()]] += 1
+  sizes[order[: total - sizes.sum()]] += 1
   return np.clip(sizes, 1, largest)
 
 
 def _scan_client_labels(
-    database_path: str, split_name: str, client_ids: Sequence[str], num_classes: int,
-    *, chunk_size: int = 20_000,
+  database_path: str,
+  split_name: str,
+  client_ids: Sequence[str],
+  num_classes: int,
+  *,
+  chunk_size: int = 20_000,
 ) -> list[np.ndarray]:
   """Every client's labels, in the storage (rowid) order of its rows.
 
@@ -519,7 +587,8 @@ def _scan_client_labels(
   """
   owners, labels = [], []
   for chunk_owners, protos in _common.sql_split_chunks(
-      database_path, split_name, client_ids, chunk_size=chunk_size, rowid_order=True):
+    database_path, split_name, client_ids, chunk_size=chunk_size, rowid_order=True
+  ):
     owners.append(chunk_owners)
     labels.append(_common.parse_int_feature(protos, 'label'))
   owners = np.concatenate(owners) if owners else np.zeros(0, np.int64)
@@ -528,69 +597,74 @@ def _scan_client_labels(
   order = np.argsort(owners, kind='stable')
   bounds = np.concatenate([[0], np.cumsum(np.bincount(owners, minlength=len(client_ids)))])
   grouped = labels[order]
-  return [grouped[bounds[i]:bounds[i + 1]] for i in range(len(client_ids))]
+  return [grouped[bounds[i] : bounds[i + 1]] for i in range(len(client_ids))]
 
 
 def _check_unbalance_options(
-    unbalanced_set: int,
-    only_digits: bool,
-    *,
-    unbalance_seed: Any,
-    unbalance_lower: Any,
-    unbalance_upper: Any,
-    unbalance_removal_probability: Any,
-    unbalance_keep_examples: Any,
-    unbalance_calibrate: Any,
+  unbalanced_set: int,
+  only_digits: bool,
+  *,
+  unbalance_seed: Any,
+  unbalance_lower: Any,
+  unbalance_upper: Any,
+  unbalance_removal_probability: Any,
+  unbalance_keep_examples: Any,
+  unbalance_calibrate: Any,
 ) -> dict[str, Any]:
   """Resolved unbalancing options (preset values fill the ``None`` ones)."""
   explicit = collections.OrderedDict(
-      lower=_common.check_optional_int('unbalance_lower', unbalance_lower, minimum=0),
-      upper=_common.check_optional_int('unbalance_upper', unbalance_upper, minimum=0),
-      removal_probability=None if unbalance_removal_probability is None else _common.check_float(
-          'unbalance_removal_probability', unbalance_removal_probability,
-          minimum=0.0, maximum=1.0, min_inclusive=True),
-      keep_examples=_common.check_optional_int('unbalance_keep_examples',
-                                               unbalance_keep_examples),
+    lower=_common.check_optional_int('unbalance_lower', unbalance_lower, minimum=0),
+    upper=_common.check_optional_int('unbalance_upper', unbalance_upper, minimum=0),
+    removal_probability=None
+    if unbalance_removal_probability is None
+    else _common.check_float(
+      'unbalance_removal_probability',
+      unbalance_removal_probability,
+      minimum=0.0,
+      maximum=1.0,
+      min_inclusive=True,
+    ),
+    keep_examples=_common.check_optional_int('unbalance_keep_examples', unbalance_keep_examples),
   )
   calibrate = _common.check_bool('unbalance_calibrate', unbalance_calibrate)
   given = [f'unbalance_{k}' for k, v in explicit.items() if v is not None]
   if calibrate and given:
     raise ValueError(
-        f'unbalance_calibrate=True chooses the parameters itself; do not also set '
-        f'{", ".join(given)}.')
+      f'unbalance_calibrate=True chooses the parameters itself; do not also set {", ".join(given)}.'
+    )
   preset = UNBALANCED_PRESETS[(unbalanced_set, only_digits)].as_dict()
-  params = collections.OrderedDict(
-      (k, preset[k] if v is None else v) for k, v in explicit.items())
+  params = collections.OrderedDict((k, preset[k] if v is None else v) for k, v in explicit.items())
   try:
     unbalance.UnbalanceParams(**params)
   except ValueError as error:
     raise ValueError(f'unbalance_{error}') from error
   return collections.OrderedDict(
-      unbalance_seed=_common.check_int('unbalance_seed', unbalance_seed, minimum=0,
-                                       maximum=2**32 - 1),
-      **{f'unbalance_{k}': v for k, v in params.items()},
-      unbalance_calibrate=calibrate,
+    unbalance_seed=_common.check_int(
+      'unbalance_seed', unbalance_seed, minimum=0, maximum=2**32 - 1
+    ),
+    **{f'unbalance_{k}': v for k, v in params.items()},
+    unbalance_calibrate=calibrate,
   )
 
 
 def create_emnist_unbalanced_task(
-    unbalanced_set: int,
-    *,
-    client_batch_size: int = 20,
-    client_epochs: int = 1,
-    max_client_examples: int | None = None,
-    seed: int = 0,
-    eval_batch_size: int = 256,
-    cache_dir: str | None = None,
-    only_digits: bool = True,
-    max_eval_examples: int | None = 10_000,
-    model: str = 'cnn',
-    unbalance_seed: int = 0,
-    unbalance_lower: int | None = None,
-    unbalance_upper: int | None = None,
-    unbalance_removal_probability: float | None = None,
-    unbalance_keep_examples: int | None = None,
-    unbalance_calibrate: bool = False,
+  unbalanced_set: int,
+  *,
+  client_batch_size: int = 20,
+  client_epochs: int = 1,
+  max_client_examples: int | None = None,
+  seed: int = 0,
+  eval_batch_size: int = 256,
+  cache_dir: str | None = None,
+  only_digits: bool = True,
+  max_eval_examples: int | None = 10_000,
+  model: str = 'cnn',
+  unbalance_seed: int = 0,
+  unbalance_lower: int | None = None,
+  unbalance_upper: int | None = None,
+  unbalance_removal_probability: float | None = None,
+  unbalance_keep_examples: int | None = None,
+  unbalance_calibrate: bool = False,
 ) -> Task:
   """Builds ``emnist_unbalanced_<unbalanced_set>`` (see the module docstring).
 
@@ -629,17 +703,31 @@ def create_emnist_unbalanced_task(
   """
   if unbalanced_set not in UNBALANCED_TARGETS:
     raise ValueError(
-        f'unbalanced_set must be one of {list(UNBALANCED_TARGETS)}, got {unbalanced_set!r}.')
+      f'unbalanced_set must be one of {list(UNBALANCED_TARGETS)}, got {unbalanced_set!r}.'
+    )
   options = _check_options(
-      client_batch_size=client_batch_size, client_epochs=client_epochs,
-      max_client_examples=max_client_examples, seed=seed, eval_batch_size=eval_batch_size,
-      cache_dir=cache_dir, only_digits=only_digits, max_eval_examples=max_eval_examples,
-      model=model)
-  options.update(_check_unbalance_options(
-      unbalanced_set, options['only_digits'], unbalance_seed=unbalance_seed,
-      unbalance_lower=unbalance_lower, unbalance_upper=unbalance_upper,
+    client_batch_size=client_batch_size,
+    client_epochs=client_epochs,
+    max_client_examples=max_client_examples,
+    seed=seed,
+    eval_batch_size=eval_batch_size,
+    cache_dir=cache_dir,
+    only_digits=only_digits,
+    max_eval_examples=max_eval_examples,
+    model=model,
+  )
+  options.update(
+    _check_unbalance_options(
+      unbalanced_set,
+      options['only_digits'],
+      unbalance_seed=unbalance_seed,
+      unbalance_lower=unbalance_lower,
+      unbalance_upper=unbalance_upper,
       unbalance_removal_probability=unbalance_removal_probability,
-      unbalance_keep_examples=unbalance_keep_examples, unbalance_calibrate=unbalance_calibrate))
+      unbalance_keep_examples=unbalance_keep_examples,
+      unbalance_calibrate=unbalance_calibrate,
+    )
+  )
   database, train_data, test_data, num_classes, split = _load(options)
   original_ids = list(train_data.client_ids)
   client_labels = _scan_client_labels(database, split, original_ids, num_classes)
@@ -647,29 +735,44 @@ def create_emnist_unbalanced_task(
   if options['unbalance_calibrate']:
     top_fraction, share = UNBALANCED_TARGETS[unbalanced_set]
     params = unbalance.calibrate_on_sizes(
-        sizes, top_fraction, share, removal_probability=CALIBRATION_REMOVAL_PROBABILITY,
-        lower=CALIBRATION_LOWER).params
+      sizes,
+      top_fraction,
+      share,
+      removal_probability=CALIBRATION_REMOVAL_PROBABILITY,
+      lower=CALIBRATION_LOWER,
+    ).params
     options.update((f'unbalance_{k}', v) for k, v in params.as_dict().items())
   else:
     params = unbalance.UnbalanceParams(
-        options['unbalance_lower'], options['unbalance_upper'],
-        options['unbalance_removal_probability'], options['unbalance_keep_examples'])
+      options['unbalance_lower'],
+      options['unbalance_upper'],
+      options['unbalance_removal_probability'],
+      options['unbalance_keep_examples'],
+    )
   unbalanced_data, _, kept_examples = unbalance.unbalance_client_data(
-      train_data, sizes, params, options['unbalance_seed'])
+    train_data, sizes, params, options['unbalance_seed']
+  )
   position = {client_id: i for i, client_id in enumerate(original_ids)}
   kept_labels = [
-      client_labels[position[client_id]] if kept is None
-      else client_labels[position[client_id]][kept]
-      for client_id, kept in kept_examples.items()]
+    client_labels[position[client_id]] if kept is None else client_labels[position[client_id]][kept]
+    for client_id, kept in kept_examples.items()
+  ]
   num_examples = np.array([len(labels) for labels in kept_labels], np.int64)
   histograms = np.stack([np.bincount(labels, minlength=num_classes) for labels in kept_labels])
-  return _build_task(f'emnist_unbalanced_{unbalanced_set}', options, unbalanced_data, test_data,
-                     num_classes, (num_examples, histograms.astype(np.int64)))
+  return _build_task(
+    f'emnist_unbalanced_{unbalanced_set}',
+    options,
+    unbalanced_data,
+    test_data,
+    num_classes,
+    (num_examples, histograms.astype(np.int64)),
+  )
 
 
 def unbalanced_task_constructor(unbalanced_set: int) -> Callable[..., Task]:
   """The registry constructor of ``emnist_unbalanced_<unbalanced_set>``."""
   if unbalanced_set not in UNBALANCED_TARGETS:
     raise ValueError(
-        f'unbalanced_set must be one of {list(UNBALANCED_TARGETS)}, got {unbalanced_set!r}.')
+      f'unbalanced_set must be one of {list(UNBALANCED_TARGETS)}, got {unbalanced_set!r}.'
+    )
   return functools.partial(create_emnist_unbalanced_task, unbalanced_set)

@@ -106,7 +106,8 @@ LEAF_SPLITS = ('train', 'test')
 FEMNIST_NUM_CLASSES = 62
 FEMNIST_IMAGE_SHAPE = (28, 28)
 FEMNIST_ELEMENT_SPEC = collections.OrderedDict(
-    label=tf.TensorSpec([], tf.int32), pixels=tf.TensorSpec(FEMNIST_IMAGE_SHAPE, tf.float32))
+  label=tf.TensorSpec([], tf.int32), pixels=tf.TensorSpec(FEMNIST_IMAGE_SHAPE, tf.float32)
+)
 SHAKESPEARE_ELEMENT_SPEC = collections.OrderedDict(snippets=tf.TensorSpec([], tf.string))
 # The file names TFF's loaders read in their cache_dir (= tasks.emnist.DATABASE_FILE and
 # tasks.shakespeare.DATABASE_FILE).
@@ -118,7 +119,7 @@ SHAKESPEARE_SPLIT_NAMES = ('train', 'test')
 SHAKESPEARE_TRAIN_FRACTION = (9, 10)
 
 _FEMNIST_PIXELS = FEMNIST_IMAGE_SHAPE[0] * FEMNIST_IMAGE_SHAPE[1]
-_LEAF_FIX = 're-create it with LEAF\'s preprocessing, or remove that user'
+_LEAF_FIX = "re-create it with LEAF's preprocessing, or remove that user"
 
 
 # ----------------------------------------------------------------------------
@@ -128,16 +129,21 @@ _LEAF_FIX = 're-create it with LEAF\'s preprocessing, or remove that user'
 def _leaf_files(directory: str, split: str) -> list[str]:
   """The sorted ``*.json`` files of ``<directory>/<split>``, else a ValueError."""
   if not os.path.isdir(directory):
-    raise ValueError(f'LEAF directory {directory!r} does not exist or is not a directory; give '
-                     'the folder that holds LEAF\'s train/ and test/ folders.')
+    raise ValueError(
+      f'LEAF directory {directory!r} does not exist or is not a directory; give '
+      "the folder that holds LEAF's train/ and test/ folders."
+    )
   split_dir = os.path.join(directory, split)
   if not os.path.isdir(split_dir):
-    raise ValueError(f'LEAF directory {directory!r} has no {split}/ folder; give the folder that '
-                     'holds LEAF\'s train/ and test/ folders (e.g. leaf/data/femnist/data).')
+    raise ValueError(
+      f'LEAF directory {directory!r} has no {split}/ folder; give the folder that '
+      "holds LEAF's train/ and test/ folders (e.g. leaf/data/femnist/data)."
+    )
   files = sorted(glob.glob(os.path.join(glob.escape(split_dir), '*.json')))
   if not files:
-    raise ValueError(f'{split_dir!r} holds no *.json files; LEAF\'s preprocessing writes its '
-                     f'{split} files there.')
+    raise ValueError(
+      f"{split_dir!r} holds no *.json files; LEAF's preprocessing writes its {split} files there."
+    )
   return files
 
 
@@ -146,21 +152,29 @@ def _load_json(path: str) -> dict:
     with open(path, 'rb') as f:
       data = json.load(f)
   except json.JSONDecodeError as e:
-    raise ValueError(f'{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); '
-                     're-create the file with LEAF\'s preprocessing (was it cut short?).') from None
+    raise ValueError(
+      f'{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); '
+      "re-create the file with LEAF's preprocessing (was it cut short?)."
+    ) from None
   except UnicodeDecodeError as e:
-    raise ValueError(f'{path}: not valid JSON (not UTF-8 text: {e.reason} at byte {e.start}); '
-                     're-create the file with LEAF\'s preprocessing.') from None
+    raise ValueError(
+      f'{path}: not valid JSON (not UTF-8 text: {e.reason} at byte {e.start}); '
+      "re-create the file with LEAF's preprocessing."
+    ) from None
   except OSError as e:
     raise ValueError(f'{path}: cannot be read ({e.strerror or e}).') from None
   if not isinstance(data, dict):
-    raise ValueError(f'{path}: the JSON is a {type(data).__name__}, not LEAF\'s object with '
-                     '"users", "num_samples" and "user_data".')
+    raise ValueError(
+      f"{path}: the JSON is a {type(data).__name__}, not LEAF's object with "
+      '"users", "num_samples" and "user_data".'
+    )
   missing = [key for key in ('users', 'num_samples', 'user_data') if key not in data]
   if missing:
     keys = 'key' if len(missing) == 1 else 'keys'
-    raise ValueError(f'{path}: no {keys} {", ".join(repr(k) for k in missing)}; LEAF\'s files '
-                     'hold "users", "num_samples" and "user_data".')
+    raise ValueError(
+      f"{path}: no {keys} {', '.join(repr(k) for k in missing)}; LEAF's files "
+      'hold "users", "num_samples" and "user_data".'
+    )
   return data
 
 
@@ -172,16 +186,20 @@ def _check_file_structure(path: str, data: dict) -> list[tuple[str, list, list]]
   if not isinstance(user_data, dict):
     raise ValueError(f'{path}: "user_data" must be an object keyed by user; {_LEAF_FIX}.')
   if len(users) != len(num_samples):
-    raise ValueError(f'{path}: "users" has {len(users)} entries but "num_samples" has '
-                     f'{len(num_samples)}; {_LEAF_FIX}.')
+    raise ValueError(
+      f'{path}: "users" has {len(users)} entries but "num_samples" has '
+      f'{len(num_samples)}; {_LEAF_FIX}.'
+    )
   entries, seen = [], set()
   for user, count in zip(users, num_samples):
     if not isinstance(user, str) or not user:
       raise ValueError(f'{path}: user id {user!r} is not a non-empty string; {_LEAF_FIX}.')
     if "'" in user:
       # TFF's SqlClientData pastes the id into its SQL query between single quotes.
-      raise ValueError(f'{path}: user {user!r}: a client id cannot contain a single quote (TFF\'s '
-                       'SQLite reader quotes ids with it); rename the user.')
+      raise ValueError(
+        f"{path}: user {user!r}: a client id cannot contain a single quote (TFF's "
+        'SQLite reader quotes ids with it); rename the user.'
+      )
     if user in seen:
       raise ValueError(f'{path}: user {user!r} is listed twice in "users"; {_LEAF_FIX}.')
     seen.add(user)
@@ -193,11 +211,15 @@ def _check_file_structure(path: str, data: dict) -> list[tuple[str, list, list]]
     if not isinstance(x, list) or not isinstance(y, list):
       raise ValueError(f'{path}: user {user!r}: "x" and "y" must be lists; {_LEAF_FIX}.')
     if isinstance(count, bool) or not isinstance(count, int) or count != len(x) or count != len(y):
-      raise ValueError(f'{path}: user {user!r}: num_samples is {count!r} but "x" has {len(x)} '
-                       f'and "y" {len(y)} examples; they must agree ({_LEAF_FIX}).')
+      raise ValueError(
+        f'{path}: user {user!r}: num_samples is {count!r} but "x" has {len(x)} '
+        f'and "y" {len(y)} examples; they must agree ({_LEAF_FIX}).'
+      )
     if not x:
-      raise ValueError(f'{path}: user {user!r} has no examples; TFF\'s datasets need at least '
-                       'one per client and split, so remove the user.')
+      raise ValueError(
+        f"{path}: user {user!r} has no examples; TFF's datasets need at least "
+        'one per client and split, so remove the user.'
+      )
     entries.append((user, x, y))
   return entries
 
@@ -213,17 +235,24 @@ def _float_rows(path: str, user: str, x: list, width: int | None, what: str) -> 
   expected = width if width is not None else (len(x[0]) if isinstance(x[0], list) else None)
   for i, row in enumerate(x):
     if not isinstance(row, list):
-      raise ValueError(f'{path}: user {user!r}: example {i} of "x" is {_short(row)}, not a list of '
-                       f'{what}; {_LEAF_FIX}.')
+      raise ValueError(
+        f'{path}: user {user!r}: example {i} of "x" is {_short(row)}, not a list of '
+        f'{what}; {_LEAF_FIX}.'
+      )
     if expected is not None and len(row) != expected:
-      raise ValueError(f'{path}: user {user!r}: example {i} of "x" has {len(row)} values, expected '
-                       f'{expected} {what}; {_LEAF_FIX}.')
+      raise ValueError(
+        f'{path}: user {user!r}: example {i} of "x" has {len(row)} values, expected '
+        f'{expected} {what}; {_LEAF_FIX}.'
+      )
     for j, value in enumerate(row):
       if isinstance(value, bool) or not (value is None or isinstance(value, (int, float))):
-        raise ValueError(f'{path}: user {user!r}: example {i} of "x" has value {j} = '
-                         f'{_short(value)}, not a number; {_LEAF_FIX}.')
-  raise ValueError(f'{path}: user {user!r}: "x" is not a list of equally long lists of numbers; '
-                   f'{_LEAF_FIX}.')
+        raise ValueError(
+          f'{path}: user {user!r}: example {i} of "x" has value {j} = '
+          f'{_short(value)}, not a number; {_LEAF_FIX}.'
+        )
+  raise ValueError(
+    f'{path}: user {user!r}: "x" is not a list of equally long lists of numbers; {_LEAF_FIX}.'
+  )
 
 
 def _short(value) -> str:
@@ -235,36 +264,52 @@ def _labels(path: str, user: str, y: list, maximum: int) -> np.ndarray:
   """``y`` as int64[n] in ``[0, maximum]``, else a ValueError."""
   for i, value in enumerate(y):
     if isinstance(value, bool) or not isinstance(value, int):
-      raise ValueError(f'{path}: user {user!r}: label {i} of "y" is {_short(value)}, not an '
-                       f'integer; {_LEAF_FIX}.')
+      raise ValueError(
+        f'{path}: user {user!r}: label {i} of "y" is {_short(value)}, not an integer; {_LEAF_FIX}.'
+      )
     if not 0 <= value <= maximum:
       classes = ' (FEMNIST: 62 classes, digits, upper, lower case)' if maximum == 61 else ''
-      raise ValueError(f'{path}: user {user!r}: example {i} has label {value}, outside '
-                       f'0..{maximum}{classes}; {_LEAF_FIX}.')
+      raise ValueError(
+        f'{path}: user {user!r}: example {i} has label {value}, outside '
+        f'0..{maximum}{classes}; {_LEAF_FIX}.'
+      )
   return np.array(y, np.int64)
 
 
-def _check_range(path: str, user: str, values: np.ndarray, low: float, high: float,
-                 what: str, fix: str) -> None:
+def _check_range(
+  path: str, user: str, values: np.ndarray, low: float, high: float, what: str, fix: str
+) -> None:
   bad = ~np.isfinite(values) | (values < low) | (values > high)
   if bad.any():
     i, j = (int(k) for k in np.argwhere(bad)[0])
     value = float(values[i, j])
-    problem = (f'outside [{low:g}, {high:g}]' if np.isfinite(value)
-               else 'not a finite number (null, NaN or Infinity in the JSON)')
-    raise ValueError(f'{path}: user {user!r}: example {i} has {what} {j} = {value!r}, '
-                     f'{problem}; {fix}.')
+    problem = (
+      f'outside [{low:g}, {high:g}]'
+      if np.isfinite(value)
+      else 'not a finite number (null, NaN or Infinity in the JSON)'
+    )
+    raise ValueError(
+      f'{path}: user {user!r}: example {i} has {what} {j} = {value!r}, {problem}; {fix}.'
+    )
 
 
 def _femnist_features(path: str, user: str, x: list, y: list) -> collections.OrderedDict:
   pixels = _float_rows(path, user, x, _FEMNIST_PIXELS, 'pixel values (28x28 FEMNIST)')
-  _check_range(path, user, pixels, 0.0, 1.0, 'pixel',
-                'LEAF\'s FEMNIST pixels are in [0, 1] with background 1.0 (values 0..255 must be '
-                'divided by 255)')
+  _check_range(
+    path,
+    user,
+    pixels,
+    0.0,
+    1.0,
+    'pixel',
+    "LEAF's FEMNIST pixels are in [0, 1] with background 1.0 (values 0..255 must be "
+    'divided by 255)',
+  )
   labels = _labels(path, user, y, FEMNIST_NUM_CLASSES - 1)
   return collections.OrderedDict(
-      label=labels.astype(np.int32),
-      pixels=pixels.astype(np.float32).reshape((-1,) + FEMNIST_IMAGE_SHAPE))
+    label=labels.astype(np.int32),
+    pixels=pixels.astype(np.float32).reshape((-1,) + FEMNIST_IMAGE_SHAPE),
+  )
 
 
 class _SyntheticReader:
@@ -277,8 +322,9 @@ class _SyntheticReader:
     features = _float_rows(path, user, x, self.width, 'features')
     if self.width is None:
       self.width = features.shape[1]
-    _check_range(path, user, features, -math.inf, math.inf, 'feature',
-                 'features must be finite numbers')
+    _check_range(
+      path, user, features, -math.inf, math.inf, 'feature', 'features must be finite numbers'
+    )
     labels = _labels(path, user, y, np.iinfo(np.int32).max)
     return collections.OrderedDict(x=features.astype(np.float32), y=labels.astype(np.int32))
 
@@ -289,14 +335,16 @@ def _feature_reader(dataset: str):
 
 
 def _iter_leaf_split(
-    directory: str, split: str, reader, owners: dict[str, str]
+  directory: str, split: str, reader, owners: dict[str, str]
 ) -> Iterator[tuple[str, str, collections.OrderedDict]]:
   """``(file, user, features)`` of every user of one split, checked; fills `owners`."""
   for path in _leaf_files(directory, split):
     for user, x, y in _check_file_structure(path, _load_json(path)):
       if user in owners:
-        raise ValueError(f'{path}: user {user!r} is also in {owners[user]}; a user must be in one '
-                         f'{split} file only (remove one of them).')
+        raise ValueError(
+          f'{path}: user {user!r} is also in {owners[user]}; a user must be in one '
+          f'{split} file only (remove one of them).'
+        )
       owners[user] = path
       yield path, user, reader(path, user, x, y)
 
@@ -306,10 +354,11 @@ def _check_both_splits(directory: str, owners: Mapping[str, Mapping[str, str]]) 
   for split, other in (('train', 'test'), ('test', 'train')):
     for user in sorted(set(owners[split]) - set(owners[other])):
       raise ValueError(
-          f'{owners[split][user]}: user {user!r} has no {other} examples (no file in '
-          f'{os.path.join(directory, other)} lists it); TFF\'s datasets hold every client in both '
-          f'splits, as LEAF\'s sample split (preprocess.sh -t sample) makes them: remove the user '
-          'or re-run LEAF with -t sample.')
+        f'{owners[split][user]}: user {user!r} has no {other} examples (no file in '
+        f"{os.path.join(directory, other)} lists it); TFF's datasets hold every client in both "
+        f"splits, as LEAF's sample split (preprocess.sh -t sample) makes them: remove the user "
+        'or re-run LEAF with -t sample.'
+      )
 
 
 def read_leaf(directory: str, dataset: str = 'femnist') -> collections.OrderedDict:
@@ -339,8 +388,10 @@ def read_leaf(directory: str, dataset: str = 'femnist') -> collections.OrderedDi
   owners = {split: {} for split in LEAF_SPLITS}
   splits = collections.OrderedDict()
   for split in LEAF_SPLITS:
-    clients = {user: features for _, user, features in
-               _iter_leaf_split(directory, split, reader, owners[split])}
+    clients = {
+      user: features
+      for _, user, features in _iter_leaf_split(directory, split, reader, owners[split])
+    }
     splits[split] = collections.OrderedDict(sorted(clients.items()))
   _check_both_splits(directory, owners)
   return splits
@@ -357,16 +408,25 @@ def _digit_writers(train_digits: Mapping[str, int], test_digits: Mapping[str, in
 
 def femnist_splits(leaf_splits: Splits) -> collections.OrderedDict:
   """TFF's four EMNIST splits of `read_leaf`'s FEMNIST output (module docstring)."""
-  digits = {split: {user: len(_digits_only(features['label']))
-                    for user, features in leaf_splits[split].items()} for split in LEAF_SPLITS}
+  digits = {
+    split: {
+      user: len(_digits_only(features['label'])) for user, features in leaf_splits[split].items()
+    }
+    for split in LEAF_SPLITS
+  }
   writers = _digit_writers(digits['train'], digits['test'])
   splits = collections.OrderedDict()
   for split in LEAF_SPLITS:
     clients = leaf_splits[split]
     splits[f'digits_only_{split}'] = collections.OrderedDict(
-        (user, collections.OrderedDict(
-            (k, v[_digits_only(clients[user]['label'])]) for k, v in clients[user].items()))
-        for user in writers)
+      (
+        user,
+        collections.OrderedDict(
+          (k, v[_digits_only(clients[user]['label'])]) for k, v in clients[user].items()
+        ),
+      )
+      for user in writers
+    )
   for split in LEAF_SPLITS:
     splits[f'all_{split}'] = leaf_splits[split]
   return splits
@@ -379,13 +439,14 @@ def client_data_from_clients(clients: Clients) -> tff.simulation.datasets.Client
     raise ValueError('client_data_from_clients needs at least one client.')
   names = list(clients[client_ids[0]])
   features = collections.OrderedDict(
-      (name, np.concatenate([np.asarray(clients[c][name]) for c in client_ids])) for name in names)
+    (name, np.concatenate([np.asarray(clients[c][name]) for c in client_ids])) for name in names
+  )
   sizes = [len(clients[c][names[0]]) for c in client_ids]
   return _common.in_memory_client_data(client_ids, features, np.cumsum([0] + sizes))
 
 
 def femnist_client_data(
-    directory: str, only_digits: bool = False
+  directory: str, only_digits: bool = False
 ) -> tuple[tff.simulation.datasets.ClientData, tff.simulation.datasets.ClientData]:
   """LEAF FEMNIST as TFF's ``emnist.load_data(only_digits)`` would give it, in memory.
 
@@ -401,8 +462,10 @@ def femnist_client_data(
   """
   splits = femnist_splits(read_leaf(directory, 'femnist'))
   prefix = 'digits_only' if _common.check_bool('only_digits', only_digits) else 'all'
-  return (client_data_from_clients(splits[f'{prefix}_train']),
-          client_data_from_clients(splits[f'{prefix}_test']))
+  return (
+    client_data_from_clients(splits[f'{prefix}_train']),
+    client_data_from_clients(splits[f'{prefix}_test']),
+  )
 
 
 # ----------------------------------------------------------------------------
@@ -440,9 +503,10 @@ def read_play_roles(text: str, source: str = 'the play text') -> collections.Ord
     head = block[0].strip()
     if not head.endswith(':') or not head[:-1].strip():
       raise ValueError(
-          f'{source}: line {start}: expected a role line such as "ROMEO:" to start a speaker '
-          f'block, got {_short(head)}; the text must be blocks of a "ROLE:" line and its speech '
-          'lines, separated by blank lines.')
+        f'{source}: line {start}: expected a role line such as "ROMEO:" to start a speaker '
+        f'block, got {_short(head)}; the text must be blocks of a "ROLE:" line and its speech '
+        'lines, separated by blank lines.'
+      )
     if len(block) > 1:
       roles.setdefault(head[:-1].strip(), []).append('\n'.join(block[1:]))
     block = []
@@ -486,9 +550,16 @@ def shakespeare_splits(roles: Mapping[str, Sequence[str]]) -> collections.Ordere
 def shakespeare_clients(snippets: Mapping[str, Sequence[str]]) -> collections.OrderedDict:
   """``{client_id: OrderedDict(snippets=object array of UTF-8 bytes)}``."""
   return collections.OrderedDict(
-      (client_id, collections.OrderedDict(snippets=np.array(
-          [s.encode('utf-8') if isinstance(s, str) else bytes(s) for s in texts], dtype=object)))
-      for client_id, texts in snippets.items())
+    (
+      client_id,
+      collections.OrderedDict(
+        snippets=np.array(
+          [s.encode('utf-8') if isinstance(s, str) else bytes(s) for s in texts], dtype=object
+        )
+      ),
+    )
+    for client_id, texts in snippets.items()
+  )
 
 
 # ----------------------------------------------------------------------------
@@ -498,23 +569,30 @@ def shakespeare_clients(snippets: Mapping[str, Sequence[str]]) -> collections.Or
 @dataclasses.dataclass
 class DatabaseSummary:
   """What a writer wrote: ``splits`` maps split name -> (clients, examples)."""
+
   path: str
   splits: dict[str, tuple[int, int]]
   notes: list[str] = dataclasses.field(default_factory=list)
 
   def lines(self) -> list[str]:
     """``Wrote <path>:``, one line per split, then the notes."""
-    return ([f'Wrote {self.path}:']
-            + [f'  {split}: {clients:,} clients, {examples:,} examples'
-               for split, (clients, examples) in self.splits.items()]
-            + [f'  {note}' for note in self.notes])
+    return (
+      [f'Wrote {self.path}:']
+      + [
+        f'  {split}: {clients:,} clients, {examples:,} examples'
+        for split, (clients, examples) in self.splits.items()
+      ]
+      + [f'  {note}' for note in self.notes]
+    )
 
 
 def check_absent(path: str, overwrite: bool) -> None:
   """A one-line FileExistsError if `path` exists and not `overwrite`."""
   if not overwrite and os.path.lexists(path):
-    raise FileExistsError(f'{path} already exists; delete or move it first, or pass '
-                          'overwrite=True (bin.convert_leaf: --overwrite) to replace it.')
+    raise FileExistsError(
+      f'{path} already exists; delete or move it first, or pass '
+      'overwrite=True (bin.convert_leaf: --overwrite) to replace it.'
+    )
 
 
 class _DatabaseWriter:
@@ -530,7 +608,8 @@ class _DatabaseWriter:
     try:
       os.makedirs(directory, exist_ok=True)
       fd, self._temp = tempfile.mkstemp(
-          prefix=f'.{os.path.basename(self.path)}.', suffix='.partial', dir=directory)
+        prefix=f'.{os.path.basename(self.path)}.', suffix='.partial', dir=directory
+      )
     except OSError as e:
       raise ValueError(f'Cannot write in {directory!r}: {e.strerror or e}.') from None
     os.close(fd)
@@ -539,32 +618,37 @@ class _DatabaseWriter:
     self._connection.execute('PRAGMA synchronous = OFF;')
     # The tables of tff.simulation.datasets.save_to_sql_client_data.
     self._connection.execute(
-        'CREATE TABLE examples (split_name TEXT NOT NULL, client_id TEXT NOT NULL, '
-        'serialized_example_proto BLOB NOT NULL);')
+      'CREATE TABLE examples (split_name TEXT NOT NULL, client_id TEXT NOT NULL, '
+      'serialized_example_proto BLOB NOT NULL);'
+    )
     self._connection.execute(
-        'CREATE TABLE client_metadata (client_id TEXT NOT NULL, split_name TEXT NOT NULL, '
-        'num_examples INTEGER NOT NULL);')
+      'CREATE TABLE client_metadata (client_id TEXT NOT NULL, split_name TEXT NOT NULL, '
+      'num_examples INTEGER NOT NULL);'
+    )
 
   def _check_absent(self) -> None:
     check_absent(self.path, self._overwrite)
 
   def add_rows(self, split: str, client_id: str, protos: Sequence[bytes]) -> None:
     self._connection.executemany(
-        'INSERT INTO examples (split_name, client_id, serialized_example_proto) VALUES (?, ?, ?);',
-        ((split, client_id, proto) for proto in protos))
+      'INSERT INTO examples (split_name, client_id, serialized_example_proto) VALUES (?, ?, ?);',
+      ((split, client_id, proto) for proto in protos),
+    )
 
   def add_client(self, split: str, client_id: str, num_examples: int) -> None:
     self._connection.execute(
-        'INSERT INTO client_metadata (client_id, split_name, num_examples) VALUES (?, ?, ?);',
-        (client_id, split, num_examples))
+      'INSERT INTO client_metadata (client_id, split_name, num_examples) VALUES (?, ?, ?);',
+      (client_id, split, num_examples),
+    )
 
   def delete_rows(self, split: str, client_ids: Sequence[str]) -> None:
-    self._connection.executemany('DELETE FROM examples WHERE split_name = ? AND client_id = ?;',
-                                 ((split, c) for c in client_ids))
+    self._connection.executemany(
+      'DELETE FROM examples WHERE split_name = ? AND client_id = ?;',
+      ((split, c) for c in client_ids),
+    )
 
   def finish(self) -> None:
-    self._connection.execute(
-        'CREATE INDEX examples_by_client ON examples (client_id, split_name);')
+    self._connection.execute('CREATE INDEX examples_by_client ON examples (client_id, split_name);')
     self._connection.commit()
     self._connection.close()
     with open(self._temp, 'rb+') as f:
@@ -607,8 +691,9 @@ def _feature_kind(array: np.ndarray) -> str:
 
 
 def _feature_spec(features: Mapping[str, np.ndarray]) -> tuple:
-  return tuple((name, _feature_kind(np.asarray(a)), np.asarray(a).shape[1:])
-               for name, a in features.items())
+  return tuple(
+    (name, _feature_kind(np.asarray(a)), np.asarray(a).shape[1:]) for name, a in features.items()
+  )
 
 
 def _bytes_value(value) -> bytes:
@@ -626,29 +711,42 @@ def serialize_examples(features: Mapping[str, np.ndarray]) -> list[bytes]:
   arrays = collections.OrderedDict((name, np.asarray(a)) for name, a in features.items())
   lengths = {len(a) for a in arrays.values()}
   if len(lengths) > 1:
-    raise ValueError(f'Features have different numbers of examples: '
-                     f'{ {name: len(a) for name, a in arrays.items()} }.')
+    raise ValueError(
+      f'Features have different numbers of examples: '
+      f'{ {name: len(a) for name, a in arrays.items()} }.'
+    )
   columns = []
   for name, array in arrays.items():
     kind = _feature_kind(array)
     if kind == 'float':
       values = array.astype(np.float32).reshape(len(array), -1).tolist()
-      columns.append((name, [tf.train.Feature(float_list=tf.train.FloatList(value=v))
-                             for v in values]))
+      columns.append(
+        (name, [tf.train.Feature(float_list=tf.train.FloatList(value=v)) for v in values])
+      )
     elif kind == 'int':
       values = array.astype(np.int64).reshape(len(array), -1).tolist()
-      columns.append((name, [tf.train.Feature(int64_list=tf.train.Int64List(value=v))
-                             for v in values]))
+      columns.append(
+        (name, [tf.train.Feature(int64_list=tf.train.Int64List(value=v)) for v in values])
+      )
     else:
       if array.ndim != 1:
-        raise ValueError(f'String feature {name!r} must hold one string per example, got shape '
-                         f'{array.shape[1:]} per example.')
-      columns.append((name, [tf.train.Feature(bytes_list=tf.train.BytesList(
-          value=[_bytes_value(v)])) for v in array]))
+        raise ValueError(
+          f'String feature {name!r} must hold one string per example, got shape '
+          f'{array.shape[1:]} per example.'
+        )
+      columns.append(
+        (
+          name,
+          [tf.train.Feature(bytes_list=tf.train.BytesList(value=[_bytes_value(v)])) for v in array],
+        )
+      )
   size = lengths.pop() if lengths else 0
-  return [tf.train.Example(features=tf.train.Features(
-      feature={name: column[i] for name, column in columns})).SerializeToString()
-          for i in range(size)]
+  return [
+    tf.train.Example(
+      features=tf.train.Features(feature={name: column[i] for name, column in columns})
+    ).SerializeToString()
+    for i in range(size)
+  ]
 
 
 def write_tff_database(path: str, splits: Splits, *, overwrite: bool = False) -> DatabaseSummary:
@@ -683,15 +781,19 @@ def write_tff_database(path: str, splits: Splits, *, overwrite: bool = False) ->
       examples = 0
       for client_id, features in clients.items():
         if not isinstance(client_id, str) or not client_id or "'" in client_id:
-          raise ValueError(f'Split {split!r}: client id {client_id!r} must be a non-empty string '
-                           'without single quotes (TFF\'s SQLite reader quotes ids with them).')
+          raise ValueError(
+            f'Split {split!r}: client id {client_id!r} must be a non-empty string '
+            "without single quotes (TFF's SQLite reader quotes ids with them)."
+          )
         spec = _feature_spec(features)
         if expected is None:
           expected, first = spec, (split, client_id)
         elif spec != expected:
-          raise ValueError(f'Split {split!r}, client {client_id!r}: features {spec} differ from '
-                           f'those of client {first[1]!r} in split {first[0]!r}: {expected}; '
-                           'TFF needs one element spec for all clients.')
+          raise ValueError(
+            f'Split {split!r}, client {client_id!r}: features {spec} differ from '
+            f'those of client {first[1]!r} in split {first[0]!r}: {expected}; '
+            'TFF needs one element spec for all clients.'
+          )
         protos = serialize_examples(features)
         writer.add_rows(split, client_id, protos)
         writer.add_client(split, client_id, len(protos))
@@ -701,7 +803,7 @@ def write_tff_database(path: str, splits: Splits, *, overwrite: bool = False) ->
 
 
 def write_emnist_database(
-    leaf_dir: str, cache_dir: str, *, overwrite: bool = False
+  leaf_dir: str, cache_dir: str, *, overwrite: bool = False
 ) -> DatabaseSummary:
   """Converts LEAF FEMNIST into ``<cache_dir>/emnist_all.sqlite`` (TFF's four splits).
 
@@ -731,8 +833,7 @@ def write_emnist_database(
     _leaf_files(leaf_dir, split)  # Fail fast, before creating any file.
   with _DatabaseWriter(path, overwrite) as writer:
     for split in LEAF_SPLITS:
-      for _, user, features in _iter_leaf_split(leaf_dir, split, _femnist_features,
-                                                owners[split]):
+      for _, user, features in _iter_leaf_split(leaf_dir, split, _femnist_features, owners[split]):
         protos = serialize_examples(features)
         writer.add_rows(f'all_{split}', user, protos)
         writer.add_client(f'all_{split}', user, len(protos))
@@ -749,18 +850,21 @@ def write_emnist_database(
       for user in writers:
         writer.add_client(f'digits_only_{split}', user, digits[split][user])
       summary.splits[f'digits_only_{split}'] = (
-          len(writers), sum(digits[split][u] for u in writers))
+        len(writers),
+        sum(digits[split][u] for u in writers),
+      )
     for split in LEAF_SPLITS:
       summary.splits[f'all_{split}'] = (len(owners[split]), counts[split])
     if dropped:
       summary.notes.append(
-          f'digits_only_*: {len(dropped)} writer(s) without a digit in both splits left out '
-          f'(e.g. {dropped[0]}).')
+        f'digits_only_*: {len(dropped)} writer(s) without a digit in both splits left out '
+        f'(e.g. {dropped[0]}).'
+      )
   return summary
 
 
 def write_shakespeare_database(
-    text_path: str, cache_dir: str, *, overwrite: bool = False
+  text_path: str, cache_dir: str, *, overwrite: bool = False
 ) -> DatabaseSummary:
   """Converts play text into ``<cache_dir>/shakespeare.sqlite`` (splits ``train``/``test``).
 
@@ -786,23 +890,31 @@ def write_shakespeare_database(
     with open(text_path, encoding='utf-8') as f:
       text = f.read()
   except UnicodeDecodeError as e:
-    raise ValueError(f'{text_path}: not UTF-8 text ({e.reason} at byte {e.start}); save it as '
-                     'UTF-8.') from None
+    raise ValueError(
+      f'{text_path}: not UTF-8 text ({e.reason} at byte {e.start}); save it as UTF-8.'
+    ) from None
   except OSError as e:
     raise ValueError(f'Cannot read the play text {text_path!r}: {e.strerror or e}.') from None
   roles = read_play_roles(text, source=text_path)
   if not roles:
-    raise ValueError(f'{text_path}: no speaker blocks ("ROLE:" line, speech lines, blank line) '
-                     'found.')
+    raise ValueError(
+      f'{text_path}: no speaker blocks ("ROLE:" line, speech lines, blank line) found.'
+    )
   splits = shakespeare_splits(roles)
   clients = {role_client_id(role) for role in roles}
   if not splits['train']:
-    raise ValueError(f'{text_path}: no role has two speeches, so no client can have a train and '
-                     'a test example.')
-  summary = write_tff_database(path, collections.OrderedDict(
-      (split, shakespeare_clients(snippets)) for split, snippets in splits.items()),
-                               overwrite=overwrite)
+    raise ValueError(
+      f'{text_path}: no role has two speeches, so no client can have a train and a test example.'
+    )
+  summary = write_tff_database(
+    path,
+    collections.OrderedDict(
+      (split, shakespeare_clients(snippets)) for split, snippets in splits.items()
+    ),
+    overwrite=overwrite,
+  )
   summary.notes.append(
-      f'{len(roles):,} roles in the text ({len(clients):,} client ids); '
-      f'{len(clients) - len(splits["train"]):,} with fewer than two speeches left out.')
+    f'{len(roles):,} roles in the text ({len(clients):,} client ids); '
+    f'{len(clients) - len(splits["train"]):,} with fewer than two speeches left out.'
+  )
   return summary

@@ -36,16 +36,16 @@ from tensorflow_federated.python.simulation.models import resnet_models
 # Layer attribute holding a variable -> attribute holding its initialiser
 # (Keras 2.14 naming, shared by Dense, Conv*, Embedding, RNN cells, *Norm).
 _INITIALIZER_OF = (
-    ('kernel', 'kernel_initializer'),
-    ('recurrent_kernel', 'recurrent_initializer'),
-    ('depthwise_kernel', 'depthwise_initializer'),
-    ('pointwise_kernel', 'pointwise_initializer'),
-    ('bias', 'bias_initializer'),
-    ('embeddings', 'embeddings_initializer'),
-    ('gamma', 'gamma_initializer'),
-    ('beta', 'beta_initializer'),
-    ('moving_mean', 'moving_mean_initializer'),
-    ('moving_variance', 'moving_variance_initializer'),
+  ('kernel', 'kernel_initializer'),
+  ('recurrent_kernel', 'recurrent_initializer'),
+  ('depthwise_kernel', 'depthwise_initializer'),
+  ('pointwise_kernel', 'pointwise_initializer'),
+  ('bias', 'bias_initializer'),
+  ('embeddings', 'embeddings_initializer'),
+  ('gamma', 'gamma_initializer'),
+  ('beta', 'beta_initializer'),
+  ('moving_mean', 'moving_mean_initializer'),
+  ('moving_variance', 'moving_variance_initializer'),
 )
 
 
@@ -118,9 +118,10 @@ def seed_initial_weights(model: tf.keras.Model, seed: int) -> tf.keras.Model:
     initializer = initializers.get(variable.ref())
     if initializer is None:
       raise ValueError(
-          f'Cannot find the initialiser of variable {variable.name!r}; '
-          'seed_initial_weights supports layers whose variables are '
-          f'{[name for name, _ in _INITIALIZER_OF]}.')
+        f'Cannot find the initialiser of variable {variable.name!r}; '
+        'seed_initial_weights supports layers whose variables are '
+        f'{[name for name, _ in _INITIALIZER_OF]}.'
+      )
     config = initializer.get_config() if hasattr(initializer, 'get_config') else {}
     if 'seed' not in config:
       continue  # Deterministic initialiser: the current value is reproducible.
@@ -147,7 +148,8 @@ def mcmahan_cnn(num_classes: int, seed: int) -> tf.keras.Model:
   """
   seeds = _SeedStream(seed)
   conv = lambda filters: tf.keras.layers.Conv2D(
-      filters, 5, padding='same', activation='relu', kernel_initializer=seeds.glorot())
+    filters, 5, padding='same', activation='relu', kernel_initializer=seeds.glorot()
+  )
   pool = lambda: tf.keras.layers.MaxPooling2D(pool_size=2, padding='same')
   inputs = tf.keras.Input(shape=(28, 28, 1), dtype=tf.float32)
   x = pool()(conv(32)(inputs))
@@ -191,9 +193,7 @@ def image_ffnn(num_classes: int, seed: int, hidden: Sequence[int] = (128,)) -> t
   return _image_dense(num_classes, seed, tuple(hidden), 'image_ffnn')
 
 
-def _image_dense(
-    num_classes: int, seed: int, hidden: tuple[int, ...], name: str
-) -> tf.keras.Model:
+def _image_dense(num_classes: int, seed: int, hidden: tuple[int, ...], name: str) -> tf.keras.Model:
   """Flatten a 28x28x1 image, ReLU dense layers of widths `hidden`, dense logits."""
   seeds = _SeedStream(seed)
   inputs = tf.keras.Input(shape=(28, 28, 1), dtype=tf.float32)
@@ -205,7 +205,7 @@ def _image_dense(
 
 
 def char_gru(
-    vocab_size: int, seed: int, embedding_dim: int = 256, units: int = 256
+  vocab_size: int, seed: int, embedding_dim: int = 256, units: int = 256
 ) -> tf.keras.Model:
   """Next-character model: Embedding, two stacked GRUs, Dense (logits).
 
@@ -227,11 +227,15 @@ def char_gru(
   seeds = _SeedStream(seed)
   inputs = tf.keras.Input(shape=(None,), dtype=tf.int64)
   x = tf.keras.layers.Embedding(
-      vocab_size, embedding_dim, embeddings_initializer=seeds.uniform(0.05))(inputs)
+    vocab_size, embedding_dim, embeddings_initializer=seeds.uniform(0.05)
+  )(inputs)
   for _ in range(2):
     x = tf.keras.layers.GRU(
-        units, return_sequences=True, kernel_initializer=seeds.glorot(),
-        recurrent_initializer=seeds.orthogonal())(x)
+      units,
+      return_sequences=True,
+      kernel_initializer=seeds.glorot(),
+      recurrent_initializer=seeds.orthogonal(),
+    )(x)
   logits = tf.keras.layers.Dense(vocab_size, kernel_initializer=seeds.glorot())(x)
   return tf.keras.Model(inputs, logits, name='char_gru')
 
@@ -253,13 +257,12 @@ def tff_char_lstm(vocab_size: int, sequence_length: int, seed: int) -> tf.keras.
     An uncompiled `tf.keras.Model`.
   """
   model = char_prediction_models.create_recurrent_model(
-      vocab_size=vocab_size, sequence_length=sequence_length)
+    vocab_size=vocab_size, sequence_length=sequence_length
+  )
   return seed_initial_weights(model, seed)
 
 
-def resnet18_gn(
-    input_shape: Sequence[int], num_classes: int, seed: int
-) -> tf.keras.Model:
+def resnet18_gn(input_shape: Sequence[int], num_classes: int, seed: int) -> tf.keras.Model:
   """TFF's ResNet-18 with group normalisation, logits out, seeded.
 
   Built by ``tff.simulation.models.resnet_models.create_resnet18`` (which
@@ -277,23 +280,26 @@ def resnet18_gn(
     An uncompiled `tf.keras.Model` mapping images to logits.
   """
   base = resnet_models.create_resnet18(
-      tuple(input_shape), num_classes, norm_layer=resnet_models.NormLayer.GROUP_NORM)
+    tuple(input_shape), num_classes, norm_layer=resnet_models.NormLayer.GROUP_NORM
+  )
   head = base.layers[-1]
   features = head.input  # Output of the global average pooling.
   logits = tf.keras.layers.Dense(
-      num_classes,
-      # A fresh copy: Keras warns when one unseeded instance initialises twice.
-      kernel_initializer=type(head.kernel_initializer).from_config(
-          head.kernel_initializer.get_config()),
-      kernel_regularizer=head.kernel_regularizer,
-      bias_regularizer=head.bias_regularizer,
-      name='logits')(features)
+    num_classes,
+    # A fresh copy: Keras warns when one unseeded instance initialises twice.
+    kernel_initializer=type(head.kernel_initializer).from_config(
+      head.kernel_initializer.get_config()
+    ),
+    kernel_regularizer=head.kernel_regularizer,
+    bias_regularizer=head.bias_regularizer,
+    name='logits',
+  )(features)
   model = tf.keras.Model(base.input, logits, name='resnet18_gn')
   return seed_initial_weights(model, seed)
 
 
 def small_vgg(
-    num_classes: int, seed: int, input_shape: Sequence[int] = (32, 32, 3)
+  num_classes: int, seed: int, input_shape: Sequence[int] = (32, 32, 3)
 ) -> tf.keras.Model:
   """A small VGG-style CNN: two conv blocks (32, 64 filters) and dense 128.
 
@@ -311,7 +317,8 @@ def small_vgg(
   """
   seeds = _SeedStream(seed)
   conv = lambda filters: tf.keras.layers.Conv2D(
-      filters, 3, padding='same', activation='relu', kernel_initializer=seeds.glorot())
+    filters, 3, padding='same', activation='relu', kernel_initializer=seeds.glorot()
+  )
   inputs = tf.keras.Input(shape=tuple(input_shape), dtype=tf.float32)
   x = inputs
   for filters in (32, 64):
@@ -325,7 +332,7 @@ def small_vgg(
 
 
 def dense_mlp(
-    input_dim: int, num_classes: int, seed: int, hidden: Sequence[int] = (64,)
+  input_dim: int, num_classes: int, seed: int, hidden: Sequence[int] = (64,)
 ) -> tf.keras.Model:
   """A fully connected ReLU network (one hidden layer of 64 by default).
 

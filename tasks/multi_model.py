@@ -41,19 +41,18 @@ def noniid_alphas(num_models: int) -> tuple[float, ...]:
   """The Dirichlet ``α_s`` of ``digits_noniid``: `NONIID_ALPHAS` for 5 models."""
   if num_models == len(NONIID_ALPHAS):
     return NONIID_ALPHAS
-  return tuple(float(a) for a in np.geomspace(0.05, 10.0, num_models)) if num_models > 1 \
-      else (0.5,)
+  return tuple(float(a) for a in np.geomspace(0.05, 10.0, num_models)) if num_models > 1 else (0.5,)
 
 
 def create_suite(
-    name: str,
-    *,
-    num_models: int | None = None,
-    num_clients: int = 120,
-    seed: int = 0,
-    client_epochs: int = 1,
-    client_batch_size: int = 10,
-    cache_dir: str | None = None,
+  name: str,
+  *,
+  num_models: int | None = None,
+  num_clients: int = 120,
+  seed: int = 0,
+  client_epochs: int = 1,
+  client_batch_size: int = 10,
+  cache_dir: str | None = None,
 ) -> list[Task]:
   """Builds the tasks of suite `name` (see the module docstring).
 
@@ -72,34 +71,77 @@ def create_suite(
   """
   if name not in SUITES:
     raise ValueError(f'Unknown suite {name!r}; choose from {", ".join(SUITES)}.')
-  default = {'digits_noniid': 5, 'femnist_noniid': 5, 'digits_synthetic': 2, 'leaf': 3,
-             'femnist_models': 2}[name]
+  default = {
+    'digits_noniid': 5,
+    'femnist_noniid': 5,
+    'digits_synthetic': 2,
+    'leaf': 3,
+    'femnist_models': 2,
+  }[name]
   num_models = default if num_models is None else num_models
-  limits = {'digits_noniid': (1, 20), 'femnist_noniid': (1, 20), 'digits_synthetic': (2, 2),
-            'leaf': (2, 3),
-            'femnist_models': (2, 2)}[name]
-  if isinstance(num_models, bool) or not isinstance(num_models, (int, np.integer)) \
-      or not limits[0] <= num_models <= limits[1]:
-    raise ValueError(f'Suite {name!r} has {limits[0]}-{limits[1]} models, got '
-                     f'--num_models={num_models!r}.')
+  limits = {
+    'digits_noniid': (1, 20),
+    'femnist_noniid': (1, 20),
+    'digits_synthetic': (2, 2),
+    'leaf': (2, 3),
+    'femnist_models': (2, 2),
+  }[name]
+  if (
+    isinstance(num_models, bool)
+    or not isinstance(num_models, (int, np.integer))
+    or not limits[0] <= num_models <= limits[1]
+  ):
+    raise ValueError(
+      f'Suite {name!r} has {limits[0]}-{limits[1]} models, got --num_models={num_models!r}.'
+    )
   common = dict(client_epochs=client_epochs, client_batch_size=client_batch_size)
   if name == 'digits_noniid':
-    return [registry.get_task('digits', num_clients=num_clients, seed=seed + s,
-                              dirichlet_alpha=alpha, size_sigma=SIZE_SIGMA, **common)
-            for s, alpha in enumerate(noniid_alphas(num_models))]
+    return [
+      registry.get_task(
+        'digits',
+        num_clients=num_clients,
+        seed=seed + s,
+        dirichlet_alpha=alpha,
+        size_sigma=SIZE_SIGMA,
+        **common,
+      )
+      for s, alpha in enumerate(noniid_alphas(num_models))
+    ]
   if name == 'femnist_noniid':
-    return [registry.get_task('emnist_skewed', num_clients=num_clients, seed=seed + s,
-                              cache_dir=cache_dir, only_digits=True, model='ffnn',
-                              partition='dirichlet', dirichlet_alpha=alpha,
-                              size_sigma=SIZE_SIGMA, **common)
-            for s, alpha in enumerate(noniid_alphas(num_models))]
+    return [
+      registry.get_task(
+        'emnist_skewed',
+        num_clients=num_clients,
+        seed=seed + s,
+        cache_dir=cache_dir,
+        only_digits=True,
+        model='ffnn',
+        partition='dirichlet',
+        dirichlet_alpha=alpha,
+        size_sigma=SIZE_SIGMA,
+        **common,
+      )
+      for s, alpha in enumerate(noniid_alphas(num_models))
+    ]
   if name == 'digits_synthetic':
-    return [registry.get_task('digits', num_clients=num_clients, seed=seed, **common),
-            registry.get_task('synthetic', num_clients=num_clients, seed=seed, **common)]
+    return [
+      registry.get_task('digits', num_clients=num_clients, seed=seed, **common),
+      registry.get_task('synthetic', num_clients=num_clients, seed=seed, **common),
+    ]
   if name == 'femnist_models':
     return multi_model_program.align_clients(
-        [registry.get_task('emnist', seed=seed, cache_dir=cache_dir, only_digits=False,
-                           model=model, **common) for model in ('cnn', '2nn')], num_clients)
+      [
+        registry.get_task(
+          'emnist', seed=seed, cache_dir=cache_dir, only_digits=False, model=model, **common
+        )
+        for model in ('cnn', '2nn')
+      ],
+      num_clients,
+    )
   return multi_model_program.align_clients(
-      [registry.get_task(task, seed=seed, cache_dir=cache_dir, **common)
-       for task in _LEAF[:num_models]], num_clients)
+    [
+      registry.get_task(task, seed=seed, cache_dir=cache_dir, **common)
+      for task in _LEAF[:num_models]
+    ],
+    num_clients,
+  )

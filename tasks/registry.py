@@ -28,16 +28,16 @@ from tasks import synthetic
 from tff_sampling.task import Task
 
 _CONSTRUCTORS: dict[str, Callable[..., Task]] = {
-    'digits': digits.create_digits_task,
-    'synthetic': synthetic.create_synthetic_task,
-    'emnist': emnist.create_emnist_task,
-    'emnist_skewed': emnist.create_emnist_skewed_task,
-    'emnist_unbalanced_1': emnist.unbalanced_task_constructor(1),
-    'emnist_unbalanced_2': emnist.unbalanced_task_constructor(2),
-    'emnist_unbalanced_3': emnist.unbalanced_task_constructor(3),
-    'shakespeare': shakespeare.create_shakespeare_task,
-    'cifar100': cifar100.create_cifar100_task,
-    'cifar10': cifar10.create_cifar10_task,
+  'digits': digits.create_digits_task,
+  'synthetic': synthetic.create_synthetic_task,
+  'emnist': emnist.create_emnist_task,
+  'emnist_skewed': emnist.create_emnist_skewed_task,
+  'emnist_unbalanced_1': emnist.unbalanced_task_constructor(1),
+  'emnist_unbalanced_2': emnist.unbalanced_task_constructor(2),
+  'emnist_unbalanced_3': emnist.unbalanced_task_constructor(3),
+  'shakespeare': shakespeare.create_shakespeare_task,
+  'cifar100': cifar100.create_cifar100_task,
+  'cifar10': cifar10.create_cifar10_task,
 }
 
 
@@ -90,6 +90,7 @@ def get_task(name: str, **options: Any) -> Task:
       owners = [other for other in task_names() if option in task_options(other)]
       details.append(f'{option!r}' + (f' (an option of: {", ".join(owners)})' if owners else ''))
     raise ValueError(
-        f'Task {name!r} does not accept option(s) {", ".join(details)}; '
-        f'its options are: {", ".join(valid)}.')
+      f'Task {name!r} does not accept option(s) {", ".join(details)}; '
+      f'its options are: {", ".join(valid)}.'
+    )
   return constructor(**options)

@@ -80,7 +80,7 @@ _BYTE_TO_TOKEN = _byte_to_token()
 
 
 def snippet_statistics(
-    snippets: list[bytes], sequence_length: int
+  snippets: list[bytes], sequence_length: int
 ) -> tuple[np.ndarray, np.ndarray]:
   """Target histograms and sequence counts of snippets, as TFF tokenises them.
 
@@ -95,19 +95,20 @@ def snippet_statistics(
   counts = np.zeros((len(snippets), NUM_CLASSES), np.int64)
   sequences = np.zeros(len(snippets), np.int64)
   for row, snippet in enumerate(snippets):
-    tokens = np.concatenate(
-        [[BOS], _BYTE_TO_TOKEN[np.frombuffer(snippet, np.uint8)], [EOS]])
+    tokens = np.concatenate([[BOS], _BYTE_TO_TOKEN[np.frombuffer(snippet, np.uint8)], [EOS]])
     tokens = np.concatenate([tokens, np.zeros(-len(tokens) % period, np.int64)])
     sequences[row] = len(tokens) // period
     # Every token is a target except the first of each sequence.
-    counts[row] = (np.bincount(tokens, minlength=NUM_CLASSES)
-                   - np.bincount(tokens[::period], minlength=NUM_CLASSES))
+    counts[row] = np.bincount(tokens, minlength=NUM_CLASSES) - np.bincount(
+      tokens[::period], minlength=NUM_CLASSES
+    )
   return counts, sequences
 
 
 def _parse_snippets(protos: list[bytes]) -> list[bytes]:
   parsed = tf.io.parse_example(
-      tf.constant(protos, tf.string), {'snippets': tf.io.FixedLenFeature([], tf.string)})
+    tf.constant(protos, tf.string), {'snippets': tf.io.FixedLenFeature([], tf.string)}
+  )
   return list(parsed['snippets'].numpy())
 
 
@@ -119,22 +120,23 @@ def shakespeare_metrics() -> list[tf.keras.metrics.Metric]:
 def _tff_sequences(batch_size: int, sequence_length: int):
   """TFF's baseline tokenisation into (input, target) batches, as ``{x, y}``."""
   tff_fn = char_prediction_preprocessing.create_preprocess_fn(
-      client_spec.ClientSpec(num_epochs=1, batch_size=batch_size, shuffle_buffer_size=1),
-      sequence_length=sequence_length)
+    client_spec.ClientSpec(num_epochs=1, batch_size=batch_size, shuffle_buffer_size=1),
+    sequence_length=sequence_length,
+  )
   return lambda dataset: tff_fn(dataset).map(_common.as_xy)
 
 
 def create_shakespeare_task(
-    *,
-    client_batch_size: int = 8,
-    client_epochs: int = 1,
-    max_client_examples: int | None = None,
-    seed: int = 0,
-    eval_batch_size: int = 256,
-    cache_dir: str | None = None,
-    sequence_length: int = 5,
-    max_eval_examples: int | None = 10_000,
-    model: str = 'gru',
+  *,
+  client_batch_size: int = 8,
+  client_epochs: int = 1,
+  max_client_examples: int | None = None,
+  seed: int = 0,
+  eval_batch_size: int = 256,
+  cache_dir: str | None = None,
+  sequence_length: int = 5,
+  max_eval_examples: int | None = 10_000,
+  model: str = 'gru',
 ) -> Task:
   """Builds the ``shakespeare`` task.
 
@@ -160,28 +162,37 @@ def create_shakespeare_task(
       format (empty, not SQLite, missing tables).
   """
   options = _common.check_common_options(
-      client_batch_size=client_batch_size, client_epochs=client_epochs,
-      max_client_examples=max_client_examples, seed=seed, eval_batch_size=eval_batch_size)
+    client_batch_size=client_batch_size,
+    client_epochs=client_epochs,
+    max_client_examples=max_client_examples,
+    seed=seed,
+    eval_batch_size=eval_batch_size,
+  )
   options.update(
-      cache_dir=_common.check_optional_path('cache_dir', cache_dir),
-      sequence_length=_common.check_int('sequence_length', sequence_length),
-      max_eval_examples=_common.check_optional_int('max_eval_examples', max_eval_examples),
-      model=_common.check_choice('model', model, MODELS),
+    cache_dir=_common.check_optional_path('cache_dir', cache_dir),
+    sequence_length=_common.check_int('sequence_length', sequence_length),
+    max_eval_examples=_common.check_optional_int('max_eval_examples', max_eval_examples),
+    model=_common.check_choice('model', model, MODELS),
   )
   database, train_data, test_data = _common.load_tff_data(
-      'shakespeare', DATABASE_FILE, options['cache_dir'])
+    'shakespeare', DATABASE_FILE, options['cache_dir']
+  )
   sequence_length = options['sequence_length']
   statistics = _common.scan_sql_split(
-      database, 'train', tuple(train_data.client_ids),
-      lambda protos: snippet_statistics(_parse_snippets(protos), sequence_length),
-      NUM_CLASSES)
+    database,
+    'train',
+    tuple(train_data.client_ids),
+    lambda protos: snippet_statistics(_parse_snippets(protos), sequence_length),
+    NUM_CLASSES,
+  )
 
   to_sequences = _tff_sequences(_TFF_PACK_SIZE, sequence_length)
 
   def preprocess_client(dataset: tf.data.Dataset, shuffle_seed) -> tf.data.Dataset:
     # The shuffle is upstream of repeat, so each epoch reshuffles (seeded).
-    dataset = dataset.shuffle(_SHUFFLE_BUFFER_SIZE, seed=shuffle_seed,
-                              reshuffle_each_iteration=True)
+    dataset = dataset.shuffle(
+      _SHUFFLE_BUFFER_SIZE, seed=shuffle_seed, reshuffle_each_iteration=True
+    )
     dataset = _common.cap_and_repeat(to_sequences(dataset).unbatch(), options)
     return dataset.batch(options['client_batch_size'])
 
@@ -191,11 +202,14 @@ def create_shakespeare_task(
     keras_model_fn = functools.partial(models.tff_char_lstm, NUM_CLASSES, sequence_length)
 
   return _common.make_task(
-      'shakespeare', options, train_data, _common.centralized_eval_data(test_data, options),
-      preprocess_client=preprocess_client,
-      preprocess_eval=_tff_sequences(options['eval_batch_size'], sequence_length),
-      keras_model_fn=keras_model_fn,
-      statistics=statistics,
-      num_classes=NUM_CLASSES,
-      metrics_fn=shakespeare_metrics,
+    'shakespeare',
+    options,
+    train_data,
+    _common.centralized_eval_data(test_data, options),
+    preprocess_client=preprocess_client,
+    preprocess_eval=_tff_sequences(options['eval_batch_size'], sequence_length),
+    keras_model_fn=keras_model_fn,
+    statistics=statistics,
+    num_classes=NUM_CLASSES,
+    metrics_fn=shakespeare_metrics,
   )

@@ -69,13 +69,13 @@ def feature_covariance_diagonal() -> np.ndarray:
 
 
 def generate_synthetic(
-    *,
-    alpha: float,
-    beta: float,
-    num_clients: int,
-    min_client_size: int,
-    max_client_size: int,
-    seed: int,
+  *,
+  alpha: float,
+  beta: float,
+  num_clients: int,
+  min_client_size: int,
+  max_client_size: int,
+  seed: int,
 ) -> SyntheticClients:
   """Draws Synthetic(alpha, beta) clients (see the module docstring).
 
@@ -92,8 +92,10 @@ def generate_synthetic(
   """
   rng = np.random.default_rng(seed)
   sizes = np.clip(
-      rng.lognormal(_SIZE_LOG_MEAN, _SIZE_LOG_SIGMA, num_clients).astype(np.int64),
-      min_client_size, max_client_size)
+    rng.lognormal(_SIZE_LOG_MEAN, _SIZE_LOG_SIGMA, num_clients).astype(np.int64),
+    min_client_size,
+    max_client_size,
+  )
   model_shifts = rng.normal(0.0, alpha, num_clients)
   feature_shifts = rng.normal(0.0, beta, num_clients)
   feature_means = rng.normal(feature_shifts[:, None], 1.0, (num_clients, NUM_FEATURES))
@@ -107,23 +109,29 @@ def generate_synthetic(
     labels.append(np.argmax(x @ weights[k].T + biases[k], axis=1).astype(np.int32))
     features.append(x.astype(np.float32))
   return SyntheticClients(
-      features=tuple(features), labels=tuple(labels), weights=weights, biases=biases,
-      feature_means=feature_means, model_shifts=model_shifts, feature_shifts=feature_shifts)
+    features=tuple(features),
+    labels=tuple(labels),
+    weights=weights,
+    biases=biases,
+    feature_means=feature_means,
+    model_shifts=model_shifts,
+    feature_shifts=feature_shifts,
+  )
 
 
 def create_synthetic_task(
-    *,
-    client_batch_size: int = 20,
-    client_epochs: int = 1,
-    max_client_examples: int | None = None,
-    seed: int = 0,
-    eval_batch_size: int = 256,
-    alpha: float = 0.5,
-    beta: float = 0.5,
-    num_clients: int = 30,
-    min_client_size: int = 20,
-    max_client_size: int = 1000,
-    eval_fraction: float = 0.2,
+  *,
+  client_batch_size: int = 20,
+  client_epochs: int = 1,
+  max_client_examples: int | None = None,
+  seed: int = 0,
+  eval_batch_size: int = 256,
+  alpha: float = 0.5,
+  beta: float = 0.5,
+  num_clients: int = 30,
+  min_client_size: int = 20,
+  max_client_size: int = 1000,
+  eval_fraction: float = 0.2,
 ) -> Task:
   """Builds the ``synthetic`` task (Synthetic(alpha, beta), logistic regression).
 
@@ -148,26 +156,36 @@ def create_synthetic_task(
     client statistics count training examples only.
   """
   options = _common.check_common_options(
-      client_batch_size=client_batch_size, client_epochs=client_epochs,
-      max_client_examples=max_client_examples, seed=seed, eval_batch_size=eval_batch_size)
+    client_batch_size=client_batch_size,
+    client_epochs=client_epochs,
+    max_client_examples=max_client_examples,
+    seed=seed,
+    eval_batch_size=eval_batch_size,
+  )
   options.update(
-      alpha=_common.check_float('alpha', alpha, min_inclusive=True),
-      beta=_common.check_float('beta', beta, min_inclusive=True),
-      num_clients=_common.check_int('num_clients', num_clients),
-      min_client_size=_common.check_int('min_client_size', min_client_size, minimum=2),
-      max_client_size=_common.check_int('max_client_size', max_client_size, minimum=2),
-      eval_fraction=_common.check_float('eval_fraction', eval_fraction, maximum=1.0,
-                                        max_inclusive=False),
+    alpha=_common.check_float('alpha', alpha, min_inclusive=True),
+    beta=_common.check_float('beta', beta, min_inclusive=True),
+    num_clients=_common.check_int('num_clients', num_clients),
+    min_client_size=_common.check_int('min_client_size', min_client_size, minimum=2),
+    max_client_size=_common.check_int('max_client_size', max_client_size, minimum=2),
+    eval_fraction=_common.check_float(
+      'eval_fraction', eval_fraction, maximum=1.0, max_inclusive=False
+    ),
   )
   if options['max_client_size'] < options['min_client_size']:
     raise ValueError(
-        f'max_client_size={options["max_client_size"]} is smaller than '
-        f'min_client_size={options["min_client_size"]}.')
+      f'max_client_size={options["max_client_size"]} is smaller than '
+      f'min_client_size={options["min_client_size"]}.'
+    )
 
   clients = generate_synthetic(
-      alpha=options['alpha'], beta=options['beta'], num_clients=options['num_clients'],
-      min_client_size=options['min_client_size'],
-      max_client_size=options['max_client_size'], seed=options['seed'])
+    alpha=options['alpha'],
+    beta=options['beta'],
+    num_clients=options['num_clients'],
+    min_client_size=options['min_client_size'],
+    max_client_size=options['max_client_size'],
+    seed=options['seed'],
+  )
   train_x, train_y, eval_x, eval_y = [], [], [], []
   for x, y in zip(clients.features, clients.labels):
     # Examples are i.i.d. within a client, so the last ones are a fair hold-out.
@@ -177,10 +195,11 @@ def create_synthetic_task(
     eval_x.append(x[-held_out:])
     eval_y.append(y[-held_out:])
   return _common.in_memory_task(
-      'synthetic', options,
-      train=collections.OrderedDict(x=np.concatenate(train_x), y=np.concatenate(train_y)),
-      sizes=np.array([len(y) for y in train_y], np.int64),
-      evaluation=collections.OrderedDict(x=np.concatenate(eval_x), y=np.concatenate(eval_y)),
-      keras_model_fn=functools.partial(models.logistic_regression, NUM_FEATURES, NUM_CLASSES),
-      num_classes=NUM_CLASSES,
+    'synthetic',
+    options,
+    train=collections.OrderedDict(x=np.concatenate(train_x), y=np.concatenate(train_y)),
+    sizes=np.array([len(y) for y in train_y], np.int64),
+    evaluation=collections.OrderedDict(x=np.concatenate(eval_x), y=np.concatenate(eval_y)),
+    keras_model_fn=functools.partial(models.logistic_regression, NUM_FEATURES, NUM_CLASSES),
+    num_classes=NUM_CLASSES,
   )

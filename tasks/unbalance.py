@@ -86,8 +86,11 @@ def _check_params(lower: Any, upper: Any, removal_probability: Any, keep_example
     raise ValueError(f'lower must be an integer >= 0, got {lower!r}.')
   if not _is_int(upper) or upper < lower:
     raise ValueError(f'upper must be an integer >= lower ({lower}), got {upper!r}.')
-  if (isinstance(removal_probability, bool) or not isinstance(removal_probability, numbers.Real)
-      or not 0.0 <= removal_probability <= 1.0):
+  if (
+    isinstance(removal_probability, bool)
+    or not isinstance(removal_probability, numbers.Real)
+    or not 0.0 <= removal_probability <= 1.0
+  ):
     raise ValueError(f'removal_probability must be in [0, 1], got {removal_probability!r}.')
   if not _is_int(keep_examples) or keep_examples < 1:
     raise ValueError(f'keep_examples must be an integer >= 1, got {keep_examples!r}.')
@@ -97,21 +100,21 @@ def _check_sizes(client_sizes: Any) -> np.ndarray:
   sizes = np.asarray(client_sizes)
   if sizes.ndim != 1 or not (np.issubdtype(sizes.dtype, np.integer) or sizes.size == 0):
     raise ValueError(
-        f'client_sizes must be a 1-D integer array, got dtype {sizes.dtype} and shape '
-        f'{sizes.shape}.')
+      f'client_sizes must be a 1-D integer array, got dtype {sizes.dtype} and shape {sizes.shape}.'
+    )
   if sizes.size and sizes.min() < 0:
     raise ValueError(f'client_sizes must be >= 0, got a minimum of {sizes.min()}.')
   return sizes.astype(np.int64)
 
 
 def unbalance_client_sizes(
-    client_sizes: Sequence[int] | np.ndarray,
-    *,
-    lower: int,
-    upper: int,
-    removal_probability: float,
-    keep_examples: int,
-    seed: int,
+  client_sizes: Sequence[int] | np.ndarray,
+  *,
+  lower: int,
+  upper: int,
+  removal_probability: float,
+  keep_examples: int,
+  seed: int,
 ) -> UnbalancedSizes:
   """Applies the unbalancing procedure to client sizes.
 
@@ -134,18 +137,23 @@ def unbalance_client_sizes(
   _check_params(lower, upper, removal_probability, keep_examples)
   uniforms = np.random.default_rng([seed, _DECISION_STREAM]).random(sizes.size)
   return _unbalance_with_uniforms(
-      sizes, uniforms, lower=lower, upper=upper, removal_probability=removal_probability,
-      keep_examples=keep_examples)
+    sizes,
+    uniforms,
+    lower=lower,
+    upper=upper,
+    removal_probability=removal_probability,
+    keep_examples=keep_examples,
+  )
 
 
 def _unbalance_with_uniforms(
-    sizes: np.ndarray,
-    uniforms: np.ndarray,
-    *,
-    lower: int,
-    upper: int,
-    removal_probability: float,
-    keep_examples: int,
+  sizes: np.ndarray,
+  uniforms: np.ndarray,
+  *,
+  lower: int,
+  upper: int,
+  removal_probability: float,
+  keep_examples: int,
 ) -> UnbalancedSizes:
   """The procedure given each client's uniform (removed iff ``u < p``)."""
   affected = (sizes >= lower) & (sizes <= upper)
@@ -156,7 +164,7 @@ def _unbalance_with_uniforms(
 
 
 def select_kept_examples(
-    num_examples: int, num_kept: int, *, seed: int, client_index: int
+  num_examples: int, num_kept: int, *, seed: int, client_index: int
 ) -> np.ndarray:
   """The sorted indices of the examples a client keeps.
 
@@ -172,8 +180,7 @@ def select_kept_examples(
     (all indices, without a draw, when ``num_kept == num_examples``).
   """
   if not 0 <= num_kept <= num_examples:
-    raise ValueError(
-        f'num_kept must be in [0, num_examples={num_examples}], got {num_kept!r}.')
+    raise ValueError(f'num_kept must be in [0, num_examples={num_examples}], got {num_kept!r}.')
   if num_kept == num_examples:
     return np.arange(num_examples, dtype=np.int64)
   rng = np.random.default_rng([seed, _SELECTION_STREAM, client_index])
@@ -203,7 +210,7 @@ def size_concentration(client_sizes: Sequence[int] | np.ndarray, top_fraction: f
   if not 0.0 < top_fraction <= 1.0:
     raise ValueError(f'top_fraction must be in (0, 1], got {top_fraction!r}.')
   top = max(1, int(round(top_fraction * sizes.size)))
-  largest = np.partition(sizes, sizes.size - top)[sizes.size - top:]
+  largest = np.partition(sizes, sizes.size - top)[sizes.size - top :]
   return float(largest.sum() / sizes.sum())
 
 
@@ -230,16 +237,16 @@ class CalibrationResult:
 
 
 def calibrate_on_sizes(
-    client_sizes: Sequence[int] | np.ndarray,
-    target_top_fraction: float,
-    target_share: float,
-    *,
-    removal_probability: float = 0.5,
-    lower: int | None = None,
-    keep_candidates: Iterable[int] = range(1, 41),
-    upper_candidates: Iterable[int] | None = None,
-    seeds: Iterable[int] = range(5),
-    share_tolerance: float = 0.005,
+  client_sizes: Sequence[int] | np.ndarray,
+  target_top_fraction: float,
+  target_share: float,
+  *,
+  removal_probability: float = 0.5,
+  lower: int | None = None,
+  keep_candidates: Iterable[int] = range(1, 41),
+  upper_candidates: Iterable[int] | None = None,
+  seeds: Iterable[int] = range(5),
+  share_tolerance: float = 0.005,
 ) -> CalibrationResult:
   """Parameters whose unbalanced sizes reach a target concentration.
 
@@ -277,8 +284,11 @@ def calibrate_on_sizes(
   if not 0.0 < target_share <= 1.0:
     raise ValueError(f'target_share must be in (0, 1], got {target_share!r}.')
   lower = int(sizes.min()) if lower is None else int(lower)
-  uppers = (np.unique(sizes[sizes >= lower]) if upper_candidates is None
-            else np.asarray(sorted(set(upper_candidates)), np.int64))
+  uppers = (
+    np.unique(sizes[sizes >= lower])
+    if upper_candidates is None
+    else np.asarray(sorted(set(upper_candidates)), np.int64)
+  )
   keeps = sorted(set(keep_candidates))
   seeds = list(seeds)
   uniforms = [np.random.default_rng([s, _DECISION_STREAM]).random(sizes.size) for s in seeds]
@@ -293,8 +303,11 @@ def calibrate_on_sizes(
       continue
     error = abs(result.mean_share - target_share)
     structure = abs(result.unchanged_fraction - target_top_fraction)
-    key = ((0, structure, error, -params.keep_examples) if error <= share_tolerance
-           else (1, error, structure, -params.keep_examples))
+    key = (
+      (0, structure, error, -params.keep_examples)
+      if error <= share_tolerance
+      else (1, error, structure, -params.keep_examples)
+    )
     if best_key is None or key < best_key:
       best_key, best = key, result
   if best is None:
@@ -303,10 +316,7 @@ def calibrate_on_sizes(
 
 
 def _evaluate(
-    sizes: np.ndarray,
-    uniforms: Sequence[np.ndarray],
-    params: UnbalanceParams,
-    top_fraction: float,
+  sizes: np.ndarray, uniforms: Sequence[np.ndarray], params: UnbalanceParams, top_fraction: float
 ) -> CalibrationResult | None:
   """Statistics of `params` over the seeds' uniforms; ``None`` if a seed
   leaves no example."""
@@ -320,16 +330,20 @@ def _evaluate(
     shares.append(size_concentration(survivors, top_fraction))
     clients.append(survivors.size)
   return CalibrationResult(
-      params=params, mean_share=float(np.mean(shares)), min_share=float(np.min(shares)),
-      max_share=float(np.max(shares)), mean_clients=float(np.mean(clients)),
-      unchanged_fraction=float(np.mean(unchanged / np.array(clients))))
+    params=params,
+    mean_share=float(np.mean(shares)),
+    min_share=float(np.min(shares)),
+    max_share=float(np.max(shares)),
+    mean_clients=float(np.mean(clients)),
+    unchanged_fraction=float(np.mean(unchanged / np.array(clients))),
+  )
 
 
 def unbalance_client_data(
-    client_data: tff.simulation.datasets.ClientData,
-    client_sizes: Sequence[int] | np.ndarray,
-    params: UnbalanceParams,
-    seed: int,
+  client_data: tff.simulation.datasets.ClientData,
+  client_sizes: Sequence[int] | np.ndarray,
+  params: UnbalanceParams,
+  seed: int,
 ) -> tuple[tff.simulation.datasets.ClientData, UnbalancedSizes, dict[str, np.ndarray | None]]:
   """Applies the procedure to a `ClientData` whose client sizes are known.
 
@@ -350,8 +364,7 @@ def unbalance_client_data(
   client_ids = list(client_data.client_ids)
   sizes = _check_sizes(client_sizes)
   if sizes.size != len(client_ids):
-    raise ValueError(
-        f'client_sizes has {sizes.size} entries for {len(client_ids)} clients.')
+    raise ValueError(f'client_sizes has {sizes.size} entries for {len(client_ids)} clients.')
   result = unbalance_client_sizes(sizes, seed=seed, **params.as_dict())
   kept_examples = collections.OrderedDict()
   for index in np.flatnonzero(result.kept_mask):
@@ -359,15 +372,15 @@ def unbalance_client_data(
       kept_examples[client_ids[index]] = None
     else:
       kept_examples[client_ids[index]] = select_kept_examples(
-          int(sizes[index]), int(result.new_sizes[index]), seed=seed, client_index=int(index))
+        int(sizes[index]), int(result.new_sizes[index]), seed=seed, client_index=int(index)
+      )
   if not kept_examples:
     raise ValueError(f'The unbalancing procedure removed every client (params={params}).')
   return subset_client_data(client_data, kept_examples), result, kept_examples
 
 
 def subset_client_data(
-    client_data: tff.simulation.datasets.ClientData,
-    kept_examples: Mapping[str, np.ndarray | None],
+  client_data: tff.simulation.datasets.ClientData, kept_examples: Mapping[str, np.ndarray | None]
 ) -> tff.simulation.datasets.ClientData:
   """A `ClientData` with some clients, each keeping some of its examples.
 
@@ -394,15 +407,20 @@ def subset_client_data(
     raise ValueError(f'Unknown client ids: {sorted(unknown)[:5]}.')
   index = {client_id: i for i, client_id in enumerate(client_ids)}
   keep_all = np.array([kept_examples[c] is None for c in client_ids])
-  selections = [np.zeros(0, np.int64) if kept_examples[c] is None
-                else np.asarray(kept_examples[c], np.int64) for c in client_ids]
+  selections = [
+    np.zeros(0, np.int64) if kept_examples[c] is None else np.asarray(kept_examples[c], np.int64)
+    for c in client_ids
+  ]
   offsets = np.concatenate([[0], np.cumsum([len(s) for s in selections])]).astype(np.int64)
   flat = np.concatenate(selections).astype(np.int64) if selections else np.zeros(0, np.int64)
   base_fn = client_data.serializable_dataset_fn
 
   def select(dataset: tf.data.Dataset, keep: tf.Tensor, kept: tf.Tensor) -> tf.data.Dataset:
-    return dataset.enumerate().filter(
-        lambda i, _: tf.logical_or(keep, tf.reduce_any(tf.equal(i, kept)))).map(lambda _, x: x)
+    return (
+      dataset.enumerate()
+      .filter(lambda i, _: tf.logical_or(keep, tf.reduce_any(tf.equal(i, kept))))
+      .map(lambda _, x: x)
+    )
 
   def dataset_fn(client_id) -> tf.data.Dataset:
     if isinstance(client_id, str):
@@ -411,15 +429,17 @@ def subset_client_data(
       dataset = client_data.create_tf_dataset_for_client(client_id)
       if keep_all[position]:
         return dataset
-      return select(dataset, tf.constant(False),
-                    tf.constant(flat[offsets[position]:offsets[position + 1]]))
+      return select(
+        dataset, tf.constant(False), tf.constant(flat[offsets[position] : offsets[position + 1]])
+      )
     # Traced use: look the client up in constants created in the tracing graph.
     matches = tf.equal(client_id, tf.constant(client_ids))
-    with tf.control_dependencies([
-        tf.debugging.Assert(tf.reduce_any(matches), ['Unknown client id:', client_id])]):
+    with tf.control_dependencies(
+      [tf.debugging.Assert(tf.reduce_any(matches), ['Unknown client id:', client_id])]
+    ):
       position = tf.argmax(tf.cast(matches, tf.int32))
     bounds = tf.constant(offsets)
-    kept = tf.constant(flat)[bounds[position]:bounds[position + 1]]
+    kept = tf.constant(flat)[bounds[position] : bounds[position + 1]]
     return select(base_fn(client_id), tf.constant(keep_all)[position], kept)
 
   return tff.simulation.datasets.ClientData.from_clients_and_tf_fn(client_ids, dataset_fn)

@@ -34,5 +34,6 @@ def small_digits_task():
 def _absl_flags_parsed():
   """Binaries' flags take their defaults unless a test sets them (flagsaver)."""
   from absl import flags
+
   if not flags.FLAGS.is_parsed():
     flags.FLAGS.mark_as_parsed()

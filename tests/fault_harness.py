@@ -85,9 +85,11 @@ class TreeSnapshot:
       return any(path == a or path.startswith(a + os.sep) for a in allowed)
 
     # A directory's mtime changes when an allowed child is created in it.
-    return sorted(p for p in changed
-                  if not inside(p) and not any(a.startswith(os.path.abspath(p) + os.sep)
-                                               for a in allowed))
+    return sorted(
+      p
+      for p in changed
+      if not inside(p) and not any(a.startswith(os.path.abspath(p) + os.sep) for a in allowed)
+    )
 
 
 def _scan(root: str) -> dict[str, tuple[bool, int, int]]:
@@ -155,9 +157,12 @@ def _binary(name: str) -> tuple[types.ModuleType, dict[str, flags.Flag]]:
   saved_flags = dict(registry)
   saved_modules = {k: sys.modules.pop(k) for k in list(sys.modules) if _is_bin_module(k)}
   # Flags of the project's binaries and benchmarks (`bench.*` defines flags too).
-  defined_by_bin = {flag.name for module, module_flags in flags.FLAGS.flags_by_module_dict().items()
-                    if _is_bin_module(module) or module.startswith('bench.')
-                    for flag in module_flags}
+  defined_by_bin = {
+    flag.name
+    for module, module_flags in flags.FLAGS.flags_by_module_dict().items()
+    if _is_bin_module(module) or module.startswith('bench.')
+    for flag in module_flags
+  }
   try:
     for flag_name in defined_by_bin:
       registry.pop(flag_name, None)

@@ -17,14 +17,17 @@ from tff_sampling.runtime import tff_context
 
 tff_context.use_secure_sum_simulation()
 
-_VALUE_TYPE = tff.to_type(collections.OrderedDict(
-    a=tff.TensorType(np.float32, [3]), b=tff.TensorType(np.float32, [2])))
+_VALUE_TYPE = tff.to_type(
+  collections.OrderedDict(a=tff.TensorType(np.float32, [3]), b=tff.TensorType(np.float32, [2]))
+)
 _WEIGHT_TYPE = tff.TensorType(np.float32)
 
 
 def _values(vectors):
-  return [collections.OrderedDict(a=np.asarray(v[:3], np.float32), b=np.asarray(v[3:], np.float32))
-          for v in vectors]
+  return [
+    collections.OrderedDict(a=np.asarray(v[:3], np.float32), b=np.asarray(v[3:], np.float32))
+    for v in vectors
+  ]
 
 
 def _flat(result):
@@ -47,8 +50,7 @@ def _intrinsic_uris(computation):
   return uris
 
 
-_NON_SECURE = {'federated_sum', 'federated_aggregate', 'federated_mean',
-               'federated_weighted_mean'}
+_NON_SECURE = {'federated_sum', 'federated_aggregate', 'federated_mean', 'federated_weighted_mean'}
 
 
 def test_type_signature_and_measurement_keys():
@@ -60,9 +62,18 @@ def test_type_signature_and_measurement_keys():
   assert signature.result.result.member.is_equivalent_to(_VALUE_TYPE)
   measurements = signature.result.measurements.member
   assert [name for name, _ in tff.structure.iter_elements(measurements)] == [
-      'uploads', 'expected_uploads', 'cohort_size', 'rescaling_steps', 'improvement_factor',
-      'full_participation', 'clipped_norms', 'clipped_weights', 'non_finite_updates',
-      'extra_scalars_per_client', 'inner']
+    'uploads',
+    'expected_uploads',
+    'cohort_size',
+    'rescaling_steps',
+    'improvement_factor',
+    'full_participation',
+    'clipped_norms',
+    'clipped_weights',
+    'non_finite_updates',
+    'extra_scalars_per_client',
+    'inner',
+  ]
 
 
 def test_secure_computation_has_no_plain_aggregation_of_client_values():
@@ -74,8 +85,7 @@ def test_secure_computation_has_no_plain_aggregation_of_client_values():
   uris = _intrinsic_uris(_process(3.0).next)
   assert [u for u in uris if u in _NON_SECURE] == ['federated_sum']
   # The check can fail: the non-secure variant aggregates in the clear.
-  assert len([u for u in _intrinsic_uris(_process(3.0, secure=False).next)
-              if u in _NON_SECURE]) > 5
+  assert len([u for u in _intrinsic_uris(_process(3.0, secure=False).next) if u in _NON_SECURE]) > 5
 
 
 @pytest.mark.parametrize('mode', ['approximate', 'exact'])
@@ -112,7 +122,8 @@ def test_measurements_match_numpy_probabilities_with_saturation():
     p = probabilities.approximate_optimal_probabilities(a, 2.0, steps)
     assert measurements['expected_uploads'] == pytest.approx(p.sum(), rel=1e-5)
     assert measurements['improvement_factor'] == pytest.approx(
-        probabilities.improvement_factor(a, p, 2.0), rel=1e-4)
+      probabilities.improvement_factor(a, p, 2.0), rel=1e-4
+    )
   exact = probabilities.optimal_probabilities(a, 2.0)
   assert measurements['expected_uploads'] == pytest.approx(exact.sum(), rel=1e-5)
   assert measurements['rescaling_steps'] >= 1
@@ -132,7 +143,8 @@ def test_approximate_with_enough_steps_equals_exact():
     np.testing.assert_allclose(_flat(out_a.result), _flat(out_e.result), rtol=1e-4)
     assert out_a.measurements['uploads'] == out_e.measurements['uploads']
     assert out_a.measurements['improvement_factor'] == pytest.approx(
-        out_e.measurements['improvement_factor'], rel=1e-4)
+      out_e.measurements['improvement_factor'], rel=1e-4
+    )
 
 
 def test_uniform_mode_has_improvement_factor_one():
@@ -150,8 +162,9 @@ def test_full_mode_is_the_weighted_mean():
   weights = [3.0, 1.0, 4.0, 1.0, 5.0]
   process = _process(2.0, mode='full')
   output = process.next(process.initialize(), _values(vectors), weights)
-  np.testing.assert_allclose(_flat(output.result), np.average(vectors, axis=0, weights=weights),
-                             rtol=1e-6, atol=1e-7)
+  np.testing.assert_allclose(
+    _flat(output.result), np.average(vectors, axis=0, weights=weights), rtol=1e-6, atol=1e-7
+  )
   assert output.measurements['uploads'] == 5
   assert output.measurements['extra_scalars_per_client'] == 6
 
@@ -189,15 +202,16 @@ def test_fewer_non_zero_updates_than_m_saturate_without_division_by_zero():
   assert output.measurements['uploads'] == 2
   assert output.measurements['expected_uploads'] == pytest.approx(2.0, abs=1e-6)
   assert output.measurements['full_participation'] == 0
-  np.testing.assert_allclose(_flat(output.result),
-                             np.average(np.array(vectors, float), axis=0, weights=weights),
-                             rtol=1e-6)
+  np.testing.assert_allclose(
+    _flat(output.result), np.average(np.array(vectors, float), axis=0, weights=weights), rtol=1e-6
+  )
 
 
 def test_norms_above_the_bound_are_clipped_and_counted():
   process = _process(1.0, norm_bound=10.0)
-  output = process.next(process.initialize(),
-                        _values([[100, 0, 0, 0, 0], [1, 0, 0, 0, 0], [2, 0, 0, 0, 0]]), [1.0] * 3)
+  output = process.next(
+    process.initialize(), _values([[100, 0, 0, 0, 0], [1, 0, 0, 0, 0], [2, 0, 0, 0, 0]]), [1.0] * 3
+  )
   assert output.measurements['clipped_norms'] == 1
 
 
@@ -229,20 +243,29 @@ def test_unbiased_with_the_stated_variance():
   assert abs(squared.mean() - expected) <= 5 * squared.std(ddof=1) / np.sqrt(len(draws))
 
 
-@pytest.mark.parametrize('kwargs,match', [
+@pytest.mark.parametrize(
+  'kwargs,match',
+  [
     (dict(expected_clients=0), 'expected_clients must be a positive number, got 0'),
     (dict(expected_clients=-1.5), 'got -1.5'),
     (dict(expected_clients=float('nan')), 'got nan'),
-    (dict(expected_clients=2, max_rescaling_steps=-1),
-     'max_rescaling_steps must be a non-negative integer, got -1'),
+    (
+      dict(expected_clients=2, max_rescaling_steps=-1),
+      'max_rescaling_steps must be a non-negative integer, got -1',
+    ),
     (dict(expected_clients=2, mode='optimal'), "mode must be one of .* got 'optimal'"),
     (dict(expected_clients=2, mode='exact'), "mode='exact' collects every client's norm"),
     (dict(expected_clients=2, norm_bound=0.0), 'norm_bound must be a positive number'),
-    (dict(expected_clients=2, mode='exact', scalar_sums=SecureScalarSums()),
-     "mode='exact' collects every client's norm"),
-    (dict(expected_clients=2, secure=True, scalar_sums=ScalarSums()),
-     'secure=True contradicts scalar_sums'),
-])
+    (
+      dict(expected_clients=2, mode='exact', scalar_sums=SecureScalarSums()),
+      "mode='exact' collects every client's norm",
+    ),
+    (
+      dict(expected_clients=2, secure=True, scalar_sums=ScalarSums()),
+      'secure=True contradicts scalar_sums',
+    ),
+  ],
+)
 def test_bad_arguments(kwargs, match):
   with pytest.raises(ValueError, match=match):
     OptimalSamplingFactory(**kwargs)
@@ -262,8 +285,9 @@ def test_zero_norm_gets_probability_zero_also_at_full_participation(mode):
   assert measurements['full_participation'] == 1
   assert measurements['expected_uploads'] == pytest.approx(1.0, abs=1e-6)
   assert measurements['uploads'] == 1
-  np.testing.assert_allclose(_flat(output.result), np.array([1, -2, 3, 0, 4]) * 3.0 / 5.0,
-                             rtol=1e-6)
+  np.testing.assert_allclose(
+    _flat(output.result), np.array([1, -2, 3, 0, 4]) * 3.0 / 5.0, rtol=1e-6
+  )
   np.testing.assert_array_equal(probabilities.optimal_probabilities([0.0, 3.0], 2.0), [0, 1])
 
 
@@ -273,8 +297,9 @@ def test_norm_blind_baselines_keep_every_client(mode):
   process = _process(2.0, mode=mode)
   output = process.next(process.initialize(), _values([[0] * 5, [1, -2, 3, 0, 4]]), [2.0, 3.0])
   assert output.measurements['uploads'] == 2
-  np.testing.assert_allclose(_flat(output.result), np.array([1, -2, 3, 0, 4]) * 3.0 / 5.0,
-                             rtol=1e-6)
+  np.testing.assert_allclose(
+    _flat(output.result), np.array([1, -2, 3, 0, 4]) * 3.0 / 5.0, rtol=1e-6
+  )
 
 
 # --- Inner factories: sums accepted and exact at full participation, means refused. ---
@@ -282,10 +307,14 @@ def test_norm_blind_baselines_keep_every_client(mode):
 # Four clients, m = n = 4 and every update non-zero: every p_i = 1, so the
 # aggregate is exactly Σ w_i T(U_i) / Σ w_i for the transformation T that the
 # factory composition applies; each oracle below computes it in float64.
-_VECTORS = np.array([[0.5, -0.25, 0.25, 0.125, -0.375],
-                     [1.5, 1.0, -0.5, 0.75, 0.25],
-                     [-0.5, 2.25, 0.5, -1.0, 0.75],
-                     [0.25, 0.5, -1.25, 0.5, 0.5]])
+_VECTORS = np.array(
+  [
+    [0.5, -0.25, 0.25, 0.125, -0.375],
+    [1.5, 1.0, -0.5, 0.75, 0.25],
+    [-0.5, 2.25, 0.5, -1.0, 0.75],
+    [0.25, 0.5, -1.25, 0.5, 0.5],
+  ]
+)
 _WEIGHTS = np.array([1.0, 2.0, 3.0, 4.0])
 _M = 4.0
 # float32: inputs exact in binary; sums of four products of magnitude < 10
@@ -295,8 +324,7 @@ _RTOL, _ATOL = 1e-6, 1e-7
 
 def _full_participation_round(factory):
   process = factory.create(_VALUE_TYPE, _WEIGHT_TYPE)
-  output = process.next(process.initialize(), _values(_VECTORS),
-                        [float(w) for w in _WEIGHTS])
+  output = process.next(process.initialize(), _values(_VECTORS), [float(w) for w in _WEIGHTS])
   return _flat(output.result), output.measurements
 
 
@@ -340,7 +368,8 @@ def test_zeroing_around_the_factory_zeroes_large_updates_with_p_zero():
 def test_secure_sum_inner_factory_equals_the_oracle_to_its_quantisation():
   bound = 20.0
   result, measurements = _full_participation_round(
-      OptimalSamplingFactory(_M, inner_factory=tff.aggregators.SecureSumFactory(bound)))
+    OptimalSamplingFactory(_M, inner_factory=tff.aggregators.SecureSumFactory(bound))
+  )
   # Each value is quantised over [-bound, bound] to 32 bits (step 2·bound/2³²)
   # and the sum dequantised in float32 (relative 2⁻²⁴ of at most n·bound); both
   # together stay below n·bound·2⁻²² on the sum, divided by W for the mean.
@@ -351,15 +380,17 @@ def test_secure_sum_inner_factory_equals_the_oracle_to_its_quantisation():
 
 def test_dp_sum_inner_factory_without_noise_is_exact_and_clips_the_records():
   from tff_sampling.aggregators import dp_gaussian_sum_factory
+
   result, _ = _full_participation_round(
-      OptimalSamplingFactory(_M, inner_factory=dp_gaussian_sum_factory(0.0, 100.0)))
+    OptimalSamplingFactory(_M, inner_factory=dp_gaussian_sum_factory(0.0, 100.0))
+  )
   np.testing.assert_allclose(result, _oracle(_VECTORS), rtol=_RTOL, atol=_ATOL)
   # The query clips each record w_i U_i / p_i (p_i = 1) to L2 norm 1.5.
   result, _ = _full_participation_round(
-      OptimalSamplingFactory(_M, inner_factory=dp_gaussian_sum_factory(0.0, 1.5)))
+    OptimalSamplingFactory(_M, inner_factory=dp_gaussian_sum_factory(0.0, 1.5))
+  )
   records = _clip_l2(_WEIGHTS[:, None] * _VECTORS, 1.5)
-  np.testing.assert_allclose(result, records.sum(axis=0) / _WEIGHTS.sum(), rtol=_RTOL,
-                             atol=_ATOL)
+  np.testing.assert_allclose(result, records.sum(axis=0) / _WEIGHTS.sum(), rtol=_RTOL, atol=_ATOL)
 
 
 def test_dp_sum_inner_factory_adds_noise_of_the_stated_scale_to_the_sum():
@@ -368,36 +399,50 @@ def test_dp_sum_inner_factory_adds_noise_of_the_stated_scale_to_the_sum():
   # Their mean square is 100²·χ²₅/5; P(χ²₅/5 ∉ [0.01, 6]) = 4.4e-5 (TF's noise
   # is not seeded); without noise the ratio is ~1e-12.
   from tff_sampling.aggregators import dp_gaussian_sum_factory
+
   result, _ = _full_participation_round(
-      OptimalSamplingFactory(_M, inner_factory=dp_gaussian_sum_factory(1.0, 100.0)))
+    OptimalSamplingFactory(_M, inner_factory=dp_gaussian_sum_factory(1.0, 100.0))
+  )
   noise = (result - _oracle(_VECTORS)) * _WEIGHTS.sum()
   assert 0.01 <= np.mean(noise**2) / 100.0**2 <= 6.0
 
 
 def test_clipping_inside_clips_the_scaled_records():
   factory = OptimalSamplingFactory(
-      _M, inner_factory=tff.aggregators.clipping_factory(1.5, tff.aggregators.SumFactory()))
+    _M, inner_factory=tff.aggregators.clipping_factory(1.5, tff.aggregators.SumFactory())
+  )
   result, _ = _full_participation_round(factory)
   records = _clip_l2(_WEIGHTS[:, None] * _VECTORS, 1.5)
-  np.testing.assert_allclose(result, records.sum(axis=0) / _WEIGHTS.sum(), rtol=_RTOL,
-                             atol=_ATOL)
+  np.testing.assert_allclose(result, records.sum(axis=0) / _WEIGHTS.sum(), rtol=_RTOL, atol=_ATOL)
 
 
 def test_compression_inner_factory_identity_and_quantised():
   # Below the threshold EncodedSumFactory sums as is: exact.
-  result, _ = _full_participation_round(OptimalSamplingFactory(
-      _M, inner_factory=tff.aggregators.EncodedSumFactory.quantize_above_threshold(8, 1000)))
+  result, _ = _full_participation_round(
+    OptimalSamplingFactory(
+      _M, inner_factory=tff.aggregators.EncodedSumFactory.quantize_above_threshold(8, 1000)
+    )
+  )
   np.testing.assert_allclose(result, _oracle(_VECTORS), rtol=_RTOL, atol=_ATOL)
   # Above it each client's tensor t = w_i U_i (a or b) is quantised to 2^8 − 1
   # steps over [min t, max t]: error below one step per element, so the mean
   # errs by at most Σ_i (max − min)/255 / W per coordinate (plus float32).
   bits = 8
-  result, _ = _full_participation_round(OptimalSamplingFactory(
-      _M, inner_factory=tff.aggregators.EncodedSumFactory.quantize_above_threshold(bits, 0)))
+  result, _ = _full_participation_round(
+    OptimalSamplingFactory(
+      _M, inner_factory=tff.aggregators.EncodedSumFactory.quantize_above_threshold(bits, 0)
+    )
+  )
   records = _WEIGHTS[:, None] * _VECTORS
-  bound = np.concatenate([
-      np.full(width, np.sum(np.ptp(records[:, part], axis=1)) / (2**bits - 1))
-      for part, width in ((slice(0, 3), 3), (slice(3, 5), 2))]) / _WEIGHTS.sum()
+  bound = (
+    np.concatenate(
+      [
+        np.full(width, np.sum(np.ptp(records[:, part], axis=1)) / (2**bits - 1))
+        for part, width in ((slice(0, 3), 3), (slice(3, 5), 2))
+      ]
+    )
+    / _WEIGHTS.sum()
+  )
   error = np.abs(result - _oracle(_VECTORS))
   assert np.all(error <= bound + 1e-6), (error, bound)
   assert np.any(error > 1e-6)  # It did quantise.
@@ -405,30 +450,49 @@ def test_compression_inner_factory_identity_and_quantised():
 
 def _dp_mean():
   return tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
-      noise_multiplier=0.0, clients_per_round=4.0, clip=100.0)
+    noise_multiplier=0.0, clients_per_round=4.0, clip=100.0
+  )
 
 
-@pytest.mark.parametrize('make_inner,match', [
+@pytest.mark.parametrize(
+  'make_inner,match',
+  [
     (tff.aggregators.UnweightedMeanFactory, 'UnweightedMeanFactory returns a mean'),
     (tff.aggregators.MeanFactory, 'MeanFactory is a weighted mean'),
     (_dp_mean, 'NormalizedQuery .* divided by clients_per_round.*dp_gaussian_sum_factory'),
-    (lambda: tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(0.0, 4.0),
-     'NormalizedQuery'),
-    (lambda: tff.aggregators.clipping_factory(1.0, tff.aggregators.UnweightedMeanFactory()),
-     'UnweightedMeanFactory returns a mean .*inside tff.aggregators.clipping_factory'),
-    (lambda: tff.aggregators.DifferentiallyPrivateFactory(
-        tfp.GaussianSumQuery(1.0, 0.0), tff.aggregators.UnweightedMeanFactory()),
-     'record aggregation factory'),
-    (lambda: tff.aggregators.SecureModularSumFactory(2**16),
-     'SecureModularSumFactory is not known to return the sum'),
-    (lambda: tff.aggregators.HadamardTransformFactory(tff.aggregators.UnweightedMeanFactory()),
-     'UnweightedMeanFactory returns a mean .*inside tff.aggregators.HadamardTransformFactory'),
-    (lambda: tff.learning.ddp_secure_aggregator(0.0, 4),
-     'returns a mean .*pass the sum they wrap instead.*DistributedDpSumFactory'),
-    (lambda: tff.learning.compression_aggregator(weighted=False),
-     'returns a mean .*EncodedSumFactory.quantize_above_threshold'),
+    (
+      lambda: tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(0.0, 4.0),
+      'NormalizedQuery',
+    ),
+    (
+      lambda: tff.aggregators.clipping_factory(1.0, tff.aggregators.UnweightedMeanFactory()),
+      'UnweightedMeanFactory returns a mean .*inside tff.aggregators.clipping_factory',
+    ),
+    (
+      lambda: tff.aggregators.DifferentiallyPrivateFactory(
+        tfp.GaussianSumQuery(1.0, 0.0), tff.aggregators.UnweightedMeanFactory()
+      ),
+      'record aggregation factory',
+    ),
+    (
+      lambda: tff.aggregators.SecureModularSumFactory(2**16),
+      'SecureModularSumFactory is not known to return the sum',
+    ),
+    (
+      lambda: tff.aggregators.HadamardTransformFactory(tff.aggregators.UnweightedMeanFactory()),
+      'UnweightedMeanFactory returns a mean .*inside tff.aggregators.HadamardTransformFactory',
+    ),
+    (
+      lambda: tff.learning.ddp_secure_aggregator(0.0, 4),
+      'returns a mean .*pass the sum they wrap instead.*DistributedDpSumFactory',
+    ),
+    (
+      lambda: tff.learning.compression_aggregator(weighted=False),
+      'returns a mean .*EncodedSumFactory.quantize_above_threshold',
+    ),
     (lambda: tff.learning.secure_aggregator(weighted=False), 'returns a mean'),
-])
+  ],
+)
 def test_inner_factories_that_do_not_sum_are_refused(make_inner, match):
   with pytest.raises(TypeError, match=match) as info:
     OptimalSamplingFactory(_M, inner_factory=make_inner())
@@ -446,24 +510,30 @@ def test_rotations_return_the_sum():
   # Rotate (random signs, then a Hadamard or Fourier transform), sum, rotate back: exact
   # in real arithmetic; in float32 each coordinate of the 8-padded record (|.| <= 9) picks
   # up O(log2(8) * 2^-24 * 9 * 8) ~ 1e-5 at most, far below any fraction of the answer.
-  for make in (tff.aggregators.HadamardTransformFactory,
-               tff.aggregators.DiscreteFourierTransformFactory):
+  for make in (
+    tff.aggregators.HadamardTransformFactory,
+    tff.aggregators.DiscreteFourierTransformFactory,
+  ):
     result, _ = _full_participation_round(
-        OptimalSamplingFactory(_M, inner_factory=make(tff.aggregators.SumFactory())))
+      OptimalSamplingFactory(_M, inner_factory=make(tff.aggregators.SumFactory()))
+    )
     np.testing.assert_allclose(result, _oracle(_VECTORS), rtol=0, atol=1e-5)
 
 
 def test_discretisation_and_modular_secure_sum_return_the_sum():
   from tensorflow_federated.python.aggregators import discretization
   from tensorflow_federated.python.aggregators import modular_clipping
+
   plain = discretization.DiscretizationFactory(tff.aggregators.SumFactory(), scale_factor=2.0**10)
   # The secure-aggregation pipeline's shape: integers, summed modulo 2^20 by the secure
   # modular sum inside the modular clipping (the records, 2^10 * |w_i U_i| <= 2^14, wrap
   # nowhere).
   modular = discretization.DiscretizationFactory(
-      modular_clipping.ModularClippingSumFactory(
-          -2**19, 2**19, tff.aggregators.SecureModularSumFactory(2**19, symmetric_range=True)),
-      scale_factor=2.0**10)
+    modular_clipping.ModularClippingSumFactory(
+      -(2**19), 2**19, tff.aggregators.SecureModularSumFactory(2**19, symmetric_range=True)
+    ),
+    scale_factor=2.0**10,
+  )
   for inner in (plain, modular):
     result, _ = _full_participation_round(OptimalSamplingFactory(_M, inner_factory=inner))
     np.testing.assert_allclose(result, _oracle(_VECTORS), rtol=_RTOL, atol=_ATOL)
@@ -474,7 +544,8 @@ def test_distributed_dp_sum_without_noise_returns_the_sum_to_its_quantisation():
 
   def error(bits):
     inner = distributed_dp.DistributedDpSumFactory(
-        noise_multiplier=0.0, expected_clients_per_round=4, bits=bits, l2_clip=100.0)
+      noise_multiplier=0.0, expected_clients_per_round=4, bits=bits, l2_clip=100.0
+    )
     result, _ = _full_participation_round(OptimalSamplingFactory(_M, inner_factory=inner))
     return np.max(np.abs(result - _oracle(_VECTORS)))
 
@@ -490,6 +561,7 @@ def test_the_refused_mean_would_have_been_a_fraction_of_the_answer():
   # Why the refusal: the same composition built by hand around UnweightedMeanFactory
   # returns 1/n of the weighted mean (here n = 4).
   from tff_sampling.aggregators import inner_factories
+
   inner_factories._REGISTERED.add(tff.aggregators.UnweightedMeanFactory)
   try:
     factory = OptimalSamplingFactory(_M, inner_factory=tff.aggregators.UnweightedMeanFactory())
@@ -503,7 +575,6 @@ def test_registered_sum_factory_is_accepted():
   from tff_sampling.aggregators import register_sum_factory
 
   class MySum(tff.aggregators.UnweightedAggregationFactory):
-
     def create(self, value_type):
       return tff.aggregators.SumFactory().create(value_type)
 

@@ -11,12 +11,14 @@ from tff_sampling import availability
 # [{0}, {1, 2}, {5}, {9}] with Y = 10 labels (max label 9).
 SIZES = [1, 4, 9, 16]
 LABELS = [{0}, {1, 2}, {5}, {9}]
-HISTOGRAM = np.array([
+HISTOGRAM = np.array(
+  [
     [3, 0, 0, 0, 0, 0, 0, 0, 0, 0],
     [0, 2, 2, 0, 0, 0, 0, 0, 0, 0],
     [0, 0, 0, 0, 0, 9, 0, 0, 0, 0],
     [0, 0, 0, 0, 0, 0, 0, 0, 0, 16],
-])
+  ]
+)
 SEED = 7
 
 
@@ -37,7 +39,9 @@ def _lognormal_weights(seed, beta, n):
 # ---------------------------------------------------------------- probabilities
 
 
-@pytest.mark.parametrize('mode, beta, expected', [
+@pytest.mark.parametrize(
+  'mode, beta, expected',
+  [
     # IDL: 1 for everyone.
     ('IDL', 0.5, [1.0, 1.0, 1.0, 1.0]),
     # MDF β=0.5: sqrt(n) = [1, 2, 3, 4], / 4.
@@ -53,7 +57,8 @@ def _lognormal_weights(seed, beta, n):
     ('YMF', 0.9, [0.1, 0.2, 0.6, 1.0]),
     # HOMO β=0.2: 0.8 everywhere.
     ('HOMO', 0.2, [0.8, 0.8, 0.8, 0.8]),
-])
+  ],
+)
 def test_static_probabilities_by_hand(mode, beta, expected):
   avail = _build(mode, beta)
   assert not avail.is_time_varying
@@ -65,11 +70,9 @@ def test_static_probabilities_by_hand(mode, beta, expected):
 
 def test_histogram_labels_equal_label_sets():
   from_sets = _build('YMF', 0.9)
-  from_histogram = _build('YMF', 0.9, client_labels=HISTOGRAM,
-                          num_labels=None)
+  from_histogram = _build('YMF', 0.9, client_labels=HISTOGRAM, num_labels=None)
   assert from_histogram.num_labels == 10
-  np.testing.assert_allclose(from_histogram.probabilities(0),
-                             from_sets.probabilities(0))
+  np.testing.assert_allclose(from_histogram.probabilities(0), from_sets.probabilities(0))
   yc = _build('YC', 0.9, client_labels=HISTOGRAM, num_labels=None, period=10)
   np.testing.assert_allclose(yc.probabilities(0), [0.1, 1.0, 0.1, 0.1])
 
@@ -81,11 +84,12 @@ def test_num_labels_defaults_to_largest_label_plus_one():
   np.testing.assert_allclose(avail.probabilities(0), [0.1, 0.2, 0.6, 1.0])
   # With Y = 19 the max label is 18: 0.9·[0, 1/18, 5/18, 9/18] + 0.1.
   wide = _build('YMF', 0.9, num_labels=19)
-  np.testing.assert_allclose(wide.probabilities(0),
-                             [0.1, 0.15, 0.35, 0.55], rtol=1e-12)
+  np.testing.assert_allclose(wide.probabilities(0), [0.1, 0.15, 0.35, 0.55], rtol=1e-12)
 
 
-@pytest.mark.parametrize('round_num, expected', [
+@pytest.mark.parametrize(
+  'round_num, expected',
+  [
     # T = 10, Y = 10: phase k/T with k = 1 + t mod 10 lies in [y/10, (y+1)/10)
     # for y = k. t=0: k=1 -> label 1, held by client 1 -> 0.9 + 0.1.
     (0, [0.1, 1.0, 0.1, 0.1]),
@@ -97,12 +101,12 @@ def test_num_labels_defaults_to_largest_label_plus_one():
     (11, [0.1, 1.0, 0.1, 0.1]),
     # t=9: k=10 -> phase 1.0 is in [10/10, 11/10): label 10, held by nobody.
     (9, [0.1, 0.1, 0.1, 0.1]),
-])
+  ],
+)
 def test_label_cycle_by_hand(round_num, expected):
   avail = _build('YC', 0.9, period=10)
   assert avail.is_time_varying
-  np.testing.assert_allclose(avail.probabilities(round_num), expected,
-                             rtol=1e-12)
+  np.testing.assert_allclose(avail.probabilities(round_num), expected, rtol=1e-12)
 
 
 def test_label_cycle_default_period():
@@ -148,8 +152,7 @@ def test_sine_lognormal_by_hand():
   np.testing.assert_allclose(avail.probabilities(3), 0.5 * q, rtol=1e-12)
   np.testing.assert_allclose(avail.probabilities(7), 0.5 * q, rtol=1e-12)
   # Same c as LN with the same seed and β.
-  np.testing.assert_allclose(avail.base_probabilities,
-                             _build('LN', beta).probabilities(0))
+  np.testing.assert_allclose(avail.base_probabilities, _build('LN', beta).probabilities(0))
 
 
 def test_probabilities_are_not_writable_through_the_object():
@@ -175,14 +178,12 @@ def test_mask_is_the_documented_draw():
 
 def test_masks_are_deterministic_and_order_independent():
   rounds = list(range(50))
-  first = _build('HOMO', 0.5, client_sizes=np.arange(1, 31),
-                 client_labels=None)
+  first = _build('HOMO', 0.5, client_sizes=np.arange(1, 31), client_labels=None)
   forward = [first.active(t) for t in rounds]
   # A second object, other availability objects and global-state changes in
   # between, rounds in reverse order, some rounds twice.
   np.random.seed(123)
-  second = _build('HOMO', 0.5, client_sizes=np.arange(1, 31),
-                  client_labels=None)
+  second = _build('HOMO', 0.5, client_sizes=np.arange(1, 31), client_labels=None)
   _build('LN', 0.5).active(3)
   np.random.random(10)
   backward = {t: second.active(t) for t in reversed(rounds)}
@@ -195,10 +196,8 @@ def test_masks_are_deterministic_and_order_independent():
   distinct = {tuple(mask.tolist()) for mask, _ in forward}
   assert len(distinct) == len(rounds)
   # A different seed gives different masks.
-  third = _build('HOMO', 0.5, client_sizes=np.arange(1, 31),
-                 client_labels=None, seed=SEED + 1)
-  assert any(not np.array_equal(third.active(t)[0], forward[t][0])
-             for t in rounds)
+  third = _build('HOMO', 0.5, client_sizes=np.arange(1, 31), client_labels=None, seed=SEED + 1)
+  assert any(not np.array_equal(third.active(t)[0], forward[t][0]) for t in rounds)
 
 
 def test_idl_is_all_true():
@@ -208,9 +207,18 @@ def test_idl_is_all_true():
     assert mask.dtype == bool and mask.all() and redraws == 0
 
 
-@pytest.mark.parametrize('mode, beta, period', [
-    ('MDF', 0.7, 24), ('LDF', 0.7, 24), ('YMF', 0.9, 24), ('YC', 0.9, 10),
-    ('LN', 0.5, 24), ('SLN', 0.5, 4), ('HOMO', 0.6, 24)])
+@pytest.mark.parametrize(
+  'mode, beta, period',
+  [
+    ('MDF', 0.7, 24),
+    ('LDF', 0.7, 24),
+    ('YMF', 0.9, 24),
+    ('YC', 0.9, 10),
+    ('LN', 0.5, 24),
+    ('SLN', 0.5, 4),
+    ('HOMO', 0.6, 24),
+  ],
+)
 def test_empirical_frequencies_match_probabilities(mode, beta, period):
   # Final masks are independent Bernoulli(p) draws conditioned on being
   # non-empty, so P(i active in round t) = p_i(t) / (1 − Π_j (1 − p_j(t))).
@@ -262,16 +270,13 @@ def test_redraw_when_everyone_is_nearly_unavailable():
 def test_redraw_cap_raises_naming_mode_and_beta():
   kwargs = dict(client_sizes=[5] * 10, client_labels=None)
   uncapped = _build('HOMO', 0.99, **kwargs)
-  round_num, redraws = next((t, r) for t in range(100)
-                            for _, r in [uncapped.active(t)] if r >= 2)
+  round_num, redraws = next((t, r) for t in range(100) for _, r in [uncapped.active(t)] if r >= 2)
   # Exactly `redraws` redraws allowed: the same mask; one fewer: an error.
   capped = _build('HOMO', 0.99, max_redraws=redraws, **kwargs)
-  np.testing.assert_array_equal(capped.active(round_num)[0],
-                                uncapped.active(round_num)[0])
+  np.testing.assert_array_equal(capped.active(round_num)[0], uncapped.active(round_num)[0])
   assert capped.active(round_num)[1] == redraws
   too_few = _build('HOMO', 0.99, max_redraws=redraws - 1, **kwargs)
-  with pytest.raises(RuntimeError,
-                     match=rf"'HOMO'.*beta=0\.99.*{redraws - 1} redraws"):
+  with pytest.raises(RuntimeError, match=rf"'HOMO'.*beta=0\.99.*{redraws - 1} redraws"):
     too_few.active(round_num)
 
 
@@ -284,7 +289,9 @@ def test_all_zero_probabilities_raise():
 # ----------------------------------------------------------------------- errors
 
 
-@pytest.mark.parametrize('kwargs, message', [
+@pytest.mark.parametrize(
+  'kwargs, message',
+  [
     (dict(mode='FOO'), r"'FOO'.*IDL, MDF, LDF, YMF, YC, LN, SLN, HOMO"),
     (dict(mode='idl'), r"'idl'"),
     (dict(beta=-0.1), r'-0\.1'),
@@ -307,10 +314,12 @@ def test_all_zero_probabilities_raise():
     (dict(client_labels=[{0}, {-1}, {5}, {9}]), r'-1'),
     (dict(client_labels=HISTOGRAM, num_labels=12), r'12.*10 columns'),
     (dict(num_labels=0), r'`num_labels`.*got 0'),
-])
+  ],
+)
 def test_bad_arguments_raise_value_error(kwargs, message):
-  args = dict(mode='MDF', beta=0.5, client_sizes=SIZES, client_labels=LABELS,
-              seed=SEED, num_labels=10)
+  args = dict(
+    mode='MDF', beta=0.5, client_sizes=SIZES, client_labels=LABELS, seed=SEED, num_labels=10
+  )
   args.update(kwargs)
   mode = args.pop('mode')
   beta = args.pop('beta')
@@ -328,8 +337,7 @@ def test_bad_round_raises_value_error(round_num):
 
 
 def test_every_mode_builds_and_draws():
-  assert availability.AVAILABILITY_MODES == (
-      'IDL', 'MDF', 'LDF', 'YMF', 'YC', 'LN', 'SLN', 'HOMO')
+  assert availability.AVAILABILITY_MODES == ('IDL', 'MDF', 'LDF', 'YMF', 'YC', 'LN', 'SLN', 'HOMO')
   for mode in availability.AVAILABILITY_MODES:
     avail = _build(mode, 0.5)
     for t in range(30):

@@ -32,8 +32,8 @@ def test_soft_labels_are_seeded_probabilities():
   assert np.all(labels >= 0)
   np.testing.assert_allclose(labels.sum(axis=2), 1.0)
   np.testing.assert_array_equal(
-      labels, bench_lefl.soft_labels(20, public_examples=7, labels=5, concentration=0.5,
-                                     seed=3))
+    labels, bench_lefl.soft_labels(20, public_examples=7, labels=5, concentration=0.5, seed=3)
+  )
 
 
 def test_main_prints_the_table(capsys):

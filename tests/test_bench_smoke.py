@@ -33,8 +33,14 @@ def parsed_flags():
 
 def test_main_tiny_configuration(parsed_flags, tmp_path, capfd):
   csv_path = tmp_path / 'bench.csv'
-  with flagsaver.flagsaver(timed_rounds=1, clients=4, examples=90, agreement_steps=2,
-                           agreement_tolerance=_TOLERANCE, csv=str(csv_path)):
+  with flagsaver.flagsaver(
+    timed_rounds=1,
+    clients=4,
+    examples=90,
+    agreement_steps=2,
+    agreement_tolerance=_TOLERANCE,
+    csv=str(csv_path),
+  ):
     fedavg_round.main(['fedavg_round'])  # Raises SystemExit if the check fails.
 
   # capfd, not capsys: TFF starts its C++ executor with sys.stdout as the
@@ -45,8 +51,7 @@ def test_main_tiny_configuration(parsed_flags, tmp_path, capfd):
   with open(csv_path, newline='') as f:
     rows = list(csv.DictReader(f))
   values = {row['metric']: float(row['value']) for row in rows}
-  assert {row['benchmark'] for row in rows} == {
-      'fedavg_round/clients=4,examples=90,batch=20'}
+  assert {row['benchmark'] for row in rows} == {'fedavg_round/clients=4,examples=90,batch=20'}
   for label in ('tff_dataset_reduce', 'tff_dataset_iterator', 'plain_tf'):
     seconds = values[f'median_seconds/{label}']
     assert math.isfinite(seconds) and seconds > 0, (label, seconds)
@@ -88,9 +93,11 @@ def test_client_sizes_unequal_and_exact():
 def test_plain_round_is_traced_once_and_matches_hand_computed_mean():
   sizes = [3, 7, 1]
   datasets = fedavg_round.client_datasets(
-      fedavg_round.synthetic_client_arrays(sizes, seed=1), batch_size=2)
-  plain = fedavg_round.PlainFedAvg(models.mcmahan_cnn(10, seed=0), client_learning_rate=0.1,
-                                   server_learning_rate=1.0)
+    fedavg_round.synthetic_client_arrays(sizes, seed=1), batch_size=2
+  )
+  plain = fedavg_round.PlainFedAvg(
+    models.mcmahan_cnn(10, seed=0), client_learning_rate=0.1, server_learning_rate=1.0
+  )
   start = plain.global_weights()
   plain.run_round(datasets)
   fedavg = plain.global_weights()
@@ -110,9 +117,16 @@ def test_plain_round_is_traced_once_and_matches_hand_computed_mean():
 def test_fedgs_main_tiny_configuration(parsed_flags, capsys):
   """bench/fedgs.py on 40-client graphs: the solver runs at N = 20 and is
   too_large at N = 40 (max_solver_clients=30); small instances of 6 clients."""
-  with flagsaver.flagsaver(fg_graph_clients=40, fg_sizes=['20', '40'], fg_repeats=1,
-                           fg_time_limit=0.5, fg_max_solver_clients=30, fg_small_size=6,
-                           fg_small_budget=2, fg_small_instances=2):
+  with flagsaver.flagsaver(
+    fg_graph_clients=40,
+    fg_sizes=['20', '40'],
+    fg_repeats=1,
+    fg_time_limit=0.5,
+    fg_max_solver_clients=30,
+    fg_small_size=6,
+    fg_small_budget=2,
+    fg_small_instances=2,
+  ):
     bench_fedgs.main(['fedgs'])
   table = capsys.readouterr().out
   assert 'graph_distances (shortest paths)' in table
@@ -124,9 +138,11 @@ def test_fedgs_main_tiny_configuration(parsed_flags, capsys):
 
 def test_suite_quick_run_prints_every_section_and_writes_the_csv(parsed_flags, tmp_path, capfd):
   from bench import run as bench_run
+
   csv_path = tmp_path / 'suite.csv'
-  with flagsaver.flagsaver(quick=True, suite_pairs=2, suite_expensive_pairs=2,
-                           suite_csv=str(csv_path)):
+  with flagsaver.flagsaver(
+    quick=True, suite_pairs=2, suite_expensive_pairs=2, suite_csv=str(csv_path)
+  ):
     bench_run.main(['run'])
   table = capfd.readouterr().out
   assert 'machine: ' in table and 'logical cores, load average' in table
@@ -148,11 +164,13 @@ def test_suite_quick_run_prints_every_section_and_writes_the_csv(parsed_flags, t
 
 def _machine():
   from bench import run as bench_run
+
   return bench_run.Machine('Test CPU @ 1 GHz', 2, (0.5, 0.25, 0.75))
 
 
 def test_suite_row_verdicts_table_and_csv_columns(tmp_path):
   from bench import run as bench_run
+
   missed = bench_run.Row('fedavg', 'x / y', [3.0, 1.5, 6.0], [2.0, 1.0, 4.0], 's', target=1.2)
   assert (missed.value, missed.reference) == (3.0, 2.0)
   assert missed.ratio == bench_run.stats.Estimate(1.5, 1.5, 1.5, 3)
@@ -165,14 +183,23 @@ def test_suite_row_verdicts_table_and_csv_columns(tmp_path):
   assert informational.verdict == ''
 
   table = bench_run.format_table([missed, informational], _machine()).splitlines()
-  assert table[0] == ('machine: Test CPU @ 1 GHz, 2 logical cores, load average 0.50 0.25 0.75 '
-                      '(1, 5, 15 min) at the start')
+  assert table[0] == (
+    'machine: Test CPU @ 1 GHz, 2 logical cores, load average 0.50 0.25 0.75 '
+    '(1, 5, 15 min) at the start'
+  )
   assert table[3].split()[-6:] == ['1.5', '[1.5,', '1.5]', '3', '<=1.2', 'missed']
   rows = bench_run.csv_rows([missed], _machine())
-  assert [r['metric'] for r in rows] == ['value', 'reference', 'ratio', 'ratio_low', 'ratio_high',
-                                         'pairs']
+  assert [r['metric'] for r in rows] == [
+    'value',
+    'reference',
+    'ratio',
+    'ratio_low',
+    'ratio_high',
+    'pairs',
+  ]
   assert {(r['cpu'], r['logical_cores'], r['load_average']) for r in rows} == {
-      ('Test CPU @ 1 GHz', '2', '0.50 0.25 0.75')}
+    ('Test CPU @ 1 GHz', '2', '0.50 0.25 0.75')
+  }
   path = tmp_path / 'suite.csv'
   fedavg_round.append_csv(str(path), rows)
   fedavg_round.append_csv(str(path), rows)  # Appends.
@@ -197,21 +224,34 @@ def test_seeds_per_call_quick(parsed_flags, capfd):
 
 
 def test_seeds_per_call_command_keeps_the_cell_and_replaces_the_horizon():
-  args = seeds_per_call.command(seeds_per_call._QUICK_CELL, 'md', rounds=3, rate=0.05, seed=2,
-                                seeds=4, root_output_dir='/tmp/x')
+  args = seeds_per_call.command(
+    seeds_per_call._QUICK_CELL, 'md', rounds=3, rate=0.05, seed=2, seeds=4, root_output_dir='/tmp/x'
+  )
   assert args[1:3] == ['-m', 'bin.benchmark']
   assert '--task=digits' in args and '--availability=LN-0.5' in args
   assert [a for a in args if a.startswith(('--rounds', '--eval_every', '--checkpoint_every'))] == [
-    '--rounds=3', '--eval_every=3', '--checkpoint_every=3']
-  assert args[-5:] == ['--sampling=md', '--seed=2', '--seeds=4', '--client_learning_rate=0.05',
-                       '--root_output_dir=/tmp/x']
+    '--rounds=3',
+    '--eval_every=3',
+    '--checkpoint_every=3',
+  ]
+  assert args[-5:] == [
+    '--sampling=md',
+    '--seed=2',
+    '--seeds=4',
+    '--client_learning_rate=0.05',
+    '--root_output_dir=/tmp/x',
+  ]
 
 
 def test_in_memory_clients_on_a_tiny_database(parsed_flags, tmp_path, capfd):
   rng = np.random.default_rng(0)
-  tff_sqlite_fixtures.write_tff_database(str(tmp_path / 'emnist_all.sqlite'), {
+  tff_sqlite_fixtures.write_tff_database(
+    str(tmp_path / 'emnist_all.sqlite'),
+    {
       'all_train': tff_sqlite_fixtures.emnist_clients(rng, {'f0': 7, 'f1': 25, 'f2': 3}, 62),
-      'all_test': tff_sqlite_fixtures.emnist_clients(rng, {'f0': 2, 'f1': 3}, 62)})
+      'all_test': tff_sqlite_fixtures.emnist_clients(rng, {'f0': 2, 'f1': 3}, 62),
+    },
+  )
   with flagsaver.flagsaver(imc_cache_dir=str(tmp_path), imc_pairs=1):
     in_memory_clients.main(['in_memory_clients'])  # Exits if the two sides' weights differ.
   table = capfd.readouterr().out

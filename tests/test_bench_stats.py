@@ -50,13 +50,16 @@ def test_invalid_samples_are_refused():
     stats.ratio_estimate([1.0, 2.0], [1.0])
 
 
-@pytest.mark.parametrize('target, expected', [
+@pytest.mark.parametrize(
+  'target, expected',
+  [
     (1.2, stats.MET),
     (1.1, stats.MET),  # The interval's top on the target.
     (1.0, stats.UNRESOLVED),
     (0.9, stats.UNRESOLVED),  # The interval's bottom on the target.
     (0.85, stats.MISSED),
-])
+  ],
+)
 def test_verdict(target, expected):
   assert stats.verdict(stats.Estimate(1.0, 0.9, 1.1, 20), target) == expected
 
@@ -64,7 +67,11 @@ def test_verdict(target, expected):
 def test_block_order_rotates():
   labels = ['a', 'b', 'c']
   assert [stats.block_order(labels, block) for block in range(4)] == [
-      ['a', 'b', 'c'], ['b', 'c', 'a'], ['c', 'a', 'b'], ['a', 'b', 'c']]
+    ['a', 'b', 'c'],
+    ['b', 'c', 'a'],
+    ['c', 'a', 'b'],
+    ['a', 'b', 'c'],
+  ]
 
 
 def test_interleave_alternates_and_drops_the_warmup_block():
@@ -74,6 +81,7 @@ def test_interleave_alternates_and_drops_the_warmup_block():
     def call():
       calls.append(label)
       return len(calls)  # The call's position in the run.
+
     return call
 
   values = stats.interleave({'a': measure('a'), 'b': measure('b')}, 3, warmup=1)

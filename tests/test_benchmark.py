@@ -32,7 +32,8 @@ def test_cohorts_and_recorded_settings():
   settings = benchmark.BenchmarkMethods(4, 12, 0.1)
   assert settings.cohort('md') == 4 and settings.cohort('md+optimal') == 12
   assert settings.method_hparams('power_of_choice+optimal') == dict(
-    sampler='power_of_choice', uploads='optimal', cohort=12, num_candidates=24)
+    sampler='power_of_choice', uploads='optimal', cohort=12, num_candidates=24
+  )
   with pytest.raises(ValueError, match='training_cohort=4 must exceed clients_per_round=4'):
     benchmark.BenchmarkMethods(4, 4, 0.1)
 
@@ -40,19 +41,28 @@ def test_cohorts_and_recorded_settings():
 def test_uplink_counts_what_each_kind_uploads():
   plain = benchmark.uplink({'aggregator': {}}, 7)
   assert plain == communication.Uplink(model_uploads=7, extra_scalars=0)
-  sampled = benchmark.uplink(
-    {'aggregator': {'uploads': 2, 'extra_scalars_per_client': 11}}, 7)
+  sampled = benchmark.uplink({'aggregator': {'uploads': 2, 'extra_scalars_per_client': 11}}, 7)
   assert sampled == communication.Uplink(model_uploads=2, extra_scalars=77)
 
 
 def test_binary_runs_each_kind_and_uploads_about_m(tmp_path):
   outcome = fh.run_binary(
-    'benchmark', task='digits', availability='LN-0.5', rounds=3, eval_every=3,
-    sampling='md,md+optimal,full', clients_per_round=3, training_cohort=9, seeds=1,
-    root_output_dir=tmp_path)
+    'benchmark',
+    task='digits',
+    availability='LN-0.5',
+    rounds=3,
+    eval_every=3,
+    sampling='md,md+optimal,full',
+    clients_per_round=3,
+    training_cohort=9,
+    seeds=1,
+    root_output_dir=tmp_path,
+  )
   assert outcome.exit_code == 0, outcome
-  runs = {m: results.load_run(str(tmp_path / f'digits_LN-0.5_{m}_seed0'))
-          for m in ('md', 'md+optimal', 'full')}
+  runs = {
+    m: results.load_run(str(tmp_path / f'digits_LN-0.5_{m}_seed0'))
+    for m in ('md', 'md+optimal', 'full')
+  }
   md, sampled, full = runs['md'], runs['md+optimal'], runs['full']
   assert md.hparams['uploads'] == 'all' and sampled.hparams['uploads'] == 'optimal'
   # MD alone: 3 trainers, all upload. With optimal uploads: 9 train, and the
@@ -61,8 +71,8 @@ def test_binary_runs_each_kind_and_uploads_about_m(tmp_path):
   np.testing.assert_array_equal(md.column('uplink/model_uploads')[1:], 3)
   np.testing.assert_array_equal(sampled.column('cohort_size')[1:], 9)
   np.testing.assert_array_equal(
-    sampled.column('uplink/model_uploads')[1:],
-    sampled.column('process/aggregator/uploads')[1:])
+    sampled.column('uplink/model_uploads')[1:], sampled.column('process/aggregator/uploads')[1:]
+  )
   assert np.all(sampled.column('process/aggregator/expected_uploads')[1:] <= 3 + 1e-5)
   # Full participation: every active client (LN availability: fewer than all 100).
   active = full.column('availability/active_clients')[1:]
@@ -73,10 +83,17 @@ def test_binary_runs_each_kind_and_uploads_about_m(tmp_path):
 def test_every_sampler_kind_runs_in_process(tmp_path):
   # The samplers the quick grid leaves out: sketches, a loss probe, pre-processing.
   outcome = fh.run_binary(
-    'benchmark', task='digits', availability='IDL', rounds=2, eval_every=2,
-    sampling='clustered_similarity+optimal,power_of_choice,power_of_choice_all,lefl,'
-             'clustered_size', clients_per_round=3, training_cohort=6, seeds=1,
-    root_output_dir=tmp_path)
+    'benchmark',
+    task='digits',
+    availability='IDL',
+    rounds=2,
+    eval_every=2,
+    sampling='clustered_similarity+optimal,power_of_choice,power_of_choice_all,lefl,clustered_size',
+    clients_per_round=3,
+    training_cohort=6,
+    seeds=1,
+    root_output_dir=tmp_path,
+  )
   assert outcome.exit_code == 0, outcome
   lefl = results.load_run(str(tmp_path / 'digits_IDL_lefl_seed0'))
   # LEFL's soft-label upload is counted before round 1, so its round-0 bits are not zero.
@@ -100,9 +117,21 @@ def test_quick_grid_writes_its_page_inside_its_runs_dir_only(tmp_path):
   before = fh.TreeSnapshot(quick)
   runs_dir = tmp_path / 'quick'
   done = subprocess.run(
-    [sys.executable, '-m', 'bin.benchmark_grid', '--quick', f'--runs_dir={runs_dir}',
-     '--parallel=2', '--seeds_per_call=2'], cwd=repo, capture_output=True, text=True, timeout=1200,
-    stdin=subprocess.DEVNULL)
+    [
+      sys.executable,
+      '-m',
+      'bin.benchmark_grid',
+      '--quick',
+      f'--runs_dir={runs_dir}',
+      '--parallel=2',
+      '--seeds_per_call=2',
+    ],
+    cwd=repo,
+    capture_output=True,
+    text=True,
+    timeout=1200,
+    stdin=subprocess.DEVNULL,
+  )
   assert done.returncode == 0, done.stderr[-3000:]
   # Each method's two reported seeds were trained by one call (its log's name says so).
   logs = set(os.listdir(runs_dir / 'digits_LN' / 'logs'))
@@ -121,44 +150,79 @@ def test_quick_grid_writes_its_page_inside_its_runs_dir_only(tmp_path):
   assert (runs_dir / 'configs' / 'digits_LN' / 'accuracy_bits.png').is_file()
   # The report stage alone regenerates the same page from the raw metrics.
   again = subprocess.run(
-    [sys.executable, '-m', 'bin.benchmark_grid', '--quick', f'--runs_dir={runs_dir}',
-     '--stage=report'], cwd=repo, capture_output=True, text=True, timeout=600,
-    stdin=subprocess.DEVNULL)
+    [
+      sys.executable,
+      '-m',
+      'bin.benchmark_grid',
+      '--quick',
+      f'--runs_dir={runs_dir}',
+      '--stage=report',
+    ],
+    cwd=repo,
+    capture_output=True,
+    text=True,
+    timeout=600,
+    stdin=subprocess.DEVNULL,
+  )
   assert again.returncode == 0, again.stderr[-2000:]
   assert (runs_dir / 'benchmark.md').read_text() == page
   # --stage=check passes on that page, and fails in one line once the page is edited by hand.
-  check = [sys.executable, '-m', 'bin.benchmark_grid', '--quick', f'--runs_dir={runs_dir}',
-           '--stage=check']
-  passed = subprocess.run(check, cwd=repo, capture_output=True, text=True, timeout=600,
-                          stdin=subprocess.DEVNULL)
+  check = [
+    sys.executable,
+    '-m',
+    'bin.benchmark_grid',
+    '--quick',
+    f'--runs_dir={runs_dir}',
+    '--stage=check',
+  ]
+  passed = subprocess.run(
+    check, cwd=repo, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL
+  )
   assert passed.returncode == 0, passed.stderr[-2000:]
   (runs_dir / 'benchmark.md').write_text(page.replace('(baseline)', '(the baseline)', 1))
-  failed = subprocess.run(check, cwd=repo, capture_output=True, text=True, timeout=600,
-                          stdin=subprocess.DEVNULL)
+  failed = subprocess.run(
+    check, cwd=repo, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL
+  )
   assert failed.returncode == 1
-  assert failed.stderr.strip() == (f'Error: Not what the raw metrics give: '
-                                   f'{runs_dir / "benchmark.md"}; rewrite with --stage=report.')
+  assert failed.stderr.strip() == (
+    f'Error: Not what the raw metrics give: '
+    f'{runs_dir / "benchmark.md"}; rewrite with --stage=report.'
+  )
   # A plot edited by hand is named too.
   (runs_dir / 'benchmark.md').write_text(page)
   plot = runs_dir / 'configs' / 'digits_LN' / 'accuracy_bits.png'
   plot.write_bytes(plot.read_bytes() + b'\0')
-  failed = subprocess.run(check, cwd=repo, capture_output=True, text=True, timeout=600,
-                          stdin=subprocess.DEVNULL)
+  failed = subprocess.run(
+    check, cwd=repo, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL
+  )
   assert failed.returncode == 1
-  assert failed.stderr.strip() == (f'Error: Not what the raw metrics give: {plot}; rewrite '
-                                   'with --stage=report.')
+  assert failed.stderr.strip() == (
+    f'Error: Not what the raw metrics give: {plot}; rewrite with --stage=report.'
+  )
 
 
 def test_sigterm_stops_the_grid_and_every_process_it_started(tmp_path):
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   grid = subprocess.Popen(
-    [sys.executable, '-m', 'bin.benchmark_grid', '--quick', f'--runs_dir={tmp_path / "quick"}',
-     '--stage=train'], cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    stdin=subprocess.DEVNULL)
+    [
+      sys.executable,
+      '-m',
+      'bin.benchmark_grid',
+      '--quick',
+      f'--runs_dir={tmp_path / "quick"}',
+      '--stage=train',
+    ],
+    cwd=repo,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+    stdin=subprocess.DEVNULL,
+  )
   try:
     # Wait for a training binary with its TFF worker: the grid's great-grandchild.
-    while not [p for p in psutil.Process(grid.pid).children(recursive=True)
-               if 'worker_binary' in p.name()]:
+    while not [
+      p for p in psutil.Process(grid.pid).children(recursive=True) if 'worker_binary' in p.name()
+    ]:
       assert grid.poll() is None, grid.communicate()
       time.sleep(0.05)
     (driver,) = psutil.Process(grid.pid).children()
@@ -183,6 +247,11 @@ def test_the_committed_benchmark_page_is_what_its_raw_metrics_give():
   (the grid's cells in progress included); it must exist once any cell has run."""
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   done = subprocess.run(
-    [sys.executable, '-m', 'bin.benchmark_grid', '--stage=check'], cwd=repo,
-    capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    [sys.executable, '-m', 'bin.benchmark_grid', '--stage=check'],
+    cwd=repo,
+    capture_output=True,
+    text=True,
+    timeout=600,
+    stdin=subprocess.DEVNULL,
+  )
   assert done.returncode == 0, done.stderr[-2000:]

@@ -29,16 +29,26 @@ SKEWED = COMMON + '--title=skewed cell\n--learning_rates_from=ideal\n--seeds=3\n
 # Final accuracy of each tuning run: uniform is best at 0.1, MD at 0.2.
 TUNING = {('uniform', 0.2): 0.3, ('uniform', 0.1): 0.4, ('md', 0.2): 0.6, ('md', 0.1): 0.5}
 # Reported seeds at those rates: MD is ahead by 0.1, 0.2, 0.15 (mean 0.15).
-FINAL = {('uniform', 0): 0.40, ('uniform', 1): 0.50, ('uniform', 2): 0.45,
-         ('md', 0): 0.50, ('md', 1): 0.70, ('md', 2): 0.60}
+FINAL = {
+  ('uniform', 0): 0.40,
+  ('uniform', 1): 0.50,
+  ('uniform', 2): 0.45,
+  ('md', 0): 0.50,
+  ('md', 1): 0.70,
+  ('md', 2): 0.60,
+}
 # Clients active in rounds 1 and 2 of each reported seed, the same for every method.
 ACTIVE = {0: 10, 1: 11, 2: 15}
 
 
 def _csv(final, active=''):
-  lines = [f'{results.ROUND_COLUMN},eval/accuracy,train/loss,round_seconds,{results.BITS_COLUMN},'
-           f'{benchmark_report.ACTIVE_COLUMN}',
-           '0,0.1,,,0,', f'1,0.2,1.0,1.0,100,{active}', f'2,{final},1.0,1.0,200,{active}']
+  lines = [
+    f'{results.ROUND_COLUMN},eval/accuracy,train/loss,round_seconds,{results.BITS_COLUMN},'
+    f'{benchmark_report.ACTIVE_COLUMN}',
+    '0,0.1,,,0,',
+    f'1,0.2,1.0,1.0,100,{active}',
+    f'2,{final},1.0,1.0,200,{active}',
+  ]
   return '\n'.join(lines) + '\n'
 
 
@@ -50,23 +60,31 @@ def _cell(grid, name, text, runs, active=ACTIVE):
   if not runs:  # Not run yet: no raw metrics.
     return str(config)
   runs_dir = grid.parent / 'runs' / name
-  made = [results.load_run(fault_harness.write_run(
-      runs_dir / f'lr{rate:g}', f'{method}_seed{seed}',
-      {'sampling': method, 'seed': seed, 'client_learning_rate': rate, 'rounds': 2},
-      _csv(final, active.get(seed, '')))) for method, rate, seed, final in runs]
-  raw_metrics.write(made, folder / raw_metrics.FILENAME,
-                    names=[os.path.relpath(r.path, runs_dir) for r in made])
+  made = [
+    results.load_run(
+      fault_harness.write_run(
+        runs_dir / f'lr{rate:g}',
+        f'{method}_seed{seed}',
+        {'sampling': method, 'seed': seed, 'client_learning_rate': rate, 'rounds': 2},
+        _csv(final, active.get(seed, '')),
+      )
+    )
+    for method, rate, seed, final in runs
+  ]
+  raw_metrics.write(
+    made, folder / raw_metrics.FILENAME, names=[os.path.relpath(r.path, runs_dir) for r in made]
+  )
   return str(config)
 
 
 @pytest.fixture
 def page(tmp_path):
   grid = tmp_path / 'grid'
-  ideal = _cell(grid, 'ideal', IDEAL,
-                [(m, r, 100, final) for (m, r), final in TUNING.items()])
+  ideal = _cell(grid, 'ideal', IDEAL, [(m, r, 100, final) for (m, r), final in TUNING.items()])
   rates = {'uniform': 0.1, 'md': 0.2}
-  skewed = _cell(grid, 'skewed', SKEWED,
-                 [(m, rates[m], s, final) for (m, s), final in FINAL.items()])
+  skewed = _cell(
+    grid, 'skewed', SKEWED, [(m, rates[m], s, final) for (m, s), final in FINAL.items()]
+  )
   cells = [experiment_config.committed_cell(c) for c in (ideal, skewed)]
   assert [cell.pending for cell in cells] == ['', '']  # Both complete.
   path = tmp_path / 'benchmark.md'
@@ -82,8 +100,11 @@ def test_a_tuning_only_cell_shows_its_rates_and_is_not_ranked(page):
   grid, text, written = page
   ideal = _section(text, 'ideal cell')
   assert 'Tuning only (seed 100, no seed reported)' in ideal
-  rows = {r.split('|')[1].strip(): [c.strip() for c in r.split('|')[2:-1]]
-          for r in ideal.splitlines() if re.match(r'\| (uniform|md) ', r)}
+  rows = {
+    r.split('|')[1].strip(): [c.strip() for c in r.split('|')[2:-1]]
+    for r in ideal.splitlines()
+    if re.match(r'\| (uniform|md) ', r)
+  }
   assert rows == {'uniform': ['0.3000', '**0.4000**'], 'md': ['**0.6000**', '0.5000']}
   assert not re.search(r'^\| \d+\. ', ideal, re.M)  # No ranking.
   assert not any(p.startswith(str(grid / 'ideal')) for p in written)  # Nothing drawn.
@@ -97,7 +118,7 @@ def test_the_reported_cell_ranks_at_the_borrowed_rates(page):
   md = [c.strip() for c in ranked[0].split('|')[1:-1]]
   assert md[1] == '3' and md[2] == '0.6000 ± 0.1000'
   # Paired differences 0.1, 0.2, 0.15: mean 0.15, sd 0.05, t(0.975, 2) = 4.303.
-  half = 4.302653 * 0.05 / 3 ** 0.5
+  half = 4.302653 * 0.05 / 3**0.5
   assert md[3] == f'+0.1500 [{0.15 - half:+.4f}, {0.15 + half:+.4f}] ahead'
   assert str(grid / 'skewed' / 'accuracy_bits.png') in written
 
@@ -109,9 +130,13 @@ def test_a_reported_cell_says_how_many_clients_are_active_a_round(page, tmp_path
   assert 'Clients active a round: 12.0 on average' in _section(text, 'skewed cell')
   assert 'Clients active a round' not in _section(text, 'ideal cell')
   # Runs that do not record availability give no line.
-  bare = _cell(tmp_path / 'bare', 'bare', SKEWED.replace('--learning_rates_from=ideal',
-                                                         '--learning_rates=0.1\n--tuning_seed=100'),
-               [(m, 0.1, s, 0.5) for m in ('uniform', 'md') for s in (0, 1, 2, 100)], active={})
+  bare = _cell(
+    tmp_path / 'bare',
+    'bare',
+    SKEWED.replace('--learning_rates_from=ideal', '--learning_rates=0.1\n--tuning_seed=100'),
+    [(m, 0.1, s, 0.5) for m in ('uniform', 'md') for s in (0, 1, 2, 100)],
+    active={},
+  )
   cell = experiment_config.committed_cell(bare)
   assert not cell.pending and benchmark_report.active_clients(cell) is None
 
@@ -119,25 +144,45 @@ def test_a_reported_cell_says_how_many_clients_are_active_a_round(page, tmp_path
 def test_the_overview_places_each_method_in_each_complete_cell(page, tmp_path):
   grid, text, _ = page
   glance = _section(text, 'At a glance')
-  rows = {r.split('|')[1].strip(): [c.strip() for c in r.split('|')[2:-1]]
-          for r in glance.splitlines() if re.match(r'\| \d+\. ', r)}
+  rows = {
+    r.split('|')[1].strip(): [c.strip() for c in r.split('|')[2:-1]]
+    for r in glance.splitlines()
+    if re.match(r'\| \d+\. ', r)
+  }
   # One reported cell (the tuning cell has no column): MD ahead at fixed rounds and, having
   # uploaded what uniform does, at the fixed budget too.
   assert rows == {'1. md': ['1 (+/+)', '1.0'], '2. uniform': ['2 (baseline)', '2.0']}
   assert re.search(r'^\| method +\| +skewed \| mean rank \|$', glance, re.M)
   # A second cell where MD is second and no difference is detected (pairs +0.1, −0.1, −0.01).
-  later = _cell(grid, 'later', SKEWED.replace('skewed cell', 'later cell'),
-                [('uniform', 0.1, 0, 0.40), ('uniform', 0.1, 1, 0.50), ('uniform', 0.1, 2, 0.45),
-                 ('md', 0.2, 0, 0.50), ('md', 0.2, 1, 0.40), ('md', 0.2, 2, 0.44)])
-  cells = [experiment_config.committed_cell(str(grid / name / experiment_config.CONFIG_FILENAME))
-           for name in ('ideal', 'later', 'skewed')]
+  later = _cell(
+    grid,
+    'later',
+    SKEWED.replace('skewed cell', 'later cell'),
+    [
+      ('uniform', 0.1, 0, 0.40),
+      ('uniform', 0.1, 1, 0.50),
+      ('uniform', 0.1, 2, 0.45),
+      ('md', 0.2, 0, 0.50),
+      ('md', 0.2, 1, 0.40),
+      ('md', 0.2, 2, 0.44),
+    ],
+  )
+  cells = [
+    experiment_config.committed_cell(str(grid / name / experiment_config.CONFIG_FILENAME))
+    for name in ('ideal', 'later', 'skewed')
+  ]
   assert later and all(not cell.pending for cell in cells)
   both = benchmark_report.benchmark_markdown(cells, command='regenerate', page_dir=str(tmp_path))
-  rows = {r.split('|')[1].strip(): [c.strip() for c in r.split('|')[2:-1]]
-          for r in _section(both, 'At a glance').splitlines() if re.match(r'\| \d+\. ', r)}
+  rows = {
+    r.split('|')[1].strip(): [c.strip() for c in r.split('|')[2:-1]]
+    for r in _section(both, 'At a glance').splitlines()
+    if re.match(r'\| \d+\. ', r)
+  }
   # Mean ranks tie at 1.5: the names break the tie.
-  assert rows == {'1. md': ['2 (=/=)', '1 (+/+)', '1.5'],
-                  '2. uniform': ['1 (baseline)', '2 (baseline)', '1.5']}
+  assert rows == {
+    '1. md': ['2 (=/=)', '1 (+/+)', '1.5'],
+    '2. uniform': ['1 (baseline)', '2 (baseline)', '1.5'],
+  }
 
 
 def test_no_overview_until_a_reported_cell_is_complete(tmp_path):
@@ -153,12 +198,14 @@ def test_bin_report_on_a_tuning_only_cell_writes_its_tuning_alone(page):
   grid, _, _ = page
   config = str(grid / 'ideal' / experiment_config.CONFIG_FILENAME)
   (path,) = evidence_report.write(
-      experiment_config.load(config), experiment_config.committed_runs(config),
-      grid / 'ideal', command='regenerate')
+    experiment_config.load(config),
+    experiment_config.committed_runs(config),
+    grid / 'ideal',
+    command='regenerate',
+  )
   with open(path, encoding='utf-8') as f:
     text = f.read()
-  assert sorted(os.listdir(grid / 'ideal')) == [
-      'experiment.flags', 'results.md', 'runs.jsonl.gz']
+  assert sorted(os.listdir(grid / 'ideal')) == ['experiment.flags', 'results.md', 'runs.jsonl.gz']
   assert 'This experiment only tunes' in text and '`--learning_rates_from=ideal`' in text
   assert '## Tuning (seed 100)' in text and '| **0.6000** |' in text
   assert '## Verdicts' not in text and 'Seeds' not in text
@@ -167,12 +214,18 @@ def test_bin_report_on_a_tuning_only_cell_writes_its_tuning_alone(page):
 def test_unfinished_cells_say_how_far_they_are_and_are_neither_ranked_nor_drawn(tmp_path):
   grid = tmp_path / 'grid'
   # MD's tuning at rate 0.1 is missing, and the skewed cell has not run.
-  ideal = _cell(grid, 'ideal', IDEAL,
-                [(m, r, 100, final) for (m, r), final in TUNING.items() if (m, r) != ('md', 0.1)])
+  ideal = _cell(
+    grid,
+    'ideal',
+    IDEAL,
+    [(m, r, 100, final) for (m, r), final in TUNING.items() if (m, r) != ('md', 0.1)],
+  )
   skewed = _cell(grid, 'skewed', SKEWED, [])
   cells = [experiment_config.committed_cell(c) for c in (ideal, skewed)]
   assert [cell.pending for cell in cells] == [
-      '3 runs in, at least 1 to go', '0 runs in; it waits for the tuning of ideal']
+    '3 runs in, at least 1 to go',
+    '0 runs in; it waits for the tuning of ideal',
+  ]
   assert cells[1].spec.learning_rates == ()  # Not resolved: the sibling has not tuned.
   path = tmp_path / 'benchmark.md'
   written = benchmark_report.write(cells, str(path), command='regenerate')
@@ -181,7 +234,8 @@ def test_unfinished_cells_say_how_far_they_are_and_are_neither_ranked_nor_drawn(
   assert '**In progress:** 0 of 2 cells are complete' in text
   assert '*In progress:* 3 runs in, at least 1 to go.' in _section(text, 'ideal cell')
   assert '*In progress:* 0 runs in; it waits for the tuning of ideal.' in _section(
-      text, 'skewed cell')
+    text, 'skewed cell'
+  )
   assert not re.search(r'^\| (\d+\. )?(uniform|md) ', text, re.M)  # No table at all.
 
 
@@ -199,24 +253,29 @@ def test_a_complete_tuning_cell_lets_its_sibling_wait_for_its_own_runs(tmp_path)
 
 def test_optimal_uploads_are_compared_with_the_same_sampler_alone(tmp_path):
   grid = tmp_path / 'grid'
-  paired = (COMMON.replace('--methods=uniform,md', '--methods=uniform,md,md+optimal')
-            + '--title=paired cell\n--learning_rates=0.1\n--tuning_seed=100\n--seeds=3\n')
+  paired = (
+    COMMON.replace('--methods=uniform,md', '--methods=uniform,md,md+optimal')
+    + '--title=paired cell\n--learning_rates=0.1\n--tuning_seed=100\n--seeds=3\n'
+  )
   # MD with optimal uploads minus MD alone: 0.1, 0.05, 0.1 (mean 0.0833, sd 0.0289); every
   # run uploads the same bits, so the budget column pairs the same final evaluations.
-  finals = {'uniform': (0.40, 0.50, 0.45), 'md': (0.50, 0.70, 0.60),
-            'md+optimal': (0.60, 0.75, 0.70)}
-  config = _cell(grid, 'paired', paired,
-                 [(m, 0.1, s, v[s]) for m, v in finals.items() for s in range(3)])
+  finals = {
+    'uniform': (0.40, 0.50, 0.45),
+    'md': (0.50, 0.70, 0.60),
+    'md+optimal': (0.60, 0.75, 0.70),
+  }
+  config = _cell(
+    grid, 'paired', paired, [(m, 0.1, s, v[s]) for m, v in finals.items() for s in range(3)]
+  )
   cell = experiment_config.committed_cell(config)
   assert not cell.pending
   [effect] = benchmark_report.optimal_effects(cell)  # Uniform has no +optimal version.
   assert effect.sampler == 'md'
   assert effect.final.differences == pytest.approx((0.1, 0.05, 0.1))
   assert effect.budget.differences == pytest.approx((0.1, 0.05, 0.1))
-  half = 4.302653 * (0.0025 / 3) ** 0.5 / 3 ** 0.5  # t(0.975, 2) · sd / √3, sd² = 0.0025/3.
+  half = 4.302653 * (0.0025 / 3) ** 0.5 / 3**0.5  # t(0.975, 2) · sd / √3, sd² = 0.0025/3.
   expected = f'+0.0833 [{0.25 / 3 - half:+.4f}, {0.25 / 3 + half:+.4f}] ahead'
-  text = benchmark_report.benchmark_markdown([cell], command='regenerate',
-                                             page_dir=str(tmp_path))
+  text = benchmark_report.benchmark_markdown([cell], command='regenerate', page_dir=str(tmp_path))
   glance = _section(text, 'What optimal uploads change')
   assert re.search(r'^\| md +\| +\+/\+ \|$', glance, re.M)
   assert not re.search(r'^\| uniform ', glance, re.M)

@@ -30,13 +30,20 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _run_module(module, *args):
   return subprocess.run(
-      [sys.executable, '-m', module, *args], cwd=_REPO, capture_output=True, text=True,
-      timeout=300)
+    [sys.executable, '-m', module, *args], cwd=_REPO, capture_output=True, text=True, timeout=300
+  )
 
 
 def test_fedavg_two_rounds_subprocess(tmp_path):
-  proc = _run_module('bin.fedavg', '--task=digits', '--rounds=2', '--clients_per_round=5',
-                     f'--root_output_dir={tmp_path}', '--experiment_name=smoke', '--verbose')
+  proc = _run_module(
+    'bin.fedavg',
+    '--task=digits',
+    '--rounds=2',
+    '--clients_per_round=5',
+    f'--root_output_dir={tmp_path}',
+    '--experiment_name=smoke',
+    '--verbose',
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert 'round 2/2' in proc.stderr and 'Finished round 2' in proc.stderr
   # --verbose gives absl's prefix back (and TensorFlow's own log, where it has any).
@@ -48,13 +55,23 @@ def test_fedavg_two_rounds_subprocess(tmp_path):
 
 
 def test_demo_two_rounds_subprocess(tmp_path):
-  proc = _run_module('bin.demo', '--rounds=2', '--seeds=2', '--methods=optimal,full',
-                     '--eval_every=1', f'--root_output_dir={tmp_path}')
+  proc = _run_module(
+    'bin.demo',
+    '--rounds=2',
+    '--seeds=2',
+    '--methods=optimal,full',
+    '--eval_every=1',
+    f'--root_output_dir={tmp_path}',
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   # Quiet by default: our lines only, no TensorFlow C++ log, absl prefix or traceback.
-  noise = [line for line in proc.stderr.splitlines()
-           if re.match(r'\d{4}-\d\d-\d\d [\d:.]+: [IWEF] |[IWEF]\d{4} [\d:.]+ +\d+ ', line)
-           or 'Traceback' in line or 'never used' in line]
+  noise = [
+    line
+    for line in proc.stderr.splitlines()
+    if re.match(r'\d{4}-\d\d-\d\d [\d:.]+: [IWEF] |[IWEF]\d{4} [\d:.]+ +\d+ ', line)
+    or 'Traceback' in line
+    or 'never used' in line
+  ]
   assert not noise, noise[:5]
   assert re.search(r'^round 2/2 \| ', proc.stderr, re.M), proc.stderr[-2000:]
   lines = proc.stdout.splitlines()
@@ -63,25 +80,39 @@ def test_demo_two_rounds_subprocess(tmp_path):
   with open(tmp_path / 'accuracy.png', 'rb') as f:
     assert f.read(8) == b'\x89PNG\r\n\x1a\n'
   assert sorted(os.listdir(tmp_path)) == [
-      'accuracy.png', 'digits_full_seed0', 'digits_full_seed1', 'digits_optimal_seed0',
-      'digits_optimal_seed1']
+    'accuracy.png',
+    'digits_full_seed0',
+    'digits_full_seed1',
+    'digits_optimal_seed0',
+    'digits_optimal_seed1',
+  ]
   full = results.load_run(tmp_path / 'digits_full_seed0')
   assert np.all(full.metrics['uplink/model_uploads'][1:] == 32)  # Everyone uploads.
   assert full.hparams['task.preset'] == 'unbalanced'
 
 
-@pytest.mark.parametrize('overrides,message', [
+@pytest.mark.parametrize(
+  'overrides,message',
+  [
     (dict(clients_per_round='500'), 'clients_per_round=500 exceeds the population of 100'),
-    (dict(sequence_length='5'),
-     r'--sequence_length does not apply to --task=digits \(it applies to: shakespeare\)'),
-    (dict(synthetic_alpha='1.0'),
-     r'--synthetic_alpha does not apply to --task=digits \(it applies to: synthetic\); '
-     r"the flags of task 'digits' are --client_batch_size, --data_seed"),
-    (dict(cache_dir='/tmp'), r'--cache_dir does not apply to --task=digits \(it applies to: '
-                             r'emnist, emnist_skewed, emnist_unbalanced_1, .*, cifar100\)'),
+    (
+      dict(sequence_length='5'),
+      r'--sequence_length does not apply to --task=digits \(it applies to: shakespeare\)',
+    ),
+    (
+      dict(synthetic_alpha='1.0'),
+      r'--synthetic_alpha does not apply to --task=digits \(it applies to: synthetic\); '
+      r"the flags of task 'digits' are --client_batch_size, --data_seed",
+    ),
+    (
+      dict(cache_dir='/tmp'),
+      r'--cache_dir does not apply to --task=digits \(it applies to: '
+      r'emnist, emnist_skewed, emnist_unbalanced_1, .*, cifar100\)',
+    ),
     (dict(dirichlet_alpha='-1'), 'dirichlet_alpha'),
     (dict(task='emnist', cache_dir='{tmp}/empty'), r'emnist_all\.sqlite.*cache_dir'),
-])
+  ],
+)
 def test_fedavg_bad_input_exits_with_a_clear_message(overrides, message, tmp_path):
   overrides = {k: v.format(tmp=tmp_path) for k, v in overrides.items()}
   with flagsaver.as_parsed(rounds='1', root_output_dir=str(tmp_path), **overrides):
@@ -89,8 +120,9 @@ def test_fedavg_bad_input_exits_with_a_clear_message(overrides, message, tmp_pat
       fedavg.main(['fedavg'])
 
 
-@pytest.mark.parametrize('flag,value', [
-    ('rounds', '0'), ('clients_per_round', '-1'), ('num_clients', '0')])
+@pytest.mark.parametrize(
+  'flag,value', [('rounds', '0'), ('clients_per_round', '-1'), ('num_clients', '0')]
+)
 def test_non_positive_counts_are_rejected_at_parse_time(flag, value):
   with pytest.raises(flags.IllegalFlagValueError, match=f'{flag}=.*{value}|>= 1'):
     with flagsaver.as_parsed(**{flag: value}):
@@ -109,8 +141,9 @@ def test_extra_arguments_are_rejected():
 
 
 def test_resume_with_other_flags_is_rejected(tmp_path):
-  common = dict(rounds='1', clients_per_round='5', root_output_dir=str(tmp_path),
-                experiment_name='run')
+  common = dict(
+    rounds='1', clients_per_round='5', root_output_dir=str(tmp_path), experiment_name='run'
+  )
   with flagsaver.as_parsed(**common):
     fedavg.main(['fedavg'])
   with flagsaver.as_parsed(client_learning_rate='0.5', **common):
@@ -119,8 +152,15 @@ def test_resume_with_other_flags_is_rejected(tmp_path):
 
 
 def test_optimal_sampling_two_rounds(tmp_path):
-  outcome = fh.run_binary('optimal_sampling', task='digits', rounds=2, sampling='optimal',
-                          algorithm='dsgd', root_output_dir=tmp_path, experiment_name='smoke')
+  outcome = fh.run_binary(
+    'optimal_sampling',
+    task='digits',
+    rounds=2,
+    sampling='optimal',
+    algorithm='dsgd',
+    root_output_dir=tmp_path,
+    experiment_name='smoke',
+  )
   assert outcome.exit_code == 0, outcome
   run = results.load_run(tmp_path / 'smoke')
   assert list(run.rounds) == [0, 1, 2]
@@ -129,8 +169,9 @@ def test_optimal_sampling_two_rounds(tmp_path):
   uploads = run.metrics['uplink/model_uploads'][1:]
   assert np.all(uploads == run.metrics['process/aggregator/uploads'][1:])
   # Bits: uploads × 4,810 parameters + 18 protocol scalars × 32 clients, 32 bits each.
-  np.testing.assert_array_equal(run.metrics['uplink/round_bits'][1:],
-                                32 * (uploads * 4810 + 18 * 32))
+  np.testing.assert_array_equal(
+    run.metrics['uplink/round_bits'][1:], 32 * (uploads * 4810 + 18 * 32)
+  )
 
 
 def test_fedavg_over_two_local_workers_equals_one_process(tmp_path, caplog):
@@ -138,8 +179,9 @@ def test_fedavg_over_two_local_workers_equals_one_process(tmp_path, caplog):
   assert fh.run_binary('fedavg', experiment_name='one', **common).exit_code == 0
   children = fh.child_pids()  # With TFF's own local worker, started by the first run.
   with caplog.at_level(logging.INFO, logger='absl'):
-    two = fh.run_binary('fedavg', experiment_name='two', local_workers=2, clients_per_call=2,
-                        **common)
+    two = fh.run_binary(
+      'fedavg', experiment_name='two', local_workers=2, clients_per_call=2, **common
+    )
   assert two.exit_code == 0, two
   assert 'clients are split over 2 TFF workers' in caplog.text
   assert fh.child_pids() <= children  # The run's 2 workers stopped with it.
@@ -149,39 +191,62 @@ def test_fedavg_over_two_local_workers_equals_one_process(tmp_path, caplog):
 
 
 def test_optimal_sampling_refuses_workers_with_the_reason(tmp_path):
-  outcome = fh.run_binary('optimal_sampling', task='digits', rounds=1, sampling='optimal',
-                          local_workers=2, root_output_dir=tmp_path, experiment_name='smoke')
+  outcome = fh.run_binary(
+    'optimal_sampling',
+    task='digits',
+    rounds=1,
+    sampling='optimal',
+    local_workers=2,
+    root_output_dir=tmp_path,
+    experiment_name='smoke',
+  )
   fh.assert_one_line_error(outcome, 'cannot run over several TFF workers')
   assert not os.listdir(tmp_path)  # Refused before anything was written.
 
 
 def test_clustered_sampling_two_rounds(tmp_path):
-  outcome = fh.run_binary('clustered_sampling', rounds=2, eval_every=1,
-                          sampling='md,clustered_similarity,target,fedgs', client_epochs=1,
-                          availability='LN', root_output_dir=tmp_path)
+  outcome = fh.run_binary(
+    'clustered_sampling',
+    rounds=2,
+    eval_every=1,
+    sampling='md,clustered_similarity,target,fedgs',
+    client_epochs=1,
+    availability='LN',
+    root_output_dir=tmp_path,
+  )
   assert outcome.exit_code == 0, outcome
   assert sorted(os.listdir(tmp_path)) == [
-      'digits_accuracy.png', 'digits_clustered_similarity_seed0', 'digits_fedgs_seed0',
-      'digits_md_seed0', 'digits_target_seed0']
+    'digits_accuracy.png',
+    'digits_clustered_similarity_seed0',
+    'digits_fedgs_seed0',
+    'digits_md_seed0',
+    'digits_target_seed0',
+  ]
   fedgs = results.load_run(tmp_path / 'digits_fedgs_seed0')
-  np.testing.assert_array_equal(fedgs.metrics['cohort_size'][1:],
-                                np.minimum(10, fedgs.metrics['availability/active_clients'][1:]))
+  np.testing.assert_array_equal(
+    fedgs.metrics['cohort_size'][1:],
+    np.minimum(10, fedgs.metrics['availability/active_clients'][1:]),
+  )
   target = results.load_run(tmp_path / 'digits_target_seed0')
   # Shards: one client per digit among the active ones.
-  assert np.all(target.metrics['selection/distinct_labels'][1:] ==
-                target.metrics['cohort_size'][1:])
+  assert np.all(
+    target.metrics['selection/distinct_labels'][1:] == target.metrics['cohort_size'][1:]
+  )
   assert target.hparams['task.preset'] == 'shards'
   similarity = results.load_run(tmp_path / 'digits_clustered_similarity_seed0')
   assert np.all(similarity.metrics['cohort_size'][1:] == 10)  # m draws, with repeats.
 
 
-@pytest.mark.parametrize('binary,sampling,message', [
+@pytest.mark.parametrize(
+  'binary,sampling,message',
+  [
     ('clustered_sampling', 'md,best', "--sampling has unknown value 'best'; choose from md,"),
     ('fedgs', 'uniform,best', "--sampling has unknown value 'best'; choose from"),
     ('lefl', 'best', "--sampling has unknown value 'best'; choose from"),
     ('benchmark', 'md+best', "Unknown method 'md+best': give a sampler of"),
     ('benchmark', '', '--sampling is empty; give at least one value.'),
-])
+  ],
+)
 def test_unknown_methods_are_refused_while_parsing(binary, sampling, message, tmp_path):
   with fh.flags_of(binary):
     with pytest.raises(flags.IllegalFlagValueError) as raised:
@@ -192,8 +257,13 @@ def test_unknown_methods_are_refused_while_parsing(binary, sampling, message, tm
 
 
 def test_availability_flag_limits_every_round(tmp_path):
-  common = dict(rounds='2', clients_per_round='30', root_output_dir=str(tmp_path),
-                experiment_name='ln', availability='LN')
+  common = dict(
+    rounds='2',
+    clients_per_round='30',
+    root_output_dir=str(tmp_path),
+    experiment_name='ln',
+    availability='LN',
+  )
   with flagsaver.as_parsed(**common):
     fedavg.main(['fedavg'])
   run = results.load_run(tmp_path / 'ln')
@@ -206,14 +276,21 @@ def test_availability_flag_limits_every_round(tmp_path):
 
 def test_fedgs_binary_table_over_modes_and_methods(tmp_path, capfd):
   outcome = fh.run_binary(
-      'fedgs', rounds=2, eval_every=1, availability='IDL,MDF-0.5',
-      sampling='fedgs,uniform,md,power_of_choice,power_of_choice_all,fedprox',
-      root_output_dir=tmp_path)
+    'fedgs',
+    rounds=2,
+    eval_every=1,
+    availability='IDL,MDF-0.5',
+    sampling='fedgs,uniform,md,power_of_choice,power_of_choice_all,fedprox',
+    root_output_dir=tmp_path,
+  )
   assert outcome.exit_code == 0, outcome
   stdout = capfd.readouterr().out
   methods = ('fedgs', 'uniform', 'md', 'power_of_choice', 'power_of_choice_all', 'fedprox')
-  runs = {(mode, m): results.load_run(tmp_path / f'synthetic_{mode}_{m}_seed0')
-          for mode in ('IDL', 'MDF-0.5') for m in methods}
+  runs = {
+    (mode, m): results.load_run(tmp_path / f'synthetic_{mode}_{m}_seed0')
+    for mode in ('IDL', 'MDF-0.5')
+    for m in methods
+  }
   # The paper's Synthetic setting filled the unset flags.
   fedgs = runs['MDF-0.5', 'fedgs']
   assert fedgs.hparams['clients_per_round'] == 6 and fedgs.hparams['task.num_clients'] == 30
@@ -227,20 +304,23 @@ def test_fedgs_binary_table_over_modes_and_methods(tmp_path, capfd):
   active = fedgs.metrics['availability/active_clients'][1:]
   assert np.all(active < 30)
   for m in methods:
-    np.testing.assert_array_equal(runs['MDF-0.5', m].metrics['availability/active_clients'][1:],
-                                  active)
+    np.testing.assert_array_equal(
+      runs['MDF-0.5', m].metrics['availability/active_clients'][1:], active
+    )
     np.testing.assert_array_equal(runs['IDL', m].metrics['availability/active_clients'][1:], 30)
     if m != 'md':  # MD draws m times with replacement.
-      np.testing.assert_array_equal(runs['MDF-0.5', m].metrics['cohort_size'][1:],
-                                    np.minimum(6, active))
-    np.testing.assert_array_equal(runs['MDF-0.5', m].selection_counts.sum(),
-                                  runs['MDF-0.5', m].metrics['cohort_size'][1:].sum())
+      np.testing.assert_array_equal(
+        runs['MDF-0.5', m].metrics['cohort_size'][1:], np.minimum(6, active)
+      )
+    np.testing.assert_array_equal(
+      runs['MDF-0.5', m].selection_counts.sum(), runs['MDF-0.5', m].metrics['cohort_size'][1:].sum()
+    )
   # FedGS with α = 1 after 2 rounds: nobody picked twice unless forced.
   assert fedgs.selection_counts.max() == 1
   lines = stdout.splitlines()
   header = next(i for i, line in enumerate(lines) if line.startswith('method') and 'IDL' in line)
   assert 'MDF-0.5' in lines[header]
-  assert [line.split()[0] for line in lines[header + 2:header + 8]] == list(methods)
+  assert [line.split()[0] for line in lines[header + 2 : header + 8]] == list(methods)
   assert (tmp_path / 'synthetic_sampling_counts.png').stat().st_size > 0
 
 
@@ -260,19 +340,24 @@ def test_power_of_choice_all_takes_every_active_client_as_a_candidate():
   assert len(sampler.candidates(state, 3, available)) == 20
 
 
-@pytest.mark.parametrize('availability,message', [
+@pytest.mark.parametrize(
+  'availability,message',
+  [
     ('XX', "Unknown --availability mode 'XX'"),
     ('LN-abc', "β 'abc' is not a number"),
     ('LN-1.5', '`beta` must be in [0, 1], got 1.5'),
-])
+  ],
+)
 def test_fedgs_binary_rejects_bad_availability(tmp_path, availability, message):
-  outcome = fh.run_binary('fedgs', rounds=1, availability=availability, sampling='uniform',
-                          root_output_dir=tmp_path)
+  outcome = fh.run_binary(
+    'fedgs', rounds=1, availability=availability, sampling='uniform', root_output_dir=tmp_path
+  )
   fh.assert_one_line_error(outcome, re.escape(message))
 
 
 def test_parse_availability_defaults_and_conflicts():
   from bin import experiment_flags as ef
+
   assert ef.parse_availability('ln') == comparisons.AvailabilitySpec('LN', 0.5, 24)
   assert ef.parse_availability('YC-0.3').label == 'YC-0.3'
   assert ef.parse_availability('IDL').label == 'IDL'
@@ -287,8 +372,16 @@ def test_parse_availability_defaults_and_conflicts():
 
 
 def test_lefl_binary_two_rounds(tmp_path, capfd):
-  outcome = fh.run_binary('lefl', rounds=2, eval_every=1, pretrain_epochs=1, public_examples=50,
-                          availability='LN', experiment_name='lf', root_output_dir=tmp_path)
+  outcome = fh.run_binary(
+    'lefl',
+    rounds=2,
+    eval_every=1,
+    pretrain_epochs=1,
+    public_examples=50,
+    availability='LN',
+    experiment_name='lf',
+    root_output_dir=tmp_path,
+  )
   assert outcome.exit_code == 0, outcome
   stdout = capfd.readouterr().out
   # --experiment_name prefixes the runs of a comparison.
@@ -300,8 +393,9 @@ def test_lefl_binary_two_rounds(tmp_path, capfd):
   assert lefl.metrics['downlink/preprocessing_bits'][0] == 100 * 50 * 64 * 32
   assert uniform.metrics['uplink/round_bits'][0] == 0
   # Both saw the same active clients; both report the label KL every round.
-  np.testing.assert_array_equal(lefl.metrics['availability/active_clients'],
-                                uniform.metrics['availability/active_clients'])
+  np.testing.assert_array_equal(
+    lefl.metrics['availability/active_clients'], uniform.metrics['availability/active_clients']
+  )
   assert np.all(np.isfinite(lefl.metrics['selection/label_kl'][1:]))
   assert np.all(lefl.metrics['selection/label_kl'][1:] >= 0)
   assert 'lefl' in stdout and 'uniform' in stdout
@@ -310,18 +404,34 @@ def test_lefl_binary_two_rounds(tmp_path, capfd):
 
 def test_lefl_binary_rejects_more_clusters_than_clients(tmp_path):
   # (--sample_rate=1.5 is refused while parsing: tests/test_faults_inputs.py.)
-  outcome = fh.run_binary('lefl', rounds=1, sampling='lefl', pretrain_epochs=1,
-                          public_examples=20, num_clusters=101, root_output_dir=tmp_path)
+  outcome = fh.run_binary(
+    'lefl',
+    rounds=1,
+    sampling='lefl',
+    pretrain_epochs=1,
+    public_examples=20,
+    num_clusters=101,
+    root_output_dir=tmp_path,
+  )
   fh.assert_one_line_error(outcome, 'num_clusters=101 exceeds the number of clients N=100')
 
 
 def test_a_run_that_learns_nothing_says_so_and_goes_on(tmp_path, capsys):
   # lr 1000 on digits: the loss blows up (finite) and the accuracy sits at chance. The run
   # is not stopped (exit 0), but warns once for each and records both in warnings.txt.
-  outcome = fh.run_binary('optimal_sampling', task='digits', rounds=10, sampling='full',
-                          client_learning_rate=1000, eval_every=5, num_clients=20,
-                          clients_per_round=5, expected_clients=50,
-                          root_output_dir=tmp_path, experiment_name='blowup')
+  outcome = fh.run_binary(
+    'optimal_sampling',
+    task='digits',
+    rounds=10,
+    sampling='full',
+    client_learning_rate=1000,
+    eval_every=5,
+    num_clients=20,
+    clients_per_round=5,
+    expected_clients=50,
+    root_output_dir=tmp_path,
+    experiment_name='blowup',
+  )
   assert outcome.exit_code == 0, outcome
   run = results.load_run(tmp_path / 'blowup')
   loss, initial = run.last_finite('eval/loss'), run.column('eval/loss')[0]
@@ -340,7 +450,13 @@ def test_a_run_that_learns_nothing_says_so_and_goes_on(tmp_path, capsys):
 
 
 def test_a_run_that_learns_writes_no_warnings(tmp_path):
-  outcome = fh.run_binary('optimal_sampling', task='digits', rounds=2, sampling='optimal',
-                          root_output_dir=tmp_path, experiment_name='fine')
+  outcome = fh.run_binary(
+    'optimal_sampling',
+    task='digits',
+    rounds=2,
+    sampling='optimal',
+    root_output_dir=tmp_path,
+    experiment_name='fine',
+  )
   assert outcome.exit_code == 0, outcome
   assert not (tmp_path / 'fine' / 'warnings.txt').exists()

@@ -72,6 +72,5 @@ def test_md_then_optimal_uploads_is_unbiased_for_the_full_update():
 def test_the_check_detects_a_biased_pairing():
   # MD already draws ∝ n_k; weighting the draws by n_k again counts size twice, a
   # bias of the sampler stage that the upload stage keeps. The same test must see it.
-  estimates, _ = _combined_estimates(
-    lambda selection: _SIZES[selection.clients].astype(np.float32))
+  estimates, _ = _combined_estimates(lambda selection: _SIZES[selection.clients].astype(np.float32))
   assert not np.all(_within(estimates, _FULL_UPDATE))

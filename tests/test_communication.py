@@ -19,11 +19,14 @@ def test_upload_bits_other_width():
   assert communication.upload_bits(communication.Uplink(2, 1), 10, bits_per_value=8) == 8 * 21
 
 
-@pytest.mark.parametrize('uplink,params,match', [
+@pytest.mark.parametrize(
+  'uplink,params,match',
+  [
     (communication.Uplink(-1, 0), 10, 'non-negative'),
     (communication.Uplink(1, -2), 10, 'non-negative'),
     (communication.Uplink(1, 0), 0, 'model_parameters must be positive'),
-])
+  ],
+)
 def test_upload_bits_rejects_bad_counts(uplink, params, match):
   with pytest.raises(ValueError, match=match):
     communication.upload_bits(uplink, params)
@@ -31,7 +34,8 @@ def test_upload_bits_rejects_bad_counts(uplink, params, match):
 
 def test_count_parameters_counts_trainable_only():
   weights = tff.learning.models.ModelWeights(
-      trainable=[np.zeros((64, 10)), np.zeros(10)], non_trainable=[np.zeros(1000)])
+    trainable=[np.zeros((64, 10)), np.zeros(10)], non_trainable=[np.zeros(1000)]
+  )
   assert communication.count_parameters(weights) == 650
   assert communication.count_parameters(collections.OrderedDict(a=np.zeros((2, 3)))) == 6
 

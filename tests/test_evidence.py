@@ -50,8 +50,11 @@ def test_curve_mean_is_the_trapezoid_area_over_the_span():
 
 def test_lowest_is_the_smallest_evaluated_loss():
   run = results.Run(
-    path='r', hparams={}, rounds=np.arange(4, dtype=np.int64),
-    metrics={'eval/loss': np.array([2.0, NAN, 0.7, 0.9])})
+    path='r',
+    hparams={},
+    rounds=np.arange(4, dtype=np.int64),
+    metrics={'eval/loss': np.array([2.0, NAN, 0.7, 0.9])},
+  )
   assert evidence.lowest(run) == pytest.approx(0.7)  # Not the last (0.9), not the gap.
   with pytest.raises(KeyError, match='no column'):
     evidence.lowest(make_run([0, 1], [0.1, 0.2]))

@@ -34,10 +34,21 @@ def _rows(text, heading):
 
 def test_extra_columns_are_averaged_per_run_and_over_seeds():
   spec = evidence_spec.ExperimentSpec(
-    name='e', title='e', binary='fedgs', binary_flags=(), methods=('fedgs', 'uniform'),
-    baseline='uniform', learning_rates=(0.1,), tuning_seed=100, seeds=2, final_k=1,
-    targets=(), claims=(), extra_columns=(ACTIVE,),
-    fixed_rates=(('fedgs', 0.1), ('uniform', 0.1)))
+    name='e',
+    title='e',
+    binary='fedgs',
+    binary_flags=(),
+    methods=('fedgs', 'uniform'),
+    baseline='uniform',
+    learning_rates=(0.1,),
+    tuning_seed=100,
+    seeds=2,
+    final_k=1,
+    targets=(),
+    claims=(),
+    extra_columns=(ACTIVE,),
+    fixed_rates=(('fedgs', 0.1), ('uniform', 0.1)),
+  )
   # Per run, the mean over the rounds that record it: seed 0 (4 + 6) / 2 = 5, seed 1 (2 + 2) / 2
   # = 2; over the seeds 3.5 ± sqrt(((5 − 3.5)² + (2 − 3.5)²) / 1) = 2.121. Uniform is missing
   # seed 1.

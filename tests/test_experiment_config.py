@@ -60,7 +60,8 @@ def test_load_splits_experiment_and_binary_flags(tmp_path):
   assert spec.tuned and list(spec.reported_seeds) == [0, 1, 2, 3, 4]
   assert spec.extra_columns == ()
   with_columns = experiment_config.load(
-      write_config(tmp_path, CONFIG + '--extra_columns=a/b,c\n', folder='other'))
+    write_config(tmp_path, CONFIG + '--extra_columns=a/b,c\n', folder='other')
+  )
   assert with_columns.extra_columns == ('a/b', 'c')
   assert with_columns.binary_flags == spec.binary_flags
 
@@ -141,9 +142,11 @@ def test_tune_picks_the_best_rate_and_leaves_diverged_runs_out(tmp_path):
   assert math.isnan(tuning.scores[('uniform', 0.2)])
   # A tuning run still training does not score (rounds 2 planned, 1 written).
   unfinished = fault_harness.write_run(
-      tmp_path / 'lr0.05', 'optimal_seed50',
-      {'sampling': 'optimal', 'seed': 50, 'client_learning_rate': 0.2, 'rounds': 2},
-      run_csv([0.1, 0.99]))
+    tmp_path / 'lr0.05',
+    'optimal_seed50',
+    {'sampling': 'optimal', 'seed': 50, 'client_learning_rate': 0.2, 'rounds': 2},
+    run_csv([0.1, 0.99]),
+  )
   partial = evidence_spec.tune(spec, [*map(results.load_run, made), results.load_run(unfinished)])
   assert partial.scores[('optimal', 0.2)] == pytest.approx(0.6)
   # A grid rate not trained yet leaves the choice provisional: it is pending, not skipped.
@@ -156,21 +159,32 @@ def test_tune_picks_the_best_rate_and_leaves_diverged_runs_out(tmp_path):
 
 def test_a_tuning_only_experiment_wants_the_grid_and_nothing_else(tmp_path):
   text = CONFIG.replace('--seeds=5', '--seeds=0').replace(
-      '--claims=optimal>uniform:final,optimal=uniform:auc@0.02,optimal<uniform:bits_to_0.5\n', '')
+    '--claims=optimal>uniform:final,optimal=uniform:auc@0.02,optimal<uniform:bits_to_0.5\n', ''
+  )
   spec = experiment_config.load(write_config(tmp_path, text))
   assert spec.tuning_only and spec.tuned and list(spec.reported_seeds) == []
   assert not experiment_config.load(write_config(tmp_path, folder='reported')).tuning_only
   grid = [(m, r) for r in (0.2, 0.1) for m in ('optimal', 'uniform')]
   assert evidence_spec.missing_runs(spec, []) == [f'{m} at {r:g}, seed 50' for m, r in grid]
-  runs = [results.load_run(fault_harness.write_run(
-      tmp_path / f'lr{rate:g}', f'{method}_seed50',
-      {'sampling': method, 'seed': 50, 'client_learning_rate': rate, 'rounds': 2},
-      run_csv([0.1, 0.3, 0.3]))) for method, rate in grid]
+  runs = [
+    results.load_run(
+      fault_harness.write_run(
+        tmp_path / f'lr{rate:g}',
+        f'{method}_seed50',
+        {'sampling': method, 'seed': 50, 'client_learning_rate': rate, 'rounds': 2},
+        run_csv([0.1, 0.3, 0.3]),
+      )
+    )
+    for method, rate in grid
+  ]
   assert evidence_spec.missing_runs(spec, runs) == []  # No reported seed is wanted.
   # Without a grid there is nothing to tune: one rate and no seeds is refused.
   with pytest.raises(ValueError, match='seeds must be >= 1'):
-    experiment_config.load(write_config(
-        tmp_path, text.replace('--learning_rates=0.2,0.1', '--learning_rates=0.1'), 'one_rate'))
+    experiment_config.load(
+      write_config(
+        tmp_path, text.replace('--learning_rates=0.2,0.1', '--learning_rates=0.1'), 'one_rate'
+      )
+    )
 
 
 def test_ties_go_to_the_larger_rate(tmp_path):
@@ -200,10 +214,18 @@ def _run(metrics, rounds):
 
 def test_diverged_reads_the_signs_the_loop_stops_on():
   nan, inf = math.nan, math.inf
-  assert evidence_spec.diverged(_run({'train/loss': [nan, 1, 2], 'round_seconds': [nan, 1, 1]},
-                                     [0, 1, 2])) is None
-  assert evidence_spec.diverged(_run({'train/loss': [nan, 1, nan], 'round_seconds': [nan, 1, 1]},
-                                     [0, 1, 2])) == 2
+  assert (
+    evidence_spec.diverged(
+      _run({'train/loss': [nan, 1, 2], 'round_seconds': [nan, 1, 1]}, [0, 1, 2])
+    )
+    is None
+  )
+  assert (
+    evidence_spec.diverged(
+      _run({'train/loss': [nan, 1, nan], 'round_seconds': [nan, 1, 1]}, [0, 1, 2])
+    )
+    == 2
+  )
   assert evidence_spec.diverged(_run({'eval/loss': [2, inf]}, [0, 5])) == 5
   # A NaN evaluation loss counts where the evaluation ran (its accuracy is there), not in a
   # row that was not evaluated.
@@ -212,13 +234,16 @@ def test_diverged_reads_the_signs_the_loop_stops_on():
   evaluated['eval/loss'] = [2, nan, 1]
   assert evidence_spec.diverged(_run(evaluated, [0, 1, 2])) is None
   assert evidence_spec.diverged(_run({'eval/loss': [2, nan]}, [0, 5])) is None
-  assert evidence_spec.diverged(
-    _run({'process/finalizer/update_non_finite': [nan, 0, 1]}, [0, 1, 2])) == 2
+  assert (
+    evidence_spec.diverged(_run({'process/finalizer/update_non_finite': [nan, 0, 1]}, [0, 1, 2]))
+    == 2
+  )
 
 
 def test_a_run_without_tuning_uses_its_one_rate(tmp_path):
   text = CONFIG.replace('--learning_rates=0.2,0.1', '--learning_rates=0.1').replace(
-    '--tuning_seed=50', '--tuning_seed=0')
+    '--tuning_seed=50', '--tuning_seed=0'
+  )
   spec = experiment_config.load(write_config(tmp_path, textwrap.dedent(text)))
   assert not spec.tuned
   assert evidence_spec.tune(spec, []).chosen == {'optimal': 0.1, 'uniform': 0.1}
@@ -239,8 +264,11 @@ def test_best_loss_claims_parse():
 
 
 def test_method_flag_compares_values_of_another_flag(tmp_path):
-  text = CONFIG.replace('--binary=demo', '--binary=fedgs\n--method_flag=alpha').replace(
-    '--methods=optimal,uniform', '--methods=0,1').replace('--baseline=uniform', '--baseline=0')
+  text = (
+    CONFIG.replace('--binary=demo', '--binary=fedgs\n--method_flag=alpha')
+    .replace('--methods=optimal,uniform', '--methods=0,1')
+    .replace('--baseline=uniform', '--baseline=0')
+  )
   text = text.replace('--claims=', '# ') + '--sampling=fedgs\n'
   spec = experiment_config.load(write_config(tmp_path, text))
   assert spec.method_flag == 'alpha' and spec.label_key == 'alpha'
@@ -252,8 +280,11 @@ def test_method_flag_compares_values_of_another_flag(tmp_path):
   # Each value's runs get a directory of their own: the binary's run name holds only
   # --sampling, and two values sharing one would resume (or lock) each other's run.
   names = [experiment_config.run_name_flags(spec, m) for m in ('0', '0.5', '1')]
-  assert names == [['--experiment_name=alpha0'], ['--experiment_name=alpha0.5'],
-                   ['--experiment_name=alpha1']]
+  assert names == [
+    ['--experiment_name=alpha0'],
+    ['--experiment_name=alpha0.5'],
+    ['--experiment_name=alpha1'],
+  ]
   for [flag] in names:
     run_dir.check_run_name(flag.split('=', 1)[1])
   # The default: the binary's method flag, runs labelled by their `sampling`, named by the
@@ -263,7 +294,8 @@ def test_method_flag_compares_values_of_another_flag(tmp_path):
   assert experiment_config.run_name_flags(default, 'uniform') == []
   with pytest.raises(ValueError, match='--experiment_name is set per run'):
     experiment_config.load(
-      write_config(tmp_path, CONFIG + '--experiment_name=mine\n', folder='fourth'))
+      write_config(tmp_path, CONFIG + '--experiment_name=mine\n', folder='fourth')
+    )
 
 
 def test_beyond_keeps_the_grids_ratio():
@@ -278,10 +310,14 @@ def test_tuning_extends_past_the_edge_until_the_best_rate_is_inside(tmp_path):
   made = {}
 
   def add(method, rate, final):
-    made[(method, rate)] = results.load_run(fault_harness.write_run(
-      tmp_path / f'lr{rate:g}', f'{method}_seed50',
-      {'sampling': method, 'seed': 50, 'client_learning_rate': rate, 'rounds': 2},
-      run_csv([0.1, final, final])))
+    made[(method, rate)] = results.load_run(
+      fault_harness.write_run(
+        tmp_path / f'lr{rate:g}',
+        f'{method}_seed50',
+        {'sampling': method, 'seed': 50, 'client_learning_rate': rate, 'rounds': 2},
+        run_csv([0.1, final, final]),
+      )
+    )
 
   # Grid 0.2, 0.1: optimal is best at the top edge, uniform at the bottom edge.
   add('optimal', 0.2, 0.6), add('optimal', 0.1, 0.5)
@@ -300,8 +336,9 @@ def test_tuning_extends_past_the_edge_until_the_best_rate_is_inside(tmp_path):
   assert tuning.chosen == {'optimal': 0.2, 'uniform': 0.025}  # Still at the edge: limit reached.
   assert tuning.tried == {'optimal': (0.4, 0.2, 0.1), 'uniform': (0.2, 0.1, 0.05, 0.025)}
   # Without extension the same runs give the grid's choice; extra rates are ignored.
-  plain = evidence_spec.tune(experiment_config.load(write_config(tmp_path, folder='plain')),
-                             list(made.values()))
+  plain = evidence_spec.tune(
+    experiment_config.load(write_config(tmp_path, folder='plain')), list(made.values())
+  )
   assert plain.chosen == {'optimal': 0.2, 'uniform': 0.1} and not plain.pending
   assert ('uniform', 0.05) not in plain.scores
 
@@ -315,12 +352,22 @@ def test_rates_borrowed_from_a_sibling_experiments_tuning(tmp_path):
   assert spec.rates_from == 'ideal' and not spec.tuned
   with pytest.raises(ValueError, match='resolve them first'):
     evidence_spec.tune(spec, [])
-  runs = [results.load_run(fault_harness.write_run(
-      tmp_path / 'runs' / f'lr{rate:g}', f'{method}_seed50',
-      {'sampling': method, 'seed': 50, 'client_learning_rate': rate, 'rounds': 2},
-      run_csv([0.1, final, final])))
-      for method, rate, final in (('optimal', 0.2, 0.6), ('optimal', 0.1, 0.5),
-                                  ('uniform', 0.2, 0.3), ('uniform', 0.1, 0.4))]
+  runs = [
+    results.load_run(
+      fault_harness.write_run(
+        tmp_path / 'runs' / f'lr{rate:g}',
+        f'{method}_seed50',
+        {'sampling': method, 'seed': 50, 'client_learning_rate': rate, 'rounds': 2},
+        run_csv([0.1, final, final]),
+      )
+    )
+    for method, rate, final in (
+      ('optimal', 0.2, 0.6),
+      ('optimal', 0.1, 0.5),
+      ('uniform', 0.2, 0.3),
+      ('uniform', 0.1, 0.4),
+    )
+  ]
   seen = []
 
   def sibling_runs(source):
@@ -332,7 +379,8 @@ def test_rates_borrowed_from_a_sibling_experiments_tuning(tmp_path):
   assert dict(resolved.fixed_rates) == {'optimal': 0.2, 'uniform': 0.1}
   assert evidence_spec.tune(resolved, []).chosen == {'optimal': 0.2, 'uniform': 0.1}
   one = experiment_config.borrow_rates(
-    dataclasses.replace(spec, rates_from='ideal:uniform'), borrowing, sibling_runs)
+    dataclasses.replace(spec, rates_from='ideal:uniform'), borrowing, sibling_runs
+  )
   assert dict(one.fixed_rates) == {'optimal': 0.1, 'uniform': 0.1}  # uniform's rate for all.
   # Unfinished tuning, or both ways of giving rates, are refused in one line.
   with pytest.raises(ValueError, match='tuned no rate|no finished tuning run'):
@@ -340,54 +388,78 @@ def test_rates_borrowed_from_a_sibling_experiments_tuning(tmp_path):
   with pytest.raises(ValueError, match=r'tuning of ideal is not done \(optimal at 0.1'):
     experiment_config.borrow_rates(spec, borrowing, lambda source: [runs[0], *runs[2:]])
   with pytest.raises(ValueError, match='either --learning_rates or --learning_rates_from'):
-    experiment_config.load(write_config(
-        tmp_path, CONFIG + '--learning_rates_from=ideal\n', folder='both'))
+    experiment_config.load(
+      write_config(tmp_path, CONFIG + '--learning_rates_from=ideal\n', folder='both')
+    )
 
 
 def test_a_runs_availability_is_checked_as_mode_and_beta(tmp_path):
-  run = results.load_run(fault_harness.write_run(
-    tmp_path, 'r', {'sampling': 'uniform', 'seed': 0, 'availability': 'LN',
-                    'availability_beta': 0.5}, run_csv([0.1, 0.2])))
+  run = results.load_run(
+    fault_harness.write_run(
+      tmp_path,
+      'r',
+      {'sampling': 'uniform', 'seed': 0, 'availability': 'LN', 'availability_beta': 0.5},
+      run_csv([0.1, 0.2]),
+    )
+  )
   for given in ('LN-0.5', 'LN', 'ln-0.50'):
-    spec = experiment_config.load(write_config(
-      tmp_path, CONFIG + f'--availability={given}\n', folder=f'ok_{given}'))
+    spec = experiment_config.load(
+      write_config(tmp_path, CONFIG + f'--availability={given}\n', folder=f'ok_{given}')
+    )
     experiment_config.check_settings(spec, run)  # Same mode and β: accepted.
   for given in ('LN-0.3', 'YC-0.5', 'IDL'):
-    spec = experiment_config.load(write_config(
-      tmp_path, CONFIG + f'--availability={given}\n', folder=f'bad_{given}'))
-    with pytest.raises(ValueError,
-                       match=f'trained with availability LN .* says --availability={given}'):
+    spec = experiment_config.load(
+      write_config(tmp_path, CONFIG + f'--availability={given}\n', folder=f'bad_{given}')
+    )
+    with pytest.raises(
+      ValueError, match=f'trained with availability LN .* says --availability={given}'
+    ):
       experiment_config.check_settings(spec, run)
 
 
 def test_the_cache_dir_goes_only_to_tasks_that_read_it(tmp_path):
-  offline = experiment_config.load(write_config(tmp_path, CONFIG.replace(
-    '--task=digits', '--task=synthetic'), folder='offline'))
-  cached = experiment_config.load(write_config(tmp_path, CONFIG.replace(
-    '--task=digits', '--task=emnist_skewed'), folder='cached'))
+  offline = experiment_config.load(
+    write_config(tmp_path, CONFIG.replace('--task=digits', '--task=synthetic'), folder='offline')
+  )
+  cached = experiment_config.load(
+    write_config(tmp_path, CONFIG.replace('--task=digits', '--task=emnist_skewed'), folder='cached')
+  )
   assert not experiment_config.takes_cache_dir(offline)
   assert experiment_config.takes_cache_dir(cached)
 
 
 def test_a_grid_trains_task_by_task_tuning_cell_first(tmp_path):
   tunes = CONFIG.replace('--seeds=5', '--seeds=0').replace(
-      '--claims=optimal>uniform:final,optimal=uniform:auc@0.02,optimal<uniform:bits_to_0.5\n', '')
+    '--claims=optimal>uniform:final,optimal=uniform:auc@0.02,optimal<uniform:bits_to_0.5\n', ''
+  )
   borrows = CONFIG.replace('--learning_rates=0.2,0.1\n', '--learning_rates_from={}\n').replace(
-      '--tuning_seed=50\n', '')
+    '--tuning_seed=50\n', ''
+  )
   grid = tmp_path / 'grid'
   # Alphabetically a cell that borrows ("a_LDF") comes before the one it borrows from.
-  for folder, text in (('z_IDL', tunes), ('a_LDF', borrows.format('z_IDL')),
-                       ('b_IDL', tunes), ('b_YC', borrows.format('b_IDL:uniform')),
-                       ('b_LDF', borrows.format('b_IDL'))):
+  for folder, text in (
+    ('z_IDL', tunes),
+    ('a_LDF', borrows.format('z_IDL')),
+    ('b_IDL', tunes),
+    ('b_YC', borrows.format('b_IDL:uniform')),
+    ('b_LDF', borrows.format('b_IDL')),
+  ):
     write_config(grid, text, folder=folder)
 
   def names(configs):
     return [re.search(r'/([^/]+)/experiment\.flags$', c).group(1) for c in configs]
 
   assert names(experiment_config.grid_configs(str(grid))) == [
-      'b_IDL', 'b_LDF', 'b_YC', 'z_IDL', 'a_LDF']
+    'b_IDL',
+    'b_LDF',
+    'b_YC',
+    'z_IDL',
+    'a_LDF',
+  ]
   assert names(experiment_config.grid_configs(str(grid), ['a_LDF', 'b_IDL'])) == [
-      'a_LDF', 'b_IDL']  # As asked.
+    'a_LDF',
+    'b_IDL',
+  ]  # As asked.
   with pytest.raises(ValueError, match=r'^No cell c_IDL in .*; its cells are a_LDF, b_IDL, '):
     experiment_config.grid_configs(str(grid), ['b_IDL', 'c_IDL'])
   with pytest.raises(ValueError, match='No cell configuration'):

@@ -51,15 +51,17 @@ CONFIG = """\
 
 
 def _files(root):
-  return {
-    os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs
-  }
+  return {os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs}
 
 
 def _driver(*args):
   return subprocess.run(
     [sys.executable, '-m', 'bin.experiment', *args],
-    cwd=REPO, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL,
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=900,
+    stdin=subprocess.DEVNULL,
   )
 
 
@@ -124,17 +126,23 @@ def test_tune_evaluate_export_report_and_rerun(tmp_path):
   # --noreuse_raw_metrics trains everything again.
   assert evidence_spec.missing_runs(spec, archived) == []
   tuning_only = [r for r in archived if r.hparams['seed'] == 7]
-  raw_metrics.write(tuning_only, folder / 'runs.jsonl.gz',
-                    names=[r.path.split('#')[1] for r in tuning_only])
+  raw_metrics.write(
+    tuning_only, folder / 'runs.jsonl.gz', names=[r.path.split('#')[1] for r in tuning_only]
+  )
   assert evidence_spec.missing_runs(spec, tuning_only) == [
-    f'{m} at {chosen[m]:g}, seed {s}' for s in (0, 1) for m in ('uniform', 'full')]
+    f'{m} at {chosen[m]:g}, seed {s}' for s in (0, 1) for m in ('uniform', 'full')
+  ]
   partial = _driver(f'--config={config}', f'--runs_dir={tmp_path / "new_machine"}', '--dry_run')
   assert partial.returncode == 0, partial.stderr[-2000:]
   assert '4 of 4 runs done; 0 to train.' in partial.stdout
   assert '0 of 4 runs done; 4 to train.' in partial.stdout
   assert partial.stdout.count('--seed=7') == 0
-  again_all = _driver(f'--config={config}', f'--runs_dir={tmp_path / "new_machine"}', '--dry_run',
-                      '--noreuse_raw_metrics')
+  again_all = _driver(
+    f'--config={config}',
+    f'--runs_dir={tmp_path / "new_machine"}',
+    '--dry_run',
+    '--noreuse_raw_metrics',
+  )
   assert again_all.returncode == 0, again_all.stderr[-2000:]
   assert '0 of 4 runs done; 4 to train.' in again_all.stdout
   assert again_all.stdout.count('--seed=7') == 4
@@ -150,7 +158,8 @@ def test_tune_evaluate_export_report_and_rerun(tmp_path):
 
   # The report from the raw metrics equals the report from the run directories.
   from_file = evidence_report.results_markdown(
-    spec, archived, command=evidence_report.regenerate_command(config))
+    spec, archived, command=evidence_report.regenerate_command(config)
+  )
   from_dirs = evidence_report.results_markdown(
     spec,
     [results.load_run(os.path.dirname(p)) for p in before],
@@ -158,20 +167,26 @@ def test_tune_evaluate_export_report_and_rerun(tmp_path):
   )
   assert from_file == from_dirs
   assert 'python -m bin.report --experiment=docs/experiments/driver_check/experiment.flags' in (
-    from_file)
+    from_file
+  )
   assert f'**{evidence.NO_DIFFERENCE}**' in from_file or f'**{evidence.REPRODUCED}**' in from_file
 
   # A sibling that borrows this tuning trains every method at the rate chosen here, read from
   # the committed raw metrics (no runs directory of this name beside its own).
   sibling = tmp_path / 'docs' / 'experiments' / 'driver_borrow'
   sibling.mkdir()
-  (sibling / experiment_config.CONFIG_FILENAME).write_text(CONFIG.replace(
-    '--learning_rates=0.3,0.05', '--learning_rates_from=driver_check'))
-  borrowed = _driver(f'--config={sibling / experiment_config.CONFIG_FILENAME}',
-                     f'--runs_dir={tmp_path / "borrow_runs"}', '--dry_run')
+  (sibling / experiment_config.CONFIG_FILENAME).write_text(
+    CONFIG.replace('--learning_rates=0.3,0.05', '--learning_rates_from=driver_check')
+  )
+  borrowed = _driver(
+    f'--config={sibling / experiment_config.CONFIG_FILENAME}',
+    f'--runs_dir={tmp_path / "borrow_runs"}',
+    '--dry_run',
+  )
   assert borrowed.returncode == 0, borrowed.stderr[-2000:]
   assert f'Learning rates: uniform {chosen["uniform"]:g}, full {chosen["full"]:g}' in (
-    borrowed.stdout)
+    borrowed.stdout
+  )
   assert borrowed.stdout.count('--client_learning_rate=') == 4  # 2 methods x 2 seeds, no tuning.
 
 
@@ -190,13 +205,15 @@ def test_longest_first_starts_the_slowest_methods_and_keeps_the_order_otherwise(
   spec = experiment_config.load(str(config))
   jobs = [experiment_jobs.Job(m, 0.1, s) for s in (0, 1) for m in ('uniform', 'full', 'optimal')]
   # Medians: uniform 1 s, full 5 s; optimal has no timed run, so it counts as the longest.
-  timed = [
-    _timed_run(spec, 'uniform', [1.0, 1.0, 9.0]),
-    _timed_run(spec, 'full', [4.0, 5.0, 6.0]),
-  ]
+  timed = [_timed_run(spec, 'uniform', [1.0, 1.0, 9.0]), _timed_run(spec, 'full', [4.0, 5.0, 6.0])]
   ordered = experiment_jobs.longest_first(spec, jobs, timed)
   assert [(j.method, j.seed) for j in ordered] == [
-    ('optimal', 0), ('optimal', 1), ('full', 0), ('full', 1), ('uniform', 0), ('uniform', 1)
+    ('optimal', 0),
+    ('optimal', 1),
+    ('full', 0),
+    ('full', 1),
+    ('uniform', 0),
+    ('uniform', 1),
   ]
   # With nothing timed, the order is the given one.
   assert experiment_jobs.longest_first(spec, jobs, []) == jobs
@@ -243,10 +260,24 @@ def _assert_same_as_alone(config, runs_dir, alone, seed):
   one call of the binary trains alone, in a new process, into `alone`."""
   spec = experiment_config.load(str(config))
   single = subprocess.run(
-    [sys.executable, '-m', f'bin.{spec.binary}', *spec.binary_flags,
-     f'--{spec.method_flag}=uniform', *experiment_config.run_name_flags(spec, 'uniform'),
-     f'--seed={seed}', '--seeds=1', '--client_learning_rate=0.3', f'--root_output_dir={alone}'],
-    cwd=REPO, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    [
+      sys.executable,
+      '-m',
+      f'bin.{spec.binary}',
+      *spec.binary_flags,
+      f'--{spec.method_flag}=uniform',
+      *experiment_config.run_name_flags(spec, 'uniform'),
+      f'--seed={seed}',
+      '--seeds=1',
+      '--client_learning_rate=0.3',
+      f'--root_output_dir={alone}',
+    ],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=600,
+    stdin=subprocess.DEVNULL,
+  )
   assert single.returncode == 0, single.stderr[-2000:]
   (driven_path,) = glob.glob(str(runs_dir / 'lr0.3' / f'*_uniform_seed{seed}'))
   (alone_path,) = glob.glob(str(alone / f'*_uniform_seed{seed}'))
@@ -255,8 +286,9 @@ def _assert_same_as_alone(config, runs_dir, alone, seed):
   measured = [c for c in reference.metrics if 'seconds' not in c]
   assert 'eval/accuracy' in measured and sorted(driven.metrics) == sorted(reference.metrics)
   for column in measured:
-    np.testing.assert_allclose(driven.column(column), reference.column(column), rtol=1e-6,
-                               atol=1e-9, err_msg=column)
+    np.testing.assert_allclose(
+      driven.column(column), reference.column(column), rtol=1e-6, atol=1e-9, err_msg=column
+    )
 
 
 def test_a_run_the_binary_refuses_stops_the_driver_at_once_saying_why(tmp_path):
@@ -268,8 +300,9 @@ def test_a_run_the_binary_refuses_stops_the_driver_at_once_saying_why(tmp_path):
   assert done.returncode == 1
   log = tmp_path / 'runs' / 'logs' / 'lr0.3_uniform_seed7.log'
   (error,) = [line for line in done.stderr.splitlines() if line.startswith('Error: ')]
-  assert error.startswith('Error: Run lr0.3_uniform_seed7 failed (exit 1): clients_per_round='
-                          ) and error.endswith(f'[log: {log}]'), error
+  assert error.startswith(
+    'Error: Run lr0.3_uniform_seed7 failed (exit 1): clients_per_round='
+  ) and error.endswith(f'[log: {log}]'), error
   assert 'training again' not in done.stdout  # Not retried: it would be refused again.
   assert log.read_text().count('Error: ') == 1
   assert not (folder / 'runs.jsonl.gz').exists()
@@ -288,17 +321,29 @@ def test_a_crashed_call_trains_again_from_its_checkpoint_and_the_run_is_unchange
   )
   runs_dir = tmp_path / 'runs'
   driver = subprocess.Popen(
-    [sys.executable, '-m', 'bin.experiment', f'--config={config}', f'--runs_dir={runs_dir}',
-     '--stage=evaluate'],
-    cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    [
+      sys.executable,
+      '-m',
+      'bin.experiment',
+      f'--config={config}',
+      f'--runs_dir={runs_dir}',
+      '--stage=evaluate',
+    ],
+    cwd=REPO,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
     stdin=subprocess.DEVNULL,
   )
   try:
     # The binary dies as a segfaulting TFF worker takes it down: SIGKILL, once it has a
     # complete checkpoint (TFF writes program_state_<round>_temp<n> first, then renames it)
     # and before its last round (frozen first, so it cannot finish meanwhile).
-    while not [path for path in glob.glob(str(runs_dir / 'lr0.3' / '*' / 'checkpoints' / '*'))
-               if re.fullmatch(r'program_state_\d+', os.path.basename(path))]:
+    while not [
+      path
+      for path in glob.glob(str(runs_dir / 'lr0.3' / '*' / 'checkpoints' / '*'))
+      if re.fullmatch(r'program_state_\d+', os.path.basename(path))
+    ]:
       assert driver.poll() is None, driver.communicate()
       time.sleep(0.02)
     (binary,) = psutil.Process(driver.pid).children()
@@ -342,11 +387,15 @@ def test_batches_group_consecutive_seeds_of_one_method_and_rate():
 
 
 def test_a_call_of_several_seeds_trains_the_runs_of_single_calls(tmp_path):
-  config = _config(tmp_path / 'batched', ('--learning_rates=0.3,0.05', '--learning_rates=0.3'),
-                   ('--seeds=2', '--seeds=3'))
+  config = _config(
+    tmp_path / 'batched',
+    ('--learning_rates=0.3,0.05', '--learning_rates=0.3'),
+    ('--seeds=2', '--seeds=3'),
+  )
   runs_dir = tmp_path / 'runs'
-  done = _driver(f'--config={config}', f'--runs_dir={runs_dir}', '--parallel=2',
-                 '--seeds_per_call=3')
+  done = _driver(
+    f'--config={config}', f'--runs_dir={runs_dir}', '--parallel=2', '--seeds_per_call=3'
+  )
   assert done.returncode == 0, done.stderr[-2000:]
   assert '0 of 6 runs done; 6 to train.' in done.stdout
   for method in ('uniform', 'full'):
@@ -371,12 +420,17 @@ def test_a_diverged_run_ends_its_call_and_the_later_seeds_train_in_a_new_one(tmp
   assert done.returncode == 0, done.stderr[-2000:]
   diverged = sorted(line for line in done.stdout.splitlines() if 'diverged in round 1' in line)
   assert len(diverged) == 2, done.stdout
-  assert diverged[0].startswith('lr1e+30_uniform_seed0: ') and '(call lr1e+30_uniform_seed0-1)' in (
-    diverged[0])
+  assert (
+    diverged[0].startswith('lr1e+30_uniform_seed0: ')
+    and '(call lr1e+30_uniform_seed0-1)' in (diverged[0])
+  )
   assert diverged[1].startswith('lr1e+30_uniform_seed1: ') and '(call' not in diverged[1]
   assert 'lr0.05_full_seed1: finished in ' in done.stdout
   assert sorted(os.listdir(tmp_path / 'runs' / 'logs')) == [
-    'lr0.05_full_seed0-1.log', 'lr1e+30_uniform_seed0-1.log', 'lr1e+30_uniform_seed1.log']
+    'lr0.05_full_seed0-1.log',
+    'lr1e+30_uniform_seed0-1.log',
+    'lr1e+30_uniform_seed1.log',
+  ]
 
 
 @pytest.mark.parametrize('folder', COMMITTED, ids=[os.path.basename(f) for f in COMMITTED])
@@ -396,5 +450,6 @@ def test_committed_report_regenerates_exactly(folder):
     pytest.skip(f'{os.path.basename(folder)}: in progress, at least {len(missing)} runs to go')
   # results.md and the plots, byte for byte (as `bin.report --check`).
   outputs = evidence_report.report_files(
-    spec, runs, folder, command=evidence_report.regenerate_command(config))
+    spec, runs, folder, command=evidence_report.regenerate_command(config)
+  )
   assert files.differing(outputs) == [], 'regenerate with bin.report --experiment'

@@ -24,8 +24,7 @@ def _run(method, seed, loss_values, rate):
     'eval/loss': np.array([loss_values[0], np.nan, loss_values[1]]),
   }
   hparams = dict(sampling=method, seed=seed, client_learning_rate=rate, rounds=2)
-  return results.Run(path=f'{method}{seed}', hparams=hparams, metrics=metrics,
-                     rounds=np.arange(3))
+  return results.Run(path=f'{method}{seed}', hparams=hparams, metrics=metrics, rounds=np.arange(3))
 
 
 RATES = {'fedgs': 0.1, 'uniform': 0.3, 'md': 0.3}
@@ -33,10 +32,20 @@ RATES = {'fedgs': 0.1, 'uniform': 0.3, 'md': 0.3}
 
 def _spec(name, methods=('fedgs', 'uniform')):
   return evidence_spec.ExperimentSpec(
-    name=name, title=name, binary='fedgs', binary_flags=(), methods=methods,
-    baseline='uniform', learning_rates=(0.3, 0.1), tuning_seed=100, seeds=2, final_k=1,
-    targets=(), claims=(evidence_spec.parse_claim('fedgs<uniform:best_loss'),),
-    fixed_rates=tuple((m, RATES[m]) for m in methods))
+    name=name,
+    title=name,
+    binary='fedgs',
+    binary_flags=(),
+    methods=methods,
+    baseline='uniform',
+    learning_rates=(0.3, 0.1),
+    tuning_seed=100,
+    seeds=2,
+    final_k=1,
+    targets=(),
+    claims=(evidence_spec.parse_claim('fedgs<uniform:best_loss'),),
+    fixed_rates=tuple((m, RATES[m]) for m in methods),
+  )
 
 
 def _rows(text, heading):
@@ -54,23 +63,42 @@ def _rows(text, heading):
 def test_summary_by_hand():
   # Lowest losses. IDL: fedgs 1.0, 2.0 (mean 1.5); uniform 2.0, 2.0; md 3.0, 1.0 (IDL only).
   # LN: fedgs 1.8, 1.8 (+20% against IDL); uniform seed 0 only, 3.0 (+50%).
-  idl = [_run('fedgs', 0, (3, 1.0), 0.1), _run('fedgs', 1, (3, 2.0), 0.1),
-         _run('uniform', 0, (3, 2.0), 0.3), _run('uniform', 1, (3, 2.0), 0.3),
-         _run('md', 0, (3, 3.0), 0.3), _run('md', 1, (1.0, 4), 0.3)]
-  ln = [_run('fedgs', 0, (3, 1.8), 0.1), _run('fedgs', 1, (1.8, 4), 0.1),
-        _run('uniform', 0, (3, 3.0), 0.3)]
+  idl = [
+    _run('fedgs', 0, (3, 1.0), 0.1),
+    _run('fedgs', 1, (3, 2.0), 0.1),
+    _run('uniform', 0, (3, 2.0), 0.3),
+    _run('uniform', 1, (3, 2.0), 0.3),
+    _run('md', 0, (3, 3.0), 0.3),
+    _run('md', 1, (1.0, 4), 0.3),
+  ]
+  ln = [
+    _run('fedgs', 0, (3, 1.8), 0.1),
+    _run('fedgs', 1, (1.8, 4), 0.1),
+    _run('uniform', 0, (3, 3.0), 0.3),
+  ]
   text = evidence_report.family_markdown(
-    [evidence_report.Member(_spec('fam_IDL', ('fedgs', 'uniform', 'md')), idl,
-                            'fam_IDL/results.md'),
-     evidence_report.Member(_spec('fam_LN'), ln, 'fam_LN/results.md')],
-    title='Family', command='cmd', relative_to='fam_IDL')
+    [
+      evidence_report.Member(
+        _spec('fam_IDL', ('fedgs', 'uniform', 'md')), idl, 'fam_IDL/results.md'
+      ),
+      evidence_report.Member(_spec('fam_LN'), ln, 'fam_LN/results.md'),
+    ],
+    title='Family',
+    command='cmd',
+    relative_to='fam_IDL',
+  )
   verdicts = {
     line.split('|')[1].strip(): [c.strip() for c in line.split('|')[2:-1]]
-    for line in text.splitlines() if line.startswith('| [')
+    for line in text.splitlines()
+    if line.startswith('| [')
   }
   # IDL differences −1, 0: mean −0.5, standard error 0.5, t(0.975, 1) = 12.706.
   assert verdicts['[IDL](fam_IDL/results.md)'][4:] == [
-    '2', '-0.5 [-6.853, +5.853]', '12.71', '**no difference detected**']
+    '2',
+    '-0.5 [-6.853, +5.853]',
+    '12.71',
+    '**no difference detected**',
+  ]
   # LN pairs seed 0 only (uniform lacks seed 1): 1.8 − 3.0, no interval.
   assert verdicts['[LN](fam_LN/results.md)'][4:7] == ['1', '-1.2', '—']
   loss = _rows(text, '## Lowest evaluation loss')
@@ -78,29 +106,40 @@ def test_summary_by_hand():
   assert loss['uniform'] == ['2.0000 ± 0.0000', '3.0000 (1/2 seeds) (+50.0%)']
   assert loss['md'] == ['2.0000 ± 1.4142', '—']
   assert _rows(text, '## Client learning rates') == {
-    'fedgs': ['0.1', '0.1'], 'uniform': ['0.3', '0.3'], 'md': ['0.3', '—']}
+    'fedgs': ['0.1', '0.1'],
+    'uniform': ['0.3', '0.3'],
+    'md': ['0.3', '—'],
+  }
 
 
 def test_a_family_refuses_repeats_and_mixed_final_k():
   runs = [_run('fedgs', 0, (1, 1), 0.1), _run('uniform', 0, (1, 1), 0.3)]
   with pytest.raises(ValueError, match='given twice'):
     evidence_report.family_markdown(
-      [evidence_report.Member(_spec('a'), runs, 'a'),
-       evidence_report.Member(_spec('a'), runs, 'b')],
-      title='t', command='c')
+      [
+        evidence_report.Member(_spec('a'), runs, 'a'),
+        evidence_report.Member(_spec('a'), runs, 'b'),
+      ],
+      title='t',
+      command='c',
+    )
   other_k = dataclasses.replace(_spec('b'), final_k=3)
   with pytest.raises(ValueError, match='different final_k'):
     evidence_report.family_markdown(
-      [evidence_report.Member(_spec('a'), runs, 'a'),
-       evidence_report.Member(other_k, runs, 'b')],
-      title='t', command='c')
+      [evidence_report.Member(_spec('a'), runs, 'a'), evidence_report.Member(other_k, runs, 'b')],
+      title='t',
+      command='c',
+    )
 
 
 def test_relative_to_must_name_a_member():
   with pytest.raises(ValueError, match='none of the experiments'):
     evidence_report.family_markdown(
       [evidence_report.Member(_spec('a'), [_run('fedgs', 0, (1, 1), 0.1)], 'a/results.md')],
-      title='t', command='c', relative_to='b')
+      title='t',
+      command='c',
+      relative_to='b',
+    )
 
 
 COMMITTED = sorted(glob.glob(os.path.join(REPO, 'docs', 'experiments', '*_summary.md')))
@@ -114,6 +153,12 @@ def test_committed_summary_regenerates_exactly(path, monkeypatch):
   args = dict(a[2:].split('=', 1) for a in shlex.split(command)[3:])
   monkeypatch.chdir(REPO)  # The command's paths are relative to the repository.
   assert os.path.abspath(args['summary']) == path
-  assert experiment_config.summary_text(
-    args['summary'], [e.strip() for e in args['experiments'].split(',')],
-    title=args.get('title'), relative_to=args.get('relative_to')) == text
+  assert (
+    experiment_config.summary_text(
+      args['summary'],
+      [e.strip() for e in args['experiments'].split(',')],
+      title=args.get('title'),
+      relative_to=args.get('relative_to'),
+    )
+    == text
+  )

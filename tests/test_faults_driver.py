@@ -64,10 +64,18 @@ def _config(sandbox):
 
 PATH_CASES = [
   ('experiment', 'runs_dir', 'notes.txt', r'is a file, not a directory; give a directory path'),
-  ('experiment', 'runs_dir', 'notes.txt/runs',
-   r'cannot be made: \S+notes.txt is a file, not a directory'),
-  ('experiment', 'config', 'docs/experiments/check',
-   r'is a directory, not a file; give a file in it \(the experiment.flags file'),
+  (
+    'experiment',
+    'runs_dir',
+    'notes.txt/runs',
+    r'cannot be made: \S+notes.txt is a file, not a directory',
+  ),
+  (
+    'experiment',
+    'config',
+    'docs/experiments/check',
+    r'is a directory, not a file; give a file in it \(the experiment.flags file',
+  ),
   ('experiment', 'config', 'missing.flags', r'does not exist; give an existing file'),
   ('experiment', 'raw_metrics', 'victim', r'is a directory, not a file; give a file name'),
   ('experiment', 'raw_metrics', 'notes.txt/runs.jsonl.gz', r'cannot be made: \S+notes.txt'),
@@ -80,10 +88,12 @@ PATH_CASES = [
 ]
 
 
-@pytest.mark.parametrize('binary,flag,path,message', PATH_CASES,
-                         ids=[f'{b}--{f}={p}' for b, f, p, _ in PATH_CASES])
+@pytest.mark.parametrize(
+  'binary,flag,path,message', PATH_CASES, ids=[f'{b}--{f}={p}' for b, f, p, _ in PATH_CASES]
+)
 def test_a_path_that_cannot_be_what_its_flag_needs_is_refused_while_parsing(
-    sandbox, binary, flag, path, message):
+  sandbox, binary, flag, path, message
+):
   before, pids = fh.TreeSnapshot(sandbox), fh.child_pids()
   value = str(sandbox / path)
   with fh.flags_of(binary):
@@ -108,28 +118,31 @@ def _damage(path, kind):
       data[i] ^= 0xFF
     path.write_bytes(bytes(data))
   elif kind == 'truncated':
-    path.write_bytes(good[:len(good) // 2])
+    path.write_bytes(good[: len(good) // 2])
   else:  # A foreign file under the archive's name.
     path.write_text('name,accuracy\nx,0.5\n')
 
 
 @pytest.mark.parametrize('kind', ['corrupt data', 'truncated', 'foreign'])
 @pytest.mark.parametrize('binary', ['experiment', 'report'])
-def test_a_damaged_raw_metrics_archive_is_one_line_saying_what_to_do(sandbox, tmp_path, kind,
-                                                                     binary):
+def test_a_damaged_raw_metrics_archive_is_one_line_saying_what_to_do(
+  sandbox, tmp_path, kind, binary
+):
   folder = tmp_path / 'committed'
   shutil.copytree(COMMITTED, folder)
   archive = folder / 'runs.jsonl.gz'
   _damage(archive, kind)
   before, pids = fh.TreeSnapshot(tmp_path), fh.child_pids()
   if binary == 'experiment':
-    outcome = fh.run_binary('experiment', config=folder / 'experiment.flags',
-                            runs_dir=sandbox / 'runs')
+    outcome = fh.run_binary(
+      'experiment', config=folder / 'experiment.flags', runs_dir=sandbox / 'runs'
+    )
   else:
     outcome = fh.run_binary('report', experiment=folder / 'experiment.flags')
   fh.assert_one_line_error(
-    outcome, re.escape(f"Error: Raw metrics file '{archive}' is damaged or not a raw metrics "
-                       'file ('))
+    outcome,
+    re.escape(f"Error: Raw metrics file '{archive}' is damaged or not a raw metrics file ("),
+  )
   assert f'git checkout -- {archive}' in outcome.message and '--stage=export' in outcome.message
   assert before.changes() == [] and fh.child_pids() <= pids
 
@@ -139,35 +152,69 @@ def test_a_damaged_raw_metrics_archive_is_one_line_saying_what_to_do(sandbox, tm
 
 CONFIG_CASES = [
   # What the training binary refuses, found by parsing its flags with its own definitions.
-  ('unknown method', ('--methods=uniform,full', '--methods=uniform,full,best'),
-   r"bin.demo refuses method 'best' \(--methods=best\): flag --methods=\['best'\]: --methods "
-   r"has unknown value 'best'; choose from"),
-  ('unknown flag', ('--rounds=2', '--rounds=2\n--roundz=3'),
-   r"bin.demo refuses its flags: Unknown command line flag 'roundz'"),
-  ('flag of another task', ('--num_clients=20', '--num_clients=20\n--synthetic_alpha=0.5'),
-   r'bin.demo refuses its flags: --synthetic_alpha does not apply to --task=digits'),
-  ('impossible value', ('--rounds=2', '--rounds=0'),
-   r'bin.demo refuses its flags: flag --rounds=0: 0 is not a positive integer'),
-  ('unknown availability mode', ('--rounds=2', '--rounds=2\n--availability=XX'),
-   r"Unknown --availability mode 'XX'"),
+  (
+    'unknown method',
+    ('--methods=uniform,full', '--methods=uniform,full,best'),
+    r"bin.demo refuses method 'best' \(--methods=best\): flag --methods=\['best'\]: --methods "
+    r"has unknown value 'best'; choose from",
+  ),
+  (
+    'unknown flag',
+    ('--rounds=2', '--rounds=2\n--roundz=3'),
+    r"bin.demo refuses its flags: Unknown command line flag 'roundz'",
+  ),
+  (
+    'flag of another task',
+    ('--num_clients=20', '--num_clients=20\n--synthetic_alpha=0.5'),
+    r'bin.demo refuses its flags: --synthetic_alpha does not apply to --task=digits',
+  ),
+  (
+    'impossible value',
+    ('--rounds=2', '--rounds=0'),
+    r'bin.demo refuses its flags: flag --rounds=0: 0 is not a positive integer',
+  ),
+  (
+    'unknown availability mode',
+    ('--rounds=2', '--rounds=2\n--availability=XX'),
+    r"Unknown --availability mode 'XX'",
+  ),
   # What the configuration itself gets wrong.
-  ('claim naming no method', ('--claims=full>uniform:final', '--claims=fill>uniform:final'),
-   r"Claim 'fill>uniform:final' names 'fill', not one of"),
-  ('rate that is no number', ('--learning_rates=0.3,0.05', '--learning_rates=0.3,fast'),
-   r'--learning_rates=0.3,fast: give comma-separated numbers'),
-  ('negative rate', ('--learning_rates=0.3,0.05', '--learning_rates=0.3,-1'),
-   r'Learning rates must be finite and > 0'),
-  ('tuning on a reported seed', ('--tuning_seed=7', '--tuning_seed=1'),
-   r'The tuning seed 1 is a reported seed'),
-  ('target that is no accuracy', ('--targets=0.2', '--targets=20'),
-   r'Targets are accuracies in \(0, 1\], got 20'),
-  ('flag the driver sets', ('--rounds=2', '--rounds=2\n--seed=3'),
-   r'--seed is set per run by bin.experiment; leave it out'),
+  (
+    'claim naming no method',
+    ('--claims=full>uniform:final', '--claims=fill>uniform:final'),
+    r"Claim 'fill>uniform:final' names 'fill', not one of",
+  ),
+  (
+    'rate that is no number',
+    ('--learning_rates=0.3,0.05', '--learning_rates=0.3,fast'),
+    r'--learning_rates=0.3,fast: give comma-separated numbers',
+  ),
+  (
+    'negative rate',
+    ('--learning_rates=0.3,0.05', '--learning_rates=0.3,-1'),
+    r'Learning rates must be finite and > 0',
+  ),
+  (
+    'tuning on a reported seed',
+    ('--tuning_seed=7', '--tuning_seed=1'),
+    r'The tuning seed 1 is a reported seed',
+  ),
+  (
+    'target that is no accuracy',
+    ('--targets=0.2', '--targets=20'),
+    r'Targets are accuracies in \(0, 1\], got 20',
+  ),
+  (
+    'flag the driver sets',
+    ('--rounds=2', '--rounds=2\n--seed=3'),
+    r'--seed is set per run by bin.experiment; leave it out',
+  ),
 ]
 
 
-@pytest.mark.parametrize('edit,message', [c[1:] for c in CONFIG_CASES],
-                         ids=[c[0] for c in CONFIG_CASES])
+@pytest.mark.parametrize(
+  'edit,message', [c[1:] for c in CONFIG_CASES], ids=[c[0] for c in CONFIG_CASES]
+)
 def test_a_bad_configuration_is_refused_before_any_run(sandbox, edit, message):
   config = _config(sandbox)
   config.write_text(CONFIG.replace(*edit))
@@ -180,8 +227,9 @@ def test_a_bad_configuration_is_refused_before_any_run(sandbox, edit, message):
 
 
 def test_a_good_configuration_passes_the_check_and_lists_its_runs(sandbox, capsys):
-  outcome = fh.run_binary('experiment', config=_config(sandbox), runs_dir=sandbox / 'runs',
-                          dry_run='true')
+  outcome = fh.run_binary(
+    'experiment', config=_config(sandbox), runs_dir=sandbox / 'runs', dry_run='true'
+  )
   assert outcome.exit_code == 0, outcome
   assert capsys.readouterr().out.count('--client_learning_rate=') == 4  # 2 methods x 2 rates.
   assert not (sandbox / 'runs').exists()
@@ -191,16 +239,28 @@ def test_a_good_configuration_passes_the_check_and_lists_its_runs(sandbox, capsy
 # A failed call: the driver says why, and does not train again what would fail again.
 
 
-@pytest.mark.parametrize('output,reason,refused', [
-  ('I1127 training\nError: --clients_per_round=50 exceeds the 20 clients.\n',
-   'Error: --clients_per_round=50 exceeds the 20 clients.', True),
-  ('FATAL Flags parsing error: flag --rounds=0: 0 is not a positive integer\n'
-   'Pass --helpshort or --helpfull to see help on flags.\n',
-   'FATAL Flags parsing error: flag --rounds=0: 0 is not a positive integer', True),
-  ('Traceback (most recent call last):\n  File "x.py", line 1\nRuntimeError: worker died\n\n',
-   'RuntimeError: worker died', False),
-  ('', '', False),  # Killed before it printed anything.
-])
+@pytest.mark.parametrize(
+  'output,reason,refused',
+  [
+    (
+      'I1127 training\nError: --clients_per_round=50 exceeds the 20 clients.\n',
+      'Error: --clients_per_round=50 exceeds the 20 clients.',
+      True,
+    ),
+    (
+      'FATAL Flags parsing error: flag --rounds=0: 0 is not a positive integer\n'
+      'Pass --helpshort or --helpfull to see help on flags.\n',
+      'FATAL Flags parsing error: flag --rounds=0: 0 is not a positive integer',
+      True,
+    ),
+    (
+      'Traceback (most recent call last):\n  File "x.py", line 1\nRuntimeError: worker died\n\n',
+      'RuntimeError: worker died',
+      False,
+    ),
+    ('', '', False),  # Killed before it printed anything.
+  ],
+)
 def test_a_failed_calls_output_says_why_and_whether_it_was_refused(output, reason, refused):
   assert experiment_jobs.read_failure(output) == experiment_jobs.Failure(reason, refused)
 
@@ -243,8 +303,12 @@ def test_report_check_names_each_file_that_is_not_what_the_runs_give(committed, 
     stale = plot
   before = fh.TreeSnapshot(committed.parent)
   fh.assert_one_line_error(
-    _check(committed), re.escape(f'Error: Not what the runs give: {stale}; rerun the same '
-                                 'command without --check to regenerate.'))
+    _check(committed),
+    re.escape(
+      f'Error: Not what the runs give: {stale}; rerun the same '
+      'command without --check to regenerate.'
+    ),
+  )
   assert before.changes() == []
   # Without --check the report is regenerated, and then passes.
   assert fh.run_binary('report', experiment=committed / 'experiment.flags').exit_code == 0
@@ -264,5 +328,7 @@ def test_report_check_of_run_directories(tmp_path):
   assert fh.run_binary('report', **flags_).exit_code == 0
   assert fh.run_binary('report', check='true', **flags_).exit_code == 0
   (out / 'results.md').write_text((out / 'results.md').read_text() + 'a note\n')
-  fh.assert_one_line_error(fh.run_binary('report', check='true', **flags_),
-                           re.escape(f'Not what the runs give: {out / "results.md"};'))
+  fh.assert_one_line_error(
+    fh.run_binary('report', check='true', **flags_),
+    re.escape(f'Not what the runs give: {out / "results.md"};'),
+  )

@@ -26,46 +26,55 @@ from tff_sampling.samplers import weighting
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.mark.parametrize('make_inner', [
+@pytest.mark.parametrize(
+  'make_inner',
+  [
     tff.aggregators.UnweightedMeanFactory,
     lambda: tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
-        noise_multiplier=0.1, clients_per_round=10.0, clip=1.0),
-])
+      noise_multiplier=0.1, clients_per_round=10.0, clip=1.0
+    ),
+  ],
+)
 def test_inner_factory_returning_a_mean_is_refused(make_inner):
   with pytest.raises(TypeError, match='inner_factory must return the SUM'):
     OptimalSamplingFactory(3, inner_factory=make_inner())
 
 
-@pytest.mark.parametrize('sampler', [samplers.MDSampler(4, seed=0),
-                                     samplers.ClusteredSampler(4, seed=0)],
-                         ids=['md', 'clustered'])
+@pytest.mark.parametrize(
+  'sampler',
+  [samplers.MDSampler(4, seed=0), samplers.ClusteredSampler(4, seed=0)],
+  ids=['md', 'clustered'],
+)
 def test_sampler_weights_dropped_by_example_weighting_is_an_error(sampler):
   # build_weighted_fed_avg's default weighting would replace the 1/m weights.
   assert weighting.sampler_sets_weights(sampler)
   with pytest.raises(ValueError, match='replaces those weights'):
     weighting.check_fed_avg_weighting(sampler, tff.learning.ClientWeighting.NUM_EXAMPLES)
-  assert (weighting.required_client_weighting(sampler)
-          is tff.learning.ClientWeighting.UNIFORM)
+  assert weighting.required_client_weighting(sampler) is tff.learning.ClientWeighting.UNIFORM
 
 
 def test_zero_norm_with_m_at_least_n_gets_p_zero_everywhere():
   # The issue's case: n = 2, m = 2, one zero norm; the sum of p was 2.
   norms = np.array([0.0, 2.5])
-  for probs in (probabilities.optimal_probabilities(norms, 2),
-                probabilities.approximate_optimal_probabilities(norms, 2, 4),
-                probabilities.optimal_probabilities_tf(norms, 2),
-                probabilities.approximate_optimal_probabilities_tf(norms, 2, 4)):
+  for probs in (
+    probabilities.optimal_probabilities(norms, 2),
+    probabilities.approximate_optimal_probabilities(norms, 2, 4),
+    probabilities.optimal_probabilities_tf(norms, 2),
+    probabilities.approximate_optimal_probabilities_tf(norms, 2, 4),
+  ):
     np.testing.assert_array_equal(np.asarray(probs), [0.0, 1.0])
   process = OptimalSamplingFactory(2, secure=False).create(
-      tff.TensorType(np.float32, [2]), tff.TensorType(np.float32))
-  output = process.next(process.initialize(),
-                        [np.zeros(2, np.float32), np.array([1.5, 2.0], np.float32)], [1.0, 1.0])
+    tff.TensorType(np.float32, [2]), tff.TensorType(np.float32)
+  )
+  output = process.next(
+    process.initialize(), [np.zeros(2, np.float32), np.array([1.5, 2.0], np.float32)], [1.0, 1.0]
+  )
   assert output.measurements['expected_uploads'] == pytest.approx(1.0, abs=1e-6)
   assert output.measurements['uploads'] == 1
   np.testing.assert_allclose(output.result, [0.75, 1.0], rtol=1e-6)
 
 
-_SECURE_SCRIPT = textwrap.dedent('''
+_SECURE_SCRIPT = textwrap.dedent("""
     import collections
     import numpy as np
     import tensorflow as tf
@@ -102,16 +111,21 @@ _SECURE_SCRIPT = textwrap.dedent('''
     after = process.next(process.initialize(), values, weights).measurements
     print('after', int(after['cohort_size']),
           int(built.next(built.initialize(), data).metrics['aggregator']['cohort_size']))
-''')
+""")
 
 
 def test_secure_sums_outside_the_test_context_say_what_to_call():
-  proc = subprocess.run([sys.executable, '-c', _SECURE_SCRIPT], cwd=_REPO, capture_output=True,
-                        text=True, timeout=600)
+  proc = subprocess.run(
+    [sys.executable, '-c', _SECURE_SCRIPT], cwd=_REPO, capture_output=True, text=True, timeout=600
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   lines = proc.stdout.strip().splitlines()
-  assert lines == ['aggregator hint True', 'composed hint True', 'builder hint True',
-                   'after 3 2'], proc.stdout + proc.stderr[-2000:]
+  assert lines == [
+    'aggregator hint True',
+    'composed hint True',
+    'builder hint True',
+    'after 3 2',
+  ], proc.stdout + proc.stderr[-2000:]
 
 
 def _sampler_table_rows():

@@ -41,29 +41,40 @@ def sandbox(tmp_path):
 @pytest.fixture(scope='module')
 def process(small_digits_task):
   return tff.learning.algorithms.build_weighted_fed_avg(
-      small_digits_task.model_fn,
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
-      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
+    small_digits_task.model_fn,
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+    server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+  )
 
 
 def _config(output_dir, rounds, **kwargs):
-  return program.RunConfig(output_dir=str(output_dir), rounds=rounds, seed=0,
-                               hparams={'seed': 0, 'task': 'digits'}, **kwargs)
+  return program.RunConfig(
+    output_dir=str(output_dir),
+    rounds=rounds,
+    seed=0,
+    hparams={'seed': 0, 'task': 'digits'},
+    **kwargs,
+  )
 
 
 _rows = fh.metrics_rows
 
 
 def _run(task, process, output_dir, rounds, **kwargs):
-  return program.train_model(task, process, samplers.UniformSampler(_COHORT, seed=0),
-                                _config(output_dir, rounds, **kwargs))
+  return program.train_model(
+    task, process, samplers.UniformSampler(_COHORT, seed=0), _config(output_dir, rounds, **kwargs)
+  )
 
 
 # --- Names that would leave the output root -------------------------------------
 
+
 @pytest.mark.parametrize('binary', ['fedavg', 'mmfl'])
-@pytest.mark.parametrize('name', ['../../victim', '/tmp/abs', 'a/b', '..', 'bad\nname', ''],
-                         ids=['dotdot', 'absolute', 'separator', 'parent', 'control', 'empty'])
+@pytest.mark.parametrize(
+  'name',
+  ['../../victim', '/tmp/abs', 'a/b', '..', 'bad\nname', ''],
+  ids=['dotdot', 'absolute', 'separator', 'parent', 'control', 'empty'],
+)
 def test_run_names_that_are_paths_are_rejected_at_parse_time(binary, name):
   # --experiment_name is one shared flag of every experiment binary (bin.common_flags).
   with fh.flags_of(binary):
@@ -86,6 +97,7 @@ def test_the_reported_deletion_outside_the_root_cannot_happen(sandbox):
 
 # --- Resuming a run written before a flag was recorded ---------------------------------
 
+
 def _stored_run(tmp_path, **hparams):
   path = tmp_path / 'old'
   path.mkdir()
@@ -98,12 +110,17 @@ def test_an_unrecorded_flag_resumes_at_its_default_only(tmp_path):
   current = {'task': 'digits', 'seed': 0, 'sketch_size': 1024}
   run_dir.check_resume_compatible(path, run_dir.HParams(current, defaults={'sketch_size': 1024}))
   run_dir.check_resume_compatible(path, current, defaults={'sketch_size': 1024})
-  with pytest.raises(ValueError, match=(
-      r"different configuration \(sketch_size: saved None \(written before sketch_size was "
-      r"recorded: resumable at its default 1024\) vs now 64\)\. Use a new --experiment_name, "
-      r"or start over with --reset")):
+  with pytest.raises(
+    ValueError,
+    match=(
+      r'different configuration \(sketch_size: saved None \(written before sketch_size was '
+      r'recorded: resumable at its default 1024\) vs now 64\)\. Use a new --experiment_name, '
+      r'or start over with --reset'
+    ),
+  ):
     run_dir.check_resume_compatible(
-        path, run_dir.HParams({**current, 'sketch_size': 64}, defaults={'sketch_size': 1024}))
+      path, run_dir.HParams({**current, 'sketch_size': 64}, defaults={'sketch_size': 1024})
+    )
 
 
 def test_only_flags_have_defaults_and_a_recorded_value_must_match(tmp_path):
@@ -111,12 +128,17 @@ def test_only_flags_have_defaults_and_a_recorded_value_must_match(tmp_path):
   # A recorded value is compared as it is, even against the default.
   with pytest.raises(ValueError, match=r'sketch_size: saved 64 vs now 1024'):
     run_dir.check_resume_compatible(
-        path, run_dir.HParams({'task': 'digits', 'seed': 0, 'sketch_size': 1024},
-                              defaults={'sketch_size': 1024}))
+      path,
+      run_dir.HParams(
+        {'task': 'digits', 'seed': 0, 'sketch_size': 1024}, defaults={'sketch_size': 1024}
+      ),
+    )
   # A key without a default (not a flag, or a derived value) must be recorded.
-  with pytest.raises(ValueError, match=r"task.num_clients: saved None vs now 100"):
-    run_dir.check_resume_compatible(path, run_dir.HParams(
-        {'task': 'digits', 'seed': 0, 'sketch_size': 64, 'task.num_clients': 100}))
+  with pytest.raises(ValueError, match=r'task.num_clients: saved None vs now 100'):
+    run_dir.check_resume_compatible(
+      path,
+      run_dir.HParams({'task': 'digits', 'seed': 0, 'sketch_size': 64, 'task.num_clients': 100}),
+    )
 
 
 def test_a_run_from_before_the_automatic_hparams_resumes_at_the_defaults(sandbox):
@@ -125,22 +147,41 @@ def test_a_run_from_before_the_automatic_hparams_resumes_at_the_defaults(sandbox
   assert fh.run_main(fedavg.main, rounds=1, **common).exit_code == 0
   path = root / 'run' / 'hparams.json'
   recorded = json.loads(path.read_text())
-  earlier = ('task', 'rounds', 'clients_per_round', 'client_learning_rate', 'client_steps',
-             'server_learning_rate', 'eval_every', 'checkpoint_every', 'seed', 'root_output_dir',
-             'availability', 'availability_beta', 'availability_period', 'algorithm', 'sampling',
-             'experiment_name')
-  path.write_text(json.dumps({k: v for k, v in recorded.items()
-                              if k in earlier or k.startswith('task.')}))
+  earlier = (
+    'task',
+    'rounds',
+    'clients_per_round',
+    'client_learning_rate',
+    'client_steps',
+    'server_learning_rate',
+    'eval_every',
+    'checkpoint_every',
+    'seed',
+    'root_output_dir',
+    'availability',
+    'availability_beta',
+    'availability_period',
+    'algorithm',
+    'sampling',
+    'experiment_name',
+  )
+  path.write_text(
+    json.dumps({k: v for k, v in recorded.items() if k in earlier or k.startswith('task.')})
+  )
   assert 'num_clients' in recorded and 'num_clients' not in json.loads(path.read_text())
   outcome = fh.run_main(fedavg.main, rounds=2, num_clients=50, **common)
-  fh.assert_one_line_error(outcome, r'num_clients: saved None \(written before num_clients was '
-                                    r'recorded: resumable at its default None\) vs now 50')
+  fh.assert_one_line_error(
+    outcome,
+    r'num_clients: saved None \(written before num_clients was '
+    r'recorded: resumable at its default None\) vs now 50',
+  )
   assert fh.run_main(fedavg.main, rounds=2, **common).exit_code == 0
   assert [r['key'] for r in _rows(root / 'run')] == ['0', '1', '2']
   assert json.loads(path.read_text()) == {**recorded, 'rounds': 2}  # Rewritten in full.
 
 
 # --- Ownership: a user's folder is never written into or deleted ------------------
+
 
 def test_a_users_folder_is_not_written_into_nor_reset(sandbox):
   tmp_path, root = sandbox
@@ -149,10 +190,14 @@ def test_a_users_folder_is_not_written_into_nor_reset(sandbox):
   (users / 'todo.txt').write_text('mine')
   before, children = fh.TreeSnapshot(tmp_path), fh.child_pids()
   for reset in ('false', 'true'):
-    outcome = fh.run_main(fedavg.main, root_output_dir=root, experiment_name='notes',
-                          rounds=1, reset=reset)
-    fh.assert_one_line_error(outcome, "notes'( exists and is not a tff_sampling run|: it is not "
-                                      'a run directory created by tff_sampling)')
+    outcome = fh.run_main(
+      fedavg.main, root_output_dir=root, experiment_name='notes', rounds=1, reset=reset
+    )
+    fh.assert_one_line_error(
+      outcome,
+      "notes'( exists and is not a tff_sampling run|: it is not "
+      'a run directory created by tff_sampling)',
+    )
   assert before.changes() == [] and fh.child_pids() <= children
 
 
@@ -176,8 +221,7 @@ def test_remove_run_only_removes_marked_real_directories(tmp_path):
   assert (target / run_dir.MARKER_FILENAME).exists()
 
 
-def test_an_earlier_run_without_marker_is_adopted_and_resumed(small_digits_task, process,
-                                                              tmp_path):
+def test_an_earlier_run_without_marker_is_adopted_and_resumed(small_digits_task, process, tmp_path):
   _run(small_digits_task, process, tmp_path / 'run', 1)
   os.remove(tmp_path / 'run' / run_dir.MARKER_FILENAME)  # As written before markers.
   result = _run(small_digits_task, process, tmp_path / 'run', 2)
@@ -187,20 +231,26 @@ def test_an_earlier_run_without_marker_is_adopted_and_resumed(small_digits_task,
 
 # --- One process per run directory ---------------------------------------------------
 
+
 def test_a_second_process_on_a_run_directory_is_refused_with_the_holders_pid(sandbox):
   tmp_path, root = sandbox
   with run_dir.RunDirectory(str(root / 'busy')):
     before, children = fh.TreeSnapshot(tmp_path), fh.child_pids()
     outcome = fh.run_main(fedavg.main, root_output_dir=root, experiment_name='busy', rounds=1)
-    fh.assert_one_line_error(outcome, f"'{root / 'busy'}' is in use by another run "
-                                      fr'\(pid {os.getpid()}\)')
+    fh.assert_one_line_error(
+      outcome,
+      f"'{root / 'busy'}' is in use by another run "
+      rf'\(pid {os.getpid()}\)',
+    )
     assert before.changes() == [] and fh.child_pids() <= children
   # Released at the end of the holder's run: the same command now runs.
-  assert fh.run_main(fedavg.main, root_output_dir=root, experiment_name='busy',
-                     rounds=1).exit_code == 0
+  assert (
+    fh.run_main(fedavg.main, root_output_dir=root, experiment_name='busy', rounds=1).exit_code == 0
+  )
 
 
 # --- Damaged checkpoints and metrics --------------------------------------------------
+
 
 def _damage(checkpoint_dir: str, how: str) -> None:
   if how == 'truncated_variables':
@@ -213,7 +263,8 @@ def _damage(checkpoint_dir: str, how: str) -> None:
 
 @pytest.mark.parametrize('how', ['truncated_variables', 'missing_saved_model_pb'])
 def test_a_damaged_latest_checkpoint_falls_back_and_reproduces_the_run(
-    small_digits_task, process, tmp_path, how, caplog):
+  small_digits_task, process, tmp_path, how, caplog
+):
   full = _run(small_digits_task, process, tmp_path / 'full', 4)
   _run(small_digits_task, process, tmp_path / 'run', 3)
   _damage(str(tmp_path / 'run' / 'checkpoints' / 'program_state_3'), how)
@@ -228,7 +279,8 @@ def test_a_damaged_latest_checkpoint_falls_back_and_reproduces_the_run(
 
 
 def test_metrics_rows_missing_after_the_checkpoint_resume_from_an_earlier_one(
-    small_digits_task, process, tmp_path):
+  small_digits_task, process, tmp_path
+):
   _run(small_digits_task, process, tmp_path / 'full', 4)
   _run(small_digits_task, process, tmp_path / 'run', 3)
   path = tmp_path / 'run' / 'metrics.csv'
@@ -241,13 +293,17 @@ def test_metrics_rows_missing_after_the_checkpoint_resume_from_an_earlier_one(
 
 def test_deleted_metrics_stop_the_resume_with_a_clear_error(sandbox):
   tmp_path, root = sandbox
-  assert fh.run_main(fedavg.main, root_output_dir=root, experiment_name='run',
-                     rounds=2).exit_code == 0
+  assert (
+    fh.run_main(fedavg.main, root_output_dir=root, experiment_name='run', rounds=2).exit_code == 0
+  )
   os.remove(root / 'run' / 'metrics.csv')
   before, children = fh.TreeSnapshot(tmp_path), fh.child_pids()
   outcome = fh.run_main(fedavg.main, root_output_dir=root, experiment_name='run', rounds=3)
-  fh.assert_one_line_error(outcome, r'Cannot resume .*no usable checkpoint \(round 2 '
-                                    r'\(metrics.csv is missing\).*--reset')
+  fh.assert_one_line_error(
+    outcome,
+    r'Cannot resume .*no usable checkpoint \(round 2 '
+    r'\(metrics.csv is missing\).*--reset',
+  )
   # Nothing was changed but the lock's pid: the checkpoints are all still there.
   assert before.changes(allowed=[root / 'run' / run_dir.MARKER_FILENAME]) == []
   assert fh.child_pids() <= children
@@ -255,8 +311,9 @@ def test_deleted_metrics_stop_the_resume_with_a_clear_error(sandbox):
 
 def test_garbage_hparams_json_on_resume_names_the_file(sandbox):
   tmp_path, root = sandbox
-  assert fh.run_main(fedavg.main, root_output_dir=root, experiment_name='run',
-                     rounds=1).exit_code == 0
+  assert (
+    fh.run_main(fedavg.main, root_output_dir=root, experiment_name='run', rounds=1).exit_code == 0
+  )
   (root / 'run' / 'hparams.json').write_bytes(b'\x00{not json')
   before = fh.TreeSnapshot(tmp_path)
   outcome = fh.run_main(fedavg.main, root_output_dir=root, experiment_name='run', rounds=2)
@@ -266,10 +323,18 @@ def test_garbage_hparams_json_on_resume_names_the_file(sandbox):
 
 # --- Every binary resumes the same way --------------------------------------------------
 
+
 def test_comparison_binaries_resume_instead_of_deleting(sandbox):
   tmp_path, root = sandbox
-  common = dict(root_output_dir=root, experiment_name='cmp', rounds=1, seeds=1,
-                sampling='md', num_clients=20, clients_per_round=4)
+  common = dict(
+    root_output_dir=root,
+    experiment_name='cmp',
+    rounds=1,
+    seeds=1,
+    sampling='md',
+    num_clients=20,
+    clients_per_round=4,
+  )
   assert fh.run_binary('clustered_sampling', **common).exit_code == 0
   run = root / 'cmp_md_seed0'
   (run / 'sentinel').write_text('kept across a resume')
@@ -287,12 +352,14 @@ def test_comparison_binaries_resume_instead_of_deleting(sandbox):
 
 # --- A diverging run stops with a non-zero exit ------------------------------------------
 
+
 @pytest.mark.parametrize('flag', ['client_learning_rate', 'server_learning_rate'])
 def test_a_diverging_run_exits_non_zero_after_releasing_its_rows(sandbox, flag):
   tmp_path, root = sandbox
   before, children = fh.TreeSnapshot(tmp_path), fh.child_pids()
-  outcome = fh.run_main(fedavg.main, root_output_dir=root, experiment_name='run', rounds=5,
-                        **{flag: '1e30'})
+  outcome = fh.run_main(
+    fedavg.main, root_output_dir=root, experiment_name='run', rounds=5, **{flag: '1e30'}
+  )
   fh.assert_one_line_error(outcome, r'diverged in round \d: .*learning rate')
   keys = [int(r['key']) for r in _rows(root / 'run')]
   assert keys == list(range(len(keys))) and 2 <= len(keys) <= 5  # Rows up to the stop.
@@ -302,24 +369,43 @@ def test_a_diverging_run_exits_non_zero_after_releasing_its_rows(sandbox, flag):
 def test_a_diverging_multi_model_run_stops(tmp_path):
   suite = suites.create_suite('digits_synthetic', num_clients=6, client_epochs=1)
   process = multi_model.build_multi_model_process(
-      [t.model_fn for t in suite], sampling='random', expected_clients=2,
-      client_learning_rates=1e30, seed=3)
+    [t.model_fn for t in suite],
+    sampling='random',
+    expected_clients=2,
+    client_learning_rates=1e30,
+    seed=3,
+  )
   with pytest.raises(FloatingPointError, match=r'diverged in round 1: .*learning rate'):
-    multi_model_program.train_multi_model(suite, process, program.RunConfig(
-        output_dir=str(tmp_path / 'run'), rounds=3, seed=3, hparams={'run': 1}))
+    multi_model_program.train_multi_model(
+      suite,
+      process,
+      program.RunConfig(output_dir=str(tmp_path / 'run'), rounds=3, seed=3, hparams={'run': 1}),
+    )
   assert [r['key'] for r in _rows(tmp_path / 'run')] == ['0', '1']
 
 
 # --- Plots beside the runs replace only this project's plots ------------------------------
 
+
 def test_a_users_file_where_a_plot_goes_is_refused_before_any_run(sandbox):
   tmp_path, root = sandbox
   (root / 'digits_accuracy.png').write_bytes(b'\x89PNG\r\n\x1a\n' + b'a user image')
   before, children = fh.TreeSnapshot(tmp_path), fh.child_pids()
-  outcome = fh.run_binary('clustered_sampling', root_output_dir=root, experiment_name='cmp',
-                        rounds=1, seeds=1, sampling='md', num_clients=20, clients_per_round=4)
-  fh.assert_one_line_error(outcome, r"Refusing to overwrite '.*digits_accuracy\.png': it is not "
-                                    'a plot written by tff_sampling')
+  outcome = fh.run_binary(
+    'clustered_sampling',
+    root_output_dir=root,
+    experiment_name='cmp',
+    rounds=1,
+    seeds=1,
+    sampling='md',
+    num_clients=20,
+    clients_per_round=4,
+  )
+  fh.assert_one_line_error(
+    outcome,
+    r"Refusing to overwrite '.*digits_accuracy\.png': it is not "
+    'a plot written by tff_sampling',
+  )
   assert before.changes() == [] and fh.child_pids() <= children
 
 
@@ -327,6 +413,7 @@ def test_save_figure_replaces_its_own_plots_only(tmp_path):
   from matplotlib import figure as mpl_figure
 
   from tff_sampling.analysis import plotting
+
   path = tmp_path / 'plot.png'
   plotting.save_figure(mpl_figure.Figure(), path)
   assert plotting.is_own_plot(path)
@@ -340,25 +427,41 @@ def test_save_figure_replaces_its_own_plots_only(tmp_path):
 
 # --- A plain TFF process cannot receive a sampler's weights --------------------------------
 
+
 def test_a_plain_process_with_a_weighting_sampler_is_refused_before_any_write(
-    small_digits_task, process, tmp_path):
+  small_digits_task, process, tmp_path
+):
   # build_weighted_fed_avg defaults to NUM_EXAMPLES: MD sampling's 1/m per draw
   # would silently become n_k / Σ n (a biased estimator).
   sampler = samplers.MDSampler(_COHORT, seed=0)
-  with pytest.raises(ValueError, match='MDSampler sets aggregation weights, which a plain TFF '
-                                       'process .* client_weighting=ClientWeighting.UNIFORM'):
+  with pytest.raises(
+    ValueError,
+    match='MDSampler sets aggregation weights, which a plain TFF '
+    'process .* client_weighting=ClientWeighting.UNIFORM',
+  ):
     _run_with(small_digits_task, process, sampler, tmp_path / 'run')
   with pytest.raises(ValueError, match='client_weighting=NUM_EXAMPLES replaces those weights'):
-    _run_with(small_digits_task, process, sampler, tmp_path / 'run',
-              client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES)
+    _run_with(
+      small_digits_task,
+      process,
+      sampler,
+      tmp_path / 'run',
+      client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
+    )
   assert not (tmp_path / 'run').exists()
   uniform = tff.learning.algorithms.build_weighted_fed_avg(
-      small_digits_task.model_fn,
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
-      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
-      client_weighting=tff.learning.ClientWeighting.UNIFORM)
-  result = _run_with(small_digits_task, uniform, sampler, tmp_path / 'run',
-                     client_weighting=tff.learning.ClientWeighting.UNIFORM)
+    small_digits_task.model_fn,
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+    server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+    client_weighting=tff.learning.ClientWeighting.UNIFORM,
+  )
+  result = _run_with(
+    small_digits_task,
+    uniform,
+    sampler,
+    tmp_path / 'run',
+    client_weighting=tff.learning.ClientWeighting.UNIFORM,
+  )
   assert result.final_round == 1
 
 

@@ -73,12 +73,21 @@ class _Binary:
 
   def __init__(self, run_dir: str, *flags: str, rounds: int = _ROUNDS):
     root, name = os.path.split(run_dir)
-    self.args = [sys.executable, '-m', 'bin.fedavg', '--task=digits', f'--rounds={rounds}',
-                 '--clients_per_round=3', f'--root_output_dir={root}',
-                 f'--experiment_name={name}', *flags]
+    self.args = [
+      sys.executable,
+      '-m',
+      'bin.fedavg',
+      '--task=digits',
+      f'--rounds={rounds}',
+      '--clients_per_round=3',
+      f'--root_output_dir={root}',
+      f'--experiment_name={name}',
+      *flags,
+    ]
     self.started = time.monotonic()
-    self.process = subprocess.Popen(self.args, cwd=_REPO, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.PIPE, text=True)
+    self.process = subprocess.Popen(
+      self.args, cwd=_REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     self.descendants: dict[int, psutil.Process] = {}
     self._names: dict[int, str] = {}
     _STARTED.append(self)
@@ -115,8 +124,10 @@ class _Binary:
 
   def wait_for_line(self, pattern: re.Pattern[str]) -> None:
     """Blocks until stderr has a line matching `pattern` (fails if the binary ends first)."""
+
     def seen():
       return any(line is None or pattern.search(line) for line in self._lines)
+
     with self._changed:
       self._changed.wait_for(seen, timeout=_GENEROUS_S)
       found = any(line is not None and pattern.search(line) for line in self._lines)
@@ -181,8 +192,11 @@ def _checkpoint_rounds(run_dir: str) -> list[int]:
   directory = os.path.join(run_dir, 'checkpoints')
   if not os.path.isdir(directory):
     return []
-  return sorted(int(name[len('program_state_'):]) for name in os.listdir(directory)
-                if re.fullmatch(r'program_state_\d+', name))
+  return sorted(
+    int(name[len('program_state_') :])
+    for name in os.listdir(directory)
+    if re.fullmatch(r'program_state_\d+', name)
+  )
 
 
 def _assert_nothing_half_written(run_dir: str, *, killed: bool = False) -> None:
@@ -195,17 +209,23 @@ def _assert_nothing_half_written(run_dir: str, *, killed: bool = False) -> None:
   assert len(run.rounds) >= (1 if killed else 2), run.rounds
   for round_num in _checkpoint_rounds(run_dir):
     saved = tf.saved_model.load(
-        os.path.join(run_dir, 'checkpoints', f'program_state_{round_num}'))()
+      os.path.join(run_dir, 'checkpoints', f'program_state_{round_num}')
+    )()
     assert int(saved['round']) == round_num
   if not killed:
     # TFF writes checkpoints and metrics.csv to a temporary name, then renames.
-    leftovers = [os.path.join(d, n) for d, dirs, files in os.walk(run_dir)
-                 for n in dirs + files if '_temp' in n or n.endswith('.tmp')]
+    leftovers = [
+      os.path.join(d, n)
+      for d, dirs, files in os.walk(run_dir)
+      for n in dirs + files
+      if '_temp' in n or n.endswith('.tmp')
+    ]
     assert not leftovers, leftovers
 
 
-def _interrupted(run_dir: str, signum: int, *flags: str,
-                 after: re.Pattern[str] = _FIRST_ROUND) -> tuple[_Binary, float]:
+def _interrupted(
+  run_dir: str, signum: int, *flags: str, after: re.Pattern[str] = _FIRST_ROUND
+) -> tuple[_Binary, float]:
   """Runs the binary, sends `signum` after the line `after`; returns it and the seconds to exit."""
   binary = _Binary(run_dir, *flags)
   try:
@@ -220,10 +240,11 @@ def _interrupted(run_dir: str, signum: int, *flags: str,
       binary.process.kill()
 
 
-@pytest.mark.parametrize('signum, flags', [
-    (signal.SIGTERM, ()),
-    (signal.SIGINT, ('--local_workers=1',)),
-], ids=['SIGTERM-one_process', 'SIGINT-local_workers'])
+@pytest.mark.parametrize(
+  'signum, flags',
+  [(signal.SIGTERM, ()), (signal.SIGINT, ('--local_workers=1',))],
+  ids=['SIGTERM-one_process', 'SIGINT-local_workers'],
+)
 def test_sigterm_and_sigint_stop_everything_with_one_line(tmp_path, signum, flags):
   run_dir = str(tmp_path / 'run')
   binary, seconds = _interrupted(run_dir, signum, *flags)
@@ -231,8 +252,10 @@ def test_sigterm_and_sigint_stop_everything_with_one_line(tmp_path, signum, flag
   print(f'{name} {flags}: exit after {seconds:.2f} s')
 
   fault_harness.assert_one_line_error(
-      fault_harness.Outcome(binary.process.returncode, binary.last_line()),
-      rf'^Interrupted by {name}\b.*rerun the same command to resume', exit_code=128 + signum)
+    fault_harness.Outcome(binary.process.returncode, binary.last_line()),
+    rf'^Interrupted by {name}\b.*rerun the same command to resume',
+    exit_code=128 + signum,
+  )
   assert 'Traceback' not in binary.stderr, binary.stderr[-3000:]
   # No clock bound: `wait` (bounded by _GENEROUS_S) returning shows that the exit did not hang.
   workers = binary.workers()
@@ -241,8 +264,9 @@ def test_sigterm_and_sigint_stop_everything_with_one_line(tmp_path, signum, flag
   _assert_nothing_half_written(run_dir)
 
 
-@pytest.mark.parametrize('flags', [(), ('--local_workers=1',)],
-                         ids=['one_process', 'local_workers'])
+@pytest.mark.parametrize(
+  'flags', [(), ('--local_workers=1',)], ids=['one_process', 'local_workers']
+)
 def test_sigkill_leaves_no_worker_and_the_rerun_resumes(tmp_path, flags):
   run_dir = str(tmp_path / 'run')
   binary, _ = _interrupted(run_dir, signal.SIGKILL, *flags, after=_SECOND_ROUND)
@@ -270,8 +294,10 @@ def test_unreachable_worker_fails_fast_naming_the_address(tmp_path):
   _assert_no_process_left(binary)
   print(f'--workers=127.0.0.1:1: exit after {seconds:.1f} s')
   fault_harness.assert_one_line_error(
-      fault_harness.Outcome(code, binary.last_line()),
-      r'^Error: .*127\.0\.0\.1:1.*worker_binary --port=1\b', exit_code=1)
+    fault_harness.Outcome(code, binary.last_line()),
+    r'^Error: .*127\.0\.0\.1:1.*worker_binary --port=1\b',
+    exit_code=1,
+  )
   assert 'Traceback' not in binary.stderr, binary.stderr[-3000:]
   # Failing fast, without a clock: the refused connection is the reason given, so the
   # binary did not wait out a connection timeout first (that error says "within N s").

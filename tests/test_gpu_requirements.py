@@ -21,7 +21,7 @@ def _gpu_pins() -> dict[str, str]:
 def test_gpu_requirements_are_tensorflows_cuda_extra_without_tensorrt():
   extra = {}
   for requirement in importlib.metadata.requires('tensorflow') or []:
-    match = re.match(r"^([\w.-]+) ?\(?==([\w.]+)\)? ?; extra == .and-cuda.$", requirement)
+    match = re.match(r'^([\w.-]+) ?\(?==([\w.]+)\)? ?; extra == .and-cuda.$', requirement)
     if match:
       extra[match[1]] = match[2]
   assert extra.pop('tensorrt') == '8.5.3.1'  # Not on the public index: left out, documented.

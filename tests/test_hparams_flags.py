@@ -18,14 +18,30 @@ import pytest
 
 from tff_sampling import comparisons
 
-EXPERIMENT_BINARIES = ('fedavg', 'optimal_sampling', 'demo', 'clustered_sampling', 'fedgs',
-                       'lefl', 'mmfl')
+EXPERIMENT_BINARIES = (
+  'fedavg',
+  'optimal_sampling',
+  'demo',
+  'clustered_sampling',
+  'fedgs',
+  'lefl',
+  'mmfl',
+)
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _PACKAGES = ('bin', 'tasks', 'tff_sampling', 'bench', 'tools')
 # Keys a run sets itself over the flag's value: its seed and method in a sweep,
 # the parsed availability mode, power-of-choice's derived d, the suite's model count.
-_DERIVED = frozenset({'seed', 'sampling', 'availability', 'availability_beta',
-                      'availability_period', 'num_candidates', 'num_models'})
+_DERIVED = frozenset(
+  {
+    'seed',
+    'sampling',
+    'availability',
+    'availability_beta',
+    'availability_period',
+    'num_candidates',
+    'num_models',
+  }
+)
 
 
 def _common_flags(binary: types.ModuleType) -> types.ModuleType:
@@ -83,7 +99,8 @@ def test_changing_any_results_flag_changes_the_recorded_hparams(binary):
         changed = common.recorded_hparams()
       assert changed[flag.name] != base[flag.name], (binary, flag.name)
       assert {k: v for k, v in changed.items() if k != flag.name} == {
-          k: v for k, v in base.items() if k != flag.name}
+        k: v for k, v in base.items() if k != flag.name
+      }
 
 
 def test_every_irrelevant_flag_is_a_flag_of_some_binary():
@@ -96,12 +113,31 @@ def test_every_irrelevant_flag_is_a_flag_of_some_binary():
 
 
 def test_irrelevant_flags_are_left_out(tmp_path):
-  with fault_harness.flags_of('fedgs') as module, flagsaver.flagsaver(
-      root_output_dir=str(tmp_path), experiment_name='x', reset=True, seeds=3, report_only=True,
-      local_workers=2, clients_per_call=4):
+  with (
+    fault_harness.flags_of('fedgs') as module,
+    flagsaver.flagsaver(
+      root_output_dir=str(tmp_path),
+      experiment_name='x',
+      reset=True,
+      seeds=3,
+      report_only=True,
+      local_workers=2,
+      clients_per_call=4,
+    ),
+  ):
     recorded = _common_flags(module).recorded_hparams()
-  for name in ('root_output_dir', 'experiment_name', 'reset', 'seeds', 'report_only',
-               'workers', 'local_workers', 'clients_per_call', 'verbosity', 'logtostderr'):
+  for name in (
+    'root_output_dir',
+    'experiment_name',
+    'reset',
+    'seeds',
+    'report_only',
+    'workers',
+    'local_workers',
+    'clients_per_call',
+    'verbosity',
+    'logtostderr',
+  ):
     assert name not in recorded
 
 
@@ -111,13 +147,13 @@ class _Captured(Exception):
 
 # One results flag per binary that only that binary (or its experiment) defines.
 _OWN_FLAG = {
-    'fedavg': ('client_steps', 3),
-    'optimal_sampling': ('max_rescaling_steps', 2),
-    'demo': ('expected_clients', 2.0),
-    'clustered_sampling': ('similarity', 'L2'),
-    'fedgs': ('sketch_size', 64),
-    'lefl': ('public_examples', 50),
-    'mmfl': ('max_rescaling_steps', 3),
+  'fedavg': ('client_steps', 3),
+  'optimal_sampling': ('max_rescaling_steps', 2),
+  'demo': ('expected_clients', 2.0),
+  'clustered_sampling': ('similarity', 'L2'),
+  'fedgs': ('sketch_size', 64),
+  'lefl': ('public_examples', 50),
+  'mmfl': ('max_rescaling_steps', 3),
 }
 _SMALL = {'mmfl': dict(suite='digits_synthetic', clients=6, expected_clients=2.0)}
 
@@ -132,8 +168,10 @@ def test_each_binary_records_the_flags_and_their_defaults(binary, tmp_path, monk
 
   monkeypatch.setattr(comparisons.ComparisonSettings, 'program_config', program_config)
   flag, value = _OWN_FLAG[binary]
-  with fault_harness.flags_of(binary) as module, flagsaver.flagsaver(
-      root_output_dir=str(tmp_path), **{flag: value}, **_SMALL.get(binary, {})):
+  with (
+    fault_harness.flags_of(binary) as module,
+    flagsaver.flagsaver(root_output_dir=str(tmp_path), **{flag: value}, **_SMALL.get(binary, {})),
+  ):
     with pytest.raises(_Captured):
       module.main([binary])
     recorded = _common_flags(module).recorded_hparams()

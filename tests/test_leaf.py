@@ -36,14 +36,14 @@ TINY_SHAKESPEARE = os.path.join(SHARED_DATA, 'tinyshakespeare.txt')
 # ---------------------------------------------------------------------------
 # A small LEAF FEMNIST directory: split -> file -> [(user, labels)], in file order.
 FEMNIST = {
-    'train': {
-        'a_train.json': [('f0001_11', [0, 35, 61]), ('f0000_00', [10, 7])],
-        'b_train.json': [('f0002_22', [12, 40])],
-    },
-    'test': {
-        'a_test.json': [('f0000_00', [3]), ('f0001_11', [9, 20])],
-        'b_test.json': [('f0002_22', [5])],
-    },
+  'train': {
+    'a_train.json': [('f0001_11', [0, 35, 61]), ('f0000_00', [10, 7])],
+    'b_train.json': [('f0002_22', [12, 40])],
+  },
+  'test': {
+    'a_test.json': [('f0000_00', [3]), ('f0001_11', [9, 20])],
+    'b_test.json': [('f0002_22', [5])],
+  },
 }
 # f0002_22 has no digit in train, so the digits-only splits leave it out.
 DIGIT_WRITERS = ['f0000_00', 'f0001_11']
@@ -66,8 +66,10 @@ def _femnist_json() -> dict:
       for user, labels in users:
         data['users'].append(user)
         data['num_samples'].append(len(labels))
-        data['user_data'][user] = {'x': [_pixels(example + i) for i in range(len(labels))],
-                                   'y': list(labels)}
+        data['user_data'][user] = {
+          'x': [_pixels(example + i) for i in range(len(labels))],
+          'y': list(labels),
+        }
         example += len(labels)
       files[f'{split}/{name}'] = data
   # LEAF's split leaves an empty entry for every user it drops; it must be ignored.
@@ -129,8 +131,9 @@ def test_read_leaf_femnist(femnist_dir):
       assert list(features) == ['label', 'pixels']
       assert features['label'].dtype == np.int32 and features['pixels'].dtype == np.float32
       np.testing.assert_array_equal(features['label'], labels)
-      np.testing.assert_array_equal(features['pixels'],
-                                    np.stack([_expected_pixels(e) for e in examples]))
+      np.testing.assert_array_equal(
+        features['pixels'], np.stack([_expected_pixels(e) for e in examples])
+      )
   # Row-major 28x28: example 0 of f0001_11 is example id 0 -> pixel (0, 0) is 0.0 and pixel
   # 100 = (3, 16) is 5/255 as float32.
   first = splits['train']['f0001_11']['pixels'][0]
@@ -139,12 +142,15 @@ def test_read_leaf_femnist(femnist_dir):
 
 def test_femnist_client_data_has_tffs_element_spec(femnist_dir, femnist_cache):
   train, test = leaf.femnist_client_data(femnist_dir)
-  tff_train, _ = tff.simulation.datasets.emnist.load_data(only_digits=False,
-                                                          cache_dir=femnist_cache[1])
+  tff_train, _ = tff.simulation.datasets.emnist.load_data(
+    only_digits=False, cache_dir=femnist_cache[1]
+  )
   assert train.element_type_structure == tff_train.element_type_structure
   assert train.element_type_structure == leaf.FEMNIST_ELEMENT_SPEC
-  assert (test.element_type_structure
-          == tff.simulation.datasets.emnist.get_synthetic().element_type_structure)
+  assert (
+    test.element_type_structure
+    == tff.simulation.datasets.emnist.get_synthetic().element_type_structure
+  )
   assert train.client_ids == test.client_ids == ['f0000_00', 'f0001_11', 'f0002_22']
   elements = list(train.create_tf_dataset_for_client('f0000_00').as_numpy_iterator())
   assert [int(e['label']) for e in elements] == [10, 7]
@@ -156,11 +162,22 @@ def test_femnist_client_data_has_tffs_element_spec(femnist_dir, femnist_cache):
 
 def test_read_leaf_synthetic(tmp_path):
   files = {
-      'train/s_train.json': {'users': ['u1', 'u0'], 'num_samples': [2, 1], 'user_data': {
-          'u1': {'x': [[0.5, -1.0, 2.0], [0.0, 0.0, 1e3]], 'y': [4, 0]},
-          'u0': {'x': [[1.0, 2.0, 3.0]], 'y': [9]}}},
-      'test/s_test.json': {'users': ['u0', 'u1'], 'num_samples': [1, 1], 'user_data': {
-          'u0': {'x': [[-2.5, 0.0, 0.0]], 'y': [1]}, 'u1': {'x': [[3.0, 3.0, 3.0]], 'y': [2]}}},
+    'train/s_train.json': {
+      'users': ['u1', 'u0'],
+      'num_samples': [2, 1],
+      'user_data': {
+        'u1': {'x': [[0.5, -1.0, 2.0], [0.0, 0.0, 1e3]], 'y': [4, 0]},
+        'u0': {'x': [[1.0, 2.0, 3.0]], 'y': [9]},
+      },
+    },
+    'test/s_test.json': {
+      'users': ['u0', 'u1'],
+      'num_samples': [1, 1],
+      'user_data': {
+        'u0': {'x': [[-2.5, 0.0, 0.0]], 'y': [1]},
+        'u1': {'x': [[3.0, 3.0, 3.0]], 'y': [2]},
+      },
+    },
   }
   splits = leaf.read_leaf(_write_json_dir(tmp_path, files), 'synthetic')
   assert list(splits['train']) == ['u0', 'u1']
@@ -170,10 +187,14 @@ def test_read_leaf_synthetic(tmp_path):
   np.testing.assert_array_equal(splits['test']['u0']['x'], [[-2.5, 0.0, 0.0]])
   data = leaf.client_data_from_clients(splits['train'])
   assert data.element_type_structure == collections.OrderedDict(
-      x=tf.TensorSpec([3], tf.float32), y=tf.TensorSpec([], tf.int32))
+    x=tf.TensorSpec([3], tf.float32), y=tf.TensorSpec([], tf.int32)
+  )
   files['test/s_test.json']['user_data']['u1']['x'] = [[3.0, 3.0]]
-  with pytest.raises(ValueError, match=r"s_test\.json: user 'u1': example 0 of \"x\" has 2 "
-                                       r'values, expected 3 features'):
+  with pytest.raises(
+    ValueError,
+    match=r"s_test\.json: user 'u1': example 0 of \"x\" has 2 "
+    r'values, expected 3 features',
+  ):
     leaf.read_leaf(_write_json_dir(tmp_path / 'bad', files), 'synthetic')
 
 
@@ -192,6 +213,7 @@ def _set_user(user, x, y, num_samples=None):
     index = data['users'].index(user)
     data['user_data'][user] = {'x': x, 'y': y}
     data['num_samples'][index] = len(x) if num_samples is None else num_samples
+
   return change
 
 
@@ -203,6 +225,7 @@ def _set_value(user, example, key, index, value):
       data['user_data'][user]['x'][example][index] = value
     else:
       data['user_data'][user]['y'][example] = value
+
   return change
 
 
@@ -211,6 +234,7 @@ def _remove_user(user):
     index = data['users'].index(user)
     del data['users'][index], data['num_samples'][index]
     del data['user_data'][user]
+
   return change
 
 
@@ -225,59 +249,132 @@ def _drop_y(data):
 def _delete_key(key):
   def change(data):
     del data[key]
+
   return change
 
 
 A, B = 'train/a_train.json', 'train/b_train.json'
 VALIDATION_CASES = {
-    'malformed JSON': (A, '{"users": ["f0001_11"], "num_samples": [3', (
-        r'a_train\.json: not valid JSON \(Expecting .* at line 1 column \d+\); re-create')),
-    'not an object': (A, '[1, 2]', r"a_train\.json: the JSON is a list, not LEAF's object"),
-    'missing key': (A, _delete_key('num_samples'),
-                    r"a_train\.json: no key 'num_samples'; LEAF's files hold"),
-    'num_samples mismatch': (A, lambda d: d['num_samples'].__setitem__(0, 5), (
-        r"a_train\.json: user 'f0001_11': num_samples is 5 but \"x\" has 3 and \"y\" 3 "
-        r'examples; they must agree')),
-    'x and y lengths differ': (A, _drop_y, (
-        r"a_train\.json: user 'f0001_11': num_samples is 3 but \"x\" has 3 and \"y\" 2")),
-    'no user_data entry': (A, lambda d: d['user_data'].pop('f0000_00'),
-                           r"a_train\.json: user 'f0000_00' has no entry in \"user_data\""),
-    'user only in train': ('test/b_test.json', _remove_user('f0002_22'), (
-        r"b_train\.json: user 'f0002_22' has no test examples \(no file in .*test lists it\).*"
-        r'-t sample')),
-    'user only in test': ('test/b_test.json', _set_user('f0003_33', [_pixels(0)], [1]),
-                          r"b_test\.json: user 'f0003_33' has no train examples"),
-    'user in two train files': (B, _set_user('f0000_00', [_pixels(0)], [1]), (
-        r"b_train\.json: user 'f0000_00' is also in .*a_train\.json; a user must be in one "
-        r'train file only')),
-    'user listed twice': (B, lambda d: (d['users'].append('f0002_22'), d['num_samples'].append(2)),
-                          r"b_train\.json: user 'f0002_22' is listed twice"),
-    'wrong example length': (A, _short_row, (
-        r"a_train\.json: user 'f0001_11': example 1 of \"x\" has 783 values, expected 784 "
-        r'pixel values \(28x28 FEMNIST\)')),
-    'pixel above 1': (A, _set_value('f0000_00', 1, 'x', 7, 1.5), (
-        r"a_train\.json: user 'f0000_00': example 1 has pixel 7 = 1\.5, outside \[0, 1\]; "
-        r"LEAF's FEMNIST pixels are in \[0, 1\] with background 1\.0")),
-    'pixels 0..255': (B, _set_value('f0002_22', 0, 'x', 3, 255),
-                      r"b_train\.json: user 'f0002_22': example 0 has pixel 3 = 255\.0, .*"
-                      r'divided by 255'),
-    'negative pixel': (A, _set_value('f0001_11', 2, 'x', 0, -0.5),
-                       r"user 'f0001_11': example 2 has pixel 0 = -0\.5, outside \[0, 1\]"),
-    'NaN pixel': (A, _set_value('f0001_11', 0, 'x', 9, float('nan')), (
-        r"a_train\.json: user 'f0001_11': example 0 has pixel 9 = nan, not a finite number")),
-    'string pixel': (A, _set_value('f0001_11', 0, 'x', 5, 'a'), (
-        r"a_train\.json: user 'f0001_11': example 0 of \"x\" has value 5 = 'a', not a number")),
-    'label 62': (A, _set_value('f0001_11', 2, 'y', None, 62), (
-        r"a_train\.json: user 'f0001_11': example 2 has label 62, outside 0\.\.61 \(FEMNIST: "
-        r'62 classes')),
-    'negative label': ('test/a_test.json', _set_value('f0000_00', 0, 'y', None, -1),
-                       r"a_test\.json: user 'f0000_00': example 0 has label -1, outside 0\.\.61"),
-    'float label': (A, _set_value('f0000_00', 0, 'y', None, 3.0),
-                    r"a_train\.json: user 'f0000_00': label 0 of \"y\" is 3\.0, not an integer"),
-    'user without examples': (B, _set_user('f0004_44', [], [], 0),
-                              r"b_train\.json: user 'f0004_44' has no examples"),
-    'quote in user id': (B, _set_user("f'5", [_pixels(0)], [1]),
-                         r"b_train\.json: user \"f'5\": a client id cannot contain a single quote"),
+  'malformed JSON': (
+    A,
+    '{"users": ["f0001_11"], "num_samples": [3',
+    (r'a_train\.json: not valid JSON \(Expecting .* at line 1 column \d+\); re-create'),
+  ),
+  'not an object': (A, '[1, 2]', r"a_train\.json: the JSON is a list, not LEAF's object"),
+  'missing key': (
+    A,
+    _delete_key('num_samples'),
+    r"a_train\.json: no key 'num_samples'; LEAF's files hold",
+  ),
+  'num_samples mismatch': (
+    A,
+    lambda d: d['num_samples'].__setitem__(0, 5),
+    (
+      r"a_train\.json: user 'f0001_11': num_samples is 5 but \"x\" has 3 and \"y\" 3 "
+      r'examples; they must agree'
+    ),
+  ),
+  'x and y lengths differ': (
+    A,
+    _drop_y,
+    (r"a_train\.json: user 'f0001_11': num_samples is 3 but \"x\" has 3 and \"y\" 2"),
+  ),
+  'no user_data entry': (
+    A,
+    lambda d: d['user_data'].pop('f0000_00'),
+    r"a_train\.json: user 'f0000_00' has no entry in \"user_data\"",
+  ),
+  'user only in train': (
+    'test/b_test.json',
+    _remove_user('f0002_22'),
+    (
+      r"b_train\.json: user 'f0002_22' has no test examples \(no file in .*test lists it\).*"
+      r'-t sample'
+    ),
+  ),
+  'user only in test': (
+    'test/b_test.json',
+    _set_user('f0003_33', [_pixels(0)], [1]),
+    r"b_test\.json: user 'f0003_33' has no train examples",
+  ),
+  'user in two train files': (
+    B,
+    _set_user('f0000_00', [_pixels(0)], [1]),
+    (
+      r"b_train\.json: user 'f0000_00' is also in .*a_train\.json; a user must be in one "
+      r'train file only'
+    ),
+  ),
+  'user listed twice': (
+    B,
+    lambda d: (d['users'].append('f0002_22'), d['num_samples'].append(2)),
+    r"b_train\.json: user 'f0002_22' is listed twice",
+  ),
+  'wrong example length': (
+    A,
+    _short_row,
+    (
+      r"a_train\.json: user 'f0001_11': example 1 of \"x\" has 783 values, expected 784 "
+      r'pixel values \(28x28 FEMNIST\)'
+    ),
+  ),
+  'pixel above 1': (
+    A,
+    _set_value('f0000_00', 1, 'x', 7, 1.5),
+    (
+      r"a_train\.json: user 'f0000_00': example 1 has pixel 7 = 1\.5, outside \[0, 1\]; "
+      r"LEAF's FEMNIST pixels are in \[0, 1\] with background 1\.0"
+    ),
+  ),
+  'pixels 0..255': (
+    B,
+    _set_value('f0002_22', 0, 'x', 3, 255),
+    r"b_train\.json: user 'f0002_22': example 0 has pixel 3 = 255\.0, .*"
+    r'divided by 255',
+  ),
+  'negative pixel': (
+    A,
+    _set_value('f0001_11', 2, 'x', 0, -0.5),
+    r"user 'f0001_11': example 2 has pixel 0 = -0\.5, outside \[0, 1\]",
+  ),
+  'NaN pixel': (
+    A,
+    _set_value('f0001_11', 0, 'x', 9, float('nan')),
+    (r"a_train\.json: user 'f0001_11': example 0 has pixel 9 = nan, not a finite number"),
+  ),
+  'string pixel': (
+    A,
+    _set_value('f0001_11', 0, 'x', 5, 'a'),
+    (r"a_train\.json: user 'f0001_11': example 0 of \"x\" has value 5 = 'a', not a number"),
+  ),
+  'label 62': (
+    A,
+    _set_value('f0001_11', 2, 'y', None, 62),
+    (
+      r"a_train\.json: user 'f0001_11': example 2 has label 62, outside 0\.\.61 \(FEMNIST: "
+      r'62 classes'
+    ),
+  ),
+  'negative label': (
+    'test/a_test.json',
+    _set_value('f0000_00', 0, 'y', None, -1),
+    r"a_test\.json: user 'f0000_00': example 0 has label -1, outside 0\.\.61",
+  ),
+  'float label': (
+    A,
+    _set_value('f0000_00', 0, 'y', None, 3.0),
+    r"a_train\.json: user 'f0000_00': label 0 of \"y\" is 3\.0, not an integer",
+  ),
+  'user without examples': (
+    B,
+    _set_user('f0004_44', [], [], 0),
+    r"b_train\.json: user 'f0004_44' has no examples",
+  ),
+  'quote in user id': (
+    B,
+    _set_user("f'5", [_pixels(0)], [1]),
+    r"b_train\.json: user \"f'5\": a client id cannot contain a single quote",
+  ),
 }
 
 
@@ -304,12 +401,14 @@ def test_leaf_validation_errors(tmp_path, case):
   assert not cache_dir.exists() or os.listdir(cache_dir) == []
 
 
-@pytest.mark.parametrize('layout, pattern', [
+@pytest.mark.parametrize(
+  'layout, pattern',
+  [
     ({}, r"LEAF directory '.*femnist' has no train/ folder"),
     ({'train/x.json': '{}'}, r"LEAF directory '.*femnist' has no test/ folder"),
-    ({'train/notes.txt': 'x', 'test/x.json': '{}'},
-     r"'.*femnist/train' holds no \*\.json files"),
-])
+    ({'train/notes.txt': 'x', 'test/x.json': '{}'}, r"'.*femnist/train' holds no \*\.json files"),
+  ],
+)
 def test_leaf_directory_errors(tmp_path, layout, pattern):
   directory = tmp_path / 'femnist'
   directory.mkdir()
@@ -327,10 +426,14 @@ def test_leaf_directory_errors(tmp_path, layout, pattern):
 def test_tff_emnist_loader_reads_converted_femnist(femnist_cache):
   _, cache_dir, summary = femnist_cache
   assert summary.splits == {
-      'digits_only_train': (2, 2), 'digits_only_test': (2, 2),
-      'all_train': (3, 7), 'all_test': (3, 4)}
+    'digits_only_train': (2, 2),
+    'digits_only_test': (2, 2),
+    'all_train': (3, 7),
+    'all_test': (3, 4),
+  }
   assert summary.notes == [
-      'digits_only_*: 1 writer(s) without a digit in both splits left out (e.g. f0002_22).']
+    'digits_only_*: 1 writer(s) without a digit in both splits left out (e.g. f0002_22).'
+  ]
   expected = _expected_examples()
   train, test = tff.simulation.datasets.emnist.load_data(only_digits=False, cache_dir=cache_dir)
   for split, data in (('train', train), ('test', test)):
@@ -341,7 +444,8 @@ def test_tff_emnist_loader_reads_converted_femnist(femnist_cache):
       for element, example in zip(elements, examples):
         np.testing.assert_array_equal(element['pixels'], _expected_pixels(example))
   digits_train, digits_test = tff.simulation.datasets.emnist.load_data(
-      only_digits=True, cache_dir=cache_dir)
+    only_digits=True, cache_dir=cache_dir
+  )
   assert digits_train.client_ids == digits_test.client_ids == DIGIT_WRITERS
   labels = lambda data, user: [int(e['label']) for e in data.create_tf_dataset_for_client(user)]
   assert labels(digits_train, 'f0000_00') == [7] and labels(digits_test, 'f0000_00') == [3]
@@ -350,11 +454,14 @@ def test_tff_emnist_loader_reads_converted_femnist(femnist_cache):
   np.testing.assert_array_equal(element['pixels'], _expected_pixels(4))
 
 
-@pytest.mark.parametrize('only_digits, client_ids, sizes', [
-    (False, ['f0000_00', 'f0001_11', 'f0002_22'], [2, 3, 2]), (True, DIGIT_WRITERS, [1, 1])])
+@pytest.mark.parametrize(
+  'only_digits, client_ids, sizes',
+  [(False, ['f0000_00', 'f0001_11', 'f0002_22'], [2, 3, 2]), (True, DIGIT_WRITERS, [1, 1])],
+)
 def test_emnist_task_reads_converted_femnist(femnist_cache, only_digits, client_ids, sizes):
-  task = get_task('emnist', cache_dir=femnist_cache[1], only_digits=only_digits,
-                  max_eval_examples=None)
+  task = get_task(
+    'emnist', cache_dir=femnist_cache[1], only_digits=only_digits, max_eval_examples=None
+  )
   assert task.client_ids == tuple(client_ids)
   np.testing.assert_array_equal(task.client_num_examples, sizes)
   if not only_digits:
@@ -373,8 +480,10 @@ def test_database_writers_refuse_to_overwrite(femnist_dir, tmp_path):
   before = (tmp_path / 'cache' / 'emnist_all.sqlite').read_bytes()
   with pytest.raises(FileExistsError) as error:
     leaf.write_emnist_database(femnist_dir, cache_dir)
-  assert str(error.value) == (f'{path} already exists; delete or move it first, or pass '
-                              'overwrite=True (bin.convert_leaf: --overwrite) to replace it.')
+  assert str(error.value) == (
+    f'{path} already exists; delete or move it first, or pass '
+    'overwrite=True (bin.convert_leaf: --overwrite) to replace it.'
+  )
   # A failing overwrite keeps the old file and leaves no temporary file.
   bad = _write_json_dir(tmp_path / 'bad', {**_femnist_json(), 'test/b_test.json': '{'})
   with pytest.raises(ValueError, match='not valid JSON'):
@@ -421,22 +530,28 @@ def test_write_tff_database_encodes_as_tffs_writer(tmp_path):
   rng = np.random.default_rng(3)
   clients = tff_sqlite_fixtures.cifar_clients(rng, {'0': 2, '1': 3})
   for client in clients.values():
-    client['note'] = np.array([b'caf\xc3\xa9', b''] + [b'x'] * (len(client['label']) - 2),
-                              dtype=object)
+    client['note'] = np.array(
+      [b'caf\xc3\xa9', b''] + [b'x'] * (len(client['label']) - 2), dtype=object
+    )
   ours = str(tmp_path / 'ours.sqlite')
   summary = leaf.write_tff_database(ours, {'train': clients})
   assert summary.splits == {'train': (2, 5)}
   theirs = str(tmp_path / 'theirs.sqlite')
   tff.simulation.datasets.save_to_sql_client_data(
-      list(clients), lambda c: tf.data.Dataset.from_tensor_slices(clients[c]), theirs,
-      split_names_by_client_id=dict.fromkeys(clients, 'train'))
+    list(clients),
+    lambda c: tf.data.Dataset.from_tensor_slices(clients[c]),
+    theirs,
+    split_names_by_client_id=dict.fromkeys(clients, 'train'),
+  )
 
   def rows(path):
     with sqlite3.connect(path) as connection:
-      return [(split, client, tf.train.Example.FromString(proto)) for split, client, proto in
-              connection.execute('SELECT split_name, client_id, serialized_example_proto FROM '
-                                 'examples ORDER BY rowid;')], sorted(connection.execute(
-                                     'SELECT * FROM client_metadata;'))
+      return [
+        (split, client, tf.train.Example.FromString(proto))
+        for split, client, proto in connection.execute(
+          'SELECT split_name, client_id, serialized_example_proto FROM examples ORDER BY rowid;'
+        )
+      ], sorted(connection.execute('SELECT * FROM client_metadata;'))
 
   assert rows(ours) == rows(theirs)
   assert tff_sqlite_fixtures.write_tff_database is leaf.write_tff_database
@@ -444,8 +559,11 @@ def test_write_tff_database_encodes_as_tffs_writer(tmp_path):
 
 def test_write_tff_database_rejects_mixed_features(tmp_path):
   clients = {'a': {'label': np.zeros(2, np.int32)}, 'b': {'label': np.zeros(2, np.float32)}}
-  with pytest.raises(ValueError, match=r"Split 'train', client 'b': features .* differ from "
-                                       r"those of client 'a'"):
+  with pytest.raises(
+    ValueError,
+    match=r"Split 'train', client 'b': features .* differ from "
+    r"those of client 'a'",
+  ):
     leaf.write_tff_database(str(tmp_path / 'x.sqlite'), {'train': clients})
   assert os.listdir(tmp_path) == []
 
@@ -482,13 +600,15 @@ Third.
 Tybalt:
 Alone.
 """
-PLAY_ROLES = collections.OrderedDict([
+PLAY_ROLES = collections.OrderedDict(
+  [
     ('ROMEO', ['But soft! what light\nthrough yonder window breaks?', 'She speaks.', 'Third.']),
     ('JULIET', ['Ay me!', 'O Romeo, Romeo!\nwherefore art thou Romeo?']),
     ('Nurse', ['Madam!']),
     ('NURSE', ['Anon!']),
     ('Tybalt', ['Alone.']),
-])
+  ]
+)
 
 
 def test_read_play_roles():
@@ -498,12 +618,18 @@ def test_read_play_roles():
   assert leaf.read_play_roles('') == {}
 
 
-@pytest.mark.parametrize('text, pattern', [
-    ('Hello there\nfriend\n', r'play\.txt: line 1: expected a role line such as "ROMEO:" to start '
-                              r"a speaker block, got 'Hello there'"),
+@pytest.mark.parametrize(
+  'text, pattern',
+  [
+    (
+      'Hello there\nfriend\n',
+      r'play\.txt: line 1: expected a role line such as "ROMEO:" to start '
+      r"a speaker block, got 'Hello there'",
+    ),
     ('A:\nx\n\n\nno colon\nhere\n', r"play\.txt: line 5: .*got 'no colon'"),
     ('A:\nx\n\n :\ny\n', r"play\.txt: line 4: .*got ':'"),
-])
+  ],
+)
 def test_read_play_roles_errors(text, pattern):
   with pytest.raises(ValueError, match=pattern) as error:
     leaf.read_play_roles(text, source='play.txt')
@@ -514,20 +640,36 @@ def test_shakespeare_splits():
   splits = leaf.shakespeare_splits(PLAY_ROLES)
   # Nurse and NURSE are one client; Tybalt (one speech) is dropped.
   assert splits == collections.OrderedDict(
-      train={'JULIET': ['Ay me!'], 'NURSE': ['Madam!'],
-             'ROMEO': ['But soft! what light\nthrough yonder window breaks?', 'She speaks.']},
-      test={'JULIET': ['O Romeo, Romeo!\nwherefore art thou Romeo?'], 'NURSE': ['Anon!'],
-            'ROMEO': ['Third.']})
+    train={
+      'JULIET': ['Ay me!'],
+      'NURSE': ['Madam!'],
+      'ROMEO': ['But soft! what light\nthrough yonder window breaks?', 'She speaks.'],
+    },
+    test={
+      'JULIET': ['O Romeo, Romeo!\nwherefore art thou Romeo?'],
+      'NURSE': ['Anon!'],
+      'ROMEO': ['Third.'],
+    },
+  )
   assert list(splits['train']) == ['JULIET', 'NURSE', 'ROMEO']
-  assert [leaf.role_client_id(r) for r in ('First Citizen', 'Senators, &C', 'LADY  CAPULET',
-                                           'ALL SERVING-MEN', 'Ghost of King Henry VI')] == [
-      'FIRST_CITIZEN', 'SENATORS_C', 'LADY_CAPULET', 'ALL_SERVING_MEN', 'GHOST_OF_KING_HENRY_VI']
+  assert [
+    leaf.role_client_id(r)
+    for r in (
+      'First Citizen',
+      'Senators, &C',
+      'LADY  CAPULET',
+      'ALL SERVING-MEN',
+      'Ghost of King Henry VI',
+    )
+  ] == ['FIRST_CITIZEN', 'SENATORS_C', 'LADY_CAPULET', 'ALL_SERVING_MEN', 'GHOST_OF_KING_HENRY_VI']
   with pytest.raises(ValueError, match=r"Role '\?\?\?' has no letter A-Z or digit"):
     leaf.shakespeare_splits({'???': ['a', 'b']})
 
 
-@pytest.mark.parametrize('speeches, train', [
-    (2, 1), (3, 2), (4, 3), (9, 8), (10, 9), (11, 9), (19, 17), (20, 18), (21, 18)])
+@pytest.mark.parametrize(
+  'speeches, train',
+  [(2, 1), (3, 2), (4, 3), (9, 8), (10, 9), (11, 9), (19, 17), (20, 18), (21, 18)],
+)
 def test_shakespeare_split_sizes(speeches, train):
   splits = leaf.shakespeare_splits({'A': [str(i) for i in range(speeches)]})
   assert splits['train']['A'] == [str(i) for i in range(train)]  # The first ones.
@@ -546,14 +688,18 @@ def shakespeare_cache(tmp_path_factory):
 def test_tff_shakespeare_loader_reads_converted_play(shakespeare_cache):
   cache_dir, summary = shakespeare_cache
   assert summary.splits == {'train': (3, 4), 'test': (3, 3)}
-  assert summary.notes == ['5 roles in the text (4 client ids); 1 with fewer than two speeches '
-                           'left out.']
+  assert summary.notes == [
+    '5 roles in the text (4 client ids); 1 with fewer than two speeches left out.'
+  ]
   train, test = tff.simulation.datasets.shakespeare.load_data(cache_dir=cache_dir)
   assert train.client_ids == test.client_ids == ['JULIET', 'NURSE', 'ROMEO']
-  snippets = lambda data, c: [e['snippets'] for e in data.create_tf_dataset_for_client(
-      c).as_numpy_iterator()]
-  assert snippets(train, 'ROMEO') == [b'But soft! what light\nthrough yonder window breaks?',
-                                      b'She speaks.']
+  snippets = lambda data, c: [
+    e['snippets'] for e in data.create_tf_dataset_for_client(c).as_numpy_iterator()
+  ]
+  assert snippets(train, 'ROMEO') == [
+    b'But soft! what light\nthrough yonder window breaks?',
+    b'She speaks.',
+  ]
   assert snippets(test, 'ROMEO') == [b'Third.']
   assert snippets(test, 'NURSE') == [b'Anon!']
   assert train.element_type_structure == leaf.SHAKESPEARE_ELEMENT_SPEC
@@ -582,8 +728,9 @@ def test_convert_leaf_binary(femnist_dir, tmp_path, capsys):
   text = tmp_path / 'play.txt'
   text.write_text(PLAY)
   cache_dir = tmp_path / 'cache'
-  outcome = fault_harness.run_main(convert_leaf.main, femnist_leaf_dir=femnist_dir,
-                                   play_text=str(text), cache_dir=str(cache_dir))
+  outcome = fault_harness.run_main(
+    convert_leaf.main, femnist_leaf_dir=femnist_dir, play_text=str(text), cache_dir=str(cache_dir)
+  )
   assert outcome.exit_code == 0, outcome
   out = capsys.readouterr().out
   assert f'Wrote {cache_dir}/emnist_all.sqlite:\n' in out
@@ -594,19 +741,27 @@ def test_convert_leaf_binary(femnist_dir, tmp_path, capsys):
   assert sorted(os.listdir(cache_dir)) == ['emnist_all.sqlite', 'shakespeare.sqlite']
   # Again: refused before any work, then allowed with --overwrite.
   fault_harness.assert_one_line_error(
-      fault_harness.run_main(convert_leaf.main, play_text=str(text), cache_dir=str(cache_dir)),
-      r'^Error: .*shakespeare\.sqlite already exists; .*--overwrite')
-  outcome = fault_harness.run_main(convert_leaf.main, play_text=str(text),
-                                   cache_dir=str(cache_dir), overwrite='true')
+    fault_harness.run_main(convert_leaf.main, play_text=str(text), cache_dir=str(cache_dir)),
+    r'^Error: .*shakespeare\.sqlite already exists; .*--overwrite',
+  )
+  outcome = fault_harness.run_main(
+    convert_leaf.main, play_text=str(text), cache_dir=str(cache_dir), overwrite='true'
+  )
   assert outcome.exit_code == 0, outcome
 
 
-@pytest.mark.parametrize('flag_values, pattern', [
+@pytest.mark.parametrize(
+  'flag_values, pattern',
+  [
     ({}, r'^Error: nothing to convert; give --femnist_leaf_dir=DIR'),
     ({'play_text': 'x.txt'}, r'^Error: --cache_dir is required'),
-    ({'femnist_leaf_dir': 'BAD'}, r"^Error: .*a_train\.json: user 'f0001_11': example 2 has "
-                                  r'label 62, outside 0\.\.61'),
-])
+    (
+      {'femnist_leaf_dir': 'BAD'},
+      r"^Error: .*a_train\.json: user 'f0001_11': example 2 has "
+      r'label 62, outside 0\.\.61',
+    ),
+  ],
+)
 def test_convert_leaf_binary_errors(tmp_path, flag_values, pattern):
   files = _femnist_json()
   files[A]['user_data']['f0001_11']['y'][2] = 62
@@ -614,20 +769,22 @@ def test_convert_leaf_binary_errors(tmp_path, flag_values, pattern):
   flag_values = {k: (bad if v == 'BAD' else v) for k, v in flag_values.items()}
   if 'femnist_leaf_dir' in flag_values:
     flag_values['cache_dir'] = str(tmp_path / 'cache')
-  fault_harness.assert_one_line_error(fault_harness.run_main(convert_leaf.main, **flag_values),
-                                      pattern)
+  fault_harness.assert_one_line_error(
+    fault_harness.run_main(convert_leaf.main, **flag_values), pattern
+  )
   assert not (tmp_path / 'cache').exists() or os.listdir(tmp_path / 'cache') == []
 
 
-def test_convert_leaf_binary_reports_what_it_wrote_before_an_error(femnist_dir, tmp_path,
-                                                                   capsys):
+def test_convert_leaf_binary_reports_what_it_wrote_before_an_error(femnist_dir, tmp_path, capsys):
   text = tmp_path / 'play.txt'
   text.write_text('A:\nx\n\nno role line\n')
   cache_dir = tmp_path / 'cache'
-  outcome = fault_harness.run_main(convert_leaf.main, femnist_leaf_dir=femnist_dir,
-                                   play_text=str(text), cache_dir=str(cache_dir))
+  outcome = fault_harness.run_main(
+    convert_leaf.main, femnist_leaf_dir=femnist_dir, play_text=str(text), cache_dir=str(cache_dir)
+  )
   fault_harness.assert_one_line_error(
-      outcome, r'^Error: .*play\.txt: line 4: expected a role line such as "ROMEO:"')
+    outcome, r'^Error: .*play\.txt: line 4: expected a role line such as "ROMEO:"'
+  )
   assert f'Wrote {cache_dir}/emnist_all.sqlite:\n' in capsys.readouterr().out
   assert os.listdir(cache_dir) == ['emnist_all.sqlite']
 
@@ -639,8 +796,10 @@ def test_convert_leaf_binary_reports_what_it_wrote_before_an_error(femnist_dir, 
 @pytest.fixture(scope='session')
 def real_femnist_dir(tmp_path_factory):
   if not os.path.exists(FEMNIST_SLICE):
-    pytest.skip('needs the real LEAF FEMNIST slice ../shared/data/femnist_leaf_slice.tar.gz '
-                '(present in CI and on development machines)')
+    pytest.skip(
+      'needs the real LEAF FEMNIST slice ../shared/data/femnist_leaf_slice.tar.gz '
+      '(present in CI and on development machines)'
+    )
   directory = tmp_path_factory.mktemp('femnist_leaf_slice')
   with tarfile.open(FEMNIST_SLICE) as archive:
     archive.extractall(directory, filter='data')
@@ -674,7 +833,8 @@ def test_real_femnist_slice_counts(real_femnist_dir, real_femnist_json):
     assert len(splits[split]) == 105
     assert sum(len(c['label']) for c in splits[split].values()) == examples
     assert {u: len(c['label']) for u, c in splits[split].items()} == {
-        u: len(labels) for u, (_, labels) in real_femnist_json[split].items()}
+      u: len(labels) for u, (_, labels) in real_femnist_json[split].items()
+    }
   labels = np.concatenate([c['label'] for c in splits['train'].values()])
   assert labels.min() == 0 and labels.max() == 61
   assert client_spec(splits['train']) == leaf.FEMNIST_ELEMENT_SPEC
@@ -687,22 +847,30 @@ def client_spec(clients):
 def test_tff_loader_reads_real_femnist(real_emnist_cache, real_femnist_json):
   cache_dir, summary = real_emnist_cache
   expected_digits = {
-      split: {u: sum(1 for y in labels if y < 10) for u, (_, labels) in users.items()}
-      for split, users in real_femnist_json.items()}
-  writers = [u for u in sorted(real_femnist_json['train'])
-             if expected_digits['train'][u] and expected_digits['test'][u]]
+    split: {u: sum(1 for y in labels if y < 10) for u, (_, labels) in users.items()}
+    for split, users in real_femnist_json.items()
+  }
+  writers = [
+    u
+    for u in sorted(real_femnist_json['train'])
+    if expected_digits['train'][u] and expected_digits['test'][u]
+  ]
   assert summary.splits == {
-      'digits_only_train': (len(writers), sum(expected_digits['train'][u] for u in writers)),
-      'digits_only_test': (len(writers), sum(expected_digits['test'][u] for u in writers)),
-      'all_train': (105, 14_708), 'all_test': (105, 1_685)}
+    'digits_only_train': (len(writers), sum(expected_digits['train'][u] for u in writers)),
+    'digits_only_test': (len(writers), sum(expected_digits['test'][u] for u in writers)),
+    'all_train': (105, 14_708),
+    'all_test': (105, 1_685),
+  }
   train, test = tff.simulation.datasets.emnist.load_data(only_digits=False, cache_dir=cache_dir)
   assert train.client_ids == test.client_ids == sorted(real_femnist_json['train'])
   assert train.element_type_structure == leaf.FEMNIST_ELEMENT_SPEC
   # Every client's example count and labels, read through TFF's loader.
   with sqlite3.connect(os.path.join(cache_dir, 'emnist_all.sqlite')) as connection:
-    counts = dict(connection.execute(
-        "SELECT client_id, COUNT(*) FROM examples WHERE split_name = 'all_test' GROUP BY "
-        'client_id;'))
+    counts = dict(
+      connection.execute(
+        "SELECT client_id, COUNT(*) FROM examples WHERE split_name = 'all_test' GROUP BY client_id;"
+      )
+    )
   assert counts == {u: len(labels) for u, (_, labels) in real_femnist_json['test'].items()}
   for user in train.client_ids[::20]:
     labels = [int(e['label']) for e in train.create_tf_dataset_for_client(user)]
@@ -715,16 +883,17 @@ def test_tff_loader_reads_real_femnist(real_emnist_cache, real_femnist_json):
   assert int(element['label']) == record['y'][-1]
   np.testing.assert_array_equal(element['pixels'], np.float32(record['x'][-1]).reshape(28, 28))
   assert element['pixels'].max() == 1.0  # Background 1.0, as in TFF's emnist.
-  digits_train, _ = tff.simulation.datasets.emnist.load_data(only_digits=True,
-                                                             cache_dir=cache_dir)
+  digits_train, _ = tff.simulation.datasets.emnist.load_data(only_digits=True, cache_dir=cache_dir)
   assert digits_train.client_ids == writers
 
 
 @pytest.fixture(scope='session')
 def tiny_shakespeare():
   if not os.path.exists(TINY_SHAKESPEARE):
-    pytest.skip('needs the real Tiny Shakespeare text ../shared/data/tinyshakespeare.txt '
-                '(present in CI and on development machines)')
+    pytest.skip(
+      'needs the real Tiny Shakespeare text ../shared/data/tinyshakespeare.txt '
+      '(present in CI and on development machines)'
+    )
   with open(TINY_SHAKESPEARE, encoding='utf-8') as f:
     return f.read()
 
@@ -746,17 +915,23 @@ def test_real_tiny_shakespeare(tiny_shakespeare, tmp_path):
   splits = leaf.shakespeare_splits(roles)
   assert list(splits['train']) == list(splits['test']) == sorted(kept)
   assert {c: len(s) for c, s in splits['train'].items()} == {
-      c: max(1, 9 * n // 10) for c, n in kept.items()}
+    c: max(1, 9 * n // 10) for c, n in kept.items()
+  }
   assert {c: len(s) for c, s in splits['test'].items()} == {
-      c: n - max(1, 9 * n // 10) for c, n in kept.items()}
+    c: n - max(1, 9 * n // 10) for c, n in kept.items()
+  }
   assert splits['train']['FIRST_CITIZEN'][0] == 'Before we proceed any further, hear me speak.'
   text = tmp_path / 'tiny.txt'
   text.write_text(tiny_shakespeare)
   summary = leaf.write_shakespeare_database(str(text), str(tmp_path))
   train_examples = sum(max(1, 9 * n // 10) for n in kept.values())
-  assert summary.splits == {'train': (245, train_examples),
-                            'test': (245, sum(kept.values()) - train_examples)}
+  assert summary.splits == {
+    'train': (245, train_examples),
+    'test': (245, sum(kept.values()) - train_examples),
+  }
   train, test = tff.simulation.datasets.shakespeare.load_data(cache_dir=str(tmp_path))
   assert train.client_ids == test.client_ids == sorted(splits['train'])
-  assert [e['snippets'].decode() for e in test.create_tf_dataset_for_client(
-      'FIRST_CITIZEN').as_numpy_iterator()] == splits['test']['FIRST_CITIZEN']
+  assert [
+    e['snippets'].decode()
+    for e in test.create_tf_dataset_for_client('FIRST_CITIZEN').as_numpy_iterator()
+  ] == splits['test']['FIRST_CITIZEN']

@@ -12,9 +12,10 @@ def test_same_type_and_same_round_as_tff_default_loop(small_digits_task):
   task = small_digits_task
   ours = learning.build_fedavg(task.model_fn, client_learning_rate=0.1)
   reference = tff.learning.algorithms.build_weighted_fed_avg(
-      task.model_fn,
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
-      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
+    task.model_fn,
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+    server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+  )
   assert ours.next.type_signature.is_equivalent_to(reference.next.type_signature)
 
   datasets = [task.client_dataset(c, seed=c) for c in range(4)]
@@ -29,12 +30,19 @@ def test_same_type_and_same_round_as_tff_default_loop(small_digits_task):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize('kwargs,match', [
-    (dict(client_learning_rate=0.0),
-     'client_learning_rate must be a positive finite number, got 0.0'),
-    (dict(client_learning_rate=0.1, server_learning_rate=-1.0),
-     'server_learning_rate must be a positive finite number, got -1.0'),
-])
+@pytest.mark.parametrize(
+  'kwargs,match',
+  [
+    (
+      dict(client_learning_rate=0.0),
+      'client_learning_rate must be a positive finite number, got 0.0',
+    ),
+    (
+      dict(client_learning_rate=0.1, server_learning_rate=-1.0),
+      'server_learning_rate must be a positive finite number, got -1.0',
+    ),
+  ],
+)
 def test_rejects_non_positive_learning_rates(small_digits_task, kwargs, match):
   with pytest.raises(ValueError, match=match):
     learning.build_fedavg(small_digits_task.model_fn, **kwargs)
@@ -75,7 +83,8 @@ def _distance(weights, start):
 
 
 def test_fedprox_is_sgd_on_the_proximal_objective_and_tff_0_87_has_the_sign_reversed(
-    small_digits_task):
+  small_digits_task,
+):
   """One client, μ = 0.5, server lr 1: our FedProx equals local SGD on
   ``loss + μ/2 ‖w − w_global‖²`` done by hand; TFF 0.87's
   ``build_weighted_fed_prox`` equals the same replica with ``−μ (w − w_global)``
@@ -84,13 +93,21 @@ def test_fedprox_is_sgd_on_the_proximal_objective_and_tff_0_87_has_the_sign_reve
   task, mu, lr = small_digits_task, 0.5, 0.1
   start = task.initial_model_weights(0)
   batches, dataset = _fixed_batches(task, 2)
-  ours = _one_round(learning.build_fedprox(
-      task.model_fn, proximal_strength=mu, client_learning_rate=lr), start, dataset)
-  tff_prox = _one_round(tff.learning.algorithms.build_weighted_fed_prox(
-      task.model_fn, proximal_strength=mu,
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(lr)), start, dataset)
-  avg = _one_round(learning.build_fedavg(task.model_fn, client_learning_rate=lr),
-                   start, dataset)
+  ours = _one_round(
+    learning.build_fedprox(task.model_fn, proximal_strength=mu, client_learning_rate=lr),
+    start,
+    dataset,
+  )
+  tff_prox = _one_round(
+    tff.learning.algorithms.build_weighted_fed_prox(
+      task.model_fn,
+      proximal_strength=mu,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(lr),
+    ),
+    start,
+    dataset,
+  )
+  avg = _one_round(learning.build_fedavg(task.model_fn, client_learning_rate=lr), start, dataset)
   for got, sign in ((ours, 1.0), (tff_prox, -1.0)):
     replica = _proximal_sgd_replica(task, start, batches, lr=lr, mu=mu, sign=sign)
     for a, b in zip(got, replica):
@@ -98,8 +115,11 @@ def test_fedprox_is_sgd_on_the_proximal_objective_and_tff_0_87_has_the_sign_reve
   assert _distance(ours, start) < _distance(avg, start) < _distance(tff_prox, start)
 
   # μ = 0 is FedAvg.
-  zero = _one_round(learning.build_fedprox(
-      task.model_fn, proximal_strength=0.0, client_learning_rate=lr), start, dataset)
+  zero = _one_round(
+    learning.build_fedprox(task.model_fn, proximal_strength=0.0, client_learning_rate=lr),
+    start,
+    dataset,
+  )
   for a, b in zip(zero, avg):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
@@ -123,5 +143,6 @@ def test_proximal_sgd_anchors_each_client_at_its_own_start(small_digits_task):
 
 def test_fedprox_rejects_negative_strength(small_digits_task):
   with pytest.raises(ValueError, match='proximal_strength must be non-negative, got -0.1'):
-    learning.build_fedprox(small_digits_task.model_fn, proximal_strength=-0.1,
-                           client_learning_rate=0.1)
+    learning.build_fedprox(
+      small_digits_task.model_fn, proximal_strength=-0.1, client_learning_rate=0.1
+    )

@@ -28,8 +28,9 @@ LR = 0.05
 @pytest.fixture(scope='module')
 def suite():
   """Two digits tasks (Dirichlet 0.05 and 10) over 8 clients, one local epoch."""
-  return suites.create_suite('digits_noniid', num_models=2, num_clients=N, client_epochs=1,
-                             client_batch_size=20)
+  return suites.create_suite(
+    'digits_noniid', num_models=2, num_clients=N, client_epochs=1, client_batch_size=20
+  )
 
 
 def _shares(tasks):
@@ -37,8 +38,10 @@ def _shares(tasks):
 
 
 def _data(tasks, shares, clients=range(N)):
-  return [multi_model.client_data([t.client_dataset(i, seed=7) for t in tasks], i, shares[i])
-          for i in clients]
+  return [
+    multi_model.client_data([t.client_dataset(i, seed=7) for t in tasks], i, shares[i])
+    for i in clients
+  ]
 
 
 def _flat(weights):
@@ -88,7 +91,8 @@ def test_full_participation_with_one_model_is_tffs_fedavg(suite):
   (expected,) = _full_participation_steps(tasks)
   for sampling in ('optimal', 'optimal_loss', 'optimal_secure'):
     process = multi_model.build_multi_model_process(
-        [tasks[0].model_fn], sampling=sampling, expected_clients=N, client_learning_rates=LR)
+      [tasks[0].model_fn], sampling=sampling, expected_clients=N, client_learning_rates=LR
+    )
     state = _state(process, tasks)
     output = process.next(state, _data(tasks, shares))
     step = _flat(state['models'][0]) - _flat(output.state['models'][0])
@@ -98,8 +102,9 @@ def test_full_participation_with_one_model_is_tffs_fedavg(suite):
     assert output.state['round'] == 1
 
 
-@pytest.mark.parametrize('sampling,steps', [('optimal_loss', None), ('optimal_loss_secure', 0),
-                                            ('optimal_loss_secure', 1)])
+@pytest.mark.parametrize(
+  'sampling,steps', [('optimal_loss', None), ('optimal_loss_secure', 0), ('optimal_loss_secure', 1)]
+)
 def test_loss_signal_probabilities_match_numpy(suite, sampling, steps):
   # The process's α and Σp come from the probabilities it drew with; the
   # NumPy functions on the Keras losses give the same numbers.
@@ -111,19 +116,28 @@ def test_loss_signal_probabilities_match_numpy(suite, sampling, steps):
   else:
     p = probabilities.approximate_multi_model_probabilities(signal, m, steps)
   process = multi_model.build_multi_model_process(
-      [t.model_fn for t in suite], sampling=sampling, expected_clients=m,
-      client_learning_rates=LR, max_rescaling_steps=4 if steps is None else steps)
+    [t.model_fn for t in suite],
+    sampling=sampling,
+    expected_clients=m,
+    client_learning_rates=LR,
+    max_rescaling_steps=4 if steps is None else steps,
+  )
   output = process.next(_state(process, suite), _data(suite, shares))
   measured = output.measurements
   assert measured['expected_uploads'] == pytest.approx(p.sum(), rel=1e-5)
   assert measured['improvement_factor'] == pytest.approx(
-      probabilities.multi_model_improvement_factor(signal, p, m), rel=1e-4)
+    probabilities.multi_model_improvement_factor(signal, p, m), rel=1e-4
+  )
   assert measured['cohort_size'] == N
   if steps is None:  # The exact process reports what the secure one would have had.
     exact = probabilities.multi_model_sampling_variance(signal, p)
-    ratios = [probabilities.multi_model_sampling_variance(
-        signal, probabilities.approximate_multi_model_probabilities(signal, m, j)) / exact
-              for j in range(5)]
+    ratios = [
+      probabilities.multi_model_sampling_variance(
+        signal, probabilities.approximate_multi_model_probabilities(signal, m, j)
+      )
+      / exact
+      for j in range(5)
+    ]
     np.testing.assert_allclose(measured['secure_variance_ratio'], ratios, rtol=1e-4)
     assert measured['secure_variance_ratio'][0] >= 1.0
 
@@ -152,8 +166,8 @@ def test_the_step_is_unbiased_for_full_participation(suite, sampling):
   shares = _shares(suite)
   targets = _full_participation_steps(suite)
   process = multi_model.build_multi_model_process(
-      [t.model_fn for t in suite], sampling=sampling, expected_clients=3,
-      client_learning_rates=LR)
+    [t.model_fn for t in suite], sampling=sampling, expected_clients=3, client_learning_rates=LR
+  )
   rounds = 60
   steps, uploads = _mean_steps(process, suite, shares, rounds)
   assert 1.0 < uploads.sum(axis=1).mean() < 5.0  # m = 3 expected trainers.
@@ -166,7 +180,8 @@ def test_the_step_is_unbiased_for_full_participation(suite, sampling):
       assert abs(error) < 4.5 * standard_error + 1e-7, (sampling, s, error, standard_error)
   # A biased estimator (no 1/p) would miss by far: the projections carry signal.
   assert abs(np.mean(steps[0] @ targets[0]) - targets[0] @ targets[0]) < 0.5 * (
-      targets[0] @ targets[0])
+    targets[0] @ targets[0]
+  )
 
 
 def test_each_model_is_chosen_as_often_as_its_probabilities_say(suite):
@@ -176,8 +191,11 @@ def test_each_model_is_chosen_as_often_as_its_probabilities_say(suite):
   m = 3.0
   p = probabilities.multi_model_probabilities(shares * _keras_losses(suite), m)
   process = multi_model.build_multi_model_process(
-      [t.model_fn for t in suite], sampling='optimal_loss', expected_clients=m,
-      client_learning_rates=LR)
+    [t.model_fn for t in suite],
+    sampling='optimal_loss',
+    expected_clients=m,
+    client_learning_rates=LR,
+  )
   rounds = 80
   _, uploads = _mean_steps(process, suite, shares, rounds)
   mean = rounds * p.sum(axis=0)
@@ -196,15 +214,16 @@ def test_a_model_without_data_on_a_client_is_never_trained_there(suite):
   data = _data(tasks, shares)
   data[0]['data'] = (data[0]['data'][0], tasks[1].client_dataset(0, seed=7).take(0))
   process = multi_model.build_multi_model_process(
-      [t.model_fn for t in tasks], sampling='random', expected_clients=N,
-      client_learning_rates=LR)
+    [t.model_fn for t in tasks], sampling='random', expected_clients=N, client_learning_rates=LR
+  )
   for r in range(6):
     state = _state(process, tasks, round_num=r)
     with_client = process.next(state, data)
     without = process.next(state, data[1:])
     assert with_client.measurements['uploads'][0] == without.measurements['uploads'][0] + 1
-    np.testing.assert_allclose(_flat(with_client.state['models'][1]),
-                               _flat(without.state['models'][1]), atol=1e-6)
+    np.testing.assert_allclose(
+      _flat(with_client.state['models'][1]), _flat(without.state['models'][1]), atol=1e-6
+    )
 
 
 def _intrinsic_uris(computation):
@@ -224,13 +243,19 @@ def test_secure_samplings_sum_client_values_only_securely(suite):
   # through secure sums; the exact sampling gathers the individual M_i.
   fns = [t.model_fn for t in suite]
   for sampling in ('optimal_secure', 'optimal_loss_secure'):
-    uris = _intrinsic_uris(multi_model.build_multi_model_process(
-        fns, sampling=sampling, expected_clients=3, client_learning_rates=LR).next)
+    uris = _intrinsic_uris(
+      multi_model.build_multi_model_process(
+        fns, sampling=sampling, expected_clients=3, client_learning_rates=LR
+      ).next
+    )
     assert uris.count('federated_sum') == len(suite), sampling
     assert 'federated_aggregate' not in uris and 'federated_mean' not in uris
     assert 'federated_secure_sum_bitwidth' in uris
-  exact = _intrinsic_uris(multi_model.build_multi_model_process(
-      fns, sampling='optimal', expected_clients=3, client_learning_rates=LR).next)
+  exact = _intrinsic_uris(
+    multi_model.build_multi_model_process(
+      fns, sampling='optimal', expected_clients=3, client_learning_rates=LR
+    ).next
+  )
   assert 'federated_aggregate' in exact
 
 
@@ -238,13 +263,18 @@ def test_state_and_measurements_keep_their_structure(suite):
   # What the program loop reads: a state <round, models> whose models are
   # assignable ModelWeights, and the measurements by name and shape.
   head = ['cohort_size', 'uploads', 'expected_uploads', 'rescaling_steps', 'full_participation']
-  tail = ['clipped_signals', 'non_finite_signals', 'non_finite_updates',
-          'extra_scalars_per_client']
-  for sampling, signal_names in (('optimal', ['improvement_factor', 'secure_variance_ratio']),
-                                 ('random', [])):
+  tail = ['clipped_signals', 'non_finite_signals', 'non_finite_updates', 'extra_scalars_per_client']
+  for sampling, signal_names in (
+    ('optimal', ['improvement_factor', 'secure_variance_ratio']),
+    ('random', []),
+  ):
     process = multi_model.build_multi_model_process(
-        [t.model_fn for t in suite], sampling=sampling, expected_clients=3,
-        client_learning_rates=LR, max_rescaling_steps=2)
+      [t.model_fn for t in suite],
+      sampling=sampling,
+      expected_clients=3,
+      client_learning_rates=LR,
+      max_rescaling_steps=2,
+    )
     measurements = process.next.type_signature.result.measurements.member
     assert structure.name_list(measurements) == head + signal_names + tail, sampling
     assert str(measurements.uploads) == 'int32[2]'
@@ -258,17 +288,21 @@ def test_state_and_measurements_keep_their_structure(suite):
 def test_bad_arguments_name_the_value():
   fns = [lambda: None]
   with pytest.raises(ValueError, match='sampling must be one of'):
-    multi_model.build_multi_model_process(fns, sampling='best', expected_clients=1,
-                                          client_learning_rates=0.1)
+    multi_model.build_multi_model_process(
+      fns, sampling='best', expected_clients=1, client_learning_rates=0.1
+    )
   with pytest.raises(ValueError, match='expected_clients must be a positive'):
-    multi_model.build_multi_model_process(fns, sampling='random', expected_clients=0,
-                                          client_learning_rates=0.1)
+    multi_model.build_multi_model_process(
+      fns, sampling='random', expected_clients=0, client_learning_rates=0.1
+    )
   with pytest.raises(ValueError, match='2 client learning rates for 1 models'):
-    multi_model.build_multi_model_process(fns, sampling='random', expected_clients=1,
-                                          client_learning_rates=[0.1, 0.2])
+    multi_model.build_multi_model_process(
+      fns, sampling='random', expected_clients=1, client_learning_rates=[0.1, 0.2]
+    )
   with pytest.raises(ValueError, match='model_fns is empty'):
-    multi_model.build_multi_model_process([], sampling='random', expected_clients=1,
-                                          client_learning_rates=0.1)
+    multi_model.build_multi_model_process(
+      [], sampling='random', expected_clients=1, client_learning_rates=0.1
+    )
   with pytest.raises(ValueError, match=r'Model\(s\) \[1\] have no training examples'):
     multi_model.data_shares([[3, 0], [1, 0]])
   with pytest.raises(ValueError, match='one per model'):

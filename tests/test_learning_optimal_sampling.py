@@ -24,13 +24,21 @@ def test_fedavg_full_mode_equals_tff_fedavg(small_digits_task):
   task = small_digits_task
   start = task.initial_model_weights(0)
   ours, metrics = _one_round(
-      learning.build_fed_avg_with_optimal_sampling(
-          task.model_fn, _sgd(0.1), _sgd(1.0), expected_clients=2, mode='full'),
-      task, range(6), start)
+    learning.build_fed_avg_with_optimal_sampling(
+      task.model_fn, _sgd(0.1), _sgd(1.0), expected_clients=2, mode='full'
+    ),
+    task,
+    range(6),
+    start,
+  )
   reference, _ = _one_round(
-      tff.learning.algorithms.build_weighted_fed_avg(
-          task.model_fn, client_optimizer_fn=_sgd(0.1), server_optimizer_fn=_sgd(1.0)),
-      task, range(6), start)
+    tff.learning.algorithms.build_weighted_fed_avg(
+      task.model_fn, client_optimizer_fn=_sgd(0.1), server_optimizer_fn=_sgd(1.0)
+    ),
+    task,
+    range(6),
+    start,
+  )
   for a, b in zip(ours.trainable, reference.trainable):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
   assert metrics['aggregator']['uploads'] == 6
@@ -40,12 +48,19 @@ def test_dsgd_full_mode_equals_tff_fedsgd(small_digits_task):
   task = small_digits_task
   start = task.initial_model_weights(0)
   ours, _ = _one_round(
-      learning.build_dsgd_with_optimal_sampling(
-          task.model_fn, _sgd(0.5), expected_clients=2, mode='full'),
-      task, range(5), start)
+    learning.build_dsgd_with_optimal_sampling(
+      task.model_fn, _sgd(0.5), expected_clients=2, mode='full'
+    ),
+    task,
+    range(5),
+    start,
+  )
   reference, _ = _one_round(
-      tff.learning.algorithms.build_fed_sgd(task.model_fn, server_optimizer_fn=_sgd(0.5)),
-      task, range(5), start)
+    tff.learning.algorithms.build_fed_sgd(task.model_fn, server_optimizer_fn=_sgd(0.5)),
+    task,
+    range(5),
+    start,
+  )
   moved = max(float(np.max(np.abs(a - b))) for a, b in zip(ours.trainable, start.trainable))
   assert moved > 1e-4
   for a, b in zip(ours.trainable, reference.trainable):
@@ -57,10 +72,12 @@ def test_optimal_round_uploads_about_m_and_reports(small_digits_task, builder):
   task = small_digits_task
   if builder == 'fedavg':
     process = learning.build_fed_avg_with_optimal_sampling(
-        task.model_fn, _sgd(0.1), _sgd(1.0), expected_clients=3)
+      task.model_fn, _sgd(0.1), _sgd(1.0), expected_clients=3
+    )
   else:
-    process = learning.build_dsgd_with_optimal_sampling(task.model_fn, _sgd(0.5),
-                                                        expected_clients=3)
+    process = learning.build_dsgd_with_optimal_sampling(
+      task.model_fn, _sgd(0.5), expected_clients=3
+    )
   weights, metrics = _one_round(process, task, range(12), task.initial_model_weights(0))
   aggregator = metrics['aggregator']
   assert aggregator['cohort_size'] == 12

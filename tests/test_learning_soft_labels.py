@@ -39,7 +39,8 @@ def test_probe_type_signature(small_digits_task):
   assert public_type == tff.FederatedType(tff.TensorType(np.float32, [None, 64]), tff.SERVER)
   assert data_type.placement is tff.CLIENTS and 'meta' in dir(data_type.member)
   assert probe.type_signature.result == tff.FederatedType(
-      tff.TensorType(np.float32, [None, None, 10]), tff.SERVER)
+    tff.TensorType(np.float32, [None, None, 10]), tff.SERVER
+  )
 
 
 def test_zero_learning_rate_gives_the_global_models_softmax():
@@ -48,7 +49,8 @@ def test_zero_learning_rate_gives_the_global_models_softmax():
   inputs = rng.normal(size=(9, _INPUTS)).astype(np.float32)
   probe = soft_labels.build_soft_label_probe(_linear_model_fn(), client_learning_rate=0.0)
   data = signals.selection_client_data(
-      [_dataset(*_client_arrays(rng, n)) for n in (7, 4, 1)], [1.0] * 3)
+    [_dataset(*_client_arrays(rng, n)) for n in (7, 4, 1)], [1.0] * 3
+  )
   output = probe(weights, inputs, data)
   expected = _softmax_of_linear(inputs, *weights.trainable)
   assert output.shape == (3, 9, _CLASSES) and output.dtype == np.float32
@@ -62,8 +64,11 @@ def test_each_slot_holds_its_clients_locally_trained_soft_labels():
   clients = [_client_arrays(rng, n) for n in (7, 5, 8, 3)]
   slots = [2, 0, 3, 1]  # Client i sits in slot slots[i].
   probe = soft_labels.build_soft_label_probe(_linear_model_fn(), client_learning_rate=0.5)
-  output = probe(weights, inputs, [signals.client_data(_dataset(x, y), slot, 1.0)
-                                   for (x, y), slot in zip(clients, slots)])
+  output = probe(
+    weights,
+    inputs,
+    [signals.client_data(_dataset(x, y), slot, 1.0) for (x, y), slot in zip(clients, slots)],
+  )
   assert output.shape == (4, 6, _CLASSES)
   for (x, y), slot in zip(clients, slots):
     expected = _softmax_of_linear(inputs, *_local_sgd(weights, x, y, 0.5))
@@ -78,9 +83,11 @@ def test_probability_outputs_are_not_softmaxed_twice():
   inputs = rng.normal(size=(5, _INPUTS)).astype(np.float32)
   data = signals.selection_client_data([_dataset(*_client_arrays(rng, 4))], [1.0])
   probe = soft_labels.build_soft_label_probe(
-      _linear_model_fn('softmax'), client_learning_rate=0.0, model_outputs='probabilities')
-  np.testing.assert_allclose(probe(weights, inputs, data)[0],
-                             _softmax_of_linear(inputs, *weights.trainable), atol=1e-6)
+    _linear_model_fn('softmax'), client_learning_rate=0.0, model_outputs='probabilities'
+  )
+  np.testing.assert_allclose(
+    probe(weights, inputs, data)[0], _softmax_of_linear(inputs, *weights.trainable), atol=1e-6
+  )
 
 
 def test_a_diverging_client_reports_the_global_models_soft_labels():
@@ -89,8 +96,11 @@ def test_a_diverging_client_reports_the_global_models_soft_labels():
   inputs = rng.normal(size=(5, _INPUTS)).astype(np.float32)
   x, y = _client_arrays(rng, 6)
   probe = soft_labels.build_soft_label_probe(_linear_model_fn(), client_learning_rate=1e38)
-  output = probe(weights, inputs, signals.selection_client_data(
-      [_dataset(x * 1e30, y), _dataset(x[:0], y[:0])], [1.0, 1.0]))  # Diverges; no data.
+  output = probe(
+    weights,
+    inputs,
+    signals.selection_client_data([_dataset(x * 1e30, y), _dataset(x[:0], y[:0])], [1.0, 1.0]),
+  )  # Diverges; no data.
   expected = _softmax_of_linear(inputs, *weights.trainable)
   np.testing.assert_allclose(output, np.stack([expected, expected]), atol=1e-6)
 
@@ -99,23 +109,34 @@ def test_token_models_give_one_distribution_per_position():
   vocab, length = 7, 5
 
   def token_model_fn():
-    keras_model = tf.keras.Sequential([
-        tf.keras.Input(shape=(length,), dtype=tf.int64), tf.keras.layers.Embedding(vocab, 3),
-        tf.keras.layers.Dense(vocab)])
+    keras_model = tf.keras.Sequential(
+      [
+        tf.keras.Input(shape=(length,), dtype=tf.int64),
+        tf.keras.layers.Embedding(vocab, 3),
+        tf.keras.layers.Dense(vocab),
+      ]
+    )
     return tff.learning.models.from_keras_model(
-        keras_model, loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        input_spec=collections.OrderedDict(x=tf.TensorSpec([None, length], tf.int64),
-                                           y=tf.TensorSpec([None, length], tf.int64)))
+      keras_model,
+      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      input_spec=collections.OrderedDict(
+        x=tf.TensorSpec([None, length], tf.int64), y=tf.TensorSpec([None, length], tf.int64)
+      ),
+    )
 
   rng = np.random.default_rng(6)
   tokens = rng.integers(vocab, size=(4, length))
   data = tf.data.Dataset.from_tensor_slices(collections.OrderedDict(x=tokens, y=tokens)).batch(2)
   probe = soft_labels.build_soft_label_probe(token_model_fn, client_learning_rate=0.1)
-  assert probe.type_signature.result.member == tff.TensorType(np.float32,
-                                                              [None, None, length, vocab])
+  assert probe.type_signature.result.member == tff.TensorType(
+    np.float32, [None, None, length, vocab]
+  )
   weights = tff.learning.models.ModelWeights.from_model(token_model_fn())
-  output = probe(weights, rng.integers(vocab, size=(3, length)),
-                 signals.selection_client_data([data, data], [1.0, 1.0]))
+  output = probe(
+    weights,
+    rng.integers(vocab, size=(3, length)),
+    signals.selection_client_data([data, data], [1.0, 1.0]),
+  )
   assert output.shape == (2, 3, length, vocab)
   np.testing.assert_allclose(output.sum(axis=-1), 1.0, atol=1e-6)
 
@@ -124,8 +145,9 @@ def test_probe_rejects_bad_options():
   with pytest.raises(ValueError, match='client_learning_rate must be a finite number >= 0'):
     soft_labels.build_soft_label_probe(_linear_model_fn(), client_learning_rate=float('nan'))
   with pytest.raises(ValueError, match=r"model_outputs must be one of .*got 'softmax'"):
-    soft_labels.build_soft_label_probe(_linear_model_fn(), client_learning_rate=0.1,
-                                       model_outputs='softmax')
+    soft_labels.build_soft_label_probe(
+      _linear_model_fn(), client_learning_rate=0.1, model_outputs='softmax'
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -142,8 +164,13 @@ def test_client_soft_labels_are_deterministic_and_chunking_changes_nothing(small
 
   def labels(seed, chunk_size):
     return soft_labels.client_soft_labels(
-        task, public_inputs=inputs, model_weights=task.initial_model_weights(0),
-        client_learning_rate=0.1, seed=seed, chunk_size=chunk_size)
+      task,
+      public_inputs=inputs,
+      model_weights=task.initial_model_weights(0),
+      client_learning_rate=0.1,
+      seed=seed,
+      chunk_size=chunk_size,
+    )
 
   first = labels(0, 32)
   assert first.shape == (task.num_clients, 12, 10) and first.dtype == np.float32
@@ -163,15 +190,22 @@ def test_clients_train_on_the_programs_round_0_streams(small_digits_task):
   def direct(**kwargs):
     streams = []
     for c in clients:
-      stream = task.client_dataset(c, program.client_shuffle_seed(3, 0, c),
-                                   steps=kwargs.get('steps'))
+      stream = task.client_dataset(
+        c, program.client_shuffle_seed(3, 0, c), steps=kwargs.get('steps')
+      )
       streams.append(stream.repeat(kwargs['epochs']) if 'epochs' in kwargs else stream)
     return probe(start, inputs, signals.selection_client_data(streams, [1.0] * 3))
 
   def probed(**kwargs):
     return soft_labels.client_soft_labels(
-        task, public_inputs=inputs, model_weights=start, client_learning_rate=0.1, seed=3,
-        chunk_size=8, **kwargs)[clients]
+      task,
+      public_inputs=inputs,
+      model_weights=start,
+      client_learning_rate=0.1,
+      seed=3,
+      chunk_size=8,
+      **kwargs,
+    )[clients]
 
   one_epoch = probed()
   np.testing.assert_allclose(one_epoch, direct(), rtol=1e-6, atol=1e-7)
@@ -180,8 +214,9 @@ def test_clients_train_on_the_programs_round_0_streams(small_digits_task):
   two_steps = probed(client_steps=2)
   np.testing.assert_allclose(two_steps, direct(steps=2), rtol=1e-6, atol=1e-7)
   # E_p rounds' worth of fixed steps: 3 x 2 batches of the cycled stream.
-  np.testing.assert_allclose(probed(client_steps=2, pretrain_epochs=3), direct(steps=6),
-                             rtol=1e-6, atol=1e-7)
+  np.testing.assert_allclose(
+    probed(client_steps=2, pretrain_epochs=3), direct(steps=6), rtol=1e-6, atol=1e-7
+  )
   # The second pass and the cut change the local models (the comparisons above
   # would also pass if the options were ignored on both sides).
   assert np.abs(two_epochs - one_epoch).max() > 0.01
@@ -202,8 +237,12 @@ def test_single_digit_clients_label_the_public_set_as_their_digit(shards_task):
   # client, this run: own-digit mean probability >= 0.66, any other <= 0.056.
   task = shards_task
   labels = soft_labels.client_soft_labels(
-      task, public_inputs=_inputs(task, 200), model_weights=task.initial_model_weights(0),
-      client_learning_rate=0.05, seed=0)
+    task,
+    public_inputs=_inputs(task, 200),
+    model_weights=task.initial_model_weights(0),
+    client_learning_rate=0.05,
+    seed=0,
+  )
   digit = task.client_label_histograms.argmax(axis=1)
   argmax_share = np.stack([(labels.argmax(axis=-1) == d).mean(axis=1) for d in range(10)], 1)
   own = argmax_share[np.arange(task.num_clients), digit]
@@ -218,19 +257,20 @@ def test_single_digit_clients_label_the_public_set_as_their_digit(shards_task):
 def test_client_soft_labels_rejects_bad_inputs(small_digits_task):
   task = small_digits_task
   common = dict(model_weights=task.initial_model_weights(0), client_learning_rate=0.1, seed=0)
-  with pytest.raises(ValueError, match=r"public_inputs of shape \(5, 8, 8\) do not fit task "
-                     r"'digits', whose model takes examples of shape \(64,\)"):
+  with pytest.raises(
+    ValueError,
+    match=r'public_inputs of shape \(5, 8, 8\) do not fit task '
+    r"'digits', whose model takes examples of shape \(64,\)",
+  ):
     soft_labels.client_soft_labels(task, public_inputs=np.zeros((5, 8, 8), np.float32), **common)
   with pytest.raises(ValueError, match='public_inputs hold no examples'):
     soft_labels.client_soft_labels(task, public_inputs=np.zeros((0, 64), np.float32), **common)
   with pytest.raises(ValueError, match='1 non-finite values'):
-    soft_labels.client_soft_labels(
-        task, public_inputs=np.array([[np.inf] + [0.0] * 63]), **common)
+    soft_labels.client_soft_labels(task, public_inputs=np.array([[np.inf] + [0.0] * 63]), **common)
   with pytest.raises(ValueError, match='client_steps must be a positive integer, got 0'):
     soft_labels.client_soft_labels(task, public_inputs=_inputs(task), client_steps=0, **common)
   with pytest.raises(ValueError, match='pretrain_epochs must be a positive integer, got 0'):
-    soft_labels.client_soft_labels(task, public_inputs=_inputs(task), pretrain_epochs=0,
-                                   **common)
+    soft_labels.client_soft_labels(task, public_inputs=_inputs(task), pretrain_epochs=0, **common)
   with pytest.raises(ValueError, match='chunk_size must be a positive integer'):
     soft_labels.client_soft_labels(task, public_inputs=_inputs(task), chunk_size=0, **common)
 
@@ -241,14 +281,15 @@ def test_client_soft_labels_rejects_bad_inputs(small_digits_task):
 
 def test_preprocessing_bits_by_hand():
   # 100 clients, 200 public digits inputs of 64 floats, 10 classes.
-  bits = soft_labels.preprocessing_bits(num_clients=100, public_examples=200, input_size=64,
-                                        num_classes=10)
+  bits = soft_labels.preprocessing_bits(
+    num_clients=100, public_examples=200, input_size=64, num_classes=10
+  )
   assert bits == {'upload_bits': 100 * 200 * 10 * 32, 'download_bits': 100 * 200 * 64 * 32}
   assert bits == {'upload_bits': 6_400_000, 'download_bits': 40_960_000}
   assert all(type(v) is int for v in bits.values())
   assert communication.PreprocessingBits(**bits).upload_bits == 6_400_000
-  assert soft_labels.preprocessing_bits(num_clients=3, public_examples=2, input_size=5,
-                                        num_classes=4, bits_per_value=16) == {
-                                            'upload_bits': 384, 'download_bits': 480}
+  assert soft_labels.preprocessing_bits(
+    num_clients=3, public_examples=2, input_size=5, num_classes=4, bits_per_value=16
+  ) == {'upload_bits': 384, 'download_bits': 480}
   with pytest.raises(ValueError, match='public_examples must be a positive integer, got 0'):
     soft_labels.preprocessing_bits(num_clients=3, public_examples=0, input_size=5, num_classes=4)

@@ -22,8 +22,13 @@ def suite():
 
 def _process(suite, sampling='optimal_secure'):
   return multi_model.build_multi_model_process(
-      [t.model_fn for t in suite], sampling=sampling, expected_clients=2,
-      client_learning_rates=0.05, max_rescaling_steps=1, seed=3)
+    [t.model_fn for t in suite],
+    sampling=sampling,
+    expected_clients=2,
+    client_learning_rates=0.05,
+    max_rescaling_steps=1,
+    seed=3,
+  )
 
 
 def _flat(models):
@@ -32,8 +37,9 @@ def _flat(models):
 
 def test_resumed_run_reproduces_the_uninterrupted_one(suite, tmp_path):
   def config(name, rounds):
-    return program.RunConfig(output_dir=str(tmp_path / name), rounds=rounds, seed=3,
-                                 eval_every=1, hparams=dict(run=name))
+    return program.RunConfig(
+      output_dir=str(tmp_path / name), rounds=rounds, seed=3, eval_every=1, hparams=dict(run=name)
+    )
 
   process = _process(suite)
   whole = multi_model_program.train_multi_model(suite, process, config('a', 3))
@@ -49,14 +55,18 @@ def test_resumed_run_reproduces_the_uninterrupted_one(suite, tmp_path):
     np.testing.assert_array_equal(run_a.metrics[column], run_b.metrics[column])
   # The mean accuracy is the mean of the models' accuracies; bits add up.
   np.testing.assert_allclose(
-      run_a.metrics['eval/mean_accuracy'],
-      (run_a.metrics['eval/model_0/accuracy'] + run_a.metrics['eval/model_1/accuracy']) / 2)
-  np.testing.assert_allclose(np.cumsum(run_a.metrics['uplink/round_bits']),
-                             run_a.metrics['uplink/cumulative_bits'])
+    run_a.metrics['eval/mean_accuracy'],
+    (run_a.metrics['eval/model_0/accuracy'] + run_a.metrics['eval/model_1/accuracy']) / 2,
+  )
+  np.testing.assert_allclose(
+    np.cumsum(run_a.metrics['uplink/round_bits']), run_a.metrics['uplink/cumulative_bits']
+  )
   parameters = [sum(np.size(t) for t in w.trainable) for w in whole.models]
-  expected_bits = 32 * (run_a.metrics['process/uploads/model_0'][1:] * parameters[0]
-                        + run_a.metrics['process/uploads/model_1'][1:] * parameters[1]
-                        + run_a.metrics['uplink/extra_scalars'][1:])
+  expected_bits = 32 * (
+    run_a.metrics['process/uploads/model_0'][1:] * parameters[0]
+    + run_a.metrics['process/uploads/model_1'][1:] * parameters[1]
+    + run_a.metrics['uplink/extra_scalars'][1:]
+  )
   np.testing.assert_allclose(run_a.metrics['uplink/round_bits'][1:], expected_bits)
 
 
@@ -64,8 +74,11 @@ def test_mismatched_populations_are_errors(suite):
   bigger = suites.create_suite('digits_synthetic', num_clients=9, client_epochs=1)
   with pytest.raises(ValueError, match='client counts differ: digits: 6, synthetic: 9'):
     multi_model_program.check_population([suite[0], bigger[1]])
-  with pytest.raises(ValueError, match=r'task\(s\) digits \(6\), synthetic \(6\) have fewer; '
-                                       r'lower --clients to at most 6'):
+  with pytest.raises(
+    ValueError,
+    match=r'task\(s\) digits \(6\), synthetic \(6\) have fewer; '
+    r'lower --clients to at most 6',
+  ):
     multi_model_program.align_clients(suite, 7)
   aligned = multi_model_program.align_clients([suite[0], bigger[1]])
   assert [t.num_clients for t in aligned] == [6, 6]
@@ -79,24 +92,37 @@ def test_mismatched_populations_are_errors(suite):
 def test_suites_and_their_errors():
   tasks = suites.create_suite('digits_noniid', num_models=3, num_clients=20)
   assert [t.options['dirichlet_alpha'] for t in tasks] == pytest.approx(
-      list(np.geomspace(0.05, 10.0, 3)))
+    list(np.geomspace(0.05, 10.0, 3))
+  )
   assert suites.noniid_alphas(5) == suites.NONIID_ALPHAS
   assert len({t.client_num_examples.tobytes() for t in tasks}) == 3  # Different partitions.
-  with pytest.raises(ValueError, match="Suite 'digits_synthetic' has 2-2 models, got "
-                                       '--num_models=3'):
+  with pytest.raises(
+    ValueError, match="Suite 'digits_synthetic' has 2-2 models, got --num_models=3"
+  ):
     suites.create_suite('digits_synthetic', num_models=3)
   with pytest.raises(ValueError, match="Unknown suite 'mnist'"):
     suites.create_suite('mnist')
 
 
 def test_binary_runs_every_sampling_and_prints_the_report(tmp_path, capfd):
-  common = dict(suite='digits_noniid', num_models=2, clients=10, expected_clients=3, rounds=2,
-                eval_every=1, client_epochs=1, root_output_dir=tmp_path)
+  common = dict(
+    suite='digits_noniid',
+    num_models=2,
+    clients=10,
+    expected_clients=3,
+    rounds=2,
+    eval_every=1,
+    client_epochs=1,
+    root_output_dir=tmp_path,
+  )
   outcome = fh.run_binary('mmfl', sampling=','.join(multi_model.SAMPLINGS), **common)
   assert outcome.exit_code == 0, outcome
   table = capfd.readouterr().out.split('method')[1].splitlines()
-  rows = {line.split()[0]: line for line in table[2:] if line.strip()
-          and line.split()[0] in multi_model.SAMPLINGS}
+  rows = {
+    line.split()[0]: line
+    for line in table[2:]
+    if line.strip() and line.split()[0] in multi_model.SAMPLINGS
+  }
   assert set(rows) == set(multi_model.SAMPLINGS)
   assert rows['optimal'].count('/') == 2  # Secure/exact ratios for j = 0, 1, 2.
   assert os.path.isfile(tmp_path / 'digits_noniid_mean_accuracy.png')
@@ -109,10 +135,13 @@ def test_binary_runs_every_sampling_and_prints_the_report(tmp_path, capfd):
 
 
 # --expected_clients=0 is refused while parsing (tests/test_faults_inputs.py).
-@pytest.mark.parametrize('flags,message', [
+@pytest.mark.parametrize(
+  'flags,message',
+  [
     (dict(expected_clients=11), '--expected_clients must be in (0, --clients=10], got 11.0'),
     (dict(suite='leaf', num_models=5, expected_clients=3), "Suite 'leaf' has 2-3 models"),
-])
+  ],
+)
 def test_binary_bad_flags(tmp_path, flags, message):
   outcome = fh.run_binary('mmfl', clients=10, rounds=1, root_output_dir=tmp_path, **flags)
   fh.assert_one_line_error(outcome, re.escape(message))

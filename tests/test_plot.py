@@ -26,9 +26,18 @@ def metrics_csv(seed, bits_per_round, accuracy_gain):
   `EVAL_EVERY` rounds; `process/aggregator/clipped` appears from round 3 on (so
   earlier rows have it empty); the uploads vary from round to round and seed.
   """
-  header = ['key', 'eval/accuracy', 'eval/loss', 'round_seconds', 'train/accuracy',
-            'train/loss', 'uplink/cumulative_bits', 'uplink/round_bits',
-            'process/aggregator/mean_value', 'process/aggregator/clipped']
+  header = [
+    'key',
+    'eval/accuracy',
+    'eval/loss',
+    'round_seconds',
+    'train/accuracy',
+    'train/loss',
+    'uplink/cumulative_bits',
+    'uplink/round_bits',
+    'process/aggregator/mean_value',
+    'process/aggregator/clipped',
+  ]
   rows = []
   cumulative_bits = 0
   for key in range(ROUNDS + 1):
@@ -37,7 +46,8 @@ def metrics_csv(seed, bits_per_round, accuracy_gain):
     accuracy = min(0.95, 0.1 + accuracy_gain * key + 0.01 * seed)
     evaluated = key % EVAL_EVERY == 0
     trained = key > 0
-    rows.append([
+    rows.append(
+      [
         key,
         accuracy if evaluated else '',
         2.3 * (1 - accuracy) if evaluated else '',
@@ -48,7 +58,8 @@ def metrics_csv(seed, bits_per_round, accuracy_gain):
         round_bits,
         0.5 if trained else '',
         key % 2 if key >= 3 else '',
-    ])
+      ]
+    )
   return '\n'.join(','.join(f'"{cell}"' for cell in row) for row in [header] + rows) + '\n'
 
 
@@ -61,10 +72,23 @@ def run_dirs(tmp_path):
   dirs = []
   for sampling, bits_per_round, gain in (('uniform', 4000, 0.06), ('optimal', 1500, 0.05)):
     for seed in range(3):
-      hparams = dict(task='digits', algorithm='fedavg', sampling=sampling, seed=seed,
-                     rounds=ROUNDS, clients_per_round=10, client_learning_rate=0.1)
-      dirs.append(write_run(tmp_path / 'results', f'digits_{sampling}_seed{seed}', hparams,
-                            metrics_csv(seed, bits_per_round, gain)))
+      hparams = dict(
+        task='digits',
+        algorithm='fedavg',
+        sampling=sampling,
+        seed=seed,
+        rounds=ROUNDS,
+        clients_per_round=10,
+        client_learning_rate=0.1,
+      )
+      dirs.append(
+        write_run(
+          tmp_path / 'results',
+          f'digits_{sampling}_seed{seed}',
+          hparams,
+          metrics_csv(seed, bits_per_round, gain),
+        )
+      )
   return dirs
 
 
@@ -153,8 +177,9 @@ def test_plot_runs_errors(run_dirs, tmp_path):
 
 def test_main_writes_and_prints_path(run_dirs, tmp_path, capsys):
   output = str(tmp_path / 'main.png')
-  with flagsaver.as_parsed(run_dirs=','.join(run_dirs), output=output, metric='accuracy',
-                           title='from main'):
+  with flagsaver.as_parsed(
+    run_dirs=','.join(run_dirs), output=output, metric='accuracy', title='from main'
+  ):
     plot.main(['plot'])
   assert_png(output)
   # A plain line, as the other binaries print theirs (no absl log prefix).
@@ -163,8 +188,7 @@ def test_main_writes_and_prints_path(run_dirs, tmp_path, capsys):
 
 def test_main_rejects_extra_arguments_and_missing_flags(run_dirs, tmp_path):
   output = str(tmp_path / 'main.png')
-  with flagsaver.as_parsed(run_dirs=','.join(run_dirs), output=output, metric='accuracy',
-                           title=''):
+  with flagsaver.as_parsed(run_dirs=','.join(run_dirs), output=output, metric='accuracy', title=''):
     with pytest.raises(app.UsageError, match='Unexpected arguments: extra'):
       plot.main(['plot', 'extra'])
   with flagsaver.as_parsed(run_dirs=[], output=output, metric='accuracy', title=''):
@@ -178,8 +202,12 @@ def test_binary_end_to_end(run_dirs, tmp_path, capsys):
   root = tmp_path / 'results'
   output = str(tmp_path / 'binary.png')
   outcome = fault_harness.run_main(
-      plot.main, run_dirs=f'{root}/digits_uniform_*,{root}/digits_optimal_*', output=output,
-      metric='loss', title='Digits')
+    plot.main,
+    run_dirs=f'{root}/digits_uniform_*,{root}/digits_optimal_*',
+    output=output,
+    metric='loss',
+    title='Digits',
+  )
   assert outcome.exit_code == 0, outcome
   assert_png(output)
   assert f'Wrote {output}' in capsys.readouterr().out

@@ -23,11 +23,15 @@ from tff_sampling import probabilities
 
 _RTOL = 1e-12
 _PROPERTY_SETTINGS = hypothesis.settings(
-    max_examples=150, deadline=None, suppress_health_check=[hypothesis.HealthCheck.too_slow])
+  max_examples=150, deadline=None, suppress_health_check=[hypothesis.HealthCheck.too_slow]
+)
 
 # Norms with zeros and ties (a few repeated values) next to arbitrary ones.
-_NORM = st.one_of(st.just(0.0), st.sampled_from([0.5, 1.0, 2.0]),
-                  st.floats(1e-3, 1e3, allow_nan=False, allow_infinity=False))
+_NORM = st.one_of(
+  st.just(0.0),
+  st.sampled_from([0.5, 1.0, 2.0]),
+  st.floats(1e-3, 1e3, allow_nan=False, allow_infinity=False),
+)
 _NORMS = st.lists(_NORM, min_size=1, max_size=25).map(lambda x: np.array(x, np.float64))
 _EXPECTED = st.one_of(st.integers(1, 30).map(float), st.floats(0.05, 30.0))
 
@@ -66,14 +70,16 @@ def _water_filling(norms, expected_clients, iterations=300):
 def _objective(norms, probs):
   """Σ_{a>0} a²/p, the variance up to the constant Σ a²."""
   positive = norms > 0
-  return np.sum(norms[positive]**2 / probs[positive])
+  return np.sum(norms[positive] ** 2 / probs[positive])
 
 
 # ---------------------------------------------------------------------------
 # Algorithm 1: hand-computed cases.
 
 
-@pytest.mark.parametrize('norms, expected_clients, expected', [
+@pytest.mark.parametrize(
+  'norms, expected_clients, expected',
+  [
     # a = [1,2,3,4], m = 2: S = 1,3,6,10. k = 4: m-n+k = 2 ≤ S_4/a_4 = 10/4 ✓.
     # p = 2·a/10 = [.2, .4, .6, .8] (no client reaches 1).
     ([1, 2, 3, 4], 2, [0.2, 0.4, 0.6, 0.8]),
@@ -108,7 +114,8 @@ def _objective(norms, probs):
     ([4.2], 1, [1]),
     # Budget below one client, a = [1, 3], m = 0.5: k = 2: 0.5 ≤ 4/3 ✓ → p = a/8.
     ([1, 3], 0.5, [0.125, 0.375]),
-])
+  ],
+)
 def test_optimal_hand_computed(norms, expected_clients, expected):
   probs = probabilities.optimal_probabilities(norms, expected_clients)
   assert probs.dtype == np.float64
@@ -129,9 +136,12 @@ def test_optimal_agrees_with_water_filling_oracle():
     norms = _random_norms(rng, n)
     expected_clients = float(rng.choice([rng.integers(1, n + 2), rng.uniform(0.1, n + 1)]))
     np.testing.assert_allclose(
-        probabilities.optimal_probabilities(norms, expected_clients),
-        _water_filling(norms, expected_clients), rtol=1e-10, atol=0,
-        err_msg=f'norms={norms.tolist()}, m={expected_clients}')
+      probabilities.optimal_probabilities(norms, expected_clients),
+      _water_filling(norms, expected_clients),
+      rtol=1e-10,
+      atol=0,
+      err_msg=f'norms={norms.tolist()}, m={expected_clients}',
+    )
 
 
 def test_optimal_million_norms_well_under_a_second():
@@ -170,12 +180,14 @@ def test_optimal_monotone_in_norm(norms, expected_clients):
 
 
 @_PROPERTY_SETTINGS
-@hypothesis.given(norms=_NORMS, expected_clients=_EXPECTED,
-                  scale=st.floats(1e-3, 1e3))
+@hypothesis.given(norms=_NORMS, expected_clients=_EXPECTED, scale=st.floats(1e-3, 1e3))
 def test_optimal_scale_invariant(norms, expected_clients, scale):
   np.testing.assert_allclose(
-      probabilities.optimal_probabilities(scale * norms, expected_clients),
-      probabilities.optimal_probabilities(norms, expected_clients), rtol=_RTOL, atol=0)
+    probabilities.optimal_probabilities(scale * norms, expected_clients),
+    probabilities.optimal_probabilities(norms, expected_clients),
+    rtol=_RTOL,
+    atol=0,
+  )
 
 
 @pytest.mark.filterwarnings('ignore:Values in x were outside bounds')
@@ -188,11 +200,20 @@ def test_optimal_matches_slsqp(seed):
   norms = rng.lognormal(sigma=1.5, size=n)
   expected_clients = float(rng.uniform(0.5, n - 0.5))
   result = optimize.minimize(
-      lambda p: np.sum(norms**2 / p), np.full(n, expected_clients / n),
-      jac=lambda p: -norms**2 / p**2, method='SLSQP', bounds=[(1e-9, 1.0)] * n,
-      constraints=[{'type': 'eq', 'fun': lambda p: np.sum(p) - expected_clients,
-                    'jac': lambda p: np.ones_like(p)}],
-      options={'ftol': 1e-12, 'maxiter': 1000})
+    lambda p: np.sum(norms**2 / p),
+    np.full(n, expected_clients / n),
+    jac=lambda p: -(norms**2) / p**2,
+    method='SLSQP',
+    bounds=[(1e-9, 1.0)] * n,
+    constraints=[
+      {
+        'type': 'eq',
+        'fun': lambda p: np.sum(p) - expected_clients,
+        'jac': lambda p: np.ones_like(p),
+      }
+    ],
+    options={'ftol': 1e-12, 'maxiter': 1000},
+  )
   # SLSQP may stop with a line-search message near the optimum; what counts
   # is a feasible point, which the exact answer must not lose to.
   assert abs(np.sum(result.x) - expected_clients) < 1e-8, result
@@ -222,8 +243,11 @@ def test_optimal_no_feasible_perturbation_improves(norms, expected_clients, seed
     direction[at_one] = -np.abs(rng.normal(size=np.count_nonzero(at_one)))
     direction[interior] -= np.sum(direction) / np.count_nonzero(interior)
     # A step that keeps every p in (0, 1].
-    room = np.where(direction > 0, (1 - probs) / np.maximum(direction, 1e-300),
-                    probs / np.maximum(-direction, 1e-300))
+    room = np.where(
+      direction > 0,
+      (1 - probs) / np.maximum(direction, 1e-300),
+      probs / np.maximum(-direction, 1e-300),
+    )
     step = 0.5 * np.min(room[positive & (direction != 0)], initial=1.0)
     moved = probs + step * direction
     assert _objective(norms, moved) >= base * (1 - 1e-12)
@@ -233,7 +257,9 @@ def test_optimal_no_feasible_perturbation_improves(norms, expected_clients, seed
 # Algorithm 2.
 
 
-@pytest.mark.parametrize('norms, expected_clients, steps, expected, steps_used', [
+@pytest.mark.parametrize(
+  'norms, expected_clients, steps, expected, steps_used',
+  [
     # a = [1,1,1,10], m = 2, A = 13. First step: p = min(1, 2a/13) =
     # [2/13, 2/13, 2/13, 1].
     ([1, 1, 1, 10], 2, 0, [2 / 13] * 3 + [1], 0),
@@ -261,19 +287,22 @@ def test_optimal_no_feasible_perturbation_improves(norms, expected_clients, seed
     ([0, 0], 1, 3, [0, 0], 0),
     # Uniform norms: p0 = m/n already sums to m; C = 1 → no step.
     ([2, 2, 2, 2], 1, 3, [0.25] * 4, 0),
-])
+  ],
+)
 def test_approximate_hand_computed(norms, expected_clients, steps, expected, steps_used):
-  info = probabilities.approximate_optimal_probabilities_with_info(
-      norms, expected_clients, steps)
+  info = probabilities.approximate_optimal_probabilities_with_info(norms, expected_clients, steps)
   np.testing.assert_allclose(info.probabilities, expected, rtol=_RTOL, atol=0)
   assert info.rescaling_steps_used == steps_used
   np.testing.assert_array_equal(
-      probabilities.approximate_optimal_probabilities(norms, expected_clients, steps),
-      info.probabilities)
+    probabilities.approximate_optimal_probabilities(norms, expected_clients, steps),
+    info.probabilities,
+  )
 
 
 # The last column is Algorithm 2 with no rescaling step: min(1, m·a/Σa).
-@pytest.mark.parametrize('norms,expected_clients,expected,first_step', [
+@pytest.mark.parametrize(
+  'norms,expected_clients,expected,first_step',
+  [
     # n = 2, m = 2, one zero norm: p = [0, 1], Σp = 1 (not 2).
     ([0.0, 3.0], 2, [0, 1], [0, 1]),
     ([3.0, 0.0], 2, [1, 0], [1, 0]),
@@ -285,22 +314,29 @@ def test_approximate_hand_computed(norms, expected_clients, steps, expected, ste
     ([0.0, 1.0, 3.0], 1.5, [0, 0.5, 1], [0, 0.375, 1]),
     # Every norm zero.
     ([0.0, 0.0], 2, [0, 0], [0, 0]),
-])
-@pytest.mark.parametrize('variant', ['numpy_exact', 'numpy_approximate', 'tf_exact',
-                                     'tf_approximate', 'tf_approximate_no_steps'])
-def test_zero_norms_get_zero_in_every_variant(norms, expected_clients, expected, first_step,
-                                              variant):
+  ],
+)
+@pytest.mark.parametrize(
+  'variant',
+  ['numpy_exact', 'numpy_approximate', 'tf_exact', 'tf_approximate', 'tf_approximate_no_steps'],
+)
+def test_zero_norms_get_zero_in_every_variant(
+  norms, expected_clients, expected, first_step, variant
+):
   # The convention (module docstring): a_i = 0 → p_i = 0, also for m ≥ n.
   norms64 = np.asarray(norms, np.float64)
   compute = {
-      'numpy_exact': lambda: probabilities.optimal_probabilities(norms64, expected_clients),
-      'numpy_approximate': lambda: probabilities.approximate_optimal_probabilities(
-          norms64, expected_clients, 4),
-      'tf_exact': lambda: probabilities.optimal_probabilities_tf(norms64, expected_clients),
-      'tf_approximate': lambda: probabilities.approximate_optimal_probabilities_tf(
-          norms64, expected_clients, 4),
-      'tf_approximate_no_steps': lambda: probabilities.approximate_optimal_probabilities_tf(
-          norms64, expected_clients, 0),
+    'numpy_exact': lambda: probabilities.optimal_probabilities(norms64, expected_clients),
+    'numpy_approximate': lambda: probabilities.approximate_optimal_probabilities(
+      norms64, expected_clients, 4
+    ),
+    'tf_exact': lambda: probabilities.optimal_probabilities_tf(norms64, expected_clients),
+    'tf_approximate': lambda: probabilities.approximate_optimal_probabilities_tf(
+      norms64, expected_clients, 4
+    ),
+    'tf_approximate_no_steps': lambda: probabilities.approximate_optimal_probabilities_tf(
+      norms64, expected_clients, 0
+    ),
   }[variant]
   probs = np.asarray(compute())
   if variant == 'tf_approximate_no_steps':
@@ -313,10 +349,14 @@ def test_zero_norms_get_zero_in_every_variant(norms, expected_clients, expected,
 @hypothesis.given(norms=_NORMS, expected_clients=_EXPECTED, extra_steps=st.integers(0, 3))
 def test_approximate_with_n_steps_equals_exact(norms, expected_clients, extra_steps):
   info = probabilities.approximate_optimal_probabilities_with_info(
-      norms, expected_clients, norms.size + extra_steps)
+    norms, expected_clients, norms.size + extra_steps
+  )
   np.testing.assert_allclose(
-      info.probabilities, probabilities.optimal_probabilities(norms, expected_clients),
-      rtol=_RTOL, atol=0)
+    info.probabilities,
+    probabilities.optimal_probabilities(norms, expected_clients),
+    rtol=_RTOL,
+    atol=0,
+  )
   assert info.rescaling_steps_used <= norms.size
 
 
@@ -355,8 +395,11 @@ def test_approximate_random_inputs_converge_within_n_steps():
     norms = _random_norms(rng, n)
     expected_clients = float(rng.uniform(0.1, n + 1))
     np.testing.assert_allclose(
-        probabilities.approximate_optimal_probabilities(norms, expected_clients, n),
-        probabilities.optimal_probabilities(norms, expected_clients), rtol=_RTOL, atol=0)
+      probabilities.approximate_optimal_probabilities(norms, expected_clients, n),
+      probabilities.optimal_probabilities(norms, expected_clients),
+      rtol=_RTOL,
+      atol=0,
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -365,8 +408,13 @@ def test_approximate_random_inputs_converge_within_n_steps():
 
 def _tf_cases(count, seed=3):
   rng = np.random.default_rng(seed)
-  cases = [(np.array([1., 2., 3., 4.]), 3.0), (np.array([0., 1., 100.]), 2.0),
-           (np.array([0., 0.]), 1.0), (np.array([5.]), 0.5), (np.array([1., 2., 3.]), 7.5)]
+  cases = [
+    (np.array([1.0, 2.0, 3.0, 4.0]), 3.0),
+    (np.array([0.0, 1.0, 100.0]), 2.0),
+    (np.array([0.0, 0.0]), 1.0),
+    (np.array([5.0]), 0.5),
+    (np.array([1.0, 2.0, 3.0]), 7.5),
+  ]
   for _ in range(count):
     n = int(rng.integers(1, 40))
     cases.append((_random_norms(rng, n), float(rng.uniform(0.1, n + 1))))
@@ -388,23 +436,30 @@ def test_tf_twins_agree_with_numpy(dtype):
     np.testing.assert_allclose(exact_tf.numpy(), exact, **_TOLERANCES[dtype])
     for steps in (0, 1, 4, norms.size):
       info = probabilities.approximate_optimal_probabilities_with_info(
-          norms, expected_clients, steps)
+        norms, expected_clients, steps
+      )
       info_tf = probabilities.approximate_optimal_probabilities_with_info_tf(
-          tensor, expected_clients, steps)
+        tensor, expected_clients, steps
+      )
       np.testing.assert_allclose(
-          info_tf.probabilities.numpy(), info.probabilities, **_TOLERANCES[dtype])
+        info_tf.probabilities.numpy(), info.probabilities, **_TOLERANCES[dtype]
+      )
       assert int(info_tf.rescaling_steps_used) == info.rescaling_steps_used
       np.testing.assert_array_equal(
-          probabilities.approximate_optimal_probabilities_tf(
-              tensor, expected_clients, steps).numpy(), info_tf.probabilities.numpy())
+        probabilities.approximate_optimal_probabilities_tf(tensor, expected_clients, steps).numpy(),
+        info_tf.probabilities.numpy(),
+      )
     if np.all(exact[norms > 0] > 0):
       np.testing.assert_allclose(
-          probabilities.improvement_factor_tf(tensor, exact_tf, expected_clients).numpy(),
-          probabilities.improvement_factor(norms, exact, expected_clients),
-          **_TOLERANCES[dtype])
+        probabilities.improvement_factor_tf(tensor, exact_tf, expected_clients).numpy(),
+        probabilities.improvement_factor(norms, exact, expected_clients),
+        **_TOLERANCES[dtype],
+      )
       np.testing.assert_allclose(
-          probabilities.sampling_variance_tf(tensor, exact_tf).numpy(),
-          probabilities.sampling_variance(norms, exact), **_TOLERANCES[dtype])
+        probabilities.sampling_variance_tf(tensor, exact_tf).numpy(),
+        probabilities.sampling_variance(norms, exact),
+        **_TOLERANCES[dtype],
+      )
 
 
 @pytest.mark.parametrize('dtype', [tf.float64, tf.float32])
@@ -412,19 +467,23 @@ def test_tf_twins_inside_tf_function_trace_once(dtype):
 
   @tf.function(input_signature=[tf.TensorSpec([None], dtype), tf.TensorSpec([], dtype)])
   def compute(norms, expected_clients):
-    return (probabilities.optimal_probabilities_tf(norms, expected_clients),
-            probabilities.approximate_optimal_probabilities_with_info_tf(
-                norms, expected_clients, 4))
+    return (
+      probabilities.optimal_probabilities_tf(norms, expected_clients),
+      probabilities.approximate_optimal_probabilities_with_info_tf(norms, expected_clients, 4),
+    )
 
   for norms, expected_clients in _tf_cases(10, seed=4):
     norms = norms.astype(dtype.as_numpy_dtype)
     exact_tf, info_tf = compute(tf.constant(norms), tf.constant(expected_clients, dtype))
     np.testing.assert_allclose(
-        exact_tf.numpy(), probabilities.optimal_probabilities(norms, expected_clients),
-        **_TOLERANCES[dtype])
+      exact_tf.numpy(),
+      probabilities.optimal_probabilities(norms, expected_clients),
+      **_TOLERANCES[dtype],
+    )
     info = probabilities.approximate_optimal_probabilities_with_info(norms, expected_clients, 4)
-    np.testing.assert_allclose(info_tf.probabilities.numpy(), info.probabilities,
-                               **_TOLERANCES[dtype])
+    np.testing.assert_allclose(
+      info_tf.probabilities.numpy(), info.probabilities, **_TOLERANCES[dtype]
+    )
     assert int(info_tf.rescaling_steps_used) == info.rescaling_steps_used
   # One graph for every n and every case (no Python branching on values).
   assert compute.experimental_get_tracing_count() == 1
@@ -434,8 +493,10 @@ def test_tf_twins_inside_tff_computation():
 
   @tff.tensorflow.computation(tff.TensorType(np.float32, [None]))
   def compute(norms):
-    return (probabilities.optimal_probabilities_tf(norms, 2.0),
-            probabilities.approximate_optimal_probabilities_tf(norms, 2.0, 4))
+    return (
+      probabilities.optimal_probabilities_tf(norms, 2.0),
+      probabilities.approximate_optimal_probabilities_tf(norms, 2.0, 4),
+    )
 
   exact, approximate = compute(np.array([1, 1, 1, 10], np.float32))
   np.testing.assert_allclose(exact, [1 / 3, 1 / 3, 1 / 3, 1], rtol=1e-6)
@@ -452,14 +513,19 @@ def test_tf_runtime_checks_reject_bad_norms():
     compute(tf.constant([1.0, np.inf]))
 
 
-@pytest.mark.parametrize('call, match', [
+@pytest.mark.parametrize(
+  'call, match',
+  [
     (lambda: probabilities.optimal_probabilities_tf(tf.constant([1, 2]), 1.0), 'float32'),
     (lambda: probabilities.optimal_probabilities_tf(tf.ones([2, 2]), 1.0), '1-D'),
     (lambda: probabilities.optimal_probabilities_tf(tf.zeros([0]), 1.0), 'empty'),
     (lambda: probabilities.optimal_probabilities_tf(tf.ones([2]), 0.0), 'expected_clients'),
-    (lambda: probabilities.approximate_optimal_probabilities_tf(tf.ones([2]), 1.0, -1),
-     'max_rescaling_steps'),
-])
+    (
+      lambda: probabilities.approximate_optimal_probabilities_tf(tf.ones([2]), 1.0, -1),
+      'max_rescaling_steps',
+    ),
+  ],
+)
 def test_tf_static_errors(call, match):
   with pytest.raises(ValueError, match=match):
     call()
@@ -484,7 +550,8 @@ def test_improvement_factor_baselines_and_degenerate_cases():
   # Full participation: no variance. Uniform m/n: exactly the baseline.
   assert probabilities.improvement_factor(norms, np.ones(20), 4) == 0.0
   assert probabilities.improvement_factor(norms, np.full(20, 4 / 20), 4) == pytest.approx(
-      1.0, rel=1e-12)
+    1.0, rel=1e-12
+  )
   # m ≥ n (uniform is full participation) and all-zero norms: 0 by definition.
   assert probabilities.improvement_factor(norms, np.ones(20), 20) == 0.0
   assert probabilities.improvement_factor(norms, np.ones(20), 25.5) == 0.0
@@ -492,8 +559,12 @@ def test_improvement_factor_baselines_and_degenerate_cases():
   # Zero-norm clients are left out of both sums, whatever their probability.
   assert probabilities.sampling_variance([0.0, 2.0], [0.0, 0.5]) == pytest.approx(4.0)
   for args in ((norms, np.ones(20), 20.0), (np.zeros(3), np.zeros(3), 1.0)):
-    assert float(probabilities.improvement_factor_tf(
-        tf.constant(args[0]), tf.constant(args[1]), args[2])) == 0.0
+    assert (
+      float(
+        probabilities.improvement_factor_tf(tf.constant(args[0]), tf.constant(args[1]), args[2])
+      )
+      == 0.0
+    )
 
 
 @_PROPERTY_SETTINGS
@@ -513,7 +584,9 @@ def test_improvement_factor_of_optimal_in_unit_interval(norms, expected_clients)
 # Bad input.
 
 
-@pytest.mark.parametrize('norms, match', [
+@pytest.mark.parametrize(
+  'norms, match',
+  [
     ([1.0, np.nan], 'finite'),
     ([1.0, np.inf], 'finite'),
     ([1.0, -0.5], r'non-negative, got \[-0.5\]'),
@@ -521,7 +594,8 @@ def test_improvement_factor_of_optimal_in_unit_interval(norms, expected_clients)
     ([[1.0, 2.0]], '1-D'),
     (3.0, '1-D'),
     (['a', 'b'], 'real numbers'),
-])
+  ],
+)
 def test_bad_norms(norms, match):
   with pytest.raises(ValueError, match=match):
     probabilities.optimal_probabilities(norms, 1)
@@ -531,10 +605,18 @@ def test_bad_norms(norms, match):
     probabilities.improvement_factor(norms, [1.0, 1.0], 1)
 
 
-@pytest.mark.parametrize('expected_clients, match', [
-    (0, 'positive, got 0'), (-2.0, r'positive, got -2.0'), (np.nan, 'got nan'),
-    (np.inf, 'got inf'), (True, 'got True'), ('2', "got '2'"), (None, 'got None'),
-])
+@pytest.mark.parametrize(
+  'expected_clients, match',
+  [
+    (0, 'positive, got 0'),
+    (-2.0, r'positive, got -2.0'),
+    (np.nan, 'got nan'),
+    (np.inf, 'got inf'),
+    (True, 'got True'),
+    ('2', "got '2'"),
+    (None, 'got None'),
+  ],
+)
 def test_bad_expected_clients(expected_clients, match):
   with pytest.raises(ValueError, match=f'expected_clients.*{match}'):
     probabilities.optimal_probabilities([1.0, 2.0], expected_clients)
@@ -550,12 +632,15 @@ def test_bad_max_rescaling_steps(steps, match):
     probabilities.approximate_optimal_probabilities([1.0, 2.0], 1, steps)
 
 
-@pytest.mark.parametrize('probs, match', [
+@pytest.mark.parametrize(
+  'probs, match',
+  [
     ([0.5], 'shape'),
     ([0.5, 1.5], r'\[0, 1\], got \[1.5\]'),
     ([0.5, np.nan], r'\[0, 1\]'),
     ([0.0, 0.5], 'positive where weighted_norms is positive'),
-])
+  ],
+)
 def test_bad_probabilities(probs, match):
   with pytest.raises(ValueError, match=match):
     probabilities.sampling_variance([1.0, 2.0], probs)
@@ -571,7 +656,6 @@ def test_bench_main_small(capsys):
   with flagsaver.flagsaver(num_norms=2000, repetitions=2, norms_expected_clients=200.0):
     bench_probabilities.main(['probabilities'])
   table = capsys.readouterr().out
-  for label in ('exact_numpy', 'exact_tf', 'approximate_numpy_4_steps',
-                'approximate_tf_4_steps'):
+  for label in ('exact_numpy', 'exact_tf', 'approximate_numpy_4_steps', 'approximate_tf_4_steps'):
     assert label in table
   assert ': met' in table

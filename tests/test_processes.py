@@ -38,8 +38,12 @@ def test_a_child_gets_its_death_signal_when_its_parent_is_killed(tmp_path):
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   noted = tmp_path / 'noted'
   parent = subprocess.Popen(
-    [sys.executable, '-c', _PARENT, _CHILD, str(noted)], cwd=repo, stdout=subprocess.PIPE,
-    text=True, stdin=subprocess.DEVNULL)
+    [sys.executable, '-c', _PARENT, _CHILD, str(noted)],
+    cwd=repo,
+    stdout=subprocess.PIPE,
+    text=True,
+    stdin=subprocess.DEVNULL,
+  )
   child = None
   try:
     child = psutil.Process(int(parent.stdout.readline()))
@@ -67,9 +71,17 @@ def test_a_command_is_an_absolute_path_to_an_executable(tmp_path):
 
 def test_a_started_command_gets_its_arguments_and_popen_settings(tmp_path):
   child = processes.start(
-    [sys.executable, '-c', 'import os, sys; print(os.getcwd(), os.getsid(0) == os.getpid(), '
-     'sys.argv[1])', 'an argument'],
-    cwd=tmp_path, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    [
+      sys.executable,
+      '-c',
+      'import os, sys; print(os.getcwd(), os.getsid(0) == os.getpid(), sys.argv[1])',
+      'an argument',
+    ],
+    cwd=tmp_path,
+    stdout=subprocess.PIPE,
+    text=True,
+    start_new_session=True,
+  )
   out, _ = child.communicate(timeout=60)
   assert child.returncode == 0
   assert out.split(' ', 2) == [str(tmp_path), 'True', 'an argument\n']

@@ -16,7 +16,7 @@ _SKETCH = 64
 
 class _State(NamedTuple):
   sketch_norms: np.ndarray  # float64[N]: the last observed sketch norm per client.
-  seen: np.ndarray          # int64[N]: participations.
+  seen: np.ndarray  # int64[N]: participations.
 
 
 class _SignalDrivenSampler(samplers.Sampler):
@@ -34,7 +34,7 @@ class _SignalDrivenSampler(samplers.Sampler):
   def select(self, state, round_num, available):
     # Unseen clients first (by index), then the largest remembered norms.
     order = np.lexsort((np.arange(state.seen.size), -state.sketch_norms, state.seen > 0))
-    clients = order[:self.k]
+    clients = order[: self.k]
     return samplers.Selection(clients=clients, weights=np.full(self.k, 1.0 / self.k))
 
   def observe(self, state, selection, round_signals):
@@ -59,12 +59,14 @@ def _rows(path):
 @pytest.fixture(scope='module')
 def signals_process(small_digits_task):
   return signals.build_fedavg_with_signals(
-      small_digits_task.model_fn, client_learning_rate=0.1, sketch_size=_SKETCH)
+    small_digits_task.model_fn, client_learning_rate=0.1, sketch_size=_SKETCH
+  )
 
 
 def _config(path, rounds, **kwargs):
-  return program.RunConfig(output_dir=str(path), rounds=rounds, seed=0,
-                               hparams={'seed': 0}, **kwargs)
+  return program.RunConfig(
+    output_dir=str(path), rounds=rounds, seed=0, hparams={'seed': 0}, **kwargs
+  )
 
 
 def test_signals_reach_the_sampler_not_the_csv(small_digits_task, signals_process, tmp_path):
@@ -78,24 +80,41 @@ def test_signals_reach_the_sampler_not_the_csv(small_digits_task, signals_proces
 
 
 def test_a_sampler_needing_a_signal_the_process_lacks_is_refused_before_writing(
-    small_digits_task, tmp_path):
-  plain = signals.build_fedavg_with_signals(small_digits_task.model_fn,
-                                            client_learning_rate=0.1, sketch_size=None)
-  with pytest.raises(ValueError, match=r"_SignalDrivenSampler reads .*\['update_sketch'\].*"
-                     'sketch_size'):
-    program.train_model(small_digits_task, plain, _SignalDrivenSampler(4),
-                           _config(tmp_path / 'run', 1))
+  small_digits_task, tmp_path
+):
+  plain = signals.build_fedavg_with_signals(
+    small_digits_task.model_fn, client_learning_rate=0.1, sketch_size=None
+  )
+  with pytest.raises(
+    ValueError,
+    match=r"_SignalDrivenSampler reads .*\['update_sketch'\].*"
+    'sketch_size',
+  ):
+    program.train_model(
+      small_digits_task, plain, _SignalDrivenSampler(4), _config(tmp_path / 'run', 1)
+    )
   assert not os.path.exists(tmp_path / 'run')
 
 
 def test_stateful_sampler_resumes_identically(small_digits_task, signals_process, tmp_path):
-  full = program.train_model(small_digits_task, signals_process, _SignalDrivenSampler(4),
-                                _config(tmp_path / 'full', 6, checkpoint_every=2))
-  program.train_model(small_digits_task, signals_process, _SignalDrivenSampler(4),
-                         _config(tmp_path / 'part', 4, checkpoint_every=2))
-  resumed = program.train_model(small_digits_task, signals_process,
-                                   _SignalDrivenSampler(4),
-                                   _config(tmp_path / 'part', 6, checkpoint_every=2))
+  full = program.train_model(
+    small_digits_task,
+    signals_process,
+    _SignalDrivenSampler(4),
+    _config(tmp_path / 'full', 6, checkpoint_every=2),
+  )
+  program.train_model(
+    small_digits_task,
+    signals_process,
+    _SignalDrivenSampler(4),
+    _config(tmp_path / 'part', 4, checkpoint_every=2),
+  )
+  resumed = program.train_model(
+    small_digits_task,
+    signals_process,
+    _SignalDrivenSampler(4),
+    _config(tmp_path / 'part', 6, checkpoint_every=2),
+  )
   assert resumed.resumed_from == 4
   # From round 5 on, the choices depend on the restored sampler state.
   assert _rows(tmp_path / 'part') == _rows(tmp_path / 'full')
@@ -105,6 +124,7 @@ def test_stateful_sampler_resumes_identically(small_digits_task, signals_process
 
 def test_power_of_choice_through_the_program(small_digits_task, tmp_path):
   from tff_sampling import learning
+
   process = learning.build_fedavg(small_digits_task.model_fn, client_learning_rate=0.1)
   sampler = samplers.PowerOfChoiceSampler(3, num_candidates=8, seed=0)
   chosen = []
@@ -137,26 +157,41 @@ class _EveryOtherRound:
     return mask, 1
 
 
-@pytest.mark.parametrize('make_sampler', [
+@pytest.mark.parametrize(
+  'make_sampler',
+  [
     lambda: samplers.UniformSampler(4, seed=0),
     lambda: samplers.MDSampler(4, seed=0),
     lambda: samplers.ClusteredSampler(4, seed=0, method='size'),
-])
-def test_every_sampler_selects_only_active_clients(small_digits_task, signals_process, tmp_path,
-                                                   make_sampler):
-  program.train_model(small_digits_task, signals_process, make_sampler(),
-                         _config(tmp_path, 3), availability=_EveryOtherRound())
+  ],
+)
+def test_every_sampler_selects_only_active_clients(
+  small_digits_task, signals_process, tmp_path, make_sampler
+):
+  program.train_model(
+    small_digits_task,
+    signals_process,
+    make_sampler(),
+    _config(tmp_path, 3),
+    availability=_EveryOtherRound(),
+  )
   rows = _rows(tmp_path)[1:]
   assert [r['availability/active_clients'] for r in rows] == ['10'] * 3
   assert [r['availability/redraws'] for r in rows] == ['1'] * 3
 
 
-def test_a_sampler_that_ignores_availability_is_caught(small_digits_task, signals_process,
-                                                       tmp_path):
+def test_a_sampler_that_ignores_availability_is_caught(
+  small_digits_task, signals_process, tmp_path
+):
   class Careless(samplers.UniformSampler):
     def select(self, state, round_num, available):
       return super().select(state, round_num, np.ones_like(available))
 
   with pytest.raises(RuntimeError, match='Careless selected inactive clients in round 1'):
-    program.train_model(small_digits_task, signals_process, Careless(4, seed=0),
-                           _config(tmp_path, 1), availability=_EveryOtherRound())
+    program.train_model(
+      small_digits_task,
+      signals_process,
+      Careless(4, seed=0),
+      _config(tmp_path, 1),
+      availability=_EveryOtherRound(),
+    )

@@ -77,13 +77,13 @@ DAMAGE = {
   'not JSON': lambda good: gzip.compress(b'{"format": \n'),
   'not UTF-8': lambda good: gzip.compress(b'\xff\xfe\n'),
   'a record without rounds': lambda good: gzip.compress(
-    b'{"format": "tff_sampling.raw_metrics/1", "name": "x", "hparams": {}, "metrics": {}}\n'),
+    b'{"format": "tff_sampling.raw_metrics/1", "name": "x", "hparams": {}, "metrics": {}}\n'
+  ),
 }
 
 
 @pytest.mark.parametrize('damage', DAMAGE, ids=list(DAMAGE))
-def test_a_damaged_or_foreign_file_is_refused_in_one_line_saying_what_to_do(
-    runs, tmp_path, damage):
+def test_a_damaged_or_foreign_file_is_refused_in_one_line_saying_what_to_do(runs, tmp_path, damage):
   good = raw_metrics.dumps(runs)
   bad = tmp_path / 'runs.jsonl.gz'
   bad.write_bytes(DAMAGE[damage](good))

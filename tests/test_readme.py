@@ -49,10 +49,12 @@ def test_readme_has_snippets():
 
 @pytest.mark.parametrize('page,index', _all_snippets())
 def test_snippet_runs(page, index, tmp_path):
-  code = re.sub(r"'/tmp/(my_\w+)'", lambda m: repr(str(tmp_path / m.group(1))),
-                _snippets(page)[index])
-  proc = subprocess.run([sys.executable, '-c', code], cwd=_REPO, capture_output=True,
-                        text=True, timeout=600)
+  code = re.sub(
+    r"'/tmp/(my_\w+)'", lambda m: repr(str(tmp_path / m.group(1))), _snippets(page)[index]
+  )
+  proc = subprocess.run(
+    [sys.executable, '-c', code], cwd=_REPO, capture_output=True, text=True, timeout=600
+  )
   assert proc.returncode == 0, f'{page} snippet {index}:\n' + proc.stderr[-3000:]
   assert proc.stdout.strip(), f'{page} snippet {index} prints its result'
   # Quiet as a library: none of the multi-line reports TFF's secure sums leave behind.
@@ -96,8 +98,7 @@ def test_links_resolve():
       if re.match(r'[a-z][a-z0-9+.-]*:', target, flags=re.I):  # http(s), mailto, …
         continue
       path, _, anchor = target.partition('#')
-      resolved = (os.path.normpath(os.path.join(os.path.dirname(page), path))
-                  if path else page)
+      resolved = os.path.normpath(os.path.join(os.path.dirname(page), path)) if path else page
       if not os.path.exists(os.path.join(_REPO, resolved)):
         broken.append(f'{page}: {target} (no file {resolved})')
       elif anchor and resolved.endswith('.md') and anchor not in _anchors(resolved):

@@ -21,31 +21,49 @@ PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
 # rounds 0, 2, 4; None = no evaluation), cumulative uploaded bits, seconds
 # (None at round 0), selection/weight_variance (None = column absent).
 RUNS = {
-    ('optimal', 0): dict(accuracy=[0.10, None, 0.50, None, 0.70],
-                         loss=[2.0, None, 1.2, None, 0.8],
-                         bits=[0, 100, 200, 300, 400], seconds=[None, 1, 2, 3, 4],
-                         variance=[None, 0.1, 0.2, 0.3, 0.4]),
-    ('optimal', 1): dict(accuracy=[0.10, None, 0.40, None, 0.60],
-                         loss=[2.0, None, 1.4, None, 1.0],
-                         bits=[0, 150, 300, 450, 600], seconds=[None, 1, 1, 1, 5],
-                         variance=[None, 0.2, 0.2, 0.2, 0.2]),
-    # Never reaches 0.5; its best accuracy (0.48) is not its final one (0.45).
-    ('optimal', 2): dict(accuracy=[0.10, None, 0.48, None, 0.45],
-                         loss=[2.0, None, 1.6, None, 1.3],
-                         bits=[0, 200, 400, 600, 800], seconds=[None, 2, 2, 2, 2],
-                         variance=[None, 0.3, 0.3, 0.3, 0.3]),
-    ('uniform', 0): dict(accuracy=[0.10, None, 0.20, None, 0.30],
-                         loss=[2.0, None, 1.9, None, 1.8],
-                         bits=[0, 500, 1000, 1500, 2000], seconds=[None, 3, 3, 3, 3],
-                         variance=None),
-    ('uniform', 1): dict(accuracy=[0.10, None, 0.25, None, 0.35],
-                         loss=[2.0, None, 1.85, None, 1.7],
-                         bits=[0, 750, 1500, 2250, 3000], seconds=[None, 3, 3, 3, 3],
-                         variance=None),
-    ('full', 0): dict(accuracy=[0.10, None, 0.55, None, 0.80],
-                      loss=[2.0, None, 1.0, None, 0.5],
-                      bits=[0, 1000, 2000, 3000, 4000], seconds=[None, 4, 4, 4, 4],
-                      variance=None),
+  ('optimal', 0): dict(
+    accuracy=[0.10, None, 0.50, None, 0.70],
+    loss=[2.0, None, 1.2, None, 0.8],
+    bits=[0, 100, 200, 300, 400],
+    seconds=[None, 1, 2, 3, 4],
+    variance=[None, 0.1, 0.2, 0.3, 0.4],
+  ),
+  ('optimal', 1): dict(
+    accuracy=[0.10, None, 0.40, None, 0.60],
+    loss=[2.0, None, 1.4, None, 1.0],
+    bits=[0, 150, 300, 450, 600],
+    seconds=[None, 1, 1, 1, 5],
+    variance=[None, 0.2, 0.2, 0.2, 0.2],
+  ),
+  # Never reaches 0.5; its best accuracy (0.48) is not its final one (0.45).
+  ('optimal', 2): dict(
+    accuracy=[0.10, None, 0.48, None, 0.45],
+    loss=[2.0, None, 1.6, None, 1.3],
+    bits=[0, 200, 400, 600, 800],
+    seconds=[None, 2, 2, 2, 2],
+    variance=[None, 0.3, 0.3, 0.3, 0.3],
+  ),
+  ('uniform', 0): dict(
+    accuracy=[0.10, None, 0.20, None, 0.30],
+    loss=[2.0, None, 1.9, None, 1.8],
+    bits=[0, 500, 1000, 1500, 2000],
+    seconds=[None, 3, 3, 3, 3],
+    variance=None,
+  ),
+  ('uniform', 1): dict(
+    accuracy=[0.10, None, 0.25, None, 0.35],
+    loss=[2.0, None, 1.85, None, 1.7],
+    bits=[0, 750, 1500, 2250, 3000],
+    seconds=[None, 3, 3, 3, 3],
+    variance=None,
+  ),
+  ('full', 0): dict(
+    accuracy=[0.10, None, 0.55, None, 0.80],
+    loss=[2.0, None, 1.0, None, 0.5],
+    bits=[0, 1000, 2000, 3000, 4000],
+    seconds=[None, 4, 4, 4, 4],
+    variance=None,
+  ),
 }
 
 # By hand, target 0.5, bits in kbit (the largest mean total, 4000 bits, is >= 1e3):
@@ -63,16 +81,59 @@ RUNS = {
 #           total bits 2000, 3000: 2.500 ± 0.707 kbit; 3.00 s/round; no weight variance
 #   full    one seed (no ±): 0.8000, 0.5000, 0.8000, round 2, 2.000 kbit, 4.000 kbit, 4.00 s
 EXPECTED_ROWS = [
-    ['optimal', '3', '4', '0.5833 ± 0.1258', '1.0333 ± 0.2517', '0.5933 ± 0.1102',
-     '3.0 ± 1.4 (2/3)', '0.400 ± 0.283 (2/3)', '0.600 ± 0.200', '2.00', '0.2500 ± 0.0500'],
-    ['uniform', '2', '4', '0.3250 ± 0.0354', '1.7500 ± 0.0707', '0.3250 ± 0.0354',
-     'never (0/2)', 'never (0/2)', '2.500 ± 0.707', '3.00', '—'],
-    ['full', '1', '4', '0.8000', '0.5000', '0.8000', '2.0 (1/1)', '2.000 (1/1)', '4.000',
-     '4.00', '—'],
+  [
+    'optimal',
+    '3',
+    '4',
+    '0.5833 ± 0.1258',
+    '1.0333 ± 0.2517',
+    '0.5933 ± 0.1102',
+    '3.0 ± 1.4 (2/3)',
+    '0.400 ± 0.283 (2/3)',
+    '0.600 ± 0.200',
+    '2.00',
+    '0.2500 ± 0.0500',
+  ],
+  [
+    'uniform',
+    '2',
+    '4',
+    '0.3250 ± 0.0354',
+    '1.7500 ± 0.0707',
+    '0.3250 ± 0.0354',
+    'never (0/2)',
+    'never (0/2)',
+    '2.500 ± 0.707',
+    '3.00',
+    '—',
+  ],
+  [
+    'full',
+    '1',
+    '4',
+    '0.8000',
+    '0.5000',
+    '0.8000',
+    '2.0 (1/1)',
+    '2.000 (1/1)',
+    '4.000',
+    '4.00',
+    '—',
+  ],
 ]
-EXPECTED_HEADER = ['sampling', 'seeds', 'last round', 'final accuracy', 'final loss',
-                   'best accuracy', 'rounds to 50%', 'kbit to 50%', 'total kbit',
-                   's/round (median)', 'selection/weight_variance (mean/round)']
+EXPECTED_HEADER = [
+  'sampling',
+  'seeds',
+  'last round',
+  'final accuracy',
+  'final loss',
+  'best accuracy',
+  'rounds to 50%',
+  'kbit to 50%',
+  'total kbit',
+  's/round (median)',
+  'selection/weight_variance (mean/round)',
+]
 VARIANCE = 'selection/weight_variance'
 
 
@@ -83,8 +144,13 @@ def metrics_csv(values):
     header.append(VARIANCE)
   lines = [header]
   for key in range(5):
-    row = [key, values['accuracy'][key], values['loss'][key], values['seconds'][key],
-           values['bits'][key]]
+    row = [
+      key,
+      values['accuracy'][key],
+      values['loss'][key],
+      values['seconds'][key],
+      values['bits'][key],
+    ]
     if values['variance'] is not None:
       row.append(values['variance'][key])
     lines.append(['' if cell is None else cell for cell in row])
@@ -95,9 +161,16 @@ def write_run(root, sampling, seed, values, rounds=4, **extra_hparams):
   name = f'digits_{sampling}_seed{seed}'
   run_dir = os.path.join(root, name)
   os.makedirs(run_dir)
-  hparams = dict(task='digits', sampling=sampling, seed=seed, rounds=rounds,
-                 clients_per_round=10, experiment_name=name, root_output_dir=str(root),
-                 **extra_hparams)
+  hparams = dict(
+    task='digits',
+    sampling=sampling,
+    seed=seed,
+    rounds=rounds,
+    clients_per_round=10,
+    experiment_name=name,
+    root_output_dir=str(root),
+    **extra_hparams,
+  )
   with open(os.path.join(run_dir, 'hparams.json'), 'w') as f:
     json.dump(hparams, f)
   with open(os.path.join(run_dir, 'metrics.csv'), 'w') as f:
@@ -115,8 +188,9 @@ def root(tmp_path):
 
 def load(root):
   # Glob order is alphabetical; list the groups in the order of EXPECTED_ROWS.
-  return plotting.load_runs([f'{root}/digits_optimal_*', f'{root}/digits_uniform_*',
-                             f'{root}/digits_full_*'])
+  return plotting.load_runs(
+    [f'{root}/digits_optimal_*', f'{root}/digits_uniform_*', f'{root}/digits_full_*']
+  )
 
 
 def parse_table(table):
@@ -148,7 +222,7 @@ def test_summary_numbers(root):
   assert optimal.final_accuracy.mean == pytest.approx(0.7 / 3 + 0.6 / 3 + 0.45 / 3)
   assert optimal.final_accuracy.std == pytest.approx((0.031666667 / 2) ** 0.5)
   assert optimal.final_accuracy.n == 3
-  assert optimal.rounds_to_target == report.Stat(3.0, pytest.approx(2 ** 0.5), 2)
+  assert optimal.rounds_to_target == report.Stat(3.0, pytest.approx(2**0.5), 2)
   assert optimal.bits_to_target.mean == 400 and optimal.bits_to_target.n == 2
   assert optimal.seconds_per_round == 2.0
   assert optimal.extras[VARIANCE].mean == pytest.approx(0.25)
@@ -163,8 +237,16 @@ def test_default_grouping_and_no_target(root):
   assert list(groups) == ['sampling=optimal', 'sampling=uniform', 'sampling=full']
   summaries = report.summarize(groups)
   header, _, rows = parse_table(report.markdown_table(summaries))
-  assert header == ['group', 'seeds', 'last round', 'final accuracy', 'final loss',
-                    'best accuracy', 'total kbit', 's/round (median)']
+  assert header == [
+    'group',
+    'seeds',
+    'last round',
+    'final accuracy',
+    'final loss',
+    'best accuracy',
+    'total kbit',
+    's/round (median)',
+  ]
   assert rows[0][3] == '0.5833 ± 0.1258'
 
 
@@ -175,12 +257,13 @@ def test_truncate_and_unfinished_runs(root):
   optimal = report.summarize(groups, target=0.5)[0]
   # At round 2: accuracy 0.50, 0.40, 0.48: mean 0.46, std sqrt((0.0016+0.0036+0.0004)/2) = 0.05292.
   assert optimal.final_accuracy.mean == pytest.approx(0.46)
-  assert optimal.final_accuracy.std == pytest.approx(0.0028 ** 0.5)
+  assert optimal.final_accuracy.std == pytest.approx(0.0028**0.5)
   assert optimal.rounds_to_target == report.Stat(2.0, pytest.approx(float('nan'), nan_ok=True), 1)
   assert optimal.total_bits.mean == 300 and optimal.last_rounds == (2, 2, 2)
   assert report.incomplete_runs(runs) == []
   assert [(r.name, last, planned) for r, last, planned in report.incomplete_runs(cut, 3)] == [
-      (r.name, 2, 3) for r in runs]
+    (r.name, 2, 3) for r in runs
+  ]
   with pytest.raises(ValueError, match='has no round <= -1'):
     report.truncate(runs[0], -1)
 
@@ -190,8 +273,11 @@ def test_label_key_refuses_to_average_different_configurations(tmp_path):
   write_run(root, 'optimal', 0, RUNS[('optimal', 0)], client_learning_rate=0.1)
   write_run(root, 'optimal', 1, RUNS[('optimal', 1)], client_learning_rate=0.3)
   runs = plotting.load_runs([f'{root}/digits_*'])
-  with pytest.raises(ValueError, match=r"sampling=optimal differ in 'client_learning_rate' "
-                                       r'\(digits_optimal_seed0: 0.1, digits_optimal_seed1: 0.3\)'):
+  with pytest.raises(
+    ValueError,
+    match=r"sampling=optimal differ in 'client_learning_rate' "
+    r'\(digits_optimal_seed0: 0.1, digits_optimal_seed1: 0.3\)',
+  ):
     report.group(runs, 'sampling')
   with pytest.raises(ValueError, match="has no hyper-parameter 'optimizer'"):
     report.group(runs, 'optimizer')
@@ -214,8 +300,14 @@ def _report_main(**flag_values):
 
 def flag_values(root, output_dir):
   """The flags of a full report, as strings for `flagsaver.as_parsed`."""
-  return dict(run_dirs=f'{root}/digits_*', label_key='sampling', target_accuracy='0.5',
-              output_dir=str(output_dir), extra_columns=VARIANCE, title='Digits')
+  return dict(
+    run_dirs=f'{root}/digits_*',
+    label_key='sampling',
+    target_accuracy='0.5',
+    output_dir=str(output_dir),
+    extra_columns=VARIANCE,
+    title='Digits',
+  )
 
 
 def test_main_writes_report_and_rewrites_its_own(root, tmp_path, capsys):
@@ -232,9 +324,11 @@ def test_main_writes_report_and_rewrites_its_own(root, tmp_path, capsys):
   text = (output_dir / 'results.md').read_text()
   assert text.splitlines()[0] == report.MARKER
   assert '# Digits' in text
-  assert (f"python -m bin.report --run_dirs='{root}/digits_*' --label_key=sampling "
-          f'--target_accuracy=0.5 --extra_columns=selection/weight_variance --title=Digits '
-          f'--output_dir={output_dir}') in text
+  assert (
+    f"python -m bin.report --run_dirs='{root}/digits_*' --label_key=sampling "
+    f'--target_accuracy=0.5 --extra_columns=selection/weight_variance --title=Digits '
+    f'--output_dir={output_dir}'
+  ) in text
   assert '| optimal  |     3 |' in text
   assert '![eval/accuracy vs round](accuracy_rounds.png)' in text
   assert '| clients_per_round | 10' in text
@@ -254,11 +348,16 @@ def test_refuses_to_overwrite_a_foreign_results_md(root, tmp_path):
   assert sorted(os.listdir(output_dir)) == ['results.md']  # No plot written either.
 
 
-@pytest.mark.parametrize('make_input, expected', [
+@pytest.mark.parametrize(
+  'make_input, expected',
+  [
     (lambda root: f'{root}/cifar_*', "Error: The pattern '.*/cifar_\\*' matches no directory."),
-    (lambda root: write_run(root, 'broken', 0, dict(RUNS[('uniform', 0)], accuracy=[None] * 5)),
-     "Error: '.*digits_broken_seed0/metrics.csv' has no 'eval/accuracy' value yet"),
-])
+    (
+      lambda root: write_run(root, 'broken', 0, dict(RUNS[('uniform', 0)], accuracy=[None] * 5)),
+      "Error: '.*digits_broken_seed0/metrics.csv' has no 'eval/accuracy' value yet",
+    ),
+  ],
+)
 def test_bad_input_is_one_error_line(tmp_path, make_input, expected):
   root = tmp_path / 'results'
   root.mkdir()
@@ -270,39 +369,62 @@ def test_bad_input_is_one_error_line(tmp_path, make_input, expected):
 
 def test_unknown_extra_column_lists_the_columns(root, tmp_path):
   groups = report.group(load(root), 'sampling')
-  with pytest.raises(ValueError, match="No run has a numeric column 'selection/label_kl'; the "
-                                       'columns are: eval/accuracy, eval/loss'):
+  with pytest.raises(
+    ValueError,
+    match="No run has a numeric column 'selection/label_kl'; the "
+    'columns are: eval/accuracy, eval/loss',
+  ):
     report.summarize(groups, extra_columns=['selection/label_kl'])
 
 
 def test_binary_end_to_end(root, tmp_path, capfd):
   output_dir = tmp_path / 'out'
   outcome = fault_harness.run_binary(
-      'report', run_dirs=f'{root}/digits_optimal_*', label_key='sampling', target_accuracy=0.5,
-      max_round=2, output_dir=output_dir)
+    'report',
+    run_dirs=f'{root}/digits_optimal_*',
+    label_key='sampling',
+    target_accuracy=0.5,
+    max_round=2,
+    output_dir=output_dir,
+  )
   assert outcome.exit_code == 0, outcome
   header, _, rows = parse_table('\n'.join(capfd.readouterr().out.splitlines()[:3]))
   # Bits in bit: the largest mean total (300 at round 2) is < 1e3.
   assert header[6:8] == ['rounds to 50%', 'bit to 50%']
   # Seconds of rounds 1-2: 1, 2, 1, 1, 2, 2: median 1.5.
-  assert rows == [['optimal', '3', '2', '0.4600 ± 0.0529', '1.4000 ± 0.2000',
-                   '0.4600 ± 0.0529', '2.0 (1/3)', '200 (1/3)', '300 ± 100', '1.50']]
+  assert rows == [
+    [
+      'optimal',
+      '3',
+      '2',
+      '0.4600 ± 0.0529',
+      '1.4000 ± 0.2000',
+      '0.4600 ± 0.0529',
+      '2.0 (1/3)',
+      '200 (1/3)',
+      '300 ± 100',
+      '1.50',
+    ]
+  ]
   assert 'Only rounds up to 2 are counted.' in (output_dir / 'results.md').read_text()
   assert_png(output_dir / 'accuracy_bits.png')
 
 
 def test_panels_pivot_tables_match_hand_computed_values(tmp_path):
   # Two availability modes; each panel is grouped by sampling on its own.
-  for mode, sampling, seed, values in [('IDL', 'optimal', 0, RUNS['optimal', 0]),
-                                       ('IDL', 'optimal', 1, RUNS['optimal', 1]),
-                                       ('IDL', 'uniform', 0, RUNS['uniform', 0]),
-                                       ('IDL', 'uniform', 1, RUNS['uniform', 1]),
-                                       ('LN', 'optimal', 0, RUNS['optimal', 2]),
-                                       ('LN', 'full', 0, RUNS['full', 0])]:
+  for mode, sampling, seed, values in [
+    ('IDL', 'optimal', 0, RUNS['optimal', 0]),
+    ('IDL', 'optimal', 1, RUNS['optimal', 1]),
+    ('IDL', 'uniform', 0, RUNS['uniform', 0]),
+    ('IDL', 'uniform', 1, RUNS['uniform', 1]),
+    ('LN', 'optimal', 0, RUNS['optimal', 2]),
+    ('LN', 'full', 0, RUNS['full', 0]),
+  ]:
     write_run(tmp_path / 'runs' / mode, sampling, seed, values, availability=mode)
   runs = plotting.load_runs(f'{tmp_path}/runs/*/digits_*')
-  written = report.write_report(runs, tmp_path / 'out', command='regenerate', label_key='sampling',
-                                panel_key='availability')
+  written = report.write_report(
+    runs, tmp_path / 'out', command='regenerate', label_key='sampling', panel_key='availability'
+  )
   text = (tmp_path / 'out' / 'results.md').read_text().split('\n\n')
   accuracy = text.index('Final accuracy (eval/accuracy), mean ± std over seeds:') + 1
   loss = text.index('Lowest evaluation loss (eval/loss), mean ± std over seeds:') + 1
@@ -312,19 +434,32 @@ def test_panels_pivot_tables_match_hand_computed_values(tmp_path):
   # never under IDL.
   header, _, rows = parse_table(text[accuracy])
   assert header == ['sampling', 'IDL', 'LN']
-  assert rows == [['optimal', '0.6500 ± 0.0707', '0.4500'],
-                  ['uniform', '0.3250 ± 0.0354', '—'],
-                  ['full', '—', '0.8000']]
+  assert rows == [
+    ['optimal', '0.6500 ± 0.0707', '0.4500'],
+    ['uniform', '0.3250 ± 0.0354', '—'],
+    ['full', '—', '0.8000'],
+  ]
   _, _, rows = parse_table(text[loss])
-  assert rows == [['optimal', '0.9000 ± 0.1414', '1.3000'],
-                  ['uniform', '1.7500 ± 0.0707', '—'],
-                  ['full', '—', '0.5000']]
+  assert rows == [
+    ['optimal', '0.9000 ± 0.1414', '1.3000'],
+    ['uniform', '1.7500 ± 0.0707', '—'],
+    ['full', '—', '0.5000'],
+  ]
   assert [s.label for s in written.summaries] == [
-      'IDL · optimal', 'IDL · uniform', 'LN · full', 'LN · optimal']
+    'IDL · optimal',
+    'IDL · uniform',
+    'LN · full',
+    'LN · optimal',
+  ]
   assert written.table.splitlines()[0].startswith('| availability · sampling ')
   for path in written.plot_paths:
     assert_png(path)
   write_run(tmp_path / 'runs' / 'none', 'uniform', 0, RUNS['uniform', 0])
   with pytest.raises(ValueError, match="has no hyper-parameter 'availability' to split"):
-    report.write_report(plotting.load_runs(f'{tmp_path}/runs/*/digits_*'), tmp_path / 'out',
-                        command='regenerate', label_key='sampling', panel_key='availability')
+    report.write_report(
+      plotting.load_runs(f'{tmp_path}/runs/*/digits_*'),
+      tmp_path / 'out',
+      command='regenerate',
+      label_key='sampling',
+      panel_key='availability',
+    )

@@ -17,14 +17,14 @@ from tff_sampling.runtime import results
 # eval/* only on evaluation rounds (0, 2, 4); `process/clip` first released at
 # round 2, so rounds 0-1 have it empty (round 1's row is physically short, as a
 # file appended to by hand would be), and a vector-valued column.
-METRICS_CSV = '''\
+METRICS_CSV = """\
 "key","eval/accuracy","eval/loss","round_seconds","train/accuracy","train/loss","uplink/cumulative_bits","uplink/round_bits","vector","process/clip"
 "0","0.1","2.5","","","","0","0","[1.0, 2.0]",""
 "1","","","0.25","0.2","2.0","640","640","[1.0, 2.0]"
 "2","0.5","1.5","0.5","0.4","1.5","1280","640","[1.0, 2.0]","3.0"
 "3","","","0.75","0.45","1.25","1920","640","[1.0, 2.0]","True"
 "4","0.7","1.0","1.0","0.5","1.0","2560","640","[1.0, 2.0]","False"
-'''
+"""
 
 NAN = math.nan
 
@@ -48,8 +48,8 @@ def load_curve(tmp_path, name, bits, accuracy, **hparams):
 @pytest.fixture
 def run(tmp_path):
   return results.load_run(
-      write_run(tmp_path, 'digits_uniform_seed0', {'task': 'digits', 'seed': 0},
-                METRICS_CSV))
+    write_run(tmp_path, 'digits_uniform_seed0', {'task': 'digits', 'seed': 0}, METRICS_CSV)
+  )
 
 
 def test_load_run_parses_quoted_cells_and_empty_cells_as_nan(run, tmp_path):
@@ -60,23 +60,32 @@ def test_load_run_parses_quoted_cells_and_empty_cells_as_nan(run, tmp_path):
   assert run.rounds.dtype == np.int64
   np.testing.assert_array_equal(run.metrics['eval/accuracy'], [0.1, NAN, 0.5, NAN, 0.7])
   np.testing.assert_array_equal(run.metrics['train/loss'], [NAN, 2.0, 1.5, 1.25, 1.0])
-  np.testing.assert_array_equal(run.metrics['uplink/cumulative_bits'],
-                                [0, 640, 1280, 1920, 2560])
+  np.testing.assert_array_equal(run.metrics['uplink/cumulative_bits'], [0, 640, 1280, 1920, 2560])
   # Column added mid-file: empty, then a short row, then values and booleans.
   np.testing.assert_array_equal(run.metrics['process/clip'], [NAN, NAN, 3.0, 1.0, 0.0])
   assert 'key' not in run.metrics
   assert run.text_columns == ('vector',)
   assert set(run.metrics) == {
-      'eval/accuracy', 'eval/loss', 'round_seconds', 'train/accuracy', 'train/loss',
-      'uplink/cumulative_bits', 'uplink/round_bits', 'process/clip'}
+    'eval/accuracy',
+    'eval/loss',
+    'round_seconds',
+    'train/accuracy',
+    'train/loss',
+    'uplink/cumulative_bits',
+    'uplink/round_bits',
+    'process/clip',
+  }
   np.testing.assert_array_equal(run.column('key'), [0.0, 1.0, 2.0, 3.0, 4.0])
   with pytest.raises(ValueError, match='read-only'):
     run.metrics['eval/loss'][0] = 0.0
 
 
 def test_column_errors_name_the_file(run):
-  with pytest.raises(KeyError, match=r"metrics.csv has no column 'eval/nope'; its columns are: "
-                     r'eval/accuracy, eval/loss'):
+  with pytest.raises(
+    KeyError,
+    match=r"metrics.csv has no column 'eval/nope'; its columns are: "
+    r'eval/accuracy, eval/loss',
+  ):
     run.column('eval/nope')
   with pytest.raises(KeyError, match="Column 'vector' of .*metrics.csv is not numeric"):
     run.column('vector')
@@ -102,31 +111,44 @@ def test_name_falls_back_to_directory(tmp_path):
 
 def test_missing_directory_and_files(tmp_path):
   missing = tmp_path / 'nope'
-  with pytest.raises(FileNotFoundError,
-                     match=re.escape(f"Run directory '{missing}' does not exist")):
+  with pytest.raises(
+    FileNotFoundError, match=re.escape(f"Run directory '{missing}' does not exist")
+  ):
     results.load_run(missing)
   run_dir = tmp_path / 'run'
   run_dir.mkdir()
   hparams_path = run_dir / 'hparams.json'
-  with pytest.raises(FileNotFoundError, match=re.escape(
-      f"'{hparams_path}' does not exist; is '{run_dir}' a run directory")):
+  with pytest.raises(
+    FileNotFoundError,
+    match=re.escape(f"'{hparams_path}' does not exist; is '{run_dir}' a run directory"),
+  ):
     results.load_run(run_dir)
   (run_dir / 'hparams.json').write_text('{"seed": 0}')
-  with pytest.raises(FileNotFoundError,
-                     match=re.escape(f"'{run_dir / 'metrics.csv'}' does not exist")):
+  with pytest.raises(
+    FileNotFoundError, match=re.escape(f"'{run_dir / 'metrics.csv'}' does not exist")
+  ):
     results.load_run(str(run_dir))
 
 
-@pytest.mark.parametrize('hparams, csv_text, pattern', [
-    ('{"seed": 0}', '"round","eval/accuracy"\n"0","0.1"\n',
-     r"metrics.csv' has no 'key' column .*header is \['round', 'eval/accuracy'\]"),
+@pytest.mark.parametrize(
+  'hparams, csv_text, pattern',
+  [
+    (
+      '{"seed": 0}',
+      '"round","eval/accuracy"\n"0","0.1"\n',
+      r"metrics.csv' has no 'key' column .*header is \['round', 'eval/accuracy'\]",
+    ),
     ('{"seed": 0}', '', r"metrics.csv' has no 'key' column"),
-    ('{"seed": 0}', '"key","x"\n"0","1"\n"one","2"\n',
-     r"metrics.csv' line 3: 'key' must be an integer round number, got 'one'"),
+    (
+      '{"seed": 0}',
+      '"key","x"\n"0","1"\n"one","2"\n',
+      r"metrics.csv' line 3: 'key' must be an integer round number, got 'one'",
+    ),
     ('{"seed": 0}', '"key","x"\n"0","1"\n"0","2"\n', r"metrics.csv' has round 0 more than once"),
     ('[1, 2]', 'key\n', r"hparams.json' must hold a JSON object, got list"),
     ('{"seed": ', 'key\n', r"hparams.json' is not valid JSON"),
-])
+  ],
+)
 def test_malformed_files(tmp_path, hparams, csv_text, pattern):
   run_dir = tmp_path / 'run'
   run_dir.mkdir()
@@ -140,12 +162,25 @@ def test_group_runs_ignores_seed_and_labels_by_differing_hparams(tmp_path):
   runs = []
   for sampling in ('uniform', 'optimal'):
     for seed in range(3):
-      runs.append(load_curve(tmp_path, f'{sampling}_seed{seed}', [0], [0.1], seed=seed,
-                             task='digits', sampling=sampling, rounds=20))
+      runs.append(
+        load_curve(
+          tmp_path,
+          f'{sampling}_seed{seed}',
+          [0],
+          [0.1],
+          seed=seed,
+          task='digits',
+          sampling=sampling,
+          rounds=20,
+        )
+      )
   groups = results.group_runs(runs)
   assert list(groups) == ['sampling=uniform', 'sampling=optimal']
   assert [r.name for r in groups['sampling=uniform']] == [
-      'uniform_seed0', 'uniform_seed1', 'uniform_seed2']
+    'uniform_seed0',
+    'uniform_seed1',
+    'uniform_seed2',
+  ]
   assert [r.hparams['seed'] for r in groups['sampling=optimal']] == [0, 1, 2]
   # Without ignoring the seed every run is its own group.
   assert len(results.group_runs(runs, ignore=('experiment_name', 'root_output_dir'))) == 6
@@ -153,33 +188,36 @@ def test_group_runs_ignores_seed_and_labels_by_differing_hparams(tmp_path):
 
 def test_group_labels_list_every_differing_hparam(tmp_path):
   settings = [
-      dict(algorithm='fedavg', sampling='uniform', lr=0.1),
-      dict(algorithm='fedavg', sampling='optimal', lr=0.1),
-      dict(algorithm='fedprox', sampling='optimal', lr=0.1, mu=0.01),
+    dict(algorithm='fedavg', sampling='uniform', lr=0.1),
+    dict(algorithm='fedavg', sampling='optimal', lr=0.1),
+    dict(algorithm='fedprox', sampling='optimal', lr=0.1, mu=0.01),
   ]
-  runs = [load_curve(tmp_path, f'run{i}', [0], [0.1], task='digits', **s)
-          for i, s in enumerate(settings)]
+  runs = [
+    load_curve(tmp_path, f'run{i}', [0], [0.1], task='digits', **s) for i, s in enumerate(settings)
+  ]
   assert list(results.group_runs(runs)) == [
-      'algorithm=fedavg, sampling=uniform, mu=(unset)',
-      'algorithm=fedavg, sampling=optimal, mu=(unset)',
-      'algorithm=fedprox, sampling=optimal, mu=0.01',
+    'algorithm=fedavg, sampling=uniform, mu=(unset)',
+    'algorithm=fedavg, sampling=optimal, mu=(unset)',
+    'algorithm=fedprox, sampling=optimal, mu=0.01',
   ]
 
 
 def test_one_separating_hparam_set_everywhere_is_the_whole_label(tmp_path):
   settings = [
-      dict(sampling='lefl', allocation='per_cluster', public_examples=200),
-      dict(sampling='uniform'),
+    dict(sampling='lefl', allocation='per_cluster', public_examples=200),
+    dict(sampling='uniform'),
   ]
-  runs = [load_curve(tmp_path, f'run{i}', [0], [0.1], task='digits', **s)
-          for i, s in enumerate(settings)]
+  runs = [
+    load_curve(tmp_path, f'run{i}', [0], [0.1], task='digits', **s) for i, s in enumerate(settings)
+  ]
   # `allocation` also separates the groups, but the uniform run does not set it.
   assert list(results.group_runs(runs)) == ['sampling=lefl', 'sampling=uniform']
 
 
 def test_single_group_is_labelled_by_experiment_name(tmp_path):
-  runs = [load_curve(tmp_path, f'digits_uniform_seed{seed}', [0], [0.1], seed=seed)
-          for seed in range(3)]
+  runs = [
+    load_curve(tmp_path, f'digits_uniform_seed{seed}', [0], [0.1], seed=seed) for seed in range(3)
+  ]
   groups = results.group_runs(runs)
   assert list(groups) == ['digits_uniform']
   assert len(groups['digits_uniform']) == 3
@@ -192,9 +230,9 @@ def test_single_group_is_labelled_by_experiment_name(tmp_path):
 def test_aggregate_on_rounds_uses_rounds_present_in_all_runs(tmp_path):
   # Evaluated at rounds 0, 2, 4; the third seed stopped after round 3.
   runs = [
-      load_curve(tmp_path, 'a', [0, 1, 2, 3, 4], [0.1, None, 0.5, None, 0.7], seed=0),
-      load_curve(tmp_path, 'b', [0, 1, 2, 3, 4], [0.2, None, 0.6, None, 0.8], seed=1),
-      load_curve(tmp_path, 'c', [0, 1, 2, 3], [0.6, None, 0.7, None], seed=2),
+    load_curve(tmp_path, 'a', [0, 1, 2, 3, 4], [0.1, None, 0.5, None, 0.7], seed=0),
+    load_curve(tmp_path, 'b', [0, 1, 2, 3, 4], [0.2, None, 0.6, None, 0.8], seed=1),
+    load_curve(tmp_path, 'c', [0, 1, 2, 3], [0.6, None, 0.7, None], seed=2),
   ]
   x, mean, std = results.aggregate(runs, 'key', 'eval/accuracy')
   np.testing.assert_array_equal(x, [0.0, 2.0])
@@ -279,7 +317,10 @@ def test_find_run_dirs_expands_globs(tmp_path):
   (tmp_path / 'a_notes.txt').write_text('not a run')
   plain = str(tmp_path / 'b_seed0')
   assert results.find_run_dirs([str(tmp_path / 'a_*'), plain, str(tmp_path / 'a_seed0')]) == [
-      str(tmp_path / 'a_seed0'), str(tmp_path / 'a_seed1'), plain]
+    str(tmp_path / 'a_seed0'),
+    str(tmp_path / 'a_seed1'),
+    plain,
+  ]
   # A plain entry is kept even if missing, for load_run to report.
   assert results.find_run_dirs([tmp_path / 'missing']) == [str(tmp_path / 'missing')]
   with pytest.raises(ValueError, match=r"The pattern '.*c_\*' matches no directory"):
@@ -298,13 +339,15 @@ def test_reads_what_tff_csv_release_manager_writes(tmp_path):
   for key in range(4):
     round_bits = 0 if key == 0 else 1000 * key
     cumulative_bits += round_bits
-    value = od(uplink=od(round_bits=np.int64(round_bits),
-                         cumulative_bits=np.int64(cumulative_bits)))
+    value = od(
+      uplink=od(round_bits=np.int64(round_bits), cumulative_bits=np.int64(cumulative_bits))
+    )
     if key > 0:  # The program releases training metrics from round 1 on.
       value['round_seconds'] = 0.5 * key
       value['train'] = od(loss=np.float32(2.0 / key), accuracy=np.float32(0.25 * key))
-      value['process'] = od(aggregator=od(mean_value=od(clipped=np.int32(key)),
-                                          weights=np.array([1.0, float(key)])))
+      value['process'] = od(
+        aggregator=od(mean_value=od(clipped=np.int32(key)), weights=np.array([1.0, float(key)]))
+      )
     if key % 2 == 0:  # Evaluation rounds.
       value['eval'] = od(loss=np.float32(1.0 / (key + 1)), accuracy=np.float32(0.1 + 0.2 * key))
     asyncio.run(manager.release(value, key))
@@ -322,8 +365,9 @@ def test_reads_what_tff_csv_release_manager_writes(tmp_path):
   np.testing.assert_array_equal(run.metrics['round_seconds'], [NAN, 0.5, 1.0, 1.5])
   np.testing.assert_array_equal(run.metrics['uplink/round_bits'], [0, 1000, 2000, 3000])
   np.testing.assert_array_equal(run.metrics['uplink/cumulative_bits'], [0, 1000, 3000, 6000])
-  np.testing.assert_array_equal(run.metrics['process/aggregator/mean_value/clipped'],
-                                [NAN, 1, 2, 3])
+  np.testing.assert_array_equal(
+    run.metrics['process/aggregator/mean_value/clipped'], [NAN, 1, 2, 3]
+  )
   assert run.text_columns == ('process/aggregator/weights',)
   assert results.rounds_to_target(run, 0.4) == 2
   assert results.bits_to_target(run, 0.4) == 3000.0
@@ -331,5 +375,5 @@ def test_reads_what_tff_csv_release_manager_writes(tmp_path):
 
 def test_seed_spread_is_the_sample_standard_deviation():
   # [1, 3]: mean 2, squared deviations 1 + 1 over n - 1 = 1 -> sqrt(2).
-  assert results.seed_spread([1.0, 3.0]) == pytest.approx(2 ** 0.5)
+  assert results.seed_spread([1.0, 3.0]) == pytest.approx(2**0.5)
   assert results.seed_spread([0.7]) == 0.0  # One seed: no spread to report.

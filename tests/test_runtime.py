@@ -68,9 +68,14 @@ class _Program:
   """
 
   def __init__(self, code: str):
-    self.process = subprocess.Popen([sys.executable, '-c', code], cwd=_REPO, text=True,
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE)
+    self.process = subprocess.Popen(
+      [sys.executable, '-c', code],
+      cwd=_REPO,
+      text=True,
+      stdin=subprocess.PIPE,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+    )
     self.workers = []
     self.printed = ''
     _STARTED.append(self)
@@ -89,18 +94,20 @@ class _Program:
 
 
 _REPORT_CHILD_WORKERS = (
-    'import psutil, sys\n'
-    'print("workers", *[c.pid for c in psutil.Process().children()\n'
-    '                   if c.name() == "worker_binary"], flush=True)\n'
-    'sys.stdin.readline()\n')
+  'import psutil, sys\n'
+  'print("workers", *[c.pid for c in psutil.Process().children()\n'
+  '                   if c.name() == "worker_binary"], flush=True)\n'
+  'sys.stdin.readline()\n'
+)
 
 
 def test_no_worker_outlives_a_program():
   # Library use without `use_secure_sum_simulation`: TFF's own default context
   # starts the worker; without the atexit hook it survives its parent.
-  program = _Program('import numpy as np, tensorflow_federated as tff, tff_sampling\n'
-                     'print(tff.tensorflow.computation(lambda: np.int32(7))(), flush=True)\n'
-                     + _REPORT_CHILD_WORKERS)
+  program = _Program(
+    'import numpy as np, tensorflow_federated as tff, tff_sampling\n'
+    'print(tff.tensorflow.computation(lambda: np.int32(7))(), flush=True)\n' + _REPORT_CHILD_WORKERS
+  )
   assert len(program.workers) == 1
   code, _, err = program.finish()
   assert code == 0 and program.printed.startswith('7\n'), err[-2000:]
@@ -110,11 +117,12 @@ def test_no_worker_outlives_a_program():
 def test_the_default_worker_dies_with_a_killed_program():
   """`use_secure_sum_simulation`'s worker is started on first use from TFF's
   event-loop thread; the program is SIGKILLed (no atexit, no handler)."""
-  program = _Program('import numpy as np, tensorflow_federated as tff\n'
-                     'from tff_sampling.runtime import tff_context\n'
-                     'tff_context.use_secure_sum_simulation()\n'
-                     'tff.tensorflow.computation(lambda: np.int32(7))()\n'
-                     + _REPORT_CHILD_WORKERS)
+  program = _Program(
+    'import numpy as np, tensorflow_federated as tff\n'
+    'from tff_sampling.runtime import tff_context\n'
+    'tff_context.use_secure_sum_simulation()\n'
+    'tff.tensorflow.computation(lambda: np.int32(7))()\n' + _REPORT_CHILD_WORKERS
+  )
   assert len(program.workers) == 1
   program.process.kill()
   program.process.wait(timeout=300)  # Not its pipes: a worker left running holds them.
@@ -135,7 +143,6 @@ def test_secure_sums_run_in_the_project_context_on_its_own_worker():
 
 
 class _FakeExecutor:
-
   def __init__(self, cardinalities):
     self.cardinalities = cardinalities
     self.closed = False
@@ -191,17 +198,20 @@ def test_a_worker_that_ignores_the_shutdown_does_not_hang_the_exit():
   """TFF's own shutdown waits for its worker with no time limit; after a long
   run a worker was seen ignoring SIGINT, hanging the exit forever. Simulated
   here by a release that blocks until the worker dies: the watchdog kills it."""
-  code = ('import time, numpy as np, tensorflow_federated as tff\n'
-          'from tff_sampling.runtime import tff_context\n'
-          'tff.tensorflow.computation(lambda: np.int32(7))()\n'
-          'workers = tff_context._tff_started_workers()\n'
-          'tff_context._release_execution_context = lambda: [w.wait() for w in workers]\n'
-          'start = time.monotonic()\n'
-          'stopped = tff_context.stop_local_workers(timeout_s=2.0)\n'
-          'print(len(workers), stopped, round(time.monotonic() - start),\n'
-          '      any(w.is_running() for w in workers))\n')
-  proc = subprocess.run([sys.executable, '-c', code], cwd=_REPO, capture_output=True,
-                        text=True, timeout=300)
+  code = (
+    'import time, numpy as np, tensorflow_federated as tff\n'
+    'from tff_sampling.runtime import tff_context\n'
+    'tff.tensorflow.computation(lambda: np.int32(7))()\n'
+    'workers = tff_context._tff_started_workers()\n'
+    'tff_context._release_execution_context = lambda: [w.wait() for w in workers]\n'
+    'start = time.monotonic()\n'
+    'stopped = tff_context.stop_local_workers(timeout_s=2.0)\n'
+    'print(len(workers), stopped, round(time.monotonic() - start),\n'
+    '      any(w.is_running() for w in workers))\n'
+  )
+  proc = subprocess.run(
+    [sys.executable, '-c', code], cwd=_REPO, capture_output=True, text=True, timeout=300
+  )
   assert proc.returncode == 0, proc.stderr[-2000:]
   workers, stopped, seconds, running = proc.stdout.split()[-4:]
   assert int(workers) == 1 and int(stopped) == int(workers)
@@ -214,19 +224,22 @@ def test_switching_to_the_project_context_cannot_hang_on_tff_s_worker():
   """Replacing TFF's context after it ran a computation stops its worker the
   same blocking way (seen hanging a LEFL run after its pre-processing round);
   simulated by a switch that blocks until that worker dies."""
-  code = ('import time, numpy as np, tensorflow_federated as tff\n'
-          'from tff_sampling.runtime import tff_context\n'
-          'tff.tensorflow.computation(lambda: np.int32(7))()\n'
-          'workers = tff_context._tff_started_workers()\n'
-          'tff_context.context_stack_impl.context_stack.set_default_context = (\n'
-          '    lambda context: [w.wait() for w in workers])\n'
-          'tff_context._SHUTDOWN_TIMEOUT_S = 2.0\n'
-          'start = time.monotonic()\n'
-          'tff_context.use_secure_sum_simulation()\n'
-          'print(len(workers), round(time.monotonic() - start),\n'
-          '      any(w.is_running() for w in workers))\n')
-  proc = subprocess.run([sys.executable, '-c', code], cwd=_REPO, capture_output=True,
-                        text=True, timeout=300)
+  code = (
+    'import time, numpy as np, tensorflow_federated as tff\n'
+    'from tff_sampling.runtime import tff_context\n'
+    'tff.tensorflow.computation(lambda: np.int32(7))()\n'
+    'workers = tff_context._tff_started_workers()\n'
+    'tff_context.context_stack_impl.context_stack.set_default_context = (\n'
+    '    lambda context: [w.wait() for w in workers])\n'
+    'tff_context._SHUTDOWN_TIMEOUT_S = 2.0\n'
+    'start = time.monotonic()\n'
+    'tff_context.use_secure_sum_simulation()\n'
+    'print(len(workers), round(time.monotonic() - start),\n'
+    '      any(w.is_running() for w in workers))\n'
+  )
+  proc = subprocess.run(
+    [sys.executable, '-c', code], cwd=_REPO, capture_output=True, text=True, timeout=300
+  )
   assert proc.returncode == 0, proc.stderr[-2000:]
   workers, seconds, running = proc.stdout.split()[-3:]
   assert int(workers) == 1 and int(seconds) >= 2 and running == 'False'  # As above.
@@ -235,7 +248,7 @@ def test_switching_to_the_project_context_cannot_hang_on_tff_s_worker():
 # A binary (`binary_main`) whose main thread is stuck in plain Python code that
 # neither runs TFF nor returns, after starting its TFF worker: only the deadline
 # exit can end it. `writing` makes it look like a file write to the deadline.
-_STUCK_BINARY = '''
+_STUCK_BINARY = """
 import sys, threading, numpy as np, psutil, tensorflow_federated as tff
 from absl import app
 from tff_sampling.runtime import tff_context
@@ -252,7 +265,7 @@ def main(argv):
   {name}()
 
 app.run(tff_context.binary_main(main))
-'''
+"""
 
 
 def test_a_binary_stuck_outside_tff_exits_by_the_deadline():
@@ -282,7 +295,7 @@ def test_the_deadline_exit_lets_a_write_in_progress_finish_for_a_while():
 # A binary whose first TFF call never ends (its executor never comes), and whose
 # signal-watching thread is disabled: only the main thread's handler can end it,
 # which it must do without waiting for that thread to record the signal.
-_WAITING_BINARY = '''
+_WAITING_BINARY = """
 import sys, threading, time, numpy as np, tensorflow_federated as tff
 from absl import app
 from tff_sampling.runtime import tff_context
@@ -303,7 +316,7 @@ def main(argv):
   tff.tensorflow.computation(lambda: np.int32(7))()
 
 app.run(tff_context.binary_main(main))
-'''
+"""
 
 
 def test_the_handler_alone_ends_a_binary_waiting_on_tff():
@@ -318,13 +331,16 @@ def test_the_handler_alone_ends_a_binary_waiting_on_tff():
 def test_no_signal_handler_is_installed_on_import():
   # Compared with the handlers before the import: a program started as a
   # background job has SIGINT ignored from the start.
-  code = ('import signal\n'
-          'before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)\n'
-          'import tff_sampling, tff_sampling.program, tff_sampling.runtime.tff_context\n'
-          'print(signal.getsignal(signal.SIGINT) is before[0],\n'
-          '      signal.getsignal(signal.SIGTERM) is before[1])\n')
-  proc = subprocess.run([sys.executable, '-c', code], cwd=_REPO, capture_output=True,
-                        text=True, timeout=300)
+  code = (
+    'import signal\n'
+    'before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)\n'
+    'import tff_sampling, tff_sampling.program, tff_sampling.runtime.tff_context\n'
+    'print(signal.getsignal(signal.SIGINT) is before[0],\n'
+    '      signal.getsignal(signal.SIGTERM) is before[1])\n'
+  )
+  proc = subprocess.run(
+    [sys.executable, '-c', code], cwd=_REPO, capture_output=True, text=True, timeout=300
+  )
   assert proc.stdout.split() == ['True', 'True'], proc.stderr[-2000:]
 
 
@@ -335,9 +351,11 @@ def test_tensorflow_noise_filter_drops_only_the_secure_sum_reports_and_checkpoin
   def record(level, message):
     return logging.LogRecord('tensorflow', level, __file__, 1, message, None, None)
 
-  unused_assert = ("==================================\nObject was never used (type <class "
-                   "'tensorflow.python.framework.ops.Operation'>):\n<tf.Operation "
-                   "'assert_less_equal/Assert/AssertGuard/Identity' type=Identity>")
+  unused_assert = (
+    '==================================\nObject was never used (type <class '
+    "'tensorflow.python.framework.ops.Operation'>):\n<tf.Operation "
+    "'assert_less_equal/Assert/AssertGuard/Identity' type=Identity>"
+  )
   assert not noise.filter(record(logging.ERROR, unused_assert))
   assert not noise.filter(record(logging.INFO, 'Assets written to: /r/checkpoints/x/assets'))
   # Everything else passes: other unused ops, warnings, the user's own errors.

@@ -42,10 +42,13 @@ def _check_better_than_md(r, sizes):
   """Per client: weight variance ≤ MD's and inclusion probability ≥ MD's."""
   num_draws = r.shape[0]
   p = np.asarray(sizes) / np.sum(sizes)
-  assert np.all(clustered.clustered_weight_variance(r) <=
-                clustered.md_weight_variance(p, num_draws) + 1e-12)
-  assert np.all(clustered.clustered_inclusion_probability(r) >=
-                clustered.md_inclusion_probability(p, num_draws) - 1e-12)
+  assert np.all(
+    clustered.clustered_weight_variance(r) <= clustered.md_weight_variance(p, num_draws) + 1e-12
+  )
+  assert np.all(
+    clustered.clustered_inclusion_probability(r)
+    >= clustered.md_inclusion_probability(p, num_draws) - 1e-12
+  )
 
 
 def _updates(seed, num_clients, dim=6, zero_fraction=0.3):
@@ -73,20 +76,21 @@ def _sizes_strategy(max_clients=40):
 def test_algorithm1_hand_computed():
   # Sizes [5, 3, 2], m = 2: M = 10, units m n_i = [10, 6, 4]. By size: client 0
   # fills bin 0 (10/10); client 1 puts 6 in bin 1, client 2 its 4 after it.
-  np.testing.assert_array_equal(
-      clustered.size_based_units([5, 3, 2], 2), [[10, 0, 0], [0, 6, 4]])
+  np.testing.assert_array_equal(clustered.size_based_units([5, 3, 2], 2), [[10, 0, 0], [0, 6, 4]])
   np.testing.assert_allclose(
-      clustered.size_based_distributions([5, 3, 2], 2), [[1, 0, 0], [0, 0.6, 0.4]])
+    clustered.size_based_distributions([5, 3, 2], 2), [[1, 0, 0], [0, 0.6, 0.4]]
+  )
   # Sizes [3, 5, 2], m = 3: M = 10, units [9, 15, 6]; order 1, 0, 2. Client 1
   # fills bin 0 (10) and spills 5 into bin 1; client 0 fills bin 1 (5) and
   # spills 4 into bin 2; client 2 puts its 6 in bin 2.
   np.testing.assert_allclose(
-      clustered.size_based_distributions([3, 5, 2], 3),
-      [[0, 1, 0], [0.5, 0.5, 0], [0.4, 0, 0.6]])
+    clustered.size_based_distributions([3, 5, 2], 3), [[0, 1, 0], [0.5, 0.5, 0], [0.4, 0, 0.6]]
+  )
   # Ties keep index order: sizes [2, 2, 1], m = 2: M = 5, units [4, 4, 2].
   # Client 0: 4 in bin 0; client 1: 1 in bin 0, 3 in bin 1; client 2: 2 in bin 1.
   np.testing.assert_allclose(
-      clustered.size_based_distributions([2, 2, 1], 2), [[0.8, 0.2, 0], [0, 0.6, 0.4]])
+    clustered.size_based_distributions([2, 2, 1], 2), [[0.8, 0.2, 0], [0, 0.6, 0.4]]
+  )
 
 
 def test_algorithm1_one_digit_per_client_equal_sizes():
@@ -113,14 +117,14 @@ def test_algorithm1_identities_and_inequalities_random(sizes, num_draws):
 
 
 _ADVERSARIAL = {
-    'one_huge_client': ([10**6, 3, 1, 7, 2, 9], 5),  # m n_0 ≥ 4 M.
-    'two_large_clients': ([40, 35, 5, 5, 5, 5, 5], 7),
-    'equal_sizes': ([7] * 12, 5),
-    'n_equals_m': ([3, 9, 1, 4, 4, 8], 6),
-    'single_client': ([13], 4),
-    'more_draws_than_clients': ([2, 5, 1], 8),
-    'one_draw': ([4, 4, 1, 9], 1),
-    'multiple_of_capacity': ([2, 1, 1], 4),  # m n_0 = 2 M exactly: no remainder.
+  'one_huge_client': ([10**6, 3, 1, 7, 2, 9], 5),  # m n_0 ≥ 4 M.
+  'two_large_clients': ([40, 35, 5, 5, 5, 5, 5], 7),
+  'equal_sizes': ([7] * 12, 5),
+  'n_equals_m': ([3, 9, 1, 4, 4, 8], 6),
+  'single_client': ([13], 4),
+  'more_draws_than_clients': ([2, 5, 1], 8),
+  'one_draw': ([4, 4, 1, 9], 1),
+  'multiple_of_capacity': ([2, 1, 1], 4),  # m n_0 = 2 M exactly: no remainder.
 }
 
 
@@ -128,9 +132,13 @@ _ADVERSARIAL = {
 def test_both_algorithms_on_adversarial_sizes(name):
   sizes, num_draws = _ADVERSARIAL[name]
   updates = _updates(len(name), len(sizes))
-  for units in (clustered.size_based_units(sizes, num_draws),
-                *(clustered.similarity_based_units(sizes, updates, num_draws, similarity=s)
-                  for s in clustered.SIMILARITIES)):
+  for units in (
+    clustered.size_based_units(sizes, num_draws),
+    *(
+      clustered.similarity_based_units(sizes, updates, num_draws, similarity=s)
+      for s in clustered.SIMILARITIES
+    ),
+  ):
     _check_identities(units, sizes, num_draws)
     _check_better_than_md(units / np.sum(sizes), sizes)
 
@@ -142,19 +150,21 @@ def test_algorithm2_is_scale_free_and_survives_huge_updates(similarity):
   units = clustered.similarity_based_units(sizes, updates, 3, similarity=similarity)
   for scale in (1e-300, 1e300):
     np.testing.assert_array_equal(
-        clustered.similarity_based_units(sizes, updates * scale, 3, similarity=similarity),
-        units)
+      clustered.similarity_based_units(sizes, updates * scale, 3, similarity=similarity), units
+    )
 
 
 def test_single_client_and_huge_client_get_dedicated_distributions():
   np.testing.assert_array_equal(clustered.size_based_distributions([13], 4), np.ones((4, 1)))
   np.testing.assert_array_equal(
-      clustered.similarity_based_distributions([13], np.zeros((1, 3)), 4), np.ones((4, 1)))
+    clustered.similarity_based_distributions([13], np.zeros((1, 3)), 4), np.ones((4, 1))
+  )
   # Sizes [6, 1, 1, 1, 1], m = 2: M = 10, client 0 owns 12 units: one dedicated
   # distribution (10) and a remainder of 2, which with the four others' 2 each
   # forms one group of exactly M = 10 (the root of the tree).
   r = clustered.similarity_based_distributions(
-      [6, 1, 1, 1, 1], np.random.default_rng(0).normal(size=(5, 3)), 2)
+    [6, 1, 1, 1, 1], np.random.default_rng(0).normal(size=(5, 3)), 2
+  )
   np.testing.assert_allclose(r, [[1, 0, 0, 0, 0], [0.2] * 5])
 
 
@@ -189,7 +199,8 @@ def test_algorithm2_hand_computed_pouring():
   sizes = [2, 2, 1, 1, 1, 1]
   labels = clustered.similarity_groups(sizes, updates, 2)
   assert sorted(map(sorted, ([0, 2], [1, 3]))) == sorted(
-      sorted(np.flatnonzero(labels == g).tolist()) for g in (0, 1))
+    sorted(np.flatnonzero(labels == g).tolist()) for g in (0, 1)
+  )
   np.testing.assert_array_equal(np.flatnonzero(labels == 2), [4, 5])
   units = clustered.similarity_based_units(sizes, updates, 2)
   _check_identities(units, sizes, 2)
@@ -199,11 +210,16 @@ def test_algorithm2_hand_computed_pouring():
 
 
 @hypothesis.settings(max_examples=100, deadline=None)
-@hypothesis.given(sizes=_sizes_strategy(30), num_draws=st.integers(1, 12),
-                  seed=st.integers(0, 2**16), similarity=st.sampled_from(clustered.SIMILARITIES),
-                  zero_fraction=st.sampled_from([0.0, 0.3, 1.0]))
-def test_algorithm2_identities_and_inequalities_random(sizes, num_draws, seed, similarity,
-                                                       zero_fraction):
+@hypothesis.given(
+  sizes=_sizes_strategy(30),
+  num_draws=st.integers(1, 12),
+  seed=st.integers(0, 2**16),
+  similarity=st.sampled_from(clustered.SIMILARITIES),
+  zero_fraction=st.sampled_from([0.0, 0.3, 1.0]),
+)
+def test_algorithm2_identities_and_inequalities_random(
+  sizes, num_draws, seed, similarity, zero_fraction
+):
   updates = _updates(seed, len(sizes), zero_fraction=zero_fraction)
   units = clustered.similarity_based_units(sizes, updates, num_draws, similarity=similarity)
   _check_identities(units, sizes, num_draws)
@@ -222,8 +238,11 @@ def test_algorithm2_identities_and_inequalities_random(sizes, num_draws, seed, s
 
 
 @hypothesis.settings(max_examples=300, deadline=None)
-@hypothesis.given(sizes=st.lists(st.integers(1, 4), min_size=2, max_size=12),
-                  num_draws=st.integers(2, 6), seed=st.integers(0, 2**16))
+@hypothesis.given(
+  sizes=st.lists(st.integers(1, 4), min_size=2, max_size=12),
+  num_draws=st.integers(2, 6),
+  seed=st.integers(0, 2**16),
+)
 def test_algorithm2_identities_small_sizes(sizes, num_draws, seed):
   # Few units per client: many groups, exact and near-full bins while pouring.
   units = clustered.similarity_based_units(sizes, _updates(seed, len(sizes)), num_draws)
@@ -247,8 +266,10 @@ def test_algorithm2_one_hot_digits_one_distribution_per_digit():
   # Every round of the sampler takes one client per digit.
   sampler = clustered.ClusteredSampler(10, seed=1, method='similarity', sketch_size=10)
   state = sampler.observe(
-      sampler.initialize(population),
-      samplers.Selection(clients=np.arange(100)), {'update_sketch': updates})
+    sampler.initialize(population),
+    samplers.Selection(clients=np.arange(100)),
+    {'update_sketch': updates},
+  )
   for round_num in range(30):
     selection = sampler.select(state, round_num, np.ones(100, bool))
     assert sorted(digits[selection.clients].tolist()) == list(range(10))
@@ -278,16 +299,21 @@ def test_algorithm2_learns_the_digits_from_zero_updates():
 def test_similarity_matrix_values_and_zero_vector_convention():
   updates = np.array([[1.0, 0.0], [0.0, 2.0], [-3.0, 0.0], [0.0, 0.0], [0.0, 0.0], [1.0, 1.0]])
   angle = clustered.similarity_matrix(updates, 'arccos')
-  np.testing.assert_allclose(angle[0], [0, np.pi / 2, np.pi, np.pi / 2, np.pi / 2, np.pi / 4],
-                             atol=1e-7)
+  np.testing.assert_allclose(
+    angle[0], [0, np.pi / 2, np.pi, np.pi / 2, np.pi / 2, np.pi / 4], atol=1e-7
+  )
   # Zero vectors: angle 0 to each other, π/2 to everybody else.
   np.testing.assert_array_equal(angle[3, [3, 4]], [0, 0])
   np.testing.assert_allclose(angle[3, [0, 1, 2, 5]], np.pi / 2)
   np.testing.assert_array_equal(np.diag(angle), 0)
-  np.testing.assert_allclose(clustered.similarity_matrix(updates, 'L2'),
-                             distance.cdist(updates, updates), atol=1e-12)
-  np.testing.assert_allclose(clustered.similarity_matrix(updates, 'L1'),
-                             distance.cdist(updates, updates, 'cityblock'), atol=1e-12)
+  np.testing.assert_allclose(
+    clustered.similarity_matrix(updates, 'L2'), distance.cdist(updates, updates), atol=1e-12
+  )
+  np.testing.assert_allclose(
+    clustered.similarity_matrix(updates, 'L1'),
+    distance.cdist(updates, updates, 'cityblock'),
+    atol=1e-12,
+  )
   # Arccos is scale-free per row, even for tiny or huge rows.
   np.testing.assert_allclose(clustered.similarity_matrix(updates * 1e-200, 'arccos'), angle)
   np.testing.assert_allclose(clustered.similarity_matrix(updates * 1e200, 'arccos'), angle)
@@ -309,8 +335,9 @@ def test_ward_linkage_of_rows_is_scipys_ward_on_the_rows(similarity):
 
 
 @hypothesis.settings(max_examples=100, deadline=None)
-@hypothesis.given(seed=st.integers(0, 2**16), num_leaves=st.integers(2, 40),
-                  capacity=st.integers(10, 200))
+@hypothesis.given(
+  seed=st.integers(0, 2**16), num_leaves=st.integers(2, 40), capacity=st.integers(10, 200)
+)
 def test_cut_by_weight_matches_the_authors_fcluster_cut(seed, num_leaves, capacity):
   # Oracle (the authors' code): replace every merge height by the merged weight
   # and cut with fcluster(criterion='distance') at the capacity.
@@ -345,7 +372,8 @@ def test_cut_by_weight_hand_computed_and_leaf_too_heavy():
   groups = clustered.cut_by_weight(linkage, np.array([3, 3, 4, 5]), 8)
   assert [g.tolist() for g in groups] == [[0, 1], [2], [3]]
   assert [g.tolist() for g in clustered.cut_by_weight(linkage, np.array([3, 3, 4, 5]), 15)] == [
-      [0, 1, 2, 3]]
+    [0, 1, 2, 3]
+  ]
   with pytest.raises(ValueError, match='Leaf 3 weighs 5 > capacity 4'):
     clustered.cut_by_weight(linkage, np.array([3, 3, 4, 5]), 4)
 
@@ -442,7 +470,7 @@ def _oracle_similarity_allocation(sizes, updates, num_draws, similarity):
   dedicated, remainder = np.divmod(num_draws * sizes, capacity)
   row = 0
   for client in np.argsort(-sizes, kind='stable'):
-    units[row:row + dedicated[client], client] = capacity
+    units[row : row + dedicated[client], client] = capacity
     row += int(dedicated[client])
   if row == num_draws:
     return units, []
@@ -453,7 +481,8 @@ def _oracle_similarity_allocation(sizes, updates, num_draws, similarity):
     updates = updates / largest
   matrix = _oracle_similarity_matrix(updates, similarity)
   groups = _oracle_cut_by_weight(
-      _oracle_ward_linkage_of_rows(matrix), remainder[clustered_clients], capacity)
+    _oracle_ward_linkage_of_rows(matrix), remainder[clustered_clients], capacity
+  )
   groups = [clustered_clients[group] for group in groups]
   weights = np.array([remainder[group].sum() for group in groups], np.int64)
   groups = [groups[g] for g in np.argsort(-weights, kind='stable')]
@@ -488,17 +517,19 @@ def _assert_same_tree(linkage, oracle):
   assert linkage.shape == oracle.shape
   # ρ is O(1); between rows equal up to rounding (never-sampled clients) the
   # arccos distance turns a last-bit difference into up to ~1e-5.
-  np.testing.assert_allclose(np.sort(linkage[:, 2]), np.sort(oracle[:, 2]), rtol=1e-9,
-                             atol=1e-4)
+  np.testing.assert_allclose(np.sort(linkage[:, 2]), np.sort(oracle[:, 2]), rtol=1e-9, atol=1e-4)
   assert linkage[-1, 3] == oracle[-1, 3]  # One tree over every leaf.
 
 
 @pytest.mark.parametrize('similarity', clustered.SIMILARITIES)
-@pytest.mark.parametrize('num_clients,dim,zero_fraction', [
-    (60, 6, 0.0), (60, 6, 0.3), (60, 6, 1.0), (300, 16, 0.3), (300, 64, 0.9)])
+@pytest.mark.parametrize(
+  'num_clients,dim,zero_fraction',
+  [(60, 6, 0.0), (60, 6, 0.3), (60, 6, 1.0), (300, 16, 0.3), (300, 64, 0.9)],
+)
 @pytest.mark.parametrize('seed', range(3))
-def test_algorithm2_equals_the_previous_implementation(similarity, num_clients, dim,
-                                                       zero_fraction, seed, monkeypatch):
+def test_algorithm2_equals_the_previous_implementation(
+  similarity, num_clients, dim, zero_fraction, seed, monkeypatch
+):
   # The matrix and the tree equal the previous code's up to float rounding, and
   # given the same matrix and tree, the groups and the units are exactly equal.
   # (The BLAS kernels of some CPUs round the two matrix products differently in
@@ -511,15 +542,17 @@ def test_algorithm2_equals_the_previous_implementation(similarity, num_clients, 
   updates = _updates(seed, num_clients, dim=dim, zero_fraction=zero_fraction)
   updates[3:6] = updates[7]  # Identical nonzero clients too (identical rows of ρ for L1).
   matrix = clustered.similarity_matrix(updates, similarity)
-  np.testing.assert_allclose(matrix, _oracle_similarity_matrix(updates, similarity),
-                             rtol=1e-12, atol=1e-14)
+  np.testing.assert_allclose(
+    matrix, _oracle_similarity_matrix(updates, similarity), rtol=1e-12, atol=1e-14
+  )
   _assert_same_tree(clustered.ward_linkage_of_rows(matrix), _oracle_ward_linkage_of_rows(matrix))
   monkeypatch.setitem(globals(), '_oracle_similarity_matrix', clustered._similarity_matrix)  # pylint: disable=protected-access
   monkeypatch.setitem(globals(), '_oracle_ward_linkage_of_rows', clustered.ward_linkage_of_rows)
   for num_draws in (3, 10):
     units, groups = _oracle_similarity_allocation(sizes, updates, num_draws, similarity)
     allocation = clustered._similarity_allocation(  # pylint: disable=protected-access
-        sizes, updates, num_draws, similarity)
+      sizes, updates, num_draws, similarity
+    )
     np.testing.assert_array_equal(allocation.units, units)
     assert [g.tolist() for g in allocation.groups] == [g.tolist() for g in groups]
 
@@ -528,6 +561,7 @@ def test_algorithm2_equals_the_previous_implementation_on_the_benchmark_workload
   # The benchmark's updates (five directions, 20% never-sampled clients, float32
   # sketches), at a smaller N.
   from bench import clustered as bench_clustered  # pylint: disable=g-import-not-at-top
+
   for num_clients in (100, 400):
     sizes = bench_clustered.client_sizes(num_clients, 1.0, 0)
     updates, _ = bench_clustered.mixture_updates(num_clients, 128, 5, 1.0, 0.2, 0)
@@ -535,21 +569,26 @@ def test_algorithm2_equals_the_previous_implementation_on_the_benchmark_workload
     np.testing.assert_array_equal(clustered.similarity_based_units(sizes, updates, 10), units)
 
 
-@pytest.mark.parametrize('rows', [
+@pytest.mark.parametrize(
+  'rows',
+  [
     np.zeros((5, 5)),  # One distinct row: two are kept (a matrix product).
     np.tile(np.arange(4.0), (6, 1)),
     np.array([[0.0, 1.0, 2.0], [0.0, 1.0, 2.0], [3.0, 1.0, 0.0], [0.0, 1.0, 2.0]]),
     np.random.default_rng(5).normal(size=(7, 3))[[0, 1, 0, 2, 1, 3, 4, 0, 6, 5]],
-])
+  ],
+)
 def test_ward_linkage_of_rows_with_identical_rows_equals_the_full_product(rows):
-  np.testing.assert_array_equal(clustered.ward_linkage_of_rows(rows),
-                                _oracle_ward_linkage_of_rows(rows))
+  np.testing.assert_array_equal(
+    clustered.ward_linkage_of_rows(rows), _oracle_ward_linkage_of_rows(rows)
+  )
 
 
 def test_first_identical_row_needs_identical_bits():
   first_identical_row = clustered._first_identical_row  # pylint: disable=protected-access
-  rows = np.array([[1.0, 0.0, 2.0], [1.0, -0.0, 2.0], [1.0, 0.0, 2.0], [2.0, 1.0, 0.0],
-                   [2.0, 1.0, 0.0]])
+  rows = np.array(
+    [[1.0, 0.0, 2.0], [1.0, -0.0, 2.0], [1.0, 0.0, 2.0], [2.0, 1.0, 0.0], [2.0, 1.0, 0.0]]
+  )
   # Rows 0 and 1 compare equal and project alike, but differ in the sign of a zero.
   np.testing.assert_array_equal(first_identical_row(rows), [0, 1, 0, 3, 3])
   # All rows identical: the second stays distinct.
@@ -558,8 +597,9 @@ def test_first_identical_row_needs_identical_bits():
 
 
 @hypothesis.settings(max_examples=50, deadline=None)
-@hypothesis.given(seed=st.integers(0, 2**16), num_leaves=st.integers(1, 60),
-                  capacity=st.integers(10, 200))
+@hypothesis.given(
+  seed=st.integers(0, 2**16), num_leaves=st.integers(1, 60), capacity=st.integers(10, 200)
+)
 def test_cut_by_weight_equals_the_previous_implementation(seed, num_leaves, capacity):
   rng = np.random.default_rng(seed)
   weights = rng.integers(0, capacity + 1, num_leaves)
@@ -579,18 +619,22 @@ def test_cut_by_weight_equals_the_previous_implementation(seed, num_leaves, capa
 def test_statistics_hand_computed():
   p = np.array([0.5, 0.25, 0.25])
   np.testing.assert_allclose(clustered.md_inclusion_probability(p, 2), [0.75, 0.4375, 0.4375])
-  np.testing.assert_allclose(clustered.md_weight_variance(p, 2),
-                             [2 * 0.25 / 4, 2 * 0.1875 / 4, 2 * 0.1875 / 4])
+  np.testing.assert_allclose(
+    clustered.md_weight_variance(p, 2), [2 * 0.25 / 4, 2 * 0.1875 / 4, 2 * 0.1875 / 4]
+  )
   r = np.array([[1.0, 0.0, 0.0], [0.0, 0.5, 0.5]])
   np.testing.assert_allclose(clustered.clustered_inclusion_probability(r), [1.0, 0.5, 0.5])
   np.testing.assert_allclose(clustered.clustered_weight_variance(r), [0.0, 0.25 / 4, 0.25 / 4])
   assert clustered.expected_distinct_clients(r) == pytest.approx(2.0)
   # MD is the clustered sampling with every r_k = p: equality in both.
   md_as_clustered = np.tile(p, (2, 1))
-  np.testing.assert_allclose(clustered.clustered_weight_variance(md_as_clustered),
-                             clustered.md_weight_variance(p, 2))
-  np.testing.assert_allclose(clustered.clustered_inclusion_probability(md_as_clustered),
-                             clustered.md_inclusion_probability(p, 2))
+  np.testing.assert_allclose(
+    clustered.clustered_weight_variance(md_as_clustered), clustered.md_weight_variance(p, 2)
+  )
+  np.testing.assert_allclose(
+    clustered.clustered_inclusion_probability(md_as_clustered),
+    clustered.md_inclusion_probability(p, 2),
+  )
   assert clustered.distinct_clients(samplers.Selection(np.array([3, 1, 3, 2]))) == 3
   with pytest.raises(ValueError, match=r'r must be probabilities in \[0, 1\]'):
     clustered.clustered_weight_variance(np.array([[1.5]]))
@@ -604,15 +648,17 @@ def test_count_sketch_definition_determinism_and_inner_products():
     expected[:, buckets[j]] += signs[j] * vectors[:, j]
   np.testing.assert_allclose(clustered.count_sketch(vectors, 3, seed=7), expected)
   np.testing.assert_allclose(clustered.count_sketch(vectors[0], 3, seed=7), expected[0])
-  assert not np.array_equal(clustered.count_sketch_hashes(5, 3, seed=8)[0], buckets) or \
-      not np.array_equal(clustered.count_sketch_hashes(5, 3, seed=8)[1], signs)
+  assert not np.array_equal(
+    clustered.count_sketch_hashes(5, 3, seed=8)[0], buckets
+  ) or not np.array_equal(clustered.count_sketch_hashes(5, 3, seed=8)[1], signs)
   # Inner products are preserved in expectation: averaged over 200 seeds, the
   # sketched inner product of two 2,000-dim vectors is within 4 standard errors.
   rng = np.random.default_rng(1)
   x, y = rng.normal(size=(2, 2000))
   y += 0.5 * x
-  estimates = np.array([
-      np.dot(*clustered.count_sketch(np.stack([x, y]), 64, seed=s)) for s in range(200)])
+  estimates = np.array(
+    [np.dot(*clustered.count_sketch(np.stack([x, y]), 64, seed=s)) for s in range(200)]
+  )
   standard_error = estimates.std(ddof=1) / np.sqrt(len(estimates))
   assert abs(estimates.mean() - np.dot(x, y)) < 4 * standard_error
   with pytest.raises(ValueError, match='sketch_size must be a positive integer'):
@@ -630,9 +676,11 @@ _POPULATION = samplers.Population(num_examples=_SIZES)
 def _similarity_state(sampler, population=_POPULATION, seed=0):
   """A state where every client has reported a sketch."""
   sketches = _updates(seed, population.size, dim=sampler.sketch_size, zero_fraction=0.2)
-  return sampler.observe(sampler.initialize(population),
-                         samplers.Selection(np.arange(population.size)),
-                         {'update_sketch': sketches})
+  return sampler.observe(
+    sampler.initialize(population),
+    samplers.Selection(np.arange(population.size)),
+    {'update_sketch': sketches},
+  )
 
 
 def _pooled_chisquare(observed, expected):
@@ -645,7 +693,7 @@ def _pooled_chisquare(observed, expected):
   else:
     observed, expected = observed[keep], expected[keep]
   assert expected.shape[0] >= 1
-  return float(np.sum((observed - expected)**2 / expected)), expected.shape[0] - 1
+  return float(np.sum((observed - expected) ** 2 / expected)), expected.shape[0] - 1
 
 
 def _frequency_p_value(sampler, state, r, rounds, available):
@@ -669,9 +717,9 @@ def test_selection_frequencies_match_r(method):
   # Slot k draws from W_k: its counts over R rounds are Multinomial(R, r_k).
   # The per-slot Pearson statistics add up to one chi-square; level 1e-3.
   sampler = clustered.ClusteredSampler(
-      4, seed=9, method=method, sketch_size=8 if method == 'similarity' else None)
-  state = (_similarity_state(sampler) if method == 'similarity'
-           else sampler.initialize(_POPULATION))
+    4, seed=9, method=method, sketch_size=8 if method == 'similarity' else None
+  )
+  state = _similarity_state(sampler) if method == 'similarity' else sampler.initialize(_POPULATION)
   r = sampler.distributions(state)
   _check_identities(sampler.distribution_units(state), _SIZES, 4)
   rounds = 3000 if method == 'size' else 600  # Algorithm 2 re-clusters every round.
@@ -724,12 +772,15 @@ def test_deterministic_in_seed_and_round(method):
   state = _similarity_state(a) if method == 'similarity' else a.initialize(_POPULATION)
   everyone = np.ones(_POPULATION.size, bool)
   for round_num in range(5):
-    np.testing.assert_array_equal(a.select(state, round_num, everyone).clients,
-                                  b.select(state, round_num, everyone).clients)
+    np.testing.assert_array_equal(
+      a.select(state, round_num, everyone).clients, b.select(state, round_num, everyone).clients
+    )
   rounds = [a.select(state, t, everyone).clients for t in range(10)]
   assert any(not np.array_equal(rounds[0], other) for other in rounds[1:])
-  assert any(not np.array_equal(a.select(state, t, everyone).clients,
-                                c.select(state, t, everyone).clients) for t in range(10))
+  assert any(
+    not np.array_equal(a.select(state, t, everyone).clients, c.select(state, t, everyone).clients)
+    for t in range(10)
+  )
 
 
 @pytest.mark.parametrize('method', ['size', 'similarity'])
@@ -748,8 +799,9 @@ def test_restart_from_a_checkpoint_reproduces_the_next_round(method, tmp_path):
   manager = tff.program.FileProgramStateManager(str(tmp_path))
   for round_num in range(1, 6):
     selection = sampler.select(state, round_num, everyone)
-    state = sampler.observe(state, selection, {
-        'update_sketch': rng.normal(size=(4, sketch_size or 0)).astype(np.float32)})
+    state = sampler.observe(
+      state, selection, {'update_sketch': rng.normal(size=(4, sketch_size or 0)).astype(np.float32)}
+    )
     asyncio.run(manager.save(state, round_num))
   expected = sampler.select(state, 6, everyone)
 
@@ -779,8 +831,11 @@ def test_observe_stores_sketches_by_slot():
   np.testing.assert_array_equal(new.representative_updates[untouched], 0)
   assert new.representative_updates.dtype == np.float32
   np.testing.assert_array_equal(state.representative_updates, 0)  # Not mutated.
-  same = sampler.observe(state, samplers.Selection(np.array([7, 7])),
-                         {'update_sketch': np.array([[1, 2, 3], [1, 2, 3]], np.float32)})
+  same = sampler.observe(
+    state,
+    samplers.Selection(np.array([7, 7])),
+    {'update_sketch': np.array([[1, 2, 3], [1, 2, 3]], np.float32)},
+  )
   np.testing.assert_array_equal(same.representative_updates[7], [1, 2, 3])
   # The size method ignores the signals.
   size_sampler = clustered.ClusteredSampler(4, seed=0)
@@ -814,7 +869,7 @@ def test_errors_name_the_value():
     clustered.ClusteredSampler(2, seed=0, method='similarity', similarity='cos', sketch_size=4)
   with pytest.raises(ValueError, match="Unknown method 'random'"):
     clustered.ClusteredSampler(2, seed=0, method='random')
-  with pytest.raises(ValueError, match="needs sketch_size.*got None"):
+  with pytest.raises(ValueError, match='needs sketch_size.*got None'):
     clustered.ClusteredSampler(2, seed=0, method='similarity')
   with pytest.raises(ValueError, match="sketch_size=4 applies to method='similarity' only"):
     clustered.ClusteredSampler(2, seed=0, sketch_size=4)
@@ -831,12 +886,15 @@ def test_errors_name_the_value():
   with pytest.raises(ValueError, match='must be finite'):
     sampler.observe(state, selection, {'update_sketch': nan_sketch})
   with pytest.raises(ValueError, match=r'client ids in \[0, 12\)'):
-    sampler.observe(state, samplers.Selection(np.array([0, 1, 2, 12])),
-                    {'update_sketch': np.zeros((4, 8))})
-  with pytest.raises(ValueError,
-                     match=r'distribution_units has shape \(4, 12\), expected \(0, 12\)'):
-    sampler.select(clustered.ClusteredSampler(4, seed=0).initialize(_POPULATION), 1,
-                   np.ones(12, bool))
+    sampler.observe(
+      state, samplers.Selection(np.array([0, 1, 2, 12])), {'update_sketch': np.zeros((4, 8))}
+    )
+  with pytest.raises(
+    ValueError, match=r'distribution_units has shape \(4, 12\), expected \(0, 12\)'
+  ):
+    sampler.select(
+      clustered.ClusteredSampler(4, seed=0).initialize(_POPULATION), 1, np.ones(12, bool)
+    )
 
 
 def test_benchmark_main_tiny_configuration(capsys):
@@ -844,9 +902,15 @@ def test_benchmark_main_tiny_configuration(capsys):
 
   from bench import clustered as bench_clustered  # pylint: disable=g-import-not-at-top
 
-  with flagsaver.flagsaver(cl_sizes=['20', '40'], cl_ari_sizes=['30'], cl_exact_dim=300,
-                           cl_sketch_size=64, cl_repetitions=1, cl_num_draws=4,
-                           cl_ari_sketch_seeds=2):
+  with flagsaver.flagsaver(
+    cl_sizes=['20', '40'],
+    cl_ari_sizes=['30'],
+    cl_exact_dim=300,
+    cl_sketch_size=64,
+    cl_repetitions=1,
+    cl_num_draws=4,
+    cl_ari_sketch_seeds=2,
+  ):
     bench_clustered.main(['clustered'])
   table = capsys.readouterr().out
   assert 'target: N=40' in table and 'NOT met' not in table

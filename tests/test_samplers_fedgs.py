@@ -40,17 +40,33 @@ def _hand_graph():
   alternative 0→2→3 is 1.35417): the largest finite entry. Client 4 is unreachable.
   """
   v = np.eye(5)
-  for (i, j), value in {(0, 1): 1.0, (1, 2): 1.0, (0, 2): 0.1, (2, 3): 0.8,
-                        (0, 3): 0.05, (1, 3): 0.0, (0, 4): 0.05, (1, 4): 0.0,
-                        (2, 4): 0.05, (3, 4): 0.0}.items():
+  for (i, j), value in {
+    (0, 1): 1.0,
+    (1, 2): 1.0,
+    (0, 2): 0.1,
+    (2, 3): 0.8,
+    (0, 3): 0.05,
+    (1, 3): 0.0,
+    (0, 4): 0.05,
+    (1, 4): 0.0,
+    (2, 4): 0.05,
+    (3, 4): 0.0,
+  }.items():
     v[i, j] = v[j, i] = value
   d01, d02, d23 = E(-1), 2 * E(-1), E(-0.8)
   d13, d03 = E(-1) + E(-0.8), 2 * E(-1) + E(-0.8)
-  expected = np.array([[0, d01, d02, d03, 0],
-                       [d01, 0, d01, d13, 0],
-                       [d02, d01, 0, d23, 0],
-                       [d03, d13, d23, 0, 0],
-                       [0, 0, 0, 0, 0]]) / d03
+  expected = (
+    np.array(
+      [
+        [0, d01, d02, d03, 0],
+        [d01, 0, d01, d13, 0],
+        [d02, d01, 0, d23, 0],
+        [d03, d13, d23, 0, 0],
+        [0, 0, 0, 0, 0],
+      ]
+    )
+    / d03
+  )
   expected[4, :] = expected[:, 4] = 1.0
   expected[4, 4] = 0.0
   return v, expected
@@ -73,8 +89,18 @@ def test_graph_distances_two_components():
   H02 = 1, H34 = e^-0.2, and every cross pair is unreachable: 1.
   """
   v = np.eye(5)
-  for (i, j), value in {(0, 1): 1.0, (1, 2): 0.6, (0, 2): 0.2, (3, 4): 0.4, (0, 3): 0.05,
-                        (0, 4): 0.0, (1, 3): 0.0, (1, 4): 0.05, (2, 3): 0.0, (2, 4): 0.0}.items():
+  for (i, j), value in {
+    (0, 1): 1.0,
+    (1, 2): 0.6,
+    (0, 2): 0.2,
+    (3, 4): 0.4,
+    (0, 3): 0.05,
+    (0, 4): 0.0,
+    (1, 3): 0.0,
+    (1, 4): 0.05,
+    (2, 3): 0.0,
+    (2, 4): 0.0,
+  }.items():
     v[i, j] = v[j, i] = value
   expected = np.ones((5, 5))
   np.fill_diagonal(expected, 0.0)
@@ -90,8 +116,9 @@ def test_graph_distances_two_components():
     np.testing.assert_array_equal(clients, [0, 4])
   for budget in (3, 4):
     _, best = fedgs.brute_force_select(h, counts, available, budget, alpha=5.0)
-    report = fedgs.select_clients_with_report(h, counts, available, budget, alpha=5.0,
-                                              method='solver')
+    report = fedgs.select_clients_with_report(
+      h, counts, available, budget, alpha=5.0, method='solver'
+    )
     assert report.value == pytest.approx(best, abs=1e-12)
 
 
@@ -142,8 +169,9 @@ def test_graph_distances_constant_similarity():
 
 def test_similar_clients_are_close():
   """Edge weights decrease with similarity: similar label distributions are near."""
-  features = np.array([[1.0, 0.0, 0.0], [0.9, 0.1, 0.0], [0.5, 0.5, 0.0],
-                       [0.0, 0.9, 0.1], [0.0, 0.0, 0.0]])
+  features = np.array(
+    [[1.0, 0.0, 0.0], [0.9, 0.1, 0.0], [0.5, 0.5, 0.0], [0.0, 0.9, 0.1], [0.0, 0.0, 0.0]]
+  )
   v = fedgs.similarity_from_features(features)
   assert np.all(v >= 0) and np.all(v <= 1) and np.allclose(v, v.T)
   np.testing.assert_array_equal(v[4, :4], 0.0)  # A zero vector is similar to nobody.
@@ -163,13 +191,25 @@ def test_objective_hand_computed_and_brute_force():
   The optimum is {0, 2} with 1.8.
   """
   h = np.zeros((4, 4))
-  for (i, j), value in {(0, 1): 0.1, (0, 2): 0.9, (0, 3): 0.5, (1, 2): 1.0,
-                        (1, 3): 0.7, (2, 3): 0.2}.items():
+  for (i, j), value in {
+    (0, 1): 0.1,
+    (0, 2): 0.9,
+    (0, 3): 0.5,
+    (1, 2): 1.0,
+    (1, 3): 0.7,
+    (2, 3): 0.2,
+  }.items():
     h[i, j] = h[j, i] = value
   counts, available = np.array([0, 1, 2, 1]), np.ones(4, bool)
   np.testing.assert_allclose(fedgs.count_scores(counts, 2), [-2, 0, 2, 0])
-  expected = {(0, 1): 0.2 + 2 / 3, (0, 2): 1.8, (0, 3): 1 + 2 / 3, (1, 2): 2 - 2 / 3,
-              (1, 3): 1.4, (2, 3): 0.4 - 2 / 3}
+  expected = {
+    (0, 1): 0.2 + 2 / 3,
+    (0, 2): 1.8,
+    (0, 3): 1 + 2 / 3,
+    (1, 2): 2 - 2 / 3,
+    (1, 3): 1.4,
+    (2, 3): 0.4 - 2 / 3,
+  }
   for pair, value in expected.items():
     assert fedgs.objective(pair, h, counts, available, 2, alpha=12) == pytest.approx(value)
   clients, value = fedgs.brute_force_select(h, counts, available, 2, alpha=12)
@@ -198,8 +238,11 @@ def _random_instance(rng, n):
   """Either a 3DG from random label distributions or a random symmetric H."""
   if rng.random() < 0.5:
     features = rng.dirichlet(np.full(4, 0.3), size=n)
-    h = fedgs.graph_distances(fedgs.similarity_from_features(features),
-                              epsilon=0.1, sigma2=float(rng.choice([0.01, 0.1, 1.0])))
+    h = fedgs.graph_distances(
+      fedgs.similarity_from_features(features),
+      epsilon=0.1,
+      sigma2=float(rng.choice([0.01, 0.1, 1.0])),
+    )
   else:
     h = rng.random((n, n))
     h = (h + h.T) / 2
@@ -212,8 +255,10 @@ def _random_instance(rng, n):
 
 def _all_values(h, counts, available, budget, alpha):
   size = min(budget, int(available.sum()))
-  return [fedgs.objective(s, h, counts, available, budget, alpha=alpha)
-          for s in itertools.combinations(np.flatnonzero(available), size)]
+  return [
+    fedgs.objective(s, h, counts, available, budget, alpha=alpha)
+    for s in itertools.combinations(np.flatnonzero(available), size)
+  ]
 
 
 def test_heuristic_exact_where_swap_search_is_exact():
@@ -224,11 +269,16 @@ def test_heuristic_exact_where_swap_search_is_exact():
     n = int(rng.integers(3, 11))
     h, counts, available = _random_instance(rng, n)
     num_available = int(available.sum())
-    for budget, alpha in [(1, 5.0), (max(num_available - 1, 1), 5.0),
-                          (num_available + 2, 5.0), (int(rng.integers(1, n)), 0.0)]:
+    for budget, alpha in [
+      (1, 5.0),
+      (max(num_available - 1, 1), 5.0),
+      (num_available + 2, 5.0),
+      (int(rng.integers(1, n)), 0.0),
+    ]:
       _, best = fedgs.brute_force_select(h, counts, available, budget, alpha=alpha)
-      report = fedgs.select_clients_with_report(h, counts, available, budget, alpha=alpha,
-                                                seed=trial, method='heuristic')
+      report = fedgs.select_clients_with_report(
+        h, counts, available, budget, alpha=alpha, seed=trial, method='heuristic'
+      )
       assert report.value == pytest.approx(best, abs=1e-12), (trial, budget, alpha)
       assert report.status == 'optimal' and report.bound == report.value
 
@@ -245,20 +295,31 @@ def _gap_statistics(num_starts):
     budget = int(rng.integers(2, max(3, int(available.sum()) - 1)))
     alpha = float(rng.choice([0.5, 5.0, 50.0, 500.0]))
     values = _all_values(h, counts, available, budget, alpha)
-    clients, found = fedgs.select_clients(h, counts, available, budget, alpha=alpha,
-                                          seed=trial, num_starts=num_starts, method='heuristic')
+    clients, found = fedgs.select_clients(
+      h,
+      counts,
+      available,
+      budget,
+      alpha=alpha,
+      seed=trial,
+      num_starts=num_starts,
+      method='heuristic',
+    )
     _, best = fedgs.brute_force_select(h, counts, available, budget, alpha=alpha)
     assert best == pytest.approx(max(values), abs=1e-12)
     assert found == pytest.approx(
-        fedgs.objective(clients, h, counts, available, budget, alpha=alpha), abs=1e-12)
+      fedgs.objective(clients, h, counts, available, budget, alpha=alpha), abs=1e-12
+    )
     assert found <= best + 1e-12
     spread = best - min(values)
     gaps.append((best - found) / spread if spread > 0 else 0.0)
   gaps = np.array(gaps)
   optimal = float(np.mean(gaps <= 1e-9))
-  message = (f'num_starts={num_starts}: optimal on {optimal:.1%} of {gaps.size} instances, '
-             f'mean gap {gaps.mean():.2e}, max gap {gaps.max():.2e} '
-             '(fractions of the objective range)')
+  message = (
+    f'num_starts={num_starts}: optimal on {optimal:.1%} of {gaps.size} instances, '
+    f'mean gap {gaps.mean():.2e}, max gap {gaps.max():.2e} '
+    '(fractions of the objective range)'
+  )
   return optimal, gaps, message
 
 
@@ -303,20 +364,23 @@ def test_solver_matches_brute_force():
   gaps = []
   for trial, h, counts, available, budget, alpha in _solver_instances():
     _, best = fedgs.brute_force_select(h, counts, available, budget, alpha=alpha)
-    report = fedgs.select_clients_with_report(h, counts, available, budget, alpha=alpha,
-                                              seed=trial, method='solver')
+    report = fedgs.select_clients_with_report(
+      h, counts, available, budget, alpha=alpha, seed=trial, method='solver'
+    )
     context = (trial, budget, alpha, report)
     assert report.method_used == 'solver' and report.status == 'optimal', context
     assert abs(report.value - best) <= 1e-9, context
     assert report.bound >= report.value - 1e-6, context
     assert report.bound <= best + 1e-6, context
     assert report.value == pytest.approx(
-        fedgs.objective(report.indices, h, counts, available, budget, alpha=alpha), abs=1e-12)
+      fedgs.objective(report.indices, h, counts, available, budget, alpha=alpha), abs=1e-12
+    )
     assert report.indices.dtype == np.int64 and np.all(np.diff(report.indices) > 0)
     assert np.all(available[report.indices]), context
     assert report.indices.size == min(budget, int(available.sum())), context
-    _, found = fedgs.select_clients(h, counts, available, budget, alpha=alpha, seed=trial,
-                                    method='heuristic')
+    _, found = fedgs.select_clients(
+      h, counts, available, budget, alpha=alpha, seed=trial, method='heuristic'
+    )
     gap = best - found
     assert gap >= -1e-12, context
     values = _all_values(h, counts, available, budget, alpha)
@@ -337,10 +401,10 @@ def test_solver_never_worse_than_heuristic_with_single_start():
     alpha = float(rng.choice([5.0, 50.0, 500.0]))
     _, best = fedgs.brute_force_select(h, counts, available, budget, alpha=alpha)
     kwargs = dict(alpha=alpha, seed=trial, num_starts=1)
-    heuristic = fedgs.select_clients_with_report(h, counts, available, budget,
-                                                 method='heuristic', **kwargs)
-    solver = fedgs.select_clients_with_report(h, counts, available, budget, method='auto',
-                                              **kwargs)
+    heuristic = fedgs.select_clients_with_report(
+      h, counts, available, budget, method='heuristic', **kwargs
+    )
+    solver = fedgs.select_clients_with_report(h, counts, available, budget, method='auto', **kwargs)
     missed += heuristic.value < best - 1e-9
     assert solver.value == pytest.approx(best, abs=1e-9), (trial, heuristic, solver)
     assert solver.value >= heuristic.value
@@ -358,10 +422,12 @@ def test_solver_warm_start_under_tiny_time_limit():
   """150 candidates, K = 10: SCIP cannot finish in 0.2 s, and returns at least
   the heuristic's value; with no time at all, its incumbent is the warm start."""
   h, counts, available = _large_instance(150, seed=0)
-  heuristic = fedgs.select_clients_with_report(h, counts, available, 10, alpha=1.0, seed=1,
-                                               method='heuristic')
-  report = fedgs.select_clients_with_report(h, counts, available, 10, alpha=1.0, seed=1,
-                                            method='solver', time_limit_s=0.2)
+  heuristic = fedgs.select_clients_with_report(
+    h, counts, available, 10, alpha=1.0, seed=1, method='heuristic'
+  )
+  report = fedgs.select_clients_with_report(
+    h, counts, available, 10, alpha=1.0, seed=1, method='solver', time_limit_s=0.2
+  )
   assert report.method_used == 'solver' and report.status in ('time_limit', 'optimal'), report
   assert report.value >= heuristic.value
   assert report.bound >= report.value - 1e-6
@@ -389,8 +455,9 @@ def test_fallback_when_pyscipopt_is_missing(monkeypatch):
   monkeypatch.setattr(fedgs, '_import_pyscipopt', missing)
   monkeypatch.setattr(fedgs, '_solver_missing_warned', False)
   h, counts, available = _hard_instance()
-  heuristic = fedgs.select_clients_with_report(h, counts, available, 4, alpha=5.0,
-                                               method='heuristic')
+  heuristic = fedgs.select_clients_with_report(
+    h, counts, available, 4, alpha=5.0, method='heuristic'
+  )
   with pytest.warns(RuntimeWarning, match=r'pyscipopt.*pip install pyscipopt==6\.3\.0'):
     report = fedgs.select_clients_with_report(h, counts, available, 4, alpha=5.0)
   assert report.method_used == 'heuristic' and report.status == 'solver_not_installed'
@@ -400,8 +467,7 @@ def test_fallback_when_pyscipopt_is_missing(monkeypatch):
   # Once per process: an explicit method='solver' falls back too, silently now.
   with warnings.catch_warnings():
     warnings.simplefilter('error')
-    report = fedgs.select_clients_with_report(h, counts, available, 4, alpha=5.0,
-                                              method='solver')
+    report = fedgs.select_clients_with_report(h, counts, available, 4, alpha=5.0, method='solver')
     clients, value = fedgs.select_clients(h, counts, available, 4, alpha=5.0)
   assert report.method_used == 'heuristic' and report.status == 'solver_not_installed'
   np.testing.assert_array_equal(clients, heuristic.indices)
@@ -414,18 +480,19 @@ def test_fallback_when_pyscipopt_is_missing(monkeypatch):
 def test_too_large_and_other_reports():
   h, counts, available = _hard_instance()
   for method in ('auto', 'solver'):
-    report = fedgs.select_clients_with_report(h, counts, available, 4, alpha=5.0,
-                                              method=method, max_solver_clients=9)
+    report = fedgs.select_clients_with_report(
+      h, counts, available, 4, alpha=5.0, method=method, max_solver_clients=9
+    )
     assert (report.method_used, report.status) == ('heuristic', 'too_large')
     assert math.isnan(report.bound)
   # Availability decides: 9 available clients fit under max_solver_clients=9.
   available[3] = False
-  report = fedgs.select_clients_with_report(h, counts, available, 4, alpha=5.0,
-                                            max_solver_clients=9)
+  report = fedgs.select_clients_with_report(
+    h, counts, available, 4, alpha=5.0, max_solver_clients=9
+  )
   assert (report.method_used, report.status) == ('solver', 'optimal')
   assert 3 not in report.indices
-  report = fedgs.select_clients_with_report(h, counts, available, 4, alpha=5.0,
-                                            method='heuristic')
+  report = fedgs.select_clients_with_report(h, counts, available, 4, alpha=5.0, method='heuristic')
   assert (report.method_used, report.status) == ('heuristic', 'heuristic')
   assert math.isnan(report.bound)
   # Where the heuristic is provably exact, 'auto' skips the solver.
@@ -433,14 +500,16 @@ def test_too_large_and_other_reports():
     report = fedgs.select_clients_with_report(h, counts, available, budget, alpha=alpha)
     assert (report.method_used, report.status) == ('heuristic', 'optimal'), (budget, alpha)
     assert report.bound == report.value
-    report = fedgs.select_clients_with_report(h, counts, available, budget, alpha=alpha,
-                                              method='solver')
+    report = fedgs.select_clients_with_report(
+      h, counts, available, budget, alpha=alpha, method='solver'
+    )
     assert (report.method_used, report.status) == ('solver', 'optimal'), (budget, alpha)
     assert not report.timed_out
   # No time left after the heuristic (its local search was cut): SCIP does not start.
   for method in ('auto', 'solver', 'heuristic'):
-    report = fedgs.select_clients_with_report(h, counts, available, 4, alpha=5.0,
-                                              method=method, time_limit_s=1e-9)
+    report = fedgs.select_clients_with_report(
+      h, counts, available, 4, alpha=5.0, method=method, time_limit_s=1e-9
+    )
     expected = 'heuristic' if method == 'heuristic' else 'time_limit'
     assert (report.method_used, report.status) == ('heuristic', expected), method
     assert report.timed_out and report.indices.size == 4
@@ -461,8 +530,9 @@ def test_solver_handles_negative_and_zero_distances():
     counts, available = rng.integers(0, 4, n), np.ones(n, bool)
     budget = int(rng.integers(2, n - 1))
     _, best = fedgs.brute_force_select(h, counts, available, budget, alpha=5.0)
-    report = fedgs.select_clients_with_report(h, counts, available, budget, alpha=5.0,
-                                              method='solver', num_starts=1)
+    report = fedgs.select_clients_with_report(
+      h, counts, available, budget, alpha=5.0, method='solver', num_starts=1
+    )
     assert report.status == 'optimal' and abs(report.value - best) <= 1e-9, (trial, report)
 
 
@@ -473,19 +543,17 @@ def test_sampler_with_solver_matches_brute_force():
   rng = np.random.default_rng(14)
   n, k, alpha = 12, 4, 2.0
   features = rng.dirichlet(np.full(5, 0.3), size=n)
-  make = lambda: fedgs.FedGSSampler(k, seed=2, features=features, alpha=alpha,
-                                    method='solver')
+  make = lambda: fedgs.FedGSSampler(k, seed=2, features=features, alpha=alpha, method='solver')
   population = samplers.Population(rng.integers(10, 100, n))
   state = make().initialize(population)
   chosen, _ = _run(make(), state, 15)
   again, _ = _run(make(), make().initialize(population), 15)
   for (round_num, mask), selection, repeat in zip(
-      _lognormal_availability(n, 11, 15), chosen, again):
+    _lognormal_availability(n, 11, 15), chosen, again
+  ):
     np.testing.assert_array_equal(selection.clients, repeat.clients)
-    expected, best = fedgs.brute_force_select(state.distances, state.counts, mask, k,
-                                              alpha=alpha)
-    value = fedgs.objective(selection.clients, state.distances, state.counts, mask, k,
-                            alpha=alpha)
+    expected, best = fedgs.brute_force_select(state.distances, state.counts, mask, k, alpha=alpha)
+    value = fedgs.objective(selection.clients, state.distances, state.counts, mask, k, alpha=alpha)
     assert value == pytest.approx(best, abs=1e-9), round_num
     # The round's diagnostics report the objective and SCIP's certificate.
     assert selection.diagnostics['fedgs_objective'] == pytest.approx(value, abs=1e-12)
@@ -503,8 +571,9 @@ def test_selection_constraints():
     n = int(rng.integers(1, 30))
     h, counts, available = _random_instance(rng, n)
     budget = int(rng.integers(1, n + 3))
-    clients, _ = fedgs.select_clients(h, counts, available, budget,
-                                      alpha=float(rng.choice([0.0, 1.0, 100.0])), seed=trial)
+    clients, _ = fedgs.select_clients(
+      h, counts, available, budget, alpha=float(rng.choice([0.0, 1.0, 100.0])), seed=trial
+    )
     assert clients.dtype == np.int64
     assert clients.size == min(budget, int(available.sum())) == np.unique(clients).size
     assert np.all(available[clients])
@@ -534,12 +603,14 @@ def test_alpha_zero_balances_counts():
     assert np.all(mask[selection.clients]) and selection.clients.size == min(k, mask.sum())
     state = sampler.observe(state, selection, {})
     drawn = np.random.default_rng([seed, round_num, 1]).choice(
-        np.flatnonzero(mask), size=min(k, int(mask.sum())), replace=False)
+      np.flatnonzero(mask), size=min(k, int(mask.sum())), replace=False
+    )
     uniform_counts[drawn] += 1
   assert state.counts.sum() == uniform_counts.sum()
   ratio = np.var(state.counts) / np.var(uniform_counts)
   assert ratio < 0.25, (
-      f'variance ratio {ratio:.3f} (FedGS {state.counts}, uniform {uniform_counts})')
+    f'variance ratio {ratio:.3f} (FedGS {state.counts}, uniform {uniform_counts})'
+  )
 
 
 def _run(sampler, state, rounds, first=1, seed=11):
@@ -567,9 +638,9 @@ def test_weights_determinism_and_restart():
     np.testing.assert_array_equal(a.weights, b.weights)
   for selection in first:
     assert selection.weights.dtype == np.float32
-    np.testing.assert_allclose(selection.weights,
-                               sizes[selection.clients] / sizes[selection.clients].sum(),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+      selection.weights, sizes[selection.clients] / sizes[selection.clients].sum(), rtol=1e-6
+    )
   # Restart at round 16 from a copy of the checkpointed state.
   _, state15 = _run(make(), make().initialize(population), 15)
   checkpoint = fedgs.FedGSState(*(np.array(x) for x in state15))
@@ -606,8 +677,7 @@ def test_errors():
     fedgs.select_clients(h, counts, available, 1, alpha=1.0, method='scip')
   for bad in (-1, 2.5, True, None):
     with pytest.raises(ValueError, match='max_solver_clients'):
-      fedgs.select_clients_with_report(h, counts, available, 1, alpha=1.0,
-                                       max_solver_clients=bad)
+      fedgs.select_clients_with_report(h, counts, available, 1, alpha=1.0, max_solver_clients=bad)
   with pytest.raises(ValueError, match='time_limit_s'):
     fedgs.select_clients(h, counts, available, 1, alpha=1.0, time_limit_s=0.0)
   with pytest.raises(ValueError, match='num_starts'):
@@ -637,8 +707,9 @@ def test_errors():
   with pytest.raises(ValueError, match='max_solver_clients'):
     fedgs.FedGSSampler(1, seed=0, distances=h, max_solver_clients=-5)
   # A budget larger than the population: the message names both and the fix.
-  with pytest.raises(ValueError,
-                     match=r'clients_per_round=4 exceeds .* N=3 .*clients_per_round <= 3'):
+  with pytest.raises(
+    ValueError, match=r'clients_per_round=4 exceeds .* N=3 .*clients_per_round <= 3'
+  ):
     fedgs.FedGSSampler(4, seed=0, distances=h).initialize(samplers.Population(np.ones(3)))
   # K = N is fine: every available client is picked.
   sampler = fedgs.FedGSSampler(3, seed=0, distances=h)

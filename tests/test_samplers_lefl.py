@@ -26,11 +26,9 @@ LN2, LN3 = math.log(2.0), math.log(3.0)
 
 def _hand_soft_labels():
   # 3 clients, 2 public examples, 2 classes.
-  return np.array([
-      [[0.5, 0.5], [0.5, 0.5]],
-      [[0.75, 0.25], [0.5, 0.5]],
-      [[0.25, 0.75], [0.25, 0.75]],
-  ])
+  return np.array(
+    [[[0.5, 0.5], [0.5, 0.5]], [[0.75, 0.25], [0.5, 0.5]], [[0.25, 0.75], [0.25, 0.75]]]
+  )
 
 
 def _naive_kl(soft_labels, floor=lefl.DEFAULT_FLOOR):
@@ -43,8 +41,9 @@ def _naive_kl(soft_labels, floor=lefl.DEFAULT_FLOOR):
       for x in range(num_examples):
         pi, pj = p[i, x], p[j, x]
         mask = pi > 0
-        total += np.sum(pi[mask] * (np.log(np.maximum(pi[mask], floor)) -
-                                    np.log(np.maximum(pj[mask], floor))))
+        total += np.sum(
+          pi[mask] * (np.log(np.maximum(pi[mask], floor)) - np.log(np.maximum(pj[mask], floor)))
+        )
       out[i, j] = total / num_examples
   return out
 
@@ -57,7 +56,9 @@ def _planted(seed, group_sizes, num_examples=30, classes_per_group=3, noise=0.05
   rows = []
   for g in truth:
     base_mass = np.full(num_classes, noise / num_classes)
-    base_mass[g * classes_per_group:(g + 1) * classes_per_group] += (1 - noise) / classes_per_group
+    base_mass[g * classes_per_group : (g + 1) * classes_per_group] += (
+      1 - noise
+    ) / classes_per_group
     rows.append(rng.dirichlet(50 * base_mass * num_classes, size=num_examples))
   return np.stack(rows), truth
 
@@ -69,11 +70,13 @@ def _planted(seed, group_sizes, num_examples=30, classes_per_group=3, noise=0.05
 def test_kl_matrix_hand_computed():
   s = lefl.kl_matrix(_hand_soft_labels())
   # S_01 = ½[½ln(.5/.75) + ½ln(.5/.25)] = ¼ln(4/3); S_10 = ½[¾ln(3/2) + ¼ln(1/2)].
-  expected = np.array([
+  expected = np.array(
+    [
       [0.0, (2 * LN2 - LN3) / 4, (2 * LN2 - LN3) / 2],
       [(3 * LN3 - 4 * LN2) / 8, 0.0, LN2 / 2],
       [0.75 * LN3 - LN2, (5 * LN3 - 4 * LN2) / 8, 0.0],
-  ])
+    ]
+  )
   np.testing.assert_allclose(s, expected, rtol=1e-12, atol=1e-15)
   assert s.dtype == np.float64
   assert not np.allclose(s, s.T)  # Asymmetry preserved.
@@ -87,8 +90,9 @@ def test_kl_matrix_zero_probabilities_use_the_floor():
   # clipped to 1e-12: ½ln(.5/1) + ½ln(.5/1e-12) = ln(.5) + 6 ln 10.
   np.testing.assert_allclose(s[0, 1], LN2, rtol=1e-12)
   np.testing.assert_allclose(s[1, 0], math.log(0.5) + 6 * math.log(10.0), rtol=1e-12)
-  np.testing.assert_allclose(lefl.kl_matrix(p, floor=1e-6)[1, 0],
-                             math.log(0.5) + 3 * math.log(10.0), rtol=1e-12)
+  np.testing.assert_allclose(
+    lefl.kl_matrix(p, floor=1e-6)[1, 0], math.log(0.5) + 3 * math.log(10.0), rtol=1e-12
+  )
   assert np.all(np.isfinite(s))
 
 
@@ -115,13 +119,16 @@ def test_identical_clients_have_zero_kl():
   assert s[0, 2] == 0.0 and s[2, 0] == 0.0
 
 
-@pytest.mark.parametrize('bad, match', [
+@pytest.mark.parametrize(
+  'bad, match',
+  [
     (np.ones((3, 2)), 'non-empty 3-D array'),
     (np.ones((3, 0, 2)), 'non-empty 3-D array'),
     (np.array([[[0.5, np.nan]]]), 'finite and non-negative; client 0'),
     (np.array([[[0.5, 0.5]], [[1.5, -0.5]]]), 'finite and non-negative; client 1'),
     (np.array([[[0.5, 0.5], [2.0, 3.0]]]), r'soft_labels\[0, 1\] sums to 5.*softmax outputs'),
-])
+  ],
+)
 def test_kl_matrix_rejects_bad_soft_labels(bad, match):
   with pytest.raises(ValueError, match=match):
     lefl.kl_matrix(bad)
@@ -155,8 +162,9 @@ def test_default_number_of_clusters_recovers_planted_groups(seed):
   assert labels[0] == 0 and labels.max() == 2
 
 
-@pytest.mark.parametrize('n, k', [(1, 1), (2, 1), (3, 2), (4, 2), (5, 3), (8, 3), (9, 4),
-                                  (24, 5), (1000, 10), (1025, 11)])
+@pytest.mark.parametrize(
+  'n, k', [(1, 1), (2, 1), (3, 2), (4, 2), (5, 3), (8, 3), (9, 4), (24, 5), (1000, 10), (1025, 11)]
+)
 def test_default_num_clusters_is_ceil_log2(n, k):
   assert lefl.default_num_clusters(n) == k
 
@@ -195,11 +203,14 @@ def test_canonical_labels():
     lefl.canonical_labels([0.5, 1.0])
 
 
-@pytest.mark.parametrize('k, match', [
+@pytest.mark.parametrize(
+  'k, match',
+  [
     (0, 'num_clusters must be a positive integer, got 0'),
     (2.0, 'num_clusters must be a positive integer'),
     (4, 'num_clusters=4 exceeds the number of clients N=3; pass num_clusters <= 3'),
-])
+  ],
+)
 def test_cluster_clients_rejects_bad_k(k, match):
   with pytest.raises(ValueError, match=match):
     lefl.cluster_clients(lefl.kl_matrix(_hand_soft_labels()), num_clusters=k, seed=0)
@@ -221,8 +232,7 @@ def test_largest_remainder_by_hand():
   np.testing.assert_array_equal(lefl.largest_remainder_allocation([5, 3, 2], 4), [2, 1, 1])
   # 5·[3, 3, 3, 1]/10 = [1.5, 1.5, 1.5, .5]: floors [1, 1, 1, 0], two left,
   # all remainders equal → the lowest indices.
-  np.testing.assert_array_equal(lefl.largest_remainder_allocation([3, 3, 3, 1], 5),
-                                [2, 2, 1, 0])
+  np.testing.assert_array_equal(lefl.largest_remainder_allocation([3, 3, 3, 1], 5), [2, 2, 1, 0])
   # 7·[0, 4, 2, 1]/7 = [0, 4, 2, 1] exactly; 3·[1, 1, 1, 1]/4 → [1, 1, 1, 0].
   np.testing.assert_array_equal(lefl.largest_remainder_allocation([0, 4, 2, 1], 7), [0, 4, 2, 1])
   np.testing.assert_array_equal(lefl.largest_remainder_allocation([1, 1, 1, 1], 3), [1, 1, 1, 0])
@@ -278,8 +288,9 @@ def test_per_cluster_selection():
   for round_num in range(20):
     selection = sampler.select(state, round_num, everyone)
     assert selection.clients.shape == (8,)
-    np.testing.assert_array_equal(np.bincount(_CANONICAL[selection.clients], minlength=3),
-                                  [3, 3, 2])
+    np.testing.assert_array_equal(
+      np.bincount(_CANONICAL[selection.clients], minlength=3), [3, 3, 2]
+    )
     assert np.all(np.diff(selection.clients) > 0)  # Ascending, distinct.
   # Availability: cluster 0 keeps 7 (draws 3), cluster 1 keeps 2 of 12 (capped
   # at 2), cluster 2 none (draws nothing).
@@ -375,8 +386,9 @@ def test_determinism_and_restart(tmp_path):
   for t in range(10):
     np.testing.assert_array_equal(make().select(state, t, everyone).clients, rounds[t])
   assert any(not np.array_equal(rounds[0], other) for other in rounds[1:])
-  assert any(not np.array_equal(make(6).select(state, t, everyone).clients, rounds[t])
-             for t in range(10))
+  assert any(
+    not np.array_equal(make(6).select(state, t, everyone).clients, rounds[t]) for t in range(10)
+  )
 
   manager = tff.program.FileProgramStateManager(str(tmp_path))
   for round_num in range(1, 4):
@@ -387,7 +399,8 @@ def test_determinism_and_restart(tmp_path):
   expected = sampler.select(state, 4, everyone)
   restarted = make()
   loaded, version = asyncio.run(
-      manager.load_latest(restarted.initialize(samplers.Population(np.arange(1, 25)))))
+    manager.load_latest(restarted.initialize(samplers.Population(np.arange(1, 25))))
+  )
   assert version == 3 and isinstance(loaded, lefl.LeflState)
   for saved, restored in zip(state, loaded):
     np.testing.assert_array_equal(saved, restored)
@@ -411,21 +424,28 @@ def test_built_from_kl_equals_built_from_soft_labels():
   np.testing.assert_array_equal(a.cluster_labels, b.cluster_labels)
 
 
-@pytest.mark.parametrize('kwargs, match', [
+@pytest.mark.parametrize(
+  'kwargs, match',
+  [
     ({}, r'exactly one of soft_labels, kl and clusters, got none'),
-    ({'clusters': _LABELS, 'kl': np.zeros((30, 30))},
-     r"exactly one of soft_labels, kl and clusters, got \['kl', 'clusters'\]"),
+    (
+      {'clusters': _LABELS, 'kl': np.zeros((30, 30))},
+      r"exactly one of soft_labels, kl and clusters, got \['kl', 'clusters'\]",
+    ),
     ({'clusters': _LABELS, 'sample_rate': 0.0}, r'sample_rate must be in \(0, 1\]'),
     ({'clusters': _LABELS, 'sample_rate': 1.5}, r'sample_rate must be in \(0, 1\]'),
     ({'clusters': _LABELS, 'sample_rate': float('nan')}, 'sample_rate must be a number'),
     ({'clusters': _LABELS, 'allocation': 'greedy'}, "Unknown allocation 'greedy'"),
-    ({'clusters': _LABELS, 'allocation': 'proportional', 'sample_rate': 0.1},
-     "applies to allocation='per_cluster' only"),
+    (
+      {'clusters': _LABELS, 'allocation': 'proportional', 'sample_rate': 0.1},
+      "applies to allocation='per_cluster' only",
+    ),
     ({'clusters': _LABELS, 'num_clusters': 3}, 'the given clusters fix the number'),
     ({'kl': np.zeros((4, 4)), 'num_clusters': 5}, 'num_clusters=5 exceeds the number of clients'),
     ({'kl': np.zeros((3, 4))}, 'square'),
     ({'soft_labels': np.ones((3, 2, 2))}, r'sums to 2.*softmax outputs'),
-])
+  ],
+)
 def test_sampler_rejects_bad_arguments(kwargs, match):
   with pytest.raises(ValueError, match=match):
     samplers.LeflSampler(3, seed=0, **kwargs)

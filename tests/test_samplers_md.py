@@ -34,7 +34,8 @@ def test_slots_weights_and_empty_state():
 def test_a_client_drawn_twice_appears_twice():
   # Two clients, ten draws: some client is drawn at least five times.
   sampler, state = _sampler(
-      num_draws=10, population=samplers.Population(np.array([1, 1], np.int64)))
+    num_draws=10, population=samplers.Population(np.array([1, 1], np.int64))
+  )
   clients = sampler.select(state, 0, np.ones(2, bool)).clients
   assert clients.shape == (10,)
   assert np.bincount(clients, minlength=2).max() >= 5
@@ -62,12 +63,15 @@ def test_deterministic_in_seed_and_round_and_restart_equivalent():
   # A fresh sampler (a restart: initialize, then round 7) reproduces round 7.
   b, b_state = _sampler(seed=3)
   np.testing.assert_array_equal(
-      a.select(a_state, 7, _all()).clients, b.select(b_state, 7, _all()).clients)
+    a.select(a_state, 7, _all()).clients, b.select(b_state, 7, _all()).clients
+  )
   rounds = [a.select(a_state, r, _all()).clients for r in range(7, 12)]
   assert any(not np.array_equal(rounds[0], other) for other in rounds[1:])
   c, c_state = _sampler(seed=4)
-  assert any(not np.array_equal(a.select(a_state, r, _all()).clients,
-                                c.select(c_state, r, _all()).clients) for r in range(5))
+  assert any(
+    not np.array_equal(a.select(a_state, r, _all()).clients, c.select(c_state, r, _all()).clients)
+    for r in range(5)
+  )
 
 
 def test_only_available_clients_renormalised():
@@ -77,8 +81,7 @@ def test_only_available_clients_renormalised():
   counts = np.zeros(_POPULATION.size)
   rounds = 1000
   for r in range(rounds):
-    counts += np.bincount(sampler.select(state, r, available).clients,
-                          minlength=_POPULATION.size)
+    counts += np.bincount(sampler.select(state, r, available).clients, minlength=_POPULATION.size)
   assert counts[~available].sum() == 0
   expected = rounds * 5 * np.array([10, 80, 60]) / 150
   _, p_value = stats.chisquare(counts[available], expected)
@@ -103,13 +106,16 @@ def test_rejects_bad_num_draws(bad):
     md.MDSampler(bad, seed=0)
 
 
-@pytest.mark.parametrize('sizes, match', [
+@pytest.mark.parametrize(
+  'sizes, match',
+  [
     ([3, 0, 2], r'client_sizes must be positive integers.*got 0 at index 1'),
     ([3, -1], r'client_sizes must be positive integers.*got -1 at index 1'),
     ([2.5, 3.0], r'client_sizes must be positive integers.*got 2.5 at index 0'),
     ([1.0, np.nan], r'client_sizes must be positive integers.*index 1'),
     ([], 'client_sizes must be a non-empty 1-D array'),
-])
+  ],
+)
 def test_rejects_bad_client_sizes(sizes, match):
   with pytest.raises(ValueError, match=match):
     md.MDSampler(2, seed=0).initialize(samplers.Population(np.array(sizes)))

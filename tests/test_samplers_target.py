@@ -15,8 +15,7 @@ def test_one_client_per_group_every_round_and_deterministic():
     assert sorted(groups[selection.clients].tolist()) == list(range(10))
     np.testing.assert_allclose(selection.weights, 0.1)
   again = samplers.TargetSampler(groups, seed=1).select((), 3, np.ones(100, bool))
-  np.testing.assert_array_equal(sampler.select(state, 3, np.ones(100, bool)).clients,
-                                again.clients)
+  np.testing.assert_array_equal(sampler.select(state, 3, np.ones(100, bool)).clients, again.clients)
 
 
 def test_groups_with_nobody_available_are_skipped():
@@ -27,5 +26,4 @@ def test_groups_with_nobody_available_are_skipped():
   with pytest.raises(ValueError, match='No client is available'):
     sampler.select((), 0, np.zeros(5, bool))
   with pytest.raises(ValueError, match='3 group labels for 4 clients'):
-    samplers.TargetSampler(np.array([0, 1, 2]), seed=0).initialize(
-        samplers.Population(np.ones(4)))
+    samplers.TargetSampler(np.array([0, 1, 2]), seed=0).initialize(samplers.Population(np.ones(4)))

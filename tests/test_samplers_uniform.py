@@ -31,7 +31,8 @@ def test_deterministic_in_seed_and_round_and_restart_equivalent():
   np.testing.assert_array_equal(_select(a, 7).clients, _select(b, 7).clients)
   assert not np.array_equal(_select(a, 7).clients, _select(a, 8).clients)
   assert not np.array_equal(
-      _select(a, 7).clients, _select(samplers.UniformSampler(10, seed=4), 7).clients)
+    _select(a, 7).clients, _select(samplers.UniformSampler(10, seed=4), 7).clients
+  )
 
 
 def test_only_available_clients_and_budget_capped():

@@ -1,6 +1,5 @@
 """Tests for tff_sampling/samplers/weighting.py: a sampler's weights through plain FedAvg."""
 
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -30,14 +29,16 @@ def _fedgs():
 
 
 _DECLARED = [
-    (lambda: samplers.UniformSampler(3, seed=0), 'process'),
-    (_power_of_choice, 'process'),
-    (lambda: samplers.MDSampler(4, seed=0), 'equal'),
-    (lambda: samplers.ClusteredSampler(4, seed=0), 'equal'),
-    (lambda: samplers.TargetSampler(np.array([0, 0, 1, 1, 2, 2, 2]), seed=0), 'equal'),
-    (_fedgs, 'num_examples'),
-    (lambda: samplers.LeflSampler(3, clusters=np.array([0, 0, 1, 1, 2, 2, 2]), seed=0),
-     'num_examples'),
+  (lambda: samplers.UniformSampler(3, seed=0), 'process'),
+  (_power_of_choice, 'process'),
+  (lambda: samplers.MDSampler(4, seed=0), 'equal'),
+  (lambda: samplers.ClusteredSampler(4, seed=0), 'equal'),
+  (lambda: samplers.TargetSampler(np.array([0, 0, 1, 1, 2, 2, 2]), seed=0), 'equal'),
+  (_fedgs, 'num_examples'),
+  (
+    lambda: samplers.LeflSampler(3, clusters=np.array([0, 0, 1, 1, 2, 2, 2]), seed=0),
+    'num_examples',
+  ),
 ]
 
 
@@ -49,8 +50,9 @@ def test_each_sampler_declares_the_weights_it_returns(make, kind):
   state = sampler.initialize(_POPULATION)
   for round_num in range(1, 6):
     if sampler.probe_signal is not None:
-      selection = sampler.select(state, round_num, _ALL,
-                                 probe=lambda c: np.arange(len(c), dtype=float))
+      selection = sampler.select(
+        state, round_num, _ALL, probe=lambda c: np.arange(len(c), dtype=float)
+      )
     else:
       selection = sampler.select(state, round_num, _ALL)
     clients = np.asarray(selection.clients)
@@ -66,8 +68,10 @@ def test_each_sampler_declares_the_weights_it_returns(make, kind):
     # And the helper accepts it with the weighting it names.
     needed = weighting.required_client_weighting(sampler)
     examples = _SIZES[clients] * 3  # Three whole epochs.
-    assert weighting.fed_avg_datasets(selection, lambda c: c, needed,
-                                      examples_trained=examples) == clients.tolist()
+    assert (
+      weighting.fed_avg_datasets(selection, lambda c: c, needed, examples_trained=examples)
+      == clients.tolist()
+    )
 
 
 def test_required_client_weighting():
@@ -78,22 +82,26 @@ def test_required_client_weighting():
   class Custom(samplers.MDSampler):
     weighting = 'custom'
 
-  with pytest.raises(ValueError, match='Custom sets aggregation weights that no built-in.*'
-                                       'build_fedavg_with_signals'):
+  with pytest.raises(
+    ValueError, match='Custom sets aggregation weights that no built-in.*build_fedavg_with_signals'
+  ):
     weighting.required_client_weighting(Custom(4, seed=0))
 
   class Typo(samplers.MDSampler):
     weighting = 'uniform'
 
-  with pytest.raises(ValueError, match="Typo.weighting must be one of"):
+  with pytest.raises(ValueError, match='Typo.weighting must be one of'):
     weighting.sampler_sets_weights(Typo(4, seed=0))
 
 
 def test_check_fed_avg_weighting_refuses_a_process_that_drops_the_weights():
   md = samplers.MDSampler(4, seed=0)
-  with pytest.raises(ValueError, match=r'MDSampler weights each slot equally \(1/m\), but a '
-                                       'FedAvg process built with client_weighting='
-                                       'NUM_EXAMPLES replaces'):
+  with pytest.raises(
+    ValueError,
+    match=r'MDSampler weights each slot equally \(1/m\), but a '
+    'FedAvg process built with client_weighting='
+    'NUM_EXAMPLES replaces',
+  ):
     weighting.check_fed_avg_weighting(md, _NUM_EXAMPLES)
   weighting.check_fed_avg_weighting(md, _UNIFORM)
   weighting.check_fed_avg_weighting(md, 'UNIFORM')  # The enum's name works too.
@@ -112,14 +120,18 @@ def test_fed_avg_datasets_checks_every_selection():
   md = samplers.Selection(clients=np.array([0, 3, 0]), weights=np.full(3, 1 / 3, np.float32))
   # One dataset per slot, in slot order, duplicates repeated.
   assert weighting.fed_avg_datasets(md, lambda c: f'data{c}', _UNIFORM) == [
-      'data0', 'data3', 'data0']
-  with pytest.raises(ValueError, match='not what a FedAvg process with client_weighting='
-                                       'NUM_EXAMPLES applies'):
+    'data0',
+    'data3',
+    'data0',
+  ]
+  with pytest.raises(
+    ValueError, match='not what a FedAvg process with client_weighting=NUM_EXAMPLES applies'
+  ):
     weighting.fed_avg_datasets(md, lambda c: c, _NUM_EXAMPLES, examples_trained=[30, 10, 30])
-  by_size = samplers.Selection(clients=np.array([0, 3]),
-                               weights=np.array([0.75, 0.25], np.float32))
-  assert weighting.fed_avg_datasets(by_size, lambda c: c, _NUM_EXAMPLES,
-                                    examples_trained=[30, 10]) == [0, 3]
+  by_size = samplers.Selection(clients=np.array([0, 3]), weights=np.array([0.75, 0.25], np.float32))
+  assert weighting.fed_avg_datasets(
+    by_size, lambda c: c, _NUM_EXAMPLES, examples_trained=[30, 10]
+  ) == [0, 3]
   with pytest.raises(ValueError, match='pass examples_trained'):
     weighting.fed_avg_datasets(by_size, lambda c: c, _NUM_EXAMPLES)
   with pytest.raises(ValueError, match='UNIFORM gives every slot the same share'):
@@ -136,15 +148,18 @@ def test_fed_avg_datasets_checks_every_selection():
 
 
 def test_realised_and_selection_shares_hand_computed():
-  selection = samplers.Selection(clients=np.array([0, 3, 0, 1]),
-                                 weights=np.full(4, 0.25, np.float32))
-  np.testing.assert_allclose(weighting.realised_weights(selection, _UNIFORM, 5),
-                             [0.5, 0.25, 0, 0.25, 0])
+  selection = samplers.Selection(
+    clients=np.array([0, 3, 0, 1]), weights=np.full(4, 0.25, np.float32)
+  )
+  np.testing.assert_allclose(
+    weighting.realised_weights(selection, _UNIFORM, 5), [0.5, 0.25, 0, 0.25, 0]
+  )
   np.testing.assert_allclose(weighting.selection_shares(selection, 5), [0.5, 0.25, 0, 0.25, 0])
   # NUM_EXAMPLES with sizes 30, 10, 30, 20: slots get 30/90, 10/90, 30/90, 20/90.
   np.testing.assert_allclose(
-      weighting.realised_weights(selection, _NUM_EXAMPLES, 5, examples_trained=[30, 10, 30, 20]),
-      [60 / 90, 20 / 90, 0, 10 / 90, 0])
+    weighting.realised_weights(selection, _NUM_EXAMPLES, 5, examples_trained=[30, 10, 30, 20]),
+    [60 / 90, 20 / 90, 0, 10 / 90, 0],
+  )
 
 
 def test_md_sampling_through_the_helper_is_unbiased():
@@ -164,12 +179,14 @@ def test_md_sampling_through_the_helper_is_unbiased():
     slots = weighting.fed_avg_datasets(selection, lambda c: c, needed)
     assert slots == np.asarray(selection.clients).tolist()
     shares = weighting.realised_weights(selection, needed, _SIZES.size)
-    np.testing.assert_allclose(shares, weighting.selection_shares(selection, _SIZES.size),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+      shares, weighting.selection_shares(selection, _SIZES.size), rtol=1e-6
+    )
     uniform += shares
     # What a NUM_EXAMPLES process (TFF's default) would have applied instead.
     by_examples += weighting.realised_weights(
-        selection, _NUM_EXAMPLES, _SIZES.size, examples_trained=_SIZES[selection.clients])
+      selection, _NUM_EXAMPLES, _SIZES.size, examples_trained=_SIZES[selection.clients]
+    )
   p = _SIZES / _SIZES.sum()
   standard_error = np.sqrt(p * (1 - p) / (m * rounds))
   assert np.all(np.abs(uniform / rounds - p) <= 5 * standard_error), (uniform / rounds, p)
@@ -192,18 +209,27 @@ def _one_hot_fed_avg(num_clients, client_weighting):
   """
 
   def model_fn():
-    keras_model = tf.keras.Sequential([
+    keras_model = tf.keras.Sequential(
+      [
         tf.keras.layers.InputLayer(input_shape=(num_clients,)),
-        tf.keras.layers.Dense(1, use_bias=False, kernel_initializer='zeros')])
+        tf.keras.layers.Dense(1, use_bias=False, kernel_initializer='zeros'),
+      ]
+    )
     return tff.learning.models.from_keras_model(
-        keras_model, loss=tf.keras.losses.MeanSquaredError(),
-        input_spec=(tf.TensorSpec([None, num_clients], tf.float32),
-                    tf.TensorSpec([None, 1], tf.float32)))
+      keras_model,
+      loss=tf.keras.losses.MeanSquaredError(),
+      input_spec=(
+        tf.TensorSpec([None, num_clients], tf.float32),
+        tf.TensorSpec([None, 1], tf.float32),
+      ),
+    )
 
   return tff.learning.algorithms.build_weighted_fed_avg(
-      model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.5),
-      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
-      client_weighting=client_weighting)
+    model_fn,
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.5),
+    server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+    client_weighting=client_weighting,
+  )
 
 
 def _client_dataset(client):
@@ -227,13 +253,15 @@ def test_tff_fed_avg_applies_the_realised_weights():
         data = weighting.fed_avg_datasets(selection, _client_dataset, client_weighting)
       else:  # The helper refuses this pairing; feed the process directly.
         with pytest.raises(ValueError, match='NUM_EXAMPLES'):
-          weighting.fed_avg_datasets(selection, _client_dataset, client_weighting,
-                                     examples_trained=_SIZES[selection.clients])
+          weighting.fed_avg_datasets(
+            selection, _client_dataset, client_weighting, examples_trained=_SIZES[selection.clients]
+          )
         data = [_client_dataset(int(c)) for c in selection.clients]
       output = process.next(process.initialize(), data)
       model = process.get_model_weights(output.state).trainable[0][:, 0]
       expected = weighting.realised_weights(
-          selection, client_weighting, _SIZES.size, examples_trained=_SIZES[selection.clients])
+        selection, client_weighting, _SIZES.size, examples_trained=_SIZES[selection.clients]
+      )
       # float32 arithmetic on values ≤ 1: 1e-6.
       np.testing.assert_allclose(model, expected, rtol=0, atol=1e-6)
       intended = weighting.selection_shares(selection, _SIZES.size)

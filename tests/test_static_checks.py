@@ -3,7 +3,7 @@
 They run as tests so that `./run test` (and CI) enforce them:
 
 * ``ruff check .``: pyflakes, pycodestyle, bugbear, import order, pyupgrade;
-* ``ruff format --check tff_sampling``: the library is formatted by ruff;
+* ``ruff format --check .``: every file of the repository is formatted by ruff;
 * ``mypy``: the library's annotations are consistent (TensorFlow and TFF,
   which ship no types, are ``Any``);
 * the ``bin`` modules the tests import can be imported in one process (pytest
@@ -11,7 +11,7 @@ They run as tests so that `./run test` (and CI) enforce them:
   absl flag break the whole suite, not one test).
 
 To fix what they report: ``.venv/bin/ruff check --fix .``,
-``.venv/bin/ruff format tff_sampling`` and ``.venv/bin/mypy``.
+``.venv/bin/ruff format .`` and ``.venv/bin/mypy``.
 """
 
 import glob
@@ -26,8 +26,14 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _run(tool, *args, tmp_path):
   # Caches go to the test's temporary directory, not into the checkout.
   env = dict(os.environ, RUFF_CACHE_DIR=str(tmp_path / 'ruff'))
-  return subprocess.run([sys.executable, '-m', tool, *args], cwd=_REPO, env=env,
-                        capture_output=True, text=True, timeout=600)
+  return subprocess.run(
+    [sys.executable, '-m', tool, *args],
+    cwd=_REPO,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
 
 
 def test_ruff_check(tmp_path):
@@ -35,8 +41,8 @@ def test_ruff_check(tmp_path):
   assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
 
 
-def test_ruff_format_of_the_library(tmp_path):
-  proc = _run('ruff', 'format', '--check', '--diff', 'tff_sampling', tmp_path=tmp_path)
+def test_ruff_format_of_the_repository(tmp_path):
+  proc = _run('ruff', 'format', '--check', '--diff', '.', tmp_path=tmp_path)
   assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
 
 
@@ -53,6 +59,7 @@ def test_the_bin_modules_the_tests_import_define_each_flag_once(tmp_path):
       imported.update(re.findall(r'^from bin import (\w+)', f.read(), flags=re.MULTILINE))
   assert {'experiment_jobs', 'fedavg'} <= imported  # The check reads the imports it should.
   code = ''.join(f'from bin import {name}\n' for name in sorted(imported))
-  proc = subprocess.run([sys.executable, '-c', code], cwd=_REPO, capture_output=True, text=True,
-                        timeout=600)
+  proc = subprocess.run(
+    [sys.executable, '-c', code], cwd=_REPO, capture_output=True, text=True, timeout=600
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]

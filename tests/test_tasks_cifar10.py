@@ -39,8 +39,10 @@ def task():
 
 
 def _client_arrays(task, client_index):
-  batch = next(iter(task.train_data.create_tf_dataset_for_client(
-      task.client_ids[client_index]).batch(10_000)), None)
+  batch = next(
+    iter(task.train_data.create_tf_dataset_for_client(task.client_ids[client_index]).batch(10_000)),
+    None,
+  )
   return batch['x'].numpy(), batch['y'].numpy()
 
 
@@ -123,8 +125,10 @@ def test_element_spec_scaling_and_model(task):
   scaled = np.concatenate([b['x'] for b in batches])
   assert scaled.min() >= 0.0 and scaled.max() <= 1.0
   # A seeded permutation of the client's images, divided by 255.
-  np.testing.assert_allclose(np.sort(scaled.reshape(200, -1), axis=0),
-                             np.sort(raw_x.reshape(200, -1).astype(np.float32) / 255, axis=0))
+  np.testing.assert_allclose(
+    np.sort(scaled.reshape(200, -1), axis=0),
+    np.sort(raw_x.reshape(200, -1).astype(np.float32) / 255, axis=0),
+  )
 
   lenet = task.keras_model_fn(0)
   assert lenet.count_params() == 62_006

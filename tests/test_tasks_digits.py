@@ -17,8 +17,9 @@ def task():
 
 
 def _client_arrays(task, client_index):
-  elements = list(task.train_data.create_tf_dataset_for_client(
-      task.client_ids[client_index]).as_numpy_iterator())
+  elements = list(
+    task.train_data.create_tf_dataset_for_client(task.client_ids[client_index]).as_numpy_iterator()
+  )
   return (np.stack([e['x'] for e in elements]), np.array([e['y'] for e in elements]))
 
 
@@ -62,7 +63,8 @@ def test_evaluation_split_is_stratified(task):
   eval_labels = np.array([e['y'] for e in task.eval_data.as_numpy_iterator()])
   class_counts = np.bincount(sklearn.datasets.load_digits().target)
   np.testing.assert_array_equal(
-      np.bincount(eval_labels, minlength=10), np.round(0.2 * class_counts).astype(int))
+    np.bincount(eval_labels, minlength=10), np.round(0.2 * class_counts).astype(int)
+  )
 
 
 def test_dirichlet_label_skew(task):
@@ -141,10 +143,12 @@ def test_serializable_dataset_fn_matches_eager(task):
 
 def test_one_fedavg_round_runs(task):
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
   process = tff.learning.algorithms.build_weighted_fed_avg(
-      task.model_fn,
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.1),
-      server_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=1.0))
+    task.model_fn,
+    client_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=0.1),
+    server_optimizer_fn=tff.learning.optimizers.build_sgdm(learning_rate=1.0),
+  )
   state = process.initialize()
   state = process.set_model_weights(state, task.initial_model_weights(0))
   output = process.next(state, [task.client_dataset(i, 0) for i in range(3)])

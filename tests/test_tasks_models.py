@@ -39,7 +39,9 @@ def test_logits_not_probabilities():
   assert (logits < 0).any() or not np.allclose(logits.sum(axis=1), 1.0)
 
 
-@pytest.mark.parametrize('builder', [
+@pytest.mark.parametrize(
+  'builder',
+  [
     lambda seed: models.mcmahan_cnn(10, seed),
     lambda seed: models.mcmahan_2nn(10, seed),
     lambda seed: models.char_gru(20, seed, embedding_dim=8, units=8),
@@ -47,7 +49,9 @@ def test_logits_not_probabilities():
     lambda seed: models.small_vgg(100, seed, input_shape=(24, 24, 3)),
     lambda seed: models.dense_mlp(64, 10, seed),
     lambda seed: models.logistic_regression(60, 10, seed),
-], ids=['cnn', '2nn', 'gru', 'tff_lstm', 'vgg', 'mlp', 'logistic'])
+  ],
+  ids=['cnn', '2nn', 'gru', 'tff_lstm', 'vgg', 'mlp', 'logistic'],
+)
 def test_seeded_initialisation(builder):
   first, again, other = builder(0), builder(0), builder(1)
   assert _weights_equal(first, again)
@@ -84,7 +88,6 @@ def test_seed_initial_weights_reproduces_and_rejects_unknown_layers():
 
 
 def test_no_global_seeding_in_tasks_package():
-  source = '\n'.join(
-      path.read_text() for path in pathlib.Path(models.__file__).parent.glob('*.py'))
+  source = '\n'.join(path.read_text() for path in pathlib.Path(models.__file__).parent.glob('*.py'))
   for forbidden in ('set_seed(', 'np.random.seed(', 'set_random_seed('):
     assert forbidden not in source

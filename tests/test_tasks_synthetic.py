@@ -16,12 +16,14 @@ def task():
 @pytest.fixture(scope='module')
 def clients():
   return synthetic.generate_synthetic(
-      alpha=0.5, beta=0.5, num_clients=30, min_client_size=20, max_client_size=1000, seed=0)
+    alpha=0.5, beta=0.5, num_clients=30, min_client_size=20, max_client_size=1000, seed=0
+  )
 
 
 def _client_arrays(task, client_index):
-  batch = next(iter(task.train_data.create_tf_dataset_for_client(
-      task.client_ids[client_index]).batch(10_000)))
+  batch = next(
+    iter(task.train_data.create_tf_dataset_for_client(task.client_ids[client_index]).batch(10_000))
+  )
   return batch['x'].numpy(), batch['y'].numpy()
 
 
@@ -39,14 +41,15 @@ def test_shapes_and_statistics(task, clients):
     assert x.shape == (task.client_num_examples[i], 60)
     np.testing.assert_array_equal(np.bincount(y, minlength=10), task.client_label_histograms[i])
     # The task holds exactly the generated examples, minus the hold-out tail.
-    np.testing.assert_array_equal(x, clients.features[i][:len(y)])
+    np.testing.assert_array_equal(x, clients.features[i][: len(y)])
 
 
 def test_labels_follow_each_clients_own_model(clients):
   own, others = [], []
   for k, (x, y) in enumerate(zip(clients.features, clients.labels)):
     np.testing.assert_array_equal(
-        y, np.argmax(x.astype(np.float64) @ clients.weights[k].T + clients.biases[k], axis=1))
+      y, np.argmax(x.astype(np.float64) @ clients.weights[k].T + clients.biases[k], axis=1)
+    )
     own.append(np.mean(y == np.argmax(x @ clients.weights[k].T + clients.biases[k], axis=1)))
     other = (k + 1) % len(clients.labels)
     others.append(np.mean(y == np.argmax(x @ clients.weights[other].T + clients.biases[other], 1)))
@@ -56,7 +59,7 @@ def test_labels_follow_each_clients_own_model(clients):
 
 def test_features_follow_client_means_and_covariance(clients):
   diagonal = synthetic.feature_covariance_diagonal()
-  np.testing.assert_allclose(diagonal[[0, 1, 59]], [1.0, 2 ** -1.2, 60 ** -1.2])
+  np.testing.assert_allclose(diagonal[[0, 1, 59]], [1.0, 2**-1.2, 60**-1.2])
   for k, x in enumerate(clients.features):
     n = len(x)
     # Five standard errors of the mean, coordinate-wise.
@@ -72,7 +75,8 @@ def test_features_follow_client_means_and_covariance(clients):
 
 def test_alpha_beta_zero_removes_shifts():
   homogeneous = synthetic.generate_synthetic(
-      alpha=0.0, beta=0.0, num_clients=5, min_client_size=20, max_client_size=50, seed=3)
+    alpha=0.0, beta=0.0, num_clients=5, min_client_size=20, max_client_size=50, seed=3
+  )
   np.testing.assert_array_equal(homogeneous.model_shifts, 0.0)
   np.testing.assert_array_equal(homogeneous.feature_shifts, 0.0)
 

@@ -32,27 +32,42 @@ def cache_dir(tmp_path_factory):
   directory = str(tmp_path_factory.mktemp('tff_cache'))
   rng = np.random.default_rng(0)
   splits = collections.OrderedDict(
-      digits_only_train=fixtures.emnist_clients(rng, EMNIST_DIGITS_TRAIN, 10),
-      digits_only_test=fixtures.emnist_clients(rng, {'f0000_14': 2, 'f0002_07': 3}, 10),
-      all_train=fixtures.emnist_clients(rng, EMNIST_ALL_TRAIN, 62),
-      all_test=fixtures.emnist_clients(rng, {'f0000_14': 2, 'f0001_41': 3}, 62))
+    digits_only_train=fixtures.emnist_clients(rng, EMNIST_DIGITS_TRAIN, 10),
+    digits_only_test=fixtures.emnist_clients(rng, {'f0000_14': 2, 'f0002_07': 3}, 10),
+    all_train=fixtures.emnist_clients(rng, EMNIST_ALL_TRAIN, 62),
+    all_test=fixtures.emnist_clients(rng, {'f0000_14': 2, 'f0001_41': 3}, 62),
+  )
   fixtures.write_tff_database(os.path.join(directory, 'emnist_all.sqlite'), splits)
-  fixtures.write_tff_database(os.path.join(directory, 'cifar100.sqlite'), {
+  fixtures.write_tff_database(
+    os.path.join(directory, 'cifar100.sqlite'),
+    {
       'train': fixtures.cifar_clients(rng, CIFAR_TRAIN),
-      'test': fixtures.cifar_clients(rng, {'0': 3, '1': 4})})
-  fixtures.write_tff_database(os.path.join(directory, 'shakespeare.sqlite'), {
+      'test': fixtures.cifar_clients(rng, {'0': 3, '1': 4}),
+    },
+  )
+  fixtures.write_tff_database(
+    os.path.join(directory, 'shakespeare.sqlite'),
+    {
       'train': fixtures.shakespeare_clients(fixtures.SHAKESPEARE_TRAIN),
-      'test': fixtures.shakespeare_clients(fixtures.SHAKESPEARE_TEST)})
+      'test': fixtures.shakespeare_clients(fixtures.SHAKESPEARE_TEST),
+    },
+  )
   return directory
 
 
 def _labels_of(task, client_id):
-  return np.array([int(e['label']) for e in task.train_data.create_tf_dataset_for_client(
-      client_id).as_numpy_iterator()])
+  return np.array(
+    [
+      int(e['label'])
+      for e in task.train_data.create_tf_dataset_for_client(client_id).as_numpy_iterator()
+    ]
+  )
 
 
-@pytest.mark.parametrize('only_digits, sizes, num_classes', [
-    (True, EMNIST_DIGITS_TRAIN, 10), (False, EMNIST_ALL_TRAIN, 62)])
+@pytest.mark.parametrize(
+  'only_digits, sizes, num_classes',
+  [(True, EMNIST_DIGITS_TRAIN, 10), (False, EMNIST_ALL_TRAIN, 62)],
+)
 def test_emnist_loads_through_tff(cache_dir, only_digits, sizes, num_classes):
   task = get_task('emnist', cache_dir=cache_dir, only_digits=only_digits, max_eval_examples=None)
   assert task.client_ids == tuple(sorted(sizes))
@@ -60,10 +75,12 @@ def test_emnist_loads_through_tff(cache_dir, only_digits, sizes, num_classes):
   np.testing.assert_array_equal(task.client_num_examples, [sizes[c] for c in task.client_ids])
   for i, client_id in enumerate(task.client_ids):
     np.testing.assert_array_equal(
-        task.client_label_histograms[i],
-        np.bincount(_labels_of(task, client_id), minlength=num_classes))
+      task.client_label_histograms[i],
+      np.bincount(_labels_of(task, client_id), minlength=num_classes),
+    )
   assert task.element_spec == collections.OrderedDict(
-      x=tf.TensorSpec([None, 28, 28, 1], tf.float32), y=tf.TensorSpec([None], tf.int32))
+    x=tf.TensorSpec([None, 28, 28, 1], tf.float32), y=tf.TensorSpec([None], tf.int32)
+  )
   assert sum(1 for _ in task.eval_data) == 5
   batch = next(iter(task.client_dataset(0, 0)))
   assert task.keras_model_fn(0)(batch['x']).shape == (len(batch['y']), num_classes)
@@ -72,17 +89,23 @@ def test_emnist_loads_through_tff(cache_dir, only_digits, sizes, num_classes):
 
 
 def test_emnist_preprocessing_is_seeded_and_keeps_pixels(cache_dir):
-  task = get_task('emnist', cache_dir=cache_dir, client_batch_size=4, client_epochs=2,
-                  max_client_examples=10)
+  task = get_task(
+    'emnist', cache_dir=cache_dir, client_batch_size=4, client_epochs=2, max_client_examples=10
+  )
   client = task.client_ids.index('f0002_07')
   stream = lambda seed: np.concatenate(
-      [b['x'] for b in task.client_dataset(client, seed).as_numpy_iterator()])
+    [b['x'] for b in task.client_dataset(client, seed).as_numpy_iterator()]
+  )
   first = stream(1)
   np.testing.assert_array_equal(first, stream(1))
   assert not np.array_equal(first, stream(2))
   assert first.shape == (20, 28, 28, 1)  # Capped at 10 per epoch, 2 epochs.
-  raw = np.stack([e['pixels'] for e in task.train_data.create_tf_dataset_for_client(
-      'f0002_07').as_numpy_iterator()])
+  raw = np.stack(
+    [
+      e['pixels']
+      for e in task.train_data.create_tf_dataset_for_client('f0002_07').as_numpy_iterator()
+    ]
+  )
   # Every streamed image is one of the client's images, reshaped unchanged.
   for image in first[:, :, :, 0]:
     assert np.any(np.all(raw == image, axis=(1, 2)))
@@ -92,10 +115,12 @@ def test_emnist_preprocessing_is_seeded_and_keeps_pixels(cache_dir):
 
 
 @pytest.mark.parametrize('only_digits', [True, False])
-def test_a_small_emnist_split_is_held_in_memory_with_tffs_elements(cache_dir, monkeypatch,
-                                                                   only_digits):
-  tff_train, _ = tff.simulation.datasets.emnist.load_data(cache_dir=cache_dir,
-                                                          only_digits=only_digits)
+def test_a_small_emnist_split_is_held_in_memory_with_tffs_elements(
+  cache_dir, monkeypatch, only_digits
+):
+  tff_train, _ = tff.simulation.datasets.emnist.load_data(
+    cache_dir=cache_dir, only_digits=only_digits
+  )
   held = get_task('emnist', cache_dir=cache_dir, only_digits=only_digits)
   total = sum((EMNIST_DIGITS_TRAIN if only_digits else EMNIST_ALL_TRAIN).values())
   monkeypatch.setattr(emnist, 'IN_MEMORY_MAX_EXAMPLES', total - 1)  # One example too many.
@@ -110,8 +135,9 @@ def test_a_small_emnist_split_is_held_in_memory_with_tffs_elements(cache_dir, mo
     assert len(got) == len(expected) > 0
     for e, g in zip(expected, got):  # Same examples, same order.
       assert e['label'] == g['label'] and np.array_equal(e['pixels'], g['pixels'])
-    for a, b in zip(held.client_dataset(i, 3).as_numpy_iterator(),
-                    read.client_dataset(i, 3).as_numpy_iterator()):
+    for a, b in zip(
+      held.client_dataset(i, 3).as_numpy_iterator(), read.client_dataset(i, 3).as_numpy_iterator()
+    ):
       np.testing.assert_array_equal(a['x'], b['x'])
       np.testing.assert_array_equal(a['y'], b['y'])
   np.testing.assert_array_equal(held.client_label_histograms, read.client_label_histograms)
@@ -126,13 +152,15 @@ def test_shakespeare_statistics_match_tff_pipeline(cache_dir):
   task = get_task('shakespeare', cache_dir=cache_dir)
   assert task.num_classes == 90
   assert task.element_spec == collections.OrderedDict(
-      x=tf.TensorSpec([None, 5], tf.int64), y=tf.TensorSpec([None, 5], tf.int64))
+    x=tf.TensorSpec([None, 5], tf.int64), y=tf.TensorSpec([None, 5], tf.int64)
+  )
   assert task.client_ids == tuple(sorted(fixtures.SHAKESPEARE_TRAIN))
   for i in range(task.num_clients):
     targets = np.concatenate([b['y'] for b in task.client_dataset(i, 0).as_numpy_iterator()])
     assert len(targets) == task.client_num_examples[i]
     np.testing.assert_array_equal(
-        np.bincount(targets.ravel(), minlength=90), task.client_label_histograms[i])
+      np.bincount(targets.ravel(), minlength=90), task.client_label_histograms[i]
+    )
   # Out-of-vocabulary bytes ('é' is two bytes, '~' and tab are not in TFF's
   # vocabulary) become the OOV token. Tokens: [bos C a f é é | ~ tab _ o k eos],
   # two sequences of 6; the first token of each ('bos', '~') is no target.
@@ -156,8 +184,14 @@ def test_shakespeare_models_forward(cache_dir, model, num_params):
 
 
 def test_shakespeare_cap_and_sequence_length(cache_dir):
-  task = get_task('shakespeare', cache_dir=cache_dir, sequence_length=3, max_client_examples=4,
-                  client_epochs=3, client_batch_size=5)
+  task = get_task(
+    'shakespeare',
+    cache_dir=cache_dir,
+    sequence_length=3,
+    max_client_examples=4,
+    client_epochs=3,
+    client_batch_size=5,
+  )
   batches = list(task.client_dataset(0, 7).as_numpy_iterator())
   assert sum(len(b['x']) for b in batches) == 12
   assert batches[0]['x'].shape == (5, 3)
@@ -170,9 +204,11 @@ def test_cifar100_resnet_and_preprocessing(cache_dir):
   np.testing.assert_array_equal(task.client_num_examples, [4, 6, 12])
   for i, client_id in enumerate(task.client_ids):
     np.testing.assert_array_equal(
-        task.client_label_histograms[i], np.bincount(_labels_of(task, client_id), minlength=100))
+      task.client_label_histograms[i], np.bincount(_labels_of(task, client_id), minlength=100)
+    )
   assert task.element_spec == collections.OrderedDict(
-      x=tf.TensorSpec([None, 24, 24, 3], tf.float32), y=tf.TensorSpec([None], tf.int64))
+    x=tf.TensorSpec([None, 24, 24, 3], tf.float32), y=tf.TensorSpec([None], tf.int64)
+  )
   batch = next(iter(task.client_dataset(2, 0)))
   # TFF's per-image standardisation.
   np.testing.assert_allclose(batch['x'].numpy().mean(axis=(1, 2, 3)), 0.0, atol=1e-4)
@@ -193,8 +229,14 @@ def test_cifar100_resnet_and_preprocessing(cache_dir):
 
 
 def test_cifar100_seeded_distortion_and_vgg(cache_dir):
-  task = get_task('cifar100', cache_dir=cache_dir, model='vgg', distort_images=True,
-                  crop_size=20, client_batch_size=12)
+  task = get_task(
+    'cifar100',
+    cache_dir=cache_dir,
+    model='vgg',
+    distort_images=True,
+    crop_size=20,
+    client_batch_size=12,
+  )
   first = next(iter(task.client_dataset(2, 3)))['x'].numpy()
   np.testing.assert_array_equal(first, next(iter(task.client_dataset(2, 3)))['x'].numpy())
   assert not np.array_equal(first, next(iter(task.client_dataset(2, 4)))['x'].numpy())
@@ -204,9 +246,14 @@ def test_cifar100_seeded_distortion_and_vgg(cache_dir):
   assert evaluation['x'].shape[1:] == (20, 20, 3)
 
 
-@pytest.mark.parametrize('name, file_name', [
-    ('emnist', 'emnist_all.sqlite'), ('shakespeare', 'shakespeare.sqlite'),
-    ('cifar100', 'cifar100.sqlite')])
+@pytest.mark.parametrize(
+  'name, file_name',
+  [
+    ('emnist', 'emnist_all.sqlite'),
+    ('shakespeare', 'shakespeare.sqlite'),
+    ('cifar100', 'cifar100.sqlite'),
+  ],
+)
 def test_missing_cache_file_is_a_clear_error(tmp_path, name, file_name):
   expected = os.path.join(str(tmp_path), file_name)
   with pytest.raises(FileNotFoundError) as error:
@@ -220,6 +267,7 @@ def test_missing_cache_file_is_a_clear_error(tmp_path, name, file_name):
 
 def test_femnist_models_suite_is_two_model_sizes_on_the_same_writers(cache_dir):
   from tasks import multi_model as suites
+
   cnn, two_nn = suites.create_suite('femnist_models', num_clients=2, cache_dir=cache_dir)
   assert (cnn.name, two_nn.name) == ('emnist', 'emnist')
   assert (cnn.options['model'], two_nn.options['model']) == ('cnn', '2nn')
@@ -241,19 +289,30 @@ def test_leaf_multi_model_suite_shares_one_population(cache_dir):
   tasks = suites.create_suite('leaf', num_clients=2, cache_dir=cache_dir)
   assert [t.name for t in tasks] == ['emnist', 'shakespeare', 'cifar100']
   assert [t.num_clients for t in tasks] == [2, 2, 2]
-  with pytest.raises(ValueError, match=r'task\(s\) emnist \(3\), shakespeare \(3\) have '
-                                       r'fewer; lower --clients to at most 3'):
+  with pytest.raises(
+    ValueError,
+    match=r'task\(s\) emnist \(3\), shakespeare \(3\) have '
+    r'fewer; lower --clients to at most 3',
+  ):
     suites.create_suite('leaf', num_models=2, num_clients=4, cache_dir=cache_dir)
   # One round of the secure loss-based process over FEMNIST + Shakespeare.
   tasks = tasks[:2]
   tff_context.use_secure_sum_simulation()
   shares = multi_model.data_shares(np.stack([t.client_num_examples for t in tasks], axis=1))
   process = multi_model.build_multi_model_process(
-      [t.model_fn for t in tasks], sampling='optimal_loss_secure', expected_clients=2,
-      client_learning_rates=0.1)
+    [t.model_fn for t in tasks],
+    sampling='optimal_loss_secure',
+    expected_clients=2,
+    client_learning_rates=0.1,
+  )
   state = process.initialize()
-  output = process.next(state, [multi_model.client_data(
-      [t.client_dataset(i, seed=0) for t in tasks], i, shares[i]) for i in range(2)])
+  output = process.next(
+    state,
+    [
+      multi_model.client_data([t.client_dataset(i, seed=0) for t in tasks], i, shares[i])
+      for i in range(2)
+    ],
+  )
   assert output.measurements['cohort_size'] == 2
   assert output.measurements['uploads'].sum() == 2  # m = N: every client trains one model.
   assert output.measurements['full_participation'] == 1.0
@@ -271,13 +330,22 @@ def test_a_cache_path_with_uri_characters_loads(cache_dir, tmp_path):
 
 
 def _examples(dataset, x='x', y='y'):
-  return sorted((np.asarray(e[x]).reshape(-1).tobytes(), int(e[y]))
-                for e in dataset.as_numpy_iterator())
+  return sorted(
+    (np.asarray(e[x]).reshape(-1).tobytes(), int(e[y])) for e in dataset.as_numpy_iterator()
+  )
 
 
 def test_emnist_skewed_redeals_every_real_example_once(cache_dir):
-  task = get_task('emnist_skewed', cache_dir=cache_dir, only_digits=True, num_clients=4,
-                  partition='dirichlet', dirichlet_alpha=0.5, model='ffnn', seed=3)
+  task = get_task(
+    'emnist_skewed',
+    cache_dir=cache_dir,
+    only_digits=True,
+    num_clients=4,
+    partition='dirichlet',
+    dirichlet_alpha=0.5,
+    model='ffnn',
+    seed=3,
+  )
   writers = get_task('emnist', cache_dir=cache_dir, only_digits=True, max_eval_examples=None)
   assert task.num_clients == 4 and task.num_classes == 10
   assert sorted(task.client_num_examples) == [7, 8, 8, 8]  # 31 examples, equal shares.
@@ -285,26 +353,39 @@ def test_emnist_skewed_redeals_every_real_example_once(cache_dir):
   for i, client_id in enumerate(task.client_ids):
     rows = _examples(task.train_data.create_tf_dataset_for_client(client_id))
     np.testing.assert_array_equal(
-        task.client_label_histograms[i], np.bincount([y for _, y in rows], minlength=10))
+      task.client_label_histograms[i], np.bincount([y for _, y in rows], minlength=10)
+    )
     dealt += rows
-  pooled = [row for c in writers.client_ids for row in _examples(
-      writers.train_data.create_tf_dataset_for_client(c), 'pixels', 'label')]
+  pooled = [
+    row
+    for c in writers.client_ids
+    for row in _examples(writers.train_data.create_tf_dataset_for_client(c), 'pixels', 'label')
+  ]
   assert sorted(dealt) == sorted(pooled)  # The writers' own images and labels, each once.
   # Evaluation is the writers' test split, as for `emnist`.
   assert _examples(task.eval_data, 'pixels', 'label') == _examples(
-      writers.eval_data, 'pixels', 'label')
+    writers.eval_data, 'pixels', 'label'
+  )
   batch = next(iter(task.client_dataset(0, 0)))
   assert batch['x'].shape[1:] == (28, 28, 1)
   assert task.keras_model_fn(0)(batch['x']).shape == (len(batch['y']), 10)
   assert task.keras_model_fn(0).count_params() == 784 * 128 + 128 + 128 * 10 + 10
-  again = get_task('emnist_skewed', cache_dir=cache_dir, only_digits=True, num_clients=4,
-                   partition='dirichlet', dirichlet_alpha=0.5, seed=3)
+  again = get_task(
+    'emnist_skewed',
+    cache_dir=cache_dir,
+    only_digits=True,
+    num_clients=4,
+    partition='dirichlet',
+    dirichlet_alpha=0.5,
+    seed=3,
+  )
   np.testing.assert_array_equal(again.client_label_histograms, task.client_label_histograms)
 
 
 def test_emnist_skewed_log_normal_sizes(cache_dir):
-  task = get_task('emnist_skewed', cache_dir=cache_dir, only_digits=True, num_clients=3,
-                  size_sigma=1.55, seed=1)
+  task = get_task(
+    'emnist_skewed', cache_dir=cache_dir, only_digits=True, num_clients=3, size_sigma=1.55, seed=1
+  )
   sizes = np.asarray(task.client_num_examples)
   rng = np.random.default_rng([1, 2])  # The task's partition generator.
   np.testing.assert_array_equal(sizes, digits.lognormal_sizes(31, 3, 1.55, 10, rng))
@@ -315,6 +396,7 @@ def test_emnist_skewed_log_normal_sizes(cache_dir):
 
 def test_femnist_noniid_suite_deals_each_task_with_its_own_skew(cache_dir):
   from tasks import multi_model as suites  # pylint: disable=g-import-not-at-top
+
   tasks = suites.create_suite('femnist_noniid', num_models=2, num_clients=3, cache_dir=cache_dir)
   assert [t.options['dirichlet_alpha'] for t in tasks] == [0.05, 10.0]
   assert [t.options['seed'] for t in tasks] == [0, 1]
@@ -330,15 +412,28 @@ def test_emnist_skewed_refuses_options_that_do_not_apply(cache_dir):
 
 
 def test_emnist_skewed_size_profile(cache_dir):
-  task = get_task('emnist_skewed', cache_dir=cache_dir, only_digits=True, num_clients=3,
-                  size_group_clients=(2, 1), size_group_examples=(4, 10))
+  task = get_task(
+    'emnist_skewed',
+    cache_dir=cache_dir,
+    only_digits=True,
+    num_clients=3,
+    size_group_clients=(2, 1),
+    size_group_examples=(4, 10),
+  )
   np.testing.assert_array_equal(task.client_num_examples, [4, 4, 10])
   assert task.options['size_group_clients'] == (2, 1)
   with pytest.raises(ValueError, match='needs 40 training examples, the pool has 31'):
-    get_task('emnist_skewed', cache_dir=cache_dir, only_digits=True, num_clients=2,
-             size_group_clients=(2,), size_group_examples=(20,))
+    get_task(
+      'emnist_skewed',
+      cache_dir=cache_dir,
+      only_digits=True,
+      num_clients=2,
+      size_group_clients=(2,),
+      size_group_examples=(20,),
+    )
   with pytest.raises(ValueError, match='num_clients is 100; make them agree'):
-    get_task('emnist_skewed', cache_dir=cache_dir, size_group_clients=(2,),
-             size_group_examples=(2,))
+    get_task(
+      'emnist_skewed', cache_dir=cache_dir, size_group_clients=(2,), size_group_examples=(2,)
+    )
   with pytest.raises(ValueError, match='Give both'):
     get_task('emnist_skewed', cache_dir=cache_dir, size_group_clients=(2,))

@@ -101,7 +101,8 @@ def test_select_kept_examples():
   assert not np.array_equal(kept, unbalance.select_kept_examples(50, 8, seed=1, client_index=8))
   assert not np.array_equal(kept, unbalance.select_kept_examples(50, 8, seed=2, client_index=7))
   np.testing.assert_array_equal(
-      unbalance.select_kept_examples(6, 6, seed=0, client_index=0), np.arange(6))
+    unbalance.select_kept_examples(6, 6, seed=0, client_index=0), np.arange(6)
+  )
   with pytest.raises(ValueError, match='num_kept must be in'):
     unbalance.select_kept_examples(5, 6, seed=0, client_index=0)
 
@@ -109,19 +110,23 @@ def test_select_kept_examples():
 def test_selection_is_uniform_over_examples():
   # Over 4,000 clients of 20 examples keeping 5, every position is kept with
   # frequency 1/4 within the binomial bound.
-  kept = np.concatenate([unbalance.select_kept_examples(20, 5, seed=0, client_index=i)
-                         for i in range(4_000)])
+  kept = np.concatenate(
+    [unbalance.select_kept_examples(20, 5, seed=0, client_index=i) for i in range(4_000)]
+  )
   frequency = np.bincount(kept, minlength=20) / 4_000
   assert np.abs(frequency - 0.25).max() <= _Z * math.sqrt(0.25 * 0.75 / 4_000)
 
 
-@pytest.mark.parametrize('params, pattern', [
+@pytest.mark.parametrize(
+  'params, pattern',
+  [
     (dict(lower=10, upper=5), r'upper must be an integer >= lower \(10\), got 5'),
     (dict(lower=-1), 'lower must be an integer >= 0, got -1'),
     (dict(removal_probability=1.5), r'removal_probability must be in \[0, 1\], got 1.5'),
     (dict(keep_examples=0), 'keep_examples must be an integer >= 1, got 0'),
     (dict(keep_examples=2.0), 'keep_examples must be an integer >= 1, got 2.0'),
-])
+  ],
+)
 def test_bad_parameters(params, pattern):
   with pytest.raises(ValueError, match=pattern):
     _apply(np.array([1, 2, 3]), **params)
@@ -140,14 +145,17 @@ def test_bad_sizes():
 # Concentration.
 
 
-@pytest.mark.parametrize('sizes, top_fraction, expected', [
+@pytest.mark.parametrize(
+  'sizes, top_fraction, expected',
+  [
     ([10, 5, 3, 2], 0.25, 10 / 20),
     ([2, 10, 3, 5], 0.5, 15 / 20),
     ([1] * 10, 0.1, 0.1),
     ([7, 1, 2], 0.1, 7 / 10),  # round(0.3) = 0 -> at least one client.
     ([4, 4, 2], 1.0, 1.0),
     ([100] + [1] * 19, 0.1, 101 / 119),  # round(2.0) = 2 clients.
-])
+  ],
+)
 def test_size_concentration_hand_computed(sizes, top_fraction, expected):
   assert unbalance.size_concentration(np.array(sizes), top_fraction) == pytest.approx(expected)
 
@@ -156,7 +164,8 @@ def test_size_concentration_agrees_with_digits():
   sizes = np.random.default_rng(0).integers(1, 1_000, 137)
   for top_fraction in (0.1, 0.2, 0.5):
     assert unbalance.size_concentration(sizes, top_fraction) == pytest.approx(
-        digits.size_concentration(sizes, top_fraction))
+      digits.size_concentration(sizes, top_fraction)
+    )
 
 
 def test_size_concentration_errors():
@@ -177,7 +186,8 @@ def test_calibration_solves_a_hand_computed_case():
   # `keep` each, so the top 10% hold 1000 / (1000 + 90 keep); 0.6897 <-> keep 5.
   sizes = np.array([100] * 10 + [10] * 90)
   result = unbalance.calibrate_on_sizes(
-      sizes, 0.1, 1000 / 1450, removal_probability=0.0, lower=1, keep_candidates=range(1, 10))
+    sizes, 0.1, 1000 / 1450, removal_probability=0.0, lower=1, keep_candidates=range(1, 10)
+  )
   assert result.params == unbalance.UnbalanceParams(1, 10, 0.0, 5)
   assert result.mean_share == pytest.approx(1000 / 1450)
   assert result.unchanged_fraction == pytest.approx(0.1)
@@ -185,8 +195,10 @@ def test_calibration_solves_a_hand_computed_case():
 
 
 def test_standin_sizes_match_the_known_facts():
-  for only_digits, clients, total, largest in [(True, 3_383, 341_873, 213),
-                                                (False, 3_400, 671_585, 418)]:
+  for only_digits, clients, total, largest in [
+    (True, 3_383, 341_873, 213),
+    (False, 3_400, 671_585, 418),
+  ]:
     sizes = emnist.femnist_standin_client_sizes(only_digits)
     assert sizes.shape == (clients,) and sizes.sum() == total
     assert sizes.min() >= 1 and largest - 2 <= sizes.max() <= largest
@@ -214,9 +226,12 @@ def test_presets_reach_targets_on_standin(unbalanced_set, only_digits):
 def test_calibration_reproduces_presets(unbalanced_set, only_digits):
   top_fraction, target = emnist.UNBALANCED_TARGETS[unbalanced_set]
   result = unbalance.calibrate_on_sizes(
-      emnist.femnist_standin_client_sizes(only_digits), top_fraction, target,
-      removal_probability=emnist.CALIBRATION_REMOVAL_PROBABILITY,
-      lower=emnist.CALIBRATION_LOWER)
+    emnist.femnist_standin_client_sizes(only_digits),
+    top_fraction,
+    target,
+    removal_probability=emnist.CALIBRATION_REMOVAL_PROBABILITY,
+    lower=emnist.CALIBRATION_LOWER,
+  )
   assert result.params == emnist.UNBALANCED_PRESETS[(unbalanced_set, only_digits)]
   assert abs(result.mean_share - target) <= 0.005
 
@@ -251,9 +266,15 @@ def test_subset_client_data_eager_and_traced():
 # The emnist_unbalanced tasks, end to end on a tiny database.
 
 TRAIN_SIZES = collections.OrderedDict(
-    f0000=3, f0001=8, f0002=12, f0003=20, f0004=25, f0005=40, f0006=9, f0007=15)
-UNBALANCE = dict(unbalance_lower=5, unbalance_upper=25, unbalance_removal_probability=0.5,
-                 unbalance_keep_examples=4, unbalance_seed=2)
+  f0000=3, f0001=8, f0002=12, f0003=20, f0004=25, f0005=40, f0006=9, f0007=15
+)
+UNBALANCE = dict(
+  unbalance_lower=5,
+  unbalance_upper=25,
+  unbalance_removal_probability=0.5,
+  unbalance_keep_examples=4,
+  unbalance_seed=2,
+)
 
 
 @pytest.fixture(scope='module')
@@ -262,10 +283,11 @@ def tiny_femnist(tmp_path_factory):
   rng = np.random.default_rng(0)
   train = fixtures.emnist_clients(rng, TRAIN_SIZES, 62)
   splits = collections.OrderedDict(
-      digits_only_train=fixtures.emnist_clients(rng, {'f0000': 4, 'f0001': 6}, 10),
-      digits_only_test=fixtures.emnist_clients(rng, {'f0000': 2}, 10),
-      all_train=train,
-      all_test=fixtures.emnist_clients(rng, {'f0000': 2, 'f0003': 3}, 62))
+    digits_only_train=fixtures.emnist_clients(rng, {'f0000': 4, 'f0001': 6}, 10),
+    digits_only_test=fixtures.emnist_clients(rng, {'f0000': 2}, 10),
+    all_train=train,
+    all_test=fixtures.emnist_clients(rng, {'f0000': 2, 'f0003': 3}, 62),
+  )
   fixtures.write_tff_database(os.path.join(directory, emnist.DATABASE_FILE), splits)
   return directory, train
 
@@ -276,11 +298,18 @@ def _raw(task, client_id):
 
 def test_unbalanced_task_end_to_end(tiny_femnist):
   cache_dir, train = tiny_femnist
-  task = get_task('emnist_unbalanced_1', cache_dir=cache_dir, only_digits=False,
-                  max_eval_examples=None, client_batch_size=3, **UNBALANCE)
+  task = get_task(
+    'emnist_unbalanced_1',
+    cache_dir=cache_dir,
+    only_digits=False,
+    max_eval_examples=None,
+    client_batch_size=3,
+    **UNBALANCE,
+  )
   sizes = np.array(list(TRAIN_SIZES.values()))
   expected = unbalance.unbalance_client_sizes(
-      sizes, lower=5, upper=25, removal_probability=0.5, keep_examples=4, seed=2)
+    sizes, lower=5, upper=25, removal_probability=0.5, keep_examples=4, seed=2
+  )
   ids = list(TRAIN_SIZES)
   # The seed was chosen so that the case is non-trivial: some clients are
   # removed, some shrunk, some untouched.
@@ -295,21 +324,26 @@ def test_unbalanced_task_end_to_end(tiny_femnist):
     labels = np.array([e['label'] for e in raw], np.int64)
     assert len(raw) == task.client_num_examples[i]
     np.testing.assert_array_equal(
-        task.client_label_histograms[i], np.bincount(labels, minlength=62))
+      task.client_label_histograms[i], np.bincount(labels, minlength=62)
+    )
     # The kept examples are the deterministic selection, in storage order.
     kept = unbalance.select_kept_examples(
-        TRAIN_SIZES[client_id], len(raw), seed=2, client_index=ids.index(client_id))
-    np.testing.assert_array_equal(np.stack([e['pixels'] for e in raw]),
-                                  train[client_id]['pixels'][kept])
+      TRAIN_SIZES[client_id], len(raw), seed=2, client_index=ids.index(client_id)
+    )
+    np.testing.assert_array_equal(
+      np.stack([e['pixels'] for e in raw]), train[client_id]['pixels'][kept]
+    )
     np.testing.assert_array_equal(labels, train[client_id]['label'][kept])
     streamed = np.concatenate([b['y'] for b in task.client_dataset(i, 5).as_numpy_iterator()])
     np.testing.assert_array_equal(np.sort(streamed), np.sort(labels))
   # Traced use (TFF's dataset_computation path) yields the same examples.
   traced = tf.function(
-      lambda c: task.train_data.serializable_dataset_fn(c).batch(100).get_single_element())
+    lambda c: task.train_data.serializable_dataset_fn(c).batch(100).get_single_element()
+  )
   for client_id in shrunk:
-    np.testing.assert_array_equal(traced(tf.constant(client_id))['label'],
-                                  [e['label'] for e in _raw(task, client_id)])
+    np.testing.assert_array_equal(
+      traced(tf.constant(client_id))['label'], [e['label'] for e in _raw(task, client_id)]
+    )
   assert sum(1 for _ in task.eval_data) == 5  # The test split is unchanged.
   assert task.options['unbalance_upper'] == 25 and task.options['unbalance_calibrate'] is False
   assert set(task.options) == set(task_options('emnist_unbalanced_1'))
@@ -324,36 +358,51 @@ def test_unbalanced_task_presets_and_calibration(tiny_femnist):
   assert task.options['unbalance_upper'] == preset.upper
   # Every tiny client is <= the preset's upper: survivors keep min(n, keep).
   np.testing.assert_array_equal(
-      task.client_num_examples,
-      np.minimum([TRAIN_SIZES[c] for c in task.client_ids], preset.keep_examples))
-  calibrated = get_task('emnist_unbalanced_3', cache_dir=cache_dir, only_digits=False,
-                        unbalance_calibrate=True)
+    task.client_num_examples,
+    np.minimum([TRAIN_SIZES[c] for c in task.client_ids], preset.keep_examples),
+  )
+  calibrated = get_task(
+    'emnist_unbalanced_3', cache_dir=cache_dir, only_digits=False, unbalance_calibrate=True
+  )
   expected = unbalance.calibrate_on_sizes(
-      np.array(list(TRAIN_SIZES.values())), 0.5, 0.98, removal_probability=0.5, lower=1).params
+    np.array(list(TRAIN_SIZES.values())), 0.5, 0.98, removal_probability=0.5, lower=1
+  ).params
   assert calibrated.options['unbalance_keep_examples'] == expected.keep_examples
   assert calibrated.options['unbalance_upper'] == expected.upper
   with pytest.raises(ValueError, match='unbalance_calibrate=True chooses the parameters'):
-    get_task('emnist_unbalanced_1', cache_dir=cache_dir, unbalance_calibrate=True,
-             unbalance_upper=10)
+    get_task(
+      'emnist_unbalanced_1', cache_dir=cache_dir, unbalance_calibrate=True, unbalance_upper=10
+    )
 
 
 def test_registry_entries():
   names = task_names()
   assert {'emnist_unbalanced_1', 'emnist_unbalanced_2', 'emnist_unbalanced_3'} <= set(names)
-  extra = {'unbalance_seed', 'unbalance_lower', 'unbalance_upper',
-           'unbalance_removal_probability', 'unbalance_keep_examples', 'unbalance_calibrate'}
+  extra = {
+    'unbalance_seed',
+    'unbalance_lower',
+    'unbalance_upper',
+    'unbalance_removal_probability',
+    'unbalance_keep_examples',
+    'unbalance_calibrate',
+  }
   for name in ('emnist_unbalanced_1', 'emnist_unbalanced_2', 'emnist_unbalanced_3'):
     assert set(task_options(name)) == set(task_options('emnist')) | extra
 
 
-@pytest.mark.parametrize('options, pattern', [
-    ({'unbalance_removal_probability': 1.5},
-     r'unbalance_removal_probability must be in \[0.0, 1.0\], got 1.5'),
+@pytest.mark.parametrize(
+  'options, pattern',
+  [
+    (
+      {'unbalance_removal_probability': 1.5},
+      r'unbalance_removal_probability must be in \[0.0, 1.0\], got 1.5',
+    ),
     ({'unbalance_keep_examples': 0}, 'unbalance_keep_examples must be an integer >= 1, got 0'),
     ({'unbalance_lower': 400}, r'unbalance_upper must be an integer >= lower \(400\), got 167'),
     ({'unbalance_seed': -1}, r'unbalance_seed must be an integer in \[0, 4294967295\]'),
     ({'unbalance_calibrate': 'yes'}, "unbalance_calibrate must be True or False, got 'yes'"),
-])
+  ],
+)
 def test_bad_unbalance_options(options, pattern, tmp_path):
   # Checked before any data is touched (the cache directory is empty).
   with pytest.raises(ValueError, match=pattern):

@@ -64,12 +64,19 @@ def test_fedavg_round_split_over_two_workers_equals_one_process(small_digits_tas
   split = pool.run(process.next, state, data)
 
   _weights_close(process.get_model_weights(single.state), process.get_model_weights(split.state))
-  moved = [np.max(np.abs(a - b)) for a, b in zip(
-      process.get_model_weights(single.state).trainable, task.initial_model_weights(0).trainable)]
+  moved = [
+    np.max(np.abs(a - b))
+    for a, b in zip(
+      process.get_model_weights(single.state).trainable, task.initial_model_weights(0).trainable
+    )
+  ]
   assert max(moved) > 1e-3  # The round did train: the comparison is not of two no-ops.
   one, two = single.metrics['client_work']['train'], split.metrics['client_work']['train']
-  assert one['num_examples'] == two['num_examples'] == sum(
-      task.client_num_examples[c] for c in range(_COHORT))
+  assert (
+    one['num_examples']
+    == two['num_examples']
+    == sum(task.client_num_examples[c] for c in range(_COHORT))
+  )
   assert one['num_batches'] == two['num_batches']
   np.testing.assert_allclose(one['loss'], two['loss'], rtol=_RTOL)
 
@@ -78,12 +85,15 @@ def test_signals_gathered_by_slot_do_not_depend_on_the_split(small_digits_task, 
   # Per-client sketches are scattered by cohort slot, so the partial aggregates
   # may be merged in any order.
   task = small_digits_task
-  process = signals.build_fedavg_with_signals(task.model_fn, client_learning_rate=0.1,
-                                              sketch_size=16, client_losses=True)
+  process = signals.build_fedavg_with_signals(
+    task.model_fn, client_learning_rate=0.1, sketch_size=16, client_losses=True
+  )
   state = process.set_model_weights(process.initialize(), task.initial_model_weights(0))
   clients = [5, 0, 12, 3, 19, 8, 1]
-  data = signals.selection_client_data([task.client_dataset(c, 0) for c in clients],
-                                       [float(task.client_num_examples[c]) for c in clients])
+  data = signals.selection_client_data(
+    [task.client_dataset(c, 0) for c in clients],
+    [float(task.client_num_examples[c]) for c in clients],
+  )
 
   single = process.next(state, data).metrics['client_work']['signals']
   split = pool.run(process.next, state, data).metrics['client_work']['signals']
@@ -91,8 +101,10 @@ def test_signals_gathered_by_slot_do_not_depend_on_the_split(small_digits_task, 
   sketches = np.asarray(single['update_sketch'])
   assert sketches.shape == (len(clients), 16)
   # Rows differ between clients, so a permutation would show.
-  assert np.min(np.linalg.norm(sketches[:, None] - sketches[None], axis=-1)
-                + np.eye(len(clients))) > 1e-4
+  assert (
+    np.min(np.linalg.norm(sketches[:, None] - sketches[None], axis=-1) + np.eye(len(clients)))
+    > 1e-4
+  )
   np.testing.assert_allclose(np.asarray(split['update_sketch']), sketches, atol=1e-6)
   np.testing.assert_allclose(np.asarray(split['loss']), np.asarray(single['loss']), rtol=_RTOL)
 
@@ -107,8 +119,10 @@ def test_round_in_slices_of_two_clients_on_one_worker_equals_one_process(small_d
     split = sliced.run(process.next, state, data)
   single = process.next(state, data)
   _weights_close(process.get_model_weights(single.state), process.get_model_weights(split.state))
-  assert (split.metrics['client_work']['train']['num_examples']
-          == single.metrics['client_work']['train']['num_examples'])
+  assert (
+    split.metrics['client_work']['train']['num_examples']
+    == single.metrics['client_work']['train']['num_examples']
+  )
 
 
 def _rows(output_dir):
@@ -125,9 +139,17 @@ def test_program_with_two_local_workers_equals_one_process(small_digits_task, tm
 
   def run(name, **worker_options):
     return program.train_model(
-        task, process, samplers.UniformSampler(_COHORT, seed=3),
-        program.RunConfig(output_dir=str(tmp_path / name), rounds=3, seed=3,
-                              hparams={'task': 'digits'}, **worker_options))
+      task,
+      process,
+      samplers.UniformSampler(_COHORT, seed=3),
+      program.RunConfig(
+        output_dir=str(tmp_path / name),
+        rounds=3,
+        seed=3,
+        hparams={'task': 'digits'},
+        **worker_options,
+      ),
+    )
 
   single = run('single')
   before = _live_workers()
@@ -147,8 +169,10 @@ def test_program_with_two_local_workers_equals_one_process(small_digits_task, tm
       else:  # Selection, counts, bits: exactly equal.
         assert b[column] == value, column
   assert compared >= 3 * 4  # Losses and accuracies of every round were compared.
-  with open(tmp_path / 'single' / 'selection_counts.csv') as f1, \
-      open(tmp_path / 'split' / 'selection_counts.csv') as f2:
+  with (
+    open(tmp_path / 'single' / 'selection_counts.csv') as f1,
+    open(tmp_path / 'split' / 'selection_counts.csv') as f2,
+  ):
     assert f1.read() == f2.read()
 
 
@@ -175,18 +199,26 @@ def _live_workers() -> set[int]:
 def test_optimal_sampling_round_cannot_be_split_and_says_why(small_digits_task, tmp_path):
   task = small_digits_task
   process = optimal_sampling.build_fed_avg_with_optimal_sampling(
-      task.model_fn, tff.learning.optimizers.build_sgdm(0.1),
-      tff.learning.optimizers.build_sgdm(1.0), expected_clients=2.0, secure=False)
+    task.model_fn,
+    tff.learning.optimizers.build_sgdm(0.1),
+    tff.learning.optimizers.build_sgdm(1.0),
+    expected_clients=2.0,
+    secure=False,
+  )
   with pytest.raises(ValueError, match='cannot run over several TFF workers.*one process'):
     workers.check_splittable(process.next, 'optimal sampling')
   # The program refuses before starting any worker or round.
   with pytest.raises(ValueError, match='cannot run over several TFF workers'):
     program.train_model(
-        task, process, samplers.UniformSampler(_COHORT, seed=0),
-        program.RunConfig(output_dir=str(tmp_path / 'os'), rounds=1, local_workers=2))
+      task,
+      process,
+      samplers.UniformSampler(_COHORT, seed=0),
+      program.RunConfig(output_dir=str(tmp_path / 'os'), rounds=1, local_workers=2),
+    )
   assert not (tmp_path / 'os' / 'metrics.csv').exists()
-  workers.check_splittable(fedavg.build_fedavg(task.model_fn, client_learning_rate=0.1).next,
-                           'fedavg')  # No error.
+  workers.check_splittable(
+    fedavg.build_fedavg(task.model_fn, client_learning_rate=0.1).next, 'fedavg'
+  )  # No error.
 
 
 @pytest.mark.parametrize('address', ['localhost', 'localhost:0', 'host:99999', ':80', 'a b:1'])
@@ -199,8 +231,7 @@ def test_bad_worker_address_is_an_error_naming_it(address):
 
 def test_config_rejects_both_kinds_of_workers_and_negative_counts():
   with pytest.raises(ValueError, match='not both'):
-    program.RunConfig(output_dir='/tmp/x', rounds=1, workers=('localhost:8000',),
-                          local_workers=2)
+    program.RunConfig(output_dir='/tmp/x', rounds=1, workers=('localhost:8000',), local_workers=2)
   with pytest.raises(ValueError, match='local_workers must be a non-negative integer, got -1'):
     program.RunConfig(output_dir='/tmp/x', rounds=1, local_workers=-1)
   with pytest.raises(ValueError, match='clients_per_call=50 needs workers'):
@@ -211,10 +242,13 @@ def test_config_rejects_both_kinds_of_workers_and_negative_counts():
 
 def test_unreachable_worker_is_a_value_error_naming_it_and_how_to_start_one(tmp_path):
   import portpicker
+
   port = portpicker.pick_unused_port()  # Nothing listens there.
   address = f'127.0.0.1:{port}'
-  expected = (rf'^No TFF worker reachable at {re.escape(address)} \(Connection refused\)\. '
-              rf'Start one there with `\S*worker_binary --port={port}`')
+  expected = (
+    rf'^No TFF worker reachable at {re.escape(address)} \(Connection refused\)\. '
+    rf'Start one there with `\S*worker_binary --port={port}`'
+  )
   with pytest.raises(ValueError, match=expected) as raised:
     workers.WorkerPool([address])
   assert '\n' not in str(raised.value)
@@ -230,8 +264,7 @@ def test_a_port_without_a_tff_worker_is_a_value_error_after_the_connect_timeout(
       workers.WorkerPool([address], connect_timeout_s=0.5)
 
 
-def test_a_closed_pool_or_an_exited_worker_fails_the_call_instead_of_retrying(
-    small_digits_task):
+def test_a_closed_pool_or_an_exited_worker_fails_the_call_instead_of_retrying(small_digits_task):
   # TFF retries a call whose worker went away (gRPC UNAVAILABLE) without end;
   # the pool's executor factory ends that with WorkersStopped.
   process = fedavg.build_fedavg(small_digits_task.model_fn, client_learning_rate=0.1)
@@ -262,18 +295,24 @@ def test_local_workers_die_with_a_killed_parent():
   # event-loop threads do), shows that the worker still serves it, reports the
   # worker's pid and is then killed by SIGKILL: no `stop`, no atexit hook.
   parent = subprocess.Popen(
-      [sys.executable, '-c',
-       'import threading, time, numpy as np, tensorflow_federated as tff\n'
-       'from tff_sampling.runtime import workers\n'
-       'started = []\n'
-       'start = lambda: started.append(workers.WorkerPool.start_local(1))\n'
-       'thread = threading.Thread(target=start)\n'
-       'thread.start(); thread.join()\n'
-       'pool = started[0]\n'
-       'print(pool.run(tff.tensorflow.computation(lambda: np.int32(7))),\n'
-       '      pool._local.pids[0], flush=True)\n'
-       'time.sleep(600)\n'],
-      stdout=subprocess.PIPE, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+    [
+      sys.executable,
+      '-c',
+      'import threading, time, numpy as np, tensorflow_federated as tff\n'
+      'from tff_sampling.runtime import workers\n'
+      'started = []\n'
+      'start = lambda: started.append(workers.WorkerPool.start_local(1))\n'
+      'thread = threading.Thread(target=start)\n'
+      'thread.start(); thread.join()\n'
+      'pool = started[0]\n'
+      'print(pool.run(tff.tensorflow.computation(lambda: np.int32(7))),\n'
+      '      pool._local.pids[0], flush=True)\n'
+      'time.sleep(600)\n',
+    ],
+    stdout=subprocess.PIPE,
+    text=True,
+    cwd=os.path.dirname(os.path.dirname(__file__)),
+  )
   try:
     # Bounded: a worker killed with its starting thread leaves TFF retrying forever.
     ready, _, _ = select.select([parent.stdout], [], [], 300)
@@ -287,8 +326,11 @@ def test_local_workers_die_with_a_killed_parent():
     parent.wait()
   deadline = time.monotonic() + 30  # Bounds a failure only; the kernel acts at once.
   try:
-    while time.monotonic() < deadline and worker.is_running() and (
-        worker.status() != psutil.STATUS_ZOMBIE):
+    while (
+      time.monotonic() < deadline
+      and worker.is_running()
+      and (worker.status() != psutil.STATUS_ZOMBIE)
+    ):
       time.sleep(0.05)
     assert not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE
   finally:

@@ -25,17 +25,29 @@ import sys
 
 # Short runs of every binary on the offline tasks (digits, synthetic), fixed seeds.
 INVOCATIONS = {
-    'fedavg': ['--task=digits', '--rounds=3'],
-    'optimal_sampling': ['--task=digits', '--rounds=3', '--sampling=optimal'],
-    'demo': ['--rounds=3', '--seeds=1', '--methods=optimal,optimal_exact,uniform,full'],
-    'clustered_sampling': ['--rounds=3', '--seeds=1',
-                           '--sampling=md,clustered_size,clustered_similarity'],
-    'fedgs': ['--rounds=3', '--availability=IDL,LN',
-              '--sampling=fedgs,uniform,md,power_of_choice,fedprox'],
-    'lefl': ['--task=digits', '--rounds=3', '--sampling=lefl,uniform', '--pretrain_epochs=1'],
-    'mmfl': ['--suite=digits_noniid', '--num_models=2', '--clients=20', '--expected_clients=4',
-             '--rounds=2', '--seeds=1',
-             '--sampling=optimal,optimal_loss,optimal_secure,random,round_robin'],
+  'fedavg': ['--task=digits', '--rounds=3'],
+  'optimal_sampling': ['--task=digits', '--rounds=3', '--sampling=optimal'],
+  'demo': ['--rounds=3', '--seeds=1', '--methods=optimal,optimal_exact,uniform,full'],
+  'clustered_sampling': [
+    '--rounds=3',
+    '--seeds=1',
+    '--sampling=md,clustered_size,clustered_similarity',
+  ],
+  'fedgs': [
+    '--rounds=3',
+    '--availability=IDL,LN',
+    '--sampling=fedgs,uniform,md,power_of_choice,fedprox',
+  ],
+  'lefl': ['--task=digits', '--rounds=3', '--sampling=lefl,uniform', '--pretrain_epochs=1'],
+  'mmfl': [
+    '--suite=digits_noniid',
+    '--num_models=2',
+    '--clients=20',
+    '--expected_clients=4',
+    '--rounds=2',
+    '--seeds=1',
+    '--sampling=optimal,optimal_loss,optimal_secure,random,round_robin',
+  ],
 }
 TIMING_COLUMNS = ('round_seconds',)
 
@@ -47,8 +59,9 @@ def run(code_dir: str, out: str) -> int:
     root = os.path.join(out, binary)
     command = [sys.executable, '-m', f'bin.{binary}', *flags, f'--root_output_dir={root}']
     print(f'{binary}: {" ".join(command[2:])}', flush=True)
-    done = subprocess.run(command, cwd=code_dir, env=environment, capture_output=True,
-                          text=True, check=False)
+    done = subprocess.run(
+      command, cwd=code_dir, env=environment, capture_output=True, text=True, check=False
+    )
     if done.returncode:
       print(done.stderr[-3000:], file=sys.stderr)
       print(f'{binary} failed with exit code {done.returncode}', file=sys.stderr)
@@ -75,16 +88,17 @@ def compare_files(base: str, head: str) -> str | None:
   base_header, base_rows = _read(base)
   head_header, head_rows = _read(head)
   if sorted(base_header) != sorted(head_header):
-    return (f'columns differ: only in base {sorted(set(base_header) - set(head_header))}, '
-            f'only in head {sorted(set(head_header) - set(base_header))}')
+    return (
+      f'columns differ: only in base {sorted(set(base_header) - set(head_header))}, '
+      f'only in head {sorted(set(head_header) - set(base_header))}'
+    )
   if len(base_rows) != len(head_rows):
     return f'{len(base_rows)} rows vs {len(head_rows)}'
   for number, (base_row, head_row) in enumerate(zip(base_rows, head_rows)):
     base_cells, head_cells = dict(zip(base_header, base_row)), dict(zip(head_header, head_row))
     for column in base_header:
       if column not in TIMING_COLUMNS and base_cells[column] != head_cells[column]:
-        return (f'row {number} column {column!r}: {base_cells[column]!r} vs '
-                f'{head_cells[column]!r}')
+        return f'row {number} column {column!r}: {base_cells[column]!r} vs {head_cells[column]!r}'
   return None
 
 
@@ -98,8 +112,7 @@ def compare(base: str, head: str) -> int:
       continue
     difference = compare_files(base_files[name], head_files[name])
     rows = len(_read(base_files[name])[1])
-    print(f'{name}: {"same" if difference is None else "DIFFERENT: " + difference} '
-          f'({rows} rows)')
+    print(f'{name}: {"same" if difference is None else "DIFFERENT: " + difference} ({rows} rows)')
     failures += difference is not None
   print(f'{len(base_files)} runs compared, {failures} differ or are missing.')
   return 1 if failures or not base_files else 0

@@ -355,10 +355,7 @@ def _settings_section(spec: evidence_spec.ExperimentSpec) -> list[str]:
 
 
 def results_markdown(
-  spec: evidence_spec.ExperimentSpec,
-  runs: Sequence[results.Run],
-  *,
-  command: str,
+  spec: evidence_spec.ExperimentSpec, runs: Sequence[results.Run], *, command: str
 ) -> str:
   """The text of results.md."""
   tuning = evidence_spec.tune(spec, runs)

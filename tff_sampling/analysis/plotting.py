@@ -43,10 +43,7 @@ def metric_column(metric: str) -> str:
 
 
 def make_figure(
-  runs: Sequence[results.Run],
-  *,
-  metric: str = 'accuracy',
-  title: str | None = None,
+  runs: Sequence[results.Run], *, metric: str = 'accuracy', title: str | None = None
 ) -> mpl_figure.Figure:
   """Draws the two panels for `runs`, one line per hyper-parameter group.
 

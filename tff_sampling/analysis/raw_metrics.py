@@ -98,9 +98,7 @@ def dumps(runs: Sequence[results.Run], names: Sequence[str] | None = None) -> by
 
 
 def write(
-  runs: Sequence[results.Run],
-  path: str | os.PathLike[str],
-  names: Sequence[str] | None = None,
+  runs: Sequence[results.Run], path: str | os.PathLike[str], names: Sequence[str] | None = None
 ) -> str:
   """Writes `runs` (named as in `dumps`) to `path`, replacing it atomically.
 

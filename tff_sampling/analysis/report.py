@@ -228,9 +228,7 @@ def _split_by(runs: Sequence[results.Run], key: str, purpose: str) -> dict[str, 
 
 
 def group_panels(
-  runs: Sequence[results.Run],
-  panel_key: str,
-  label_key: str | None = None,
+  runs: Sequence[results.Run], panel_key: str, label_key: str | None = None
 ) -> dict[str, dict[str, list[results.Run]]]:
   """Splits runs by the value of `panel_key`, then `group`s each panel by `label_key`.
 

@@ -131,9 +131,7 @@ def _flatten_vectors(measurements: Mapping[str, Any]) -> collections.OrderedDict
 
 
 def train_multi_model(
-  tasks: Sequence[Task],
-  process: tff.templates.MeasuredProcess,
-  config: program.RunConfig,
+  tasks: Sequence[Task], process: tff.templates.MeasuredProcess, config: program.RunConfig
 ) -> MultiModelResult:
   """Runs (or resumes) a multi-model experiment through the program's round loop.
 
@@ -173,10 +171,7 @@ class MultiModel:
   """The `tff_sampling.program.trainer.Trainer` of a multi-model process."""
 
   def __init__(
-    self,
-    tasks: Sequence[Task],
-    process: tff.templates.MeasuredProcess,
-    config: program.RunConfig,
+    self, tasks: Sequence[Task], process: tff.templates.MeasuredProcess, config: program.RunConfig
   ):
     self.tasks, self.process, self.config = list(tasks), process, config
     self.examples = check_population(tasks)

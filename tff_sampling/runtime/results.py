@@ -345,9 +345,7 @@ def _parse_cells(cells: Sequence[str]) -> np.ndarray | None:
 
 
 def group_runs(
-  runs: Iterable[Run],
-  *,
-  ignore: Iterable[str] = DEFAULT_GROUP_IGNORE,
+  runs: Iterable[Run], *, ignore: Iterable[str] = DEFAULT_GROUP_IGNORE
 ) -> dict[str, list[Run]]:
   """Groups runs that differ only in ignored hyper-parameters (the seed).
 
@@ -446,11 +444,7 @@ def seed_spread(values) -> float:
 
 
 def aggregate(
-  group: Sequence[Run],
-  x_column: str,
-  y_column: str,
-  *,
-  ddof: int = 1,
+  group: Sequence[Run], x_column: str, y_column: str, *, ddof: int = 1
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """Mean and standard deviation of `y_column` over the runs of a group.
 
@@ -544,11 +538,7 @@ def _curve(run: Run, x_column: str, y_column: str) -> tuple[np.ndarray, np.ndarr
 
 
 def rounds_to_target(
-  run: Run,
-  target: float,
-  column: str = 'eval/accuracy',
-  *,
-  lower_is_better: bool = False,
+  run: Run, target: float, column: str = 'eval/accuracy', *, lower_is_better: bool = False
 ) -> int | None:
   """The first round at which `column` reaches `target`.
 
