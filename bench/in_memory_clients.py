@@ -9,7 +9,7 @@ SQLite query plus a parse of every example, run inside TFF's worker in every
 round. ``tasks.emnist`` holds a small training split (the LEAF slices, up to
 ``IN_MEMORY_MAX_EXAMPLES`` examples) in memory instead, with the same clients,
 elements and order. This measures one round of example-weighted FedAvg
-(`tff_sampling.learning.build_fedavg`) over the first ``--imc_clients``
+(`tff_sampling.learning.build_fed_avg`) over the first ``--imc_clients``
 writers (default: all, full participation, the benchmark grid's most
 expensive methods) of the ``emnist`` task (62 classes, McMahan et al.'s 2NN,
 batch 20, one local epoch), each side on its own task built from the same
@@ -66,7 +66,7 @@ def _task(in_memory: bool):
 
 def _side(task, clients: int):
   """``(round, first_weights)``: one timed round from fixed weights, and one round's result."""
-  process = fedavg.build_fedavg(task.model_fn, client_learning_rate=0.1)
+  process = fedavg.build_fed_avg(task.model_fn, client_learning_rate=0.1)
   state = process.set_model_weights(process.initialize(), task.initial_model_weights(0))
   ids = task.client_ids[:clients]
 

@@ -6,7 +6,7 @@ r"""Benchmark: peak memory of one FedAvg round with a 1,000-client cohort on ``d
 ``digits`` has at most 719 clients (every client needs two examples), so the
 cohort's 1,000 slots are drawn with replacement (as MD sampling does) from a
 700-client ``digits`` population; each slot is a separate client dataset in the
-round. The process is `tff_sampling.learning.build_fedavg` (the MLP).
+round. The process is `tff_sampling.learning.build_fed_avg` (the MLP).
 
 Rows (each runs two rounds of the same cohort; the time is the second's):
 
@@ -122,7 +122,7 @@ def measures(
   task = tasks.get_task('digits', num_clients=population)
   slots = np.random.default_rng([seed, 0]).choice(population, size=cohort, replace=True)
   data = [task.client_dataset(int(c), seed) for c in slots]
-  process = fedavg.build_fedavg(task.model_fn, client_learning_rate=0.1)
+  process = fedavg.build_fed_avg(task.model_fn, client_learning_rate=0.1)
   state = process.set_model_weights(process.initialize(), task.initial_model_weights(seed))
 
   def measure(label: str, size: int | None) -> Callable[[], MemoryRow]:

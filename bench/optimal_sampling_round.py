@@ -5,7 +5,7 @@ synthetic examples, McMahan CNN, batch 20, one local epoch, client SGD 0.1,
 server SGD 1.0, TFF's iterator client loop) in the same process and the same
 execution context (TFF's test C++ context, which runs secure sums):
 
-* ``plain``: ``tff_sampling.learning.build_fedavg`` (TFF's weighted mean);
+* ``plain``: ``tff_sampling.learning.build_fed_avg`` (TFF's weighted mean);
 * ``optimal``: ``build_fed_avg_with_optimal_sampling`` (approximate, 4
   rescaling steps, every client value through secure sums).
 
@@ -58,7 +58,7 @@ def run(
 
   sgd = tff.learning.optimizers.build_sgdm
   processes = {
-    'plain': learning.build_fedavg(model_fn, client_learning_rate=0.1),
+    'plain': learning.build_fed_avg(model_fn, client_learning_rate=0.1),
     'optimal': learning.build_fed_avg_with_optimal_sampling(
       model_fn,
       sgd(0.1),

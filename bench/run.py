@@ -9,7 +9,7 @@ Each row sets a measurement against a reference measured **in the same run**
 | section | measurement / reference | target |
 |---|---|---|
 | ``fedavg`` | TFF FedAvg round (``DATASET_ITERATOR``, and TFF's default ``DATASET_REDUCE``) / the same SGD steps as a plain-TF loop (`bench.fedavg_round`) | ≤ 1.2 |
-| ``processes`` | our sampling processes' round / TFF FedAvg's round: FedAvg with per-client signals (`build_fedavg_with_signals`) with and without sketches, and as all runs built it before this suite (sketch + losses); optimal-sampling FedAvg, secure sums (`bench.optimal_sampling_round`) | ≤ 1.05 |
+| ``processes`` | our sampling processes' round / TFF FedAvg's round: FedAvg with per-client signals (`build_fed_avg_with_signals`) with and without sketches, and as all runs built it before this suite (sketch + losses); optimal-sampling FedAvg, secure sums (`bench.optimal_sampling_round`) | ≤ 1.05 |
 | ``program`` | a ``digits`` round of the program loop (`tff_sampling.program.train_model`: selection, the TFF round, evaluation, metrics, checkpoints every 10 rounds) / the bare ``process.next``; checkpointing every round / every 10 | informational |
 | ``samplers`` | server-side work / one TFF FedAvg round of the ``fedavg`` workload: exact and approximate probabilities on 10⁶ norms (`bench.probabilities`), clustered Algorithm 2 at N = 3,400 (`bench.clustered`), FedGS's per-round selection at N = 3,400 and its one-time 3DG (`bench.fedgs`), LEFL's one-time KL + k-means and per-round selection at N = 1,000 (`bench.lefl`) | per round < 0.05 |
 | ``workers`` | one round split over 2 local TFF workers / one process (`bench.workers`) | informational |
@@ -238,10 +238,10 @@ def process_rows(sizes: Sizes, pairs: int) -> list[Row]:
   """Our processes' rounds against TFF FedAvg's, on the ``fedavg`` workload."""
   client_sizes, datasets, model_fn = _fedavg_workload(sizes)
   signal_data = signals.selection_client_data(datasets, [float(s) for s in client_sizes])
-  measures = {'plain': _round(fedavg.build_fedavg(model_fn, client_learning_rate=0.1), datasets)}
+  measures = {'plain': _round(fedavg.build_fed_avg(model_fn, client_learning_rate=0.1), datasets)}
   for label, kwargs in SIGNAL_VARIANTS.items():
     measures[label] = _round(
-      signals.build_fedavg_with_signals(model_fn, client_learning_rate=0.1, **kwargs), signal_data
+      signals.build_fed_avg_with_signals(model_fn, client_learning_rate=0.1, **kwargs), signal_data
     )
   seconds = stats.interleave(measures, pairs)
   rows = [
@@ -274,7 +274,7 @@ def process_rows(sizes: Sizes, pairs: int) -> list[Row]:
 def program_rows(rounds: int, pairs: int) -> list[Row]:
   """The program loop's per-round work beyond the TFF round, on ``digits`` (10 clients)."""
   task = tasks.get_task('digits')
-  process = fedavg.build_fedavg(task.model_fn, client_learning_rate=0.1)
+  process = fedavg.build_fed_avg(task.model_fn, client_learning_rate=0.1)
   data = [task.client_dataset(c, 0) for c in range(10)]
   state = process.initialize()
 
@@ -324,7 +324,7 @@ def program_rows(rounds: int, pairs: int) -> list[Row]:
 def sampler_rows(sizes: Sizes, pairs: int, expensive_pairs: int) -> list[Row]:
   """Server-side work against one FedAvg round, interleaved with it."""
   _, datasets, model_fn = _fedavg_workload(sizes)
-  fedavg_round_seconds = _round(fedavg.build_fedavg(model_fn, client_learning_rate=0.1), datasets)
+  fedavg_round_seconds = _round(fedavg.build_fed_avg(model_fn, client_learning_rate=0.1), datasets)
   fedavg_round_seconds()  # Warm-up: the 3DG's blocks have none (it needs no warming).
 
   n = sizes.sampler_clients

@@ -28,7 +28,7 @@ from bin import common_flags as cf
 from bin import experiment_flags as ef
 from bin import flag_checks
 from bin import optimal_flags
-from tff_sampling import aggregators
+from tff_sampling import communication
 from tff_sampling import comparisons
 from tff_sampling import samplers
 from tff_sampling.analysis import plotting
@@ -71,7 +71,7 @@ def main(argv: Sequence[str]) -> None:
         ef.CLIENTS_PER_ROUND.value, seed=seed
       ),
       availability=ef.availability_spec(),
-      uplink_fn=aggregators.uplink_from_measurements,
+      uplink_fn=communication.uplink_from_measurements,
     )
   plot_path = plotting.plot_runs(
     [r.path for runs in groups.values() for r in runs],

@@ -25,7 +25,7 @@ def main(argv: Sequence[str]) -> None:
   cf.begin_main(argv)
   ef.run_uniform_cohorts(
     f'{ef.TASK.value}_fedavg_seed{cf.SEED.value}',
-    make_process=lambda task: learning.build_fedavg(
+    make_process=lambda task: learning.build_fed_avg(
       task.model_fn,
       client_learning_rate=cf.CLIENT_LEARNING_RATE.value,
       server_learning_rate=cf.SERVER_LEARNING_RATE.value,

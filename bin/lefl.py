@@ -145,7 +145,7 @@ def main(argv: Sequence[str]) -> None:
       raise ValueError(f'--sample_rate must be in (0, 1], got {_SAMPLE_RATE.value}.')
     task = ef.task_from_flags()
     costs: dict[tuple[str, int], communication.PreprocessingBits] = {}
-    process = signals.build_fedavg_with_signals(
+    process = signals.build_fed_avg_with_signals(
       task.model_fn,
       client_learning_rate=cf.CLIENT_LEARNING_RATE.value,
       server_learning_rate=cf.SERVER_LEARNING_RATE.value,

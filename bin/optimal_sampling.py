@@ -22,7 +22,7 @@ from absl import flags
 from bin import common_flags as cf
 from bin import experiment_flags as ef
 from bin import optimal_flags
-from tff_sampling import aggregators
+from tff_sampling import communication
 from tff_sampling.comparisons import optimal
 
 # The paper's settings (docs/algorithms.md §1e); `digits`/`synthetic` are
@@ -85,7 +85,7 @@ def main(argv: Sequence[str]) -> None:
   ef.run_uniform_cohorts(
     f'{ef.TASK.value}_{method.algorithm}_{_SAMPLING.value}_seed{cf.SEED.value}',
     make_process=lambda task: method.make_process(task, _SAMPLING.value, cf.SEED.value),
-    uplink_fn=aggregators.uplink_from_measurements,
+    uplink_fn=communication.uplink_from_measurements,
   )
 
 

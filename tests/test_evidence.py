@@ -104,17 +104,17 @@ def _diff(low, high):
 @pytest.mark.parametrize(
   'low, high, direction, margin, expected',
   [
-    (0.1, 0.3, evidence.HIGHER, 0.0, evidence.REPRODUCED),
-    (0.1, 0.3, evidence.LOWER, 0.0, evidence.CONTRADICTED),
-    (-0.3, -0.1, evidence.LOWER, 0.0, evidence.REPRODUCED),
-    (-0.3, -0.1, evidence.HIGHER, 0.0, evidence.CONTRADICTED),
-    (-0.1, 0.3, evidence.HIGHER, 0.0, evidence.NO_DIFFERENCE),
-    (-0.1, 0.3, evidence.LOWER, 0.0, evidence.NO_DIFFERENCE),
-    (-0.01, 0.02, evidence.EQUAL, 0.03, evidence.REPRODUCED),
-    (0.04, 0.08, evidence.EQUAL, 0.03, evidence.CONTRADICTED),
-    (-0.08, -0.04, evidence.EQUAL, 0.03, evidence.CONTRADICTED),
-    (0.01, 0.05, evidence.EQUAL, 0.03, evidence.UNDECIDED),
-    (-0.05, 0.05, evidence.EQUAL, 0.03, evidence.UNDECIDED),
+    (0.1, 0.3, evidence.Direction.HIGHER, 0.0, evidence.Verdict.REPRODUCED),
+    (0.1, 0.3, evidence.Direction.LOWER, 0.0, evidence.Verdict.CONTRADICTED),
+    (-0.3, -0.1, evidence.Direction.LOWER, 0.0, evidence.Verdict.REPRODUCED),
+    (-0.3, -0.1, evidence.Direction.HIGHER, 0.0, evidence.Verdict.CONTRADICTED),
+    (-0.1, 0.3, evidence.Direction.HIGHER, 0.0, evidence.Verdict.NO_DIFFERENCE),
+    (-0.1, 0.3, evidence.Direction.LOWER, 0.0, evidence.Verdict.NO_DIFFERENCE),
+    (-0.01, 0.02, evidence.Direction.EQUAL, 0.03, evidence.Verdict.REPRODUCED),
+    (0.04, 0.08, evidence.Direction.EQUAL, 0.03, evidence.Verdict.CONTRADICTED),
+    (-0.08, -0.04, evidence.Direction.EQUAL, 0.03, evidence.Verdict.CONTRADICTED),
+    (0.01, 0.05, evidence.Direction.EQUAL, 0.03, evidence.Verdict.UNDECIDED),
+    (-0.05, 0.05, evidence.Direction.EQUAL, 0.03, evidence.Verdict.UNDECIDED),
   ],
 )
 def test_verdicts(low, high, direction, margin, expected):
@@ -123,9 +123,9 @@ def test_verdicts(low, high, direction, margin, expected):
 
 def test_verdict_needs_two_pairs_and_a_margin_for_equality():
   one = evidence.paired_difference({0: 1.0}, {0: 0.0})
-  assert evidence.verdict(one, evidence.HIGHER) == evidence.TOO_FEW
+  assert evidence.verdict(one, evidence.Direction.HIGHER) == evidence.Verdict.TOO_FEW
   with pytest.raises(ValueError, match='margin'):
-    evidence.verdict(_diff(0, 1), evidence.EQUAL)
+    evidence.verdict(_diff(0, 1), evidence.Direction.EQUAL)
   with pytest.raises(ValueError, match='direction'):
     evidence.verdict(_diff(0, 1), 'bigger')
 
@@ -135,20 +135,86 @@ def test_verdict_needs_two_pairs_and_a_margin_for_equality():
   [
     # Fewer bits claimed; the baseline never reached (its value is a lower bound): the
     # true difference is even more negative, so "reproduced" stands.
-    (evidence.REPRODUCED, evidence.LOWER, False, True, evidence.REPRODUCED),
+    (
+      evidence.Verdict.REPRODUCED,
+      evidence.Direction.LOWER,
+      False,
+      True,
+      evidence.Verdict.REPRODUCED,
+    ),
     # The method never reached: its true value is larger, "reproduced" may be an artefact.
-    (evidence.REPRODUCED, evidence.LOWER, True, False, evidence.UNDECIDED),
-    (evidence.CONTRADICTED, evidence.LOWER, True, False, evidence.CONTRADICTED),
-    (evidence.CONTRADICTED, evidence.LOWER, False, True, evidence.UNDECIDED),
-    (evidence.REPRODUCED, evidence.HIGHER, True, False, evidence.REPRODUCED),
-    (evidence.REPRODUCED, evidence.HIGHER, False, True, evidence.UNDECIDED),
-    (evidence.REPRODUCED, evidence.EQUAL, False, True, evidence.UNDECIDED),
+    (
+      evidence.Verdict.REPRODUCED,
+      evidence.Direction.LOWER,
+      True,
+      False,
+      evidence.Verdict.UNDECIDED,
+    ),
+    (
+      evidence.Verdict.CONTRADICTED,
+      evidence.Direction.LOWER,
+      True,
+      False,
+      evidence.Verdict.CONTRADICTED,
+    ),
+    (
+      evidence.Verdict.CONTRADICTED,
+      evidence.Direction.LOWER,
+      False,
+      True,
+      evidence.Verdict.UNDECIDED,
+    ),
+    (
+      evidence.Verdict.REPRODUCED,
+      evidence.Direction.HIGHER,
+      True,
+      False,
+      evidence.Verdict.REPRODUCED,
+    ),
+    (
+      evidence.Verdict.REPRODUCED,
+      evidence.Direction.HIGHER,
+      False,
+      True,
+      evidence.Verdict.UNDECIDED,
+    ),
+    (
+      evidence.Verdict.REPRODUCED,
+      evidence.Direction.EQUAL,
+      False,
+      True,
+      evidence.Verdict.UNDECIDED,
+    ),
     # Neither reached (both lower bounds): the interval of the bounds says nothing about the
     # true difference, which a censored value may hide in either direction.
-    (evidence.NO_DIFFERENCE, evidence.LOWER, True, True, evidence.UNDECIDED),
-    (evidence.NO_DIFFERENCE, evidence.LOWER, False, True, evidence.UNDECIDED),
-    (evidence.NO_DIFFERENCE, evidence.HIGHER, False, False, evidence.NO_DIFFERENCE),
-    (evidence.REPRODUCED, evidence.LOWER, False, False, evidence.REPRODUCED),
+    (
+      evidence.Verdict.NO_DIFFERENCE,
+      evidence.Direction.LOWER,
+      True,
+      True,
+      evidence.Verdict.UNDECIDED,
+    ),
+    (
+      evidence.Verdict.NO_DIFFERENCE,
+      evidence.Direction.LOWER,
+      False,
+      True,
+      evidence.Verdict.UNDECIDED,
+    ),
+    (
+      evidence.Verdict.NO_DIFFERENCE,
+      evidence.Direction.HIGHER,
+      False,
+      False,
+      evidence.Verdict.NO_DIFFERENCE,
+    ),
+    (
+      evidence.Verdict.REPRODUCED,
+      evidence.Direction.LOWER,
+      False,
+      False,
+      evidence.Verdict.REPRODUCED,
+    ),
   ],
 )
 def test_censored_verdicts(outcome, direction, method_censored, baseline_censored, expected):
@@ -177,7 +243,7 @@ def test_a_paired_difference_finds_a_shift_hidden_by_the_spread_between_seeds():
   baseline = dict(enumerate([0.50, 0.62, 0.41, 0.70, 0.55]))
   method = {s: v + 0.02 + 0.001 * (s % 2) for s, v in baseline.items()}
   diff = evidence.paired_difference(method, baseline)
-  assert evidence.verdict(diff, evidence.HIGHER) == evidence.REPRODUCED
+  assert evidence.verdict(diff, evidence.Direction.HIGHER) == evidence.Verdict.REPRODUCED
   low_m, high_m = evidence.t_interval(list(method.values()))
   low_b, high_b = evidence.t_interval(list(baseline.values()))
   assert low_m < high_b and low_b < high_m  # The unpaired intervals overlap.

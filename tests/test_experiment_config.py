@@ -55,7 +55,7 @@ def test_load_splits_experiment_and_binary_flags(tmp_path):
     'optimal=uniform:auc@0.02',
     'optimal<uniform:bits_to_0.5',
   ]
-  assert spec.claims[1].direction == evidence.EQUAL and spec.claims[1].margin == 0.02
+  assert spec.claims[1].direction == evidence.Direction.EQUAL and spec.claims[1].margin == 0.02
   assert spec.claims[2].target == 0.5
   assert spec.tuned and list(spec.reported_seeds) == [0, 1, 2, 3, 4]
   assert spec.extra_columns == ()
@@ -260,7 +260,7 @@ def test_fixed_rates_per_method_need_no_tuning(tmp_path):
 
 def test_best_loss_claims_parse():
   claim = evidence_spec.parse_claim('fedgs<uniform:best_loss')
-  assert claim.metric == evidence_spec.BEST_LOSS and claim.direction == evidence.LOWER
+  assert claim.metric == evidence_spec.BEST_LOSS and claim.direction == evidence.Direction.LOWER
 
 
 def test_method_flag_compares_values_of_another_flag(tmp_path):

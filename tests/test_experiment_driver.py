@@ -169,7 +169,10 @@ def test_tune_evaluate_export_report_and_rerun(tmp_path):
   assert 'python -m bin.report --experiment=docs/experiments/driver_check/experiment.flags' in (
     from_file
   )
-  assert f'**{evidence.NO_DIFFERENCE}**' in from_file or f'**{evidence.REPRODUCED}**' in from_file
+  assert (
+    f'**{evidence.Verdict.NO_DIFFERENCE}**' in from_file
+    or f'**{evidence.Verdict.REPRODUCED}**' in from_file
+  )
 
   # A sibling that borrows this tuning trains every method at the rate chosen here, read from
   # the committed raw metrics (no runs directory of this name beside its own).

@@ -22,7 +22,7 @@ _PAPER_BETA = {'IDL': 0.0, 'LN': 0.5, 'SLN': 0.5, 'LDF': 0.7, 'MDF': 0.7, 'YMF':
 
 
 def _run(task, sampler, path, mode, *, rounds=2, process=None):
-  process = process or signals.build_fedavg_with_signals(
+  process = process or signals.build_fed_avg_with_signals(
     task.model_fn, client_learning_rate=0.05, sketch_size=1
   )
   model = (
@@ -58,7 +58,7 @@ def synthetic():
 
 @pytest.fixture(scope='module')
 def synthetic_process(synthetic):
-  return signals.build_fedavg_with_signals(
+  return signals.build_fed_avg_with_signals(
     synthetic.model_fn, client_learning_rate=0.05, sketch_size=1
   )
 

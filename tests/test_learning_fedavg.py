@@ -10,7 +10,7 @@ from tff_sampling import learning
 
 def test_same_type_and_same_round_as_tff_default_loop(small_digits_task):
   task = small_digits_task
-  ours = learning.build_fedavg(task.model_fn, client_learning_rate=0.1)
+  ours = learning.build_fed_avg(task.model_fn, client_learning_rate=0.1)
   reference = tff.learning.algorithms.build_weighted_fed_avg(
     task.model_fn,
     client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
@@ -45,7 +45,7 @@ def test_same_type_and_same_round_as_tff_default_loop(small_digits_task):
 )
 def test_rejects_non_positive_learning_rates(small_digits_task, kwargs, match):
   with pytest.raises(ValueError, match=match):
-    learning.build_fedavg(small_digits_task.model_fn, **kwargs)
+    learning.build_fed_avg(small_digits_task.model_fn, **kwargs)
 
 
 def _fixed_batches(task, client):
@@ -88,13 +88,13 @@ def test_fedprox_is_sgd_on_the_proximal_objective_and_tff_0_87_has_the_sign_reve
   """One client, μ = 0.5, server lr 1: our FedProx equals local SGD on
   ``loss + μ/2 ‖w − w_global‖²`` done by hand; TFF 0.87's
   ``build_weighted_fed_prox`` equals the same replica with ``−μ (w − w_global)``
-  (the reason `build_fedprox` does not use it). Ours moves less than FedAvg,
+  (the reason `build_fed_prox` does not use it). Ours moves less than FedAvg,
   TFF's more (measured: 0.81× and 1.29× FedAvg's distance)."""
   task, mu, lr = small_digits_task, 0.5, 0.1
   start = task.initial_model_weights(0)
   batches, dataset = _fixed_batches(task, 2)
   ours = _one_round(
-    learning.build_fedprox(task.model_fn, proximal_strength=mu, client_learning_rate=lr),
+    learning.build_fed_prox(task.model_fn, proximal_strength=mu, client_learning_rate=lr),
     start,
     dataset,
   )
@@ -107,7 +107,7 @@ def test_fedprox_is_sgd_on_the_proximal_objective_and_tff_0_87_has_the_sign_reve
     start,
     dataset,
   )
-  avg = _one_round(learning.build_fedavg(task.model_fn, client_learning_rate=lr), start, dataset)
+  avg = _one_round(learning.build_fed_avg(task.model_fn, client_learning_rate=lr), start, dataset)
   for got, sign in ((ours, 1.0), (tff_prox, -1.0)):
     replica = _proximal_sgd_replica(task, start, batches, lr=lr, mu=mu, sign=sign)
     for a, b in zip(got, replica):
@@ -116,7 +116,7 @@ def test_fedprox_is_sgd_on_the_proximal_objective_and_tff_0_87_has_the_sign_reve
 
   # μ = 0 is FedAvg.
   zero = _one_round(
-    learning.build_fedprox(task.model_fn, proximal_strength=0.0, client_learning_rate=lr),
+    learning.build_fed_prox(task.model_fn, proximal_strength=0.0, client_learning_rate=lr),
     start,
     dataset,
   )
@@ -131,7 +131,7 @@ def test_proximal_sgd_anchors_each_client_at_its_own_start(small_digits_task):
   task, mu, lr = small_digits_task, 0.5, 0.1
   start = task.initial_model_weights(0)
   (b1, d1), (b2, d2) = _fixed_batches(task, 1), _fixed_batches(task, 3)
-  process = learning.build_fedprox(task.model_fn, proximal_strength=mu, client_learning_rate=lr)
+  process = learning.build_fed_prox(task.model_fn, proximal_strength=mu, client_learning_rate=lr)
   state = process.set_model_weights(process.initialize(), start)
   both = process.get_model_weights(process.next(state, [d1, d2]).state).trainable
   r1 = _proximal_sgd_replica(task, start, b1, lr=lr, mu=mu, sign=1.0)
@@ -143,6 +143,6 @@ def test_proximal_sgd_anchors_each_client_at_its_own_start(small_digits_task):
 
 def test_fedprox_rejects_negative_strength(small_digits_task):
   with pytest.raises(ValueError, match='proximal_strength must be non-negative, got -0.1'):
-    learning.build_fedprox(
+    learning.build_fed_prox(
       small_digits_task.model_fn, proximal_strength=-0.1, client_learning_rate=0.1
     )

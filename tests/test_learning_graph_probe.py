@@ -143,7 +143,7 @@ def test_update_sketch_is_the_signals_client_works_sketch(small_digits_task):
   task = small_digits_task
   start = task.initial_model_weights(0)
   order = [4, 1, 9]
-  process = signals.build_fedavg_with_signals(
+  process = signals.build_fed_avg_with_signals(
     task.model_fn, client_learning_rate=0.1, sketch_size=256, sketch_seed=5
   )
   state = process.set_model_weights(process.initialize(), start)

@@ -59,7 +59,7 @@ def _full_participation_steps(tasks):
   """Σ_i d_{i,s} U_{i,s} per model, from TFF's FedAvg over every client (server lr 1)."""
   steps = []
   for s, task in enumerate(tasks):
-    process = fedavg.build_fedavg(task.model_fn, client_learning_rate=LR)
+    process = fedavg.build_fed_avg(task.model_fn, client_learning_rate=LR)
     start = task.initial_model_weights(s)
     state = process.set_model_weights(process.initialize(), start)
     output = process.next(state, [task.client_dataset(i, seed=7) for i in range(N)])

@@ -14,7 +14,7 @@ def _flat(weights):
 @pytest.fixture(scope='module')
 def process(small_digits_task):
   # 4,810 parameters ≤ 5,000: the sketch is the update itself (zero-padded).
-  return signals.build_fedavg_with_signals(
+  return signals.build_fed_avg_with_signals(
     small_digits_task.model_fn, client_learning_rate=0.1, sketch_size=5000, client_losses=True
   )
 
@@ -90,10 +90,10 @@ def test_count_sketch_matches_a_numpy_reference_and_is_linear():
 def test_without_signals_the_round_is_the_same_and_reports_none(small_digits_task, process):
   # sketch_size=None and no losses: the same training step, no per-client signals.
   task = small_digits_task
-  bare = signals.build_fedavg_with_signals(
+  bare = signals.build_fed_avg_with_signals(
     task.model_fn, client_learning_rate=0.1, sketch_size=None
   )
-  losses_only = signals.build_fedavg_with_signals(
+  losses_only = signals.build_fed_avg_with_signals(
     task.model_fn, client_learning_rate=0.1, sketch_size=None, client_losses=True
   )
   start = task.initial_model_weights(0)
@@ -130,7 +130,7 @@ def test_mismatched_weights_are_an_error(small_digits_task):
 
 def test_proximal_strength_makes_the_signals_process_fedprox(small_digits_task):
   """Same clients, example-count weights: the signals process with μ = 0.3
-  lands on the model of `learning.build_fedprox` (μ = 0.3), not FedAvg's."""
+  lands on the model of `learning.build_fed_prox` (μ = 0.3), not FedAvg's."""
   from tff_sampling import learning
 
   task, start = small_digits_task, small_digits_task.initial_model_weights(0)
@@ -144,7 +144,7 @@ def test_proximal_strength_makes_the_signals_process_fedprox(small_digits_task):
     return ds
 
   sizes = [float(task.client_num_examples[c]) for c in clients]
-  prox_signals = signals.build_fedavg_with_signals(
+  prox_signals = signals.build_fed_avg_with_signals(
     task.model_fn, client_learning_rate=0.1, sketch_size=16, proximal_strength=0.3
   )
   state = prox_signals.set_model_weights(prox_signals.initialize(), start)
@@ -154,7 +154,7 @@ def test_proximal_strength_makes_the_signals_process_fedprox(small_digits_task):
     ).state
   )
   for mu, should_match in ((0.3, True), (0.0, False)):
-    reference = learning.build_fedprox(
+    reference = learning.build_fed_prox(
       task.model_fn, proximal_strength=mu, client_learning_rate=0.1
     )
     state = reference.set_model_weights(reference.initialize(), start)

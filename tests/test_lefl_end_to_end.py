@@ -46,7 +46,7 @@ def _lefl_sampler(task, clients_per_round, *, seed=0, public_examples=20, **kwar
 
 
 def _run(task, sampler, path, rounds, bits=None, **config):
-  process = signals.build_fedavg_with_signals(
+  process = signals.build_fed_avg_with_signals(
     task.model_fn, client_learning_rate=0.05, sketch_size=1
   )
   program.train_model(

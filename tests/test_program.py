@@ -350,8 +350,8 @@ def test_model_weights_read_from_the_state_equal_the_process_computation(small_d
   sgd = tff.learning.optimizers.build_sgdm
   processes = {
     'tff_fedavg': _fedavg(task),
-    'fedavg': learning.build_fedavg(task.model_fn, client_learning_rate=0.1),
-    'signals': signals_lib.build_fedavg_with_signals(
+    'fedavg': learning.build_fed_avg(task.model_fn, client_learning_rate=0.1),
+    'signals': signals_lib.build_fed_avg_with_signals(
       task.model_fn, client_learning_rate=0.1, sketch_size=None
     ),
     'optimal': learning.build_fed_avg_with_optimal_sampling(

@@ -58,7 +58,7 @@ def _rows(path):
 
 @pytest.fixture(scope='module')
 def signals_process(small_digits_task):
-  return signals.build_fedavg_with_signals(
+  return signals.build_fed_avg_with_signals(
     small_digits_task.model_fn, client_learning_rate=0.1, sketch_size=_SKETCH
   )
 
@@ -82,7 +82,7 @@ def test_signals_reach_the_sampler_not_the_csv(small_digits_task, signals_proces
 def test_a_sampler_needing_a_signal_the_process_lacks_is_refused_before_writing(
   small_digits_task, tmp_path
 ):
-  plain = signals.build_fedavg_with_signals(
+  plain = signals.build_fed_avg_with_signals(
     small_digits_task.model_fn, client_learning_rate=0.1, sketch_size=None
   )
   with pytest.raises(
@@ -125,7 +125,7 @@ def test_stateful_sampler_resumes_identically(small_digits_task, signals_process
 def test_power_of_choice_through_the_program(small_digits_task, tmp_path):
   from tff_sampling import learning
 
-  process = learning.build_fedavg(small_digits_task.model_fn, client_learning_rate=0.1)
+  process = learning.build_fed_avg(small_digits_task.model_fn, client_learning_rate=0.1)
   sampler = samplers.PowerOfChoiceSampler(3, num_candidates=8, seed=0)
   chosen = []
   original = sampler.select

@@ -83,7 +83,7 @@ def test_required_client_weighting():
     weighting = 'custom'
 
   with pytest.raises(
-    ValueError, match='Custom sets aggregation weights that no built-in.*build_fedavg_with_signals'
+    ValueError, match='Custom sets aggregation weights that no built-in.*build_fed_avg_with_signals'
   ):
     weighting.required_client_weighting(Custom(4, seed=0))
 

@@ -56,7 +56,7 @@ def _weights_close(a, b, atol=1e-6):
 
 def test_fedavg_round_split_over_two_workers_equals_one_process(small_digits_task, pool):
   task = small_digits_task
-  process = fedavg.build_fedavg(task.model_fn, client_learning_rate=0.1)
+  process = fedavg.build_fed_avg(task.model_fn, client_learning_rate=0.1)
   state = process.set_model_weights(process.initialize(), task.initial_model_weights(0))
   data = [task.client_dataset(c, 0) for c in range(_COHORT)]
 
@@ -85,7 +85,7 @@ def test_signals_gathered_by_slot_do_not_depend_on_the_split(small_digits_task, 
   # Per-client sketches are scattered by cohort slot, so the partial aggregates
   # may be merged in any order.
   task = small_digits_task
-  process = signals.build_fedavg_with_signals(
+  process = signals.build_fed_avg_with_signals(
     task.model_fn, client_learning_rate=0.1, sketch_size=16, client_losses=True
   )
   state = process.set_model_weights(process.initialize(), task.initial_model_weights(0))
@@ -111,7 +111,7 @@ def test_signals_gathered_by_slot_do_not_depend_on_the_split(small_digits_task, 
 
 def test_round_in_slices_of_two_clients_on_one_worker_equals_one_process(small_digits_task):
   task = small_digits_task
-  process = fedavg.build_fedavg(task.model_fn, client_learning_rate=0.1)
+  process = fedavg.build_fed_avg(task.model_fn, client_learning_rate=0.1)
   state = process.set_model_weights(process.initialize(), task.initial_model_weights(0))
   data = [task.client_dataset(c, 0) for c in range(_COHORT)]
   with workers.WorkerPool.start_local(1, clients_per_call=2) as sliced:
@@ -135,7 +135,7 @@ def _rows(output_dir):
 
 def test_program_with_two_local_workers_equals_one_process(small_digits_task, tmp_path):
   task = small_digits_task
-  process = fedavg.build_fedavg(task.model_fn, client_learning_rate=0.1)
+  process = fedavg.build_fed_avg(task.model_fn, client_learning_rate=0.1)
 
   def run(name, **worker_options):
     return program.train_model(
@@ -217,7 +217,7 @@ def test_optimal_sampling_round_cannot_be_split_and_says_why(small_digits_task, 
     )
   assert not (tmp_path / 'os' / 'metrics.csv').exists()
   workers.check_splittable(
-    fedavg.build_fedavg(task.model_fn, client_learning_rate=0.1).next, 'fedavg'
+    fedavg.build_fed_avg(task.model_fn, client_learning_rate=0.1).next, 'fedavg'
   )  # No error.
 
 
@@ -267,7 +267,7 @@ def test_a_port_without_a_tff_worker_is_a_value_error_after_the_connect_timeout(
 def test_a_closed_pool_or_an_exited_worker_fails_the_call_instead_of_retrying(small_digits_task):
   # TFF retries a call whose worker went away (gRPC UNAVAILABLE) without end;
   # the pool's executor factory ends that with WorkersStopped.
-  process = fedavg.build_fedavg(small_digits_task.model_fn, client_learning_rate=0.1)
+  process = fedavg.build_fed_avg(small_digits_task.model_fn, client_learning_rate=0.1)
   state = process.initialize()
   data = [small_digits_task.client_dataset(c, 0) for c in range(2)]
   pool = workers.WorkerPool.start_local(1)

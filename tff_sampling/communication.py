@@ -80,3 +80,14 @@ def full_cohort_uplink(process_metrics: Mapping[str, Any], cohort_size: int) -> 
   """
   del process_metrics  # Plain FedAvg sends nothing else.
   return Uplink(model_uploads=int(cohort_size), extra_scalars=0)
+
+
+def uplink_from_measurements(process_metrics: Mapping[str, Any], cohort_size: int) -> Uplink:
+  """The ``uplink_fn`` of processes that aggregate with optimal sampling
+  (`tff_sampling.aggregators.OptimalSamplingFactory`): what the aggregator measured,
+  ``aggregator/uploads`` and ``aggregator/extra_scalars_per_client``."""
+  aggregator = process_metrics['aggregator']
+  return Uplink(
+    model_uploads=int(aggregator['uploads']),
+    extra_scalars=int(aggregator['extra_scalars_per_client']) * int(cohort_size),
+  )

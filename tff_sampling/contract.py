@@ -97,7 +97,7 @@ def check_sampler_process(sampler: Any, process: tff.templates.MeasuredProcess) 
   if missing:
     raise ValueError(
       f'{name} reads the per-client signal(s) {missing}, which the learning process does not '
-      'emit: build it with tff_sampling.learning.signals.build_fedavg_with_signals '
+      'emit: build it with tff_sampling.learning.signals.build_fed_avg_with_signals '
       f'(sketch_size for {UPDATE_SKETCH!r}, client_losses=True for {LOSS!r}).'
     )
   probe = getattr(sampler, 'probe_signal', None)

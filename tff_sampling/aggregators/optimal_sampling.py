@@ -113,6 +113,7 @@ from tff_sampling.aggregators import inner_factories
 from tff_sampling.aggregators import protocol
 from tff_sampling.aggregators import secure_context
 
+Mode = protocol.Mode
 MODES = protocol.MODES
 
 _COUNT = protocol.COUNT
@@ -188,7 +189,7 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
     expected_clients: float,
     *,
     max_rescaling_steps: int = 4,
-    mode: str = 'approximate',
+    mode: str = Mode.APPROXIMATE,
     secure: bool | None = None,
     seed: int = 0,
     norm_bound: float = 1e6,
@@ -236,7 +237,7 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
     if mode not in MODES:
       raise ValueError(f'mode must be one of {MODES}, got {mode!r}.')
     scalar_sums = protocol.resolve_scalar_sums(secure, scalar_sums)
-    if mode == 'exact' and scalar_sums.secure:
+    if mode == Mode.EXACT and scalar_sums.secure:
       raise ValueError(
         "mode='exact' collects every client's norm, which secure aggregation "
         "forbids; pass secure=False, or use mode='approximate'."
@@ -245,7 +246,7 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
       if not np.isfinite(bound) or bound <= 0:
         raise ValueError(f'{name} must be a positive number, got {bound!r}.')
     self._expected_clients = float(expected_clients)
-    self._steps = int(max_rescaling_steps) if mode == 'approximate' else 0
+    self._steps = int(max_rescaling_steps) if mode == Mode.APPROXIMATE else 0
     self._mode = mode
     self._scalar_sums = scalar_sums
     self._seed = int(seed)
@@ -488,18 +489,3 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
         inner=upload.inner.measurements,
       )
     )
-
-
-def uplink_from_measurements(process_metrics: Any, cohort_size: int):
-  """The program loop's `uplink_fn` for processes using `OptimalSamplingFactory`.
-
-  Reads ``aggregator/uploads`` and ``aggregator/extra_scalars_per_client`` from
-  the learning process's metrics.
-  """
-  from tff_sampling import communication  # Local: keeps this module TFF-only at import.
-
-  aggregator = process_metrics['aggregator']
-  return communication.Uplink(
-    model_uploads=int(aggregator['uploads']),
-    extra_scalars=int(aggregator['extra_scalars_per_client']) * int(cohort_size),
-  )

@@ -38,6 +38,7 @@ accurate to ~1e-10 per client at any scale. `sum_counts` and `sum_floats` take
 
 from __future__ import annotations
 
+import enum
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -46,7 +47,17 @@ import tensorflow_federated as tff
 
 from tff_sampling import probabilities
 
-MODES = ('approximate', 'exact', 'uniform', 'full')
+
+class Mode(enum.StrEnum):
+  """Who uploads: each client with probability ``p_i``, chosen by one of these."""
+
+  APPROXIMATE = 'approximate'  # Algorithm 2: optimal p from sums only (the secure protocol).
+  EXACT = 'exact'  # Algorithm 1: optimal p from every client's norm (reveals them).
+  UNIFORM = 'uniform'  # p = m / n.
+  FULL = 'full'  # p = 1.
+
+
+MODES = tuple(Mode)
 
 FLOAT = np.float32
 COUNT = np.int32
@@ -239,13 +250,13 @@ def federated_probabilities(
     norm_sum = tff.federated_value(FLOAT(1.0), tff.SERVER)
   else:  # Algorithm 2's A, and the scale of the callers' measurements.
     norm_sum = sums.nonnegative(norms, norm_bound)
-  all_norms = gather_values(norms) if mode == 'exact' else None
+  all_norms = gather_values(norms) if mode == Mode.EXACT else None
   water_level = _water_level(all_norms, m)
   probability, full_participation = _initial_probabilities(
     norms, norm_sum, cohort_size, water_level, m, mode
   )
   probability, steps_used = _rescale(
-    probability, cohort_size, m, max_rescaling_steps if mode == 'approximate' else 0, sums
+    probability, cohort_size, m, max_rescaling_steps if mode == Mode.APPROXIMATE else 0, sums
   )
   return FederatedProbabilities(
     probability, norm_sum, steps_used, full_participation, water_level, all_norms
@@ -283,7 +294,7 @@ def _initial_probabilities(norms, norm_sum, cohort_size, water_level, m: float, 
       return tf.constant(1.0)
     if mode == 'uniform':
       return tf.minimum(1.0, m / tf.maximum(size, 1.0))
-    if mode == 'exact':
+    if mode == Mode.EXACT:
       # λ = 0 means every client with a non-zero norm saturates.
       return tf.where(
         norm > 0.0,

@@ -49,12 +49,17 @@ MARKER = (
 AHEAD = 'ahead'
 BEHIND = 'behind'
 _WORDS = {
-  evidence.REPRODUCED: AHEAD,
-  evidence.CONTRADICTED: BEHIND,
-  evidence.NO_DIFFERENCE: evidence.NO_DIFFERENCE,
-  evidence.TOO_FEW: evidence.TOO_FEW,
+  evidence.Verdict.REPRODUCED: AHEAD,
+  evidence.Verdict.CONTRADICTED: BEHIND,
+  evidence.Verdict.NO_DIFFERENCE: evidence.Verdict.NO_DIFFERENCE,
+  evidence.Verdict.TOO_FEW: evidence.Verdict.TOO_FEW,
 }
-_MARKS = {AHEAD: '+', BEHIND: '−', evidence.NO_DIFFERENCE: '=', evidence.TOO_FEW: '?'}
+_MARKS = {
+  AHEAD: '+',
+  BEHIND: '−',
+  evidence.Verdict.NO_DIFFERENCE: '=',
+  evidence.Verdict.TOO_FEW: '?',
+}
 PLOTTED = 3  # The best methods drawn beside the baseline.
 ACTIVE_COLUMN = 'availability/active_clients'
 
@@ -193,7 +198,7 @@ def _mean_sd(values: np.ndarray) -> str:
 
 def _word(difference: evidence.PairedDifference) -> str:
   """The verdict on a higher-is-better difference: ahead, behind, no difference, too few."""
-  return _WORDS[evidence.verdict(difference, evidence.HIGHER)]
+  return _WORDS[evidence.verdict(difference, evidence.Direction.HIGHER)]
 
 
 def _difference(difference: evidence.PairedDifference, baseline: bool = False) -> str:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 import dataclasses
+import enum
 import math
 
 import numpy as np
@@ -39,16 +40,24 @@ LOSS_COLUMN = 'eval/loss'
 CONFIDENCE = 0.95
 
 # The paper's claimed direction of ``method − baseline``.
-HIGHER = 'higher'
-LOWER = 'lower'
-EQUAL = 'equal'
-DIRECTIONS = (HIGHER, LOWER, EQUAL)
 
-REPRODUCED = 'reproduced'
-CONTRADICTED = 'contradicted'
-NO_DIFFERENCE = 'no difference detected'
-UNDECIDED = 'undecided'  # An equivalence claim whose interval straddles the margin.
-TOO_FEW = 'too few seeds'
+
+class Direction(enum.StrEnum):
+  """What a claim states of ``method − baseline``."""
+
+  HIGHER = 'higher'
+  LOWER = 'lower'
+  EQUAL = 'equal'  # Within ± a margin.
+
+
+class Verdict(enum.StrEnum):
+  """What the paired interval says of a claim (the words the reports print)."""
+
+  REPRODUCED = 'reproduced'
+  CONTRADICTED = 'contradicted'
+  NO_DIFFERENCE = 'no difference detected'
+  UNDECIDED = 'undecided'  # An equivalence claim whose interval straddles the margin.
+  TOO_FEW = 'too few seeds'
 
 
 def evaluated(run: results.Run, column: str = ACCURACY_COLUMN) -> tuple[np.ndarray, np.ndarray]:
@@ -158,24 +167,24 @@ def censored_verdict(
   A censored value is below the truth. For a claim that the method is *lower*
   (fewer rounds or bits), censoring the baseline only shrinks the difference,
   so a verdict in the claim's favour stands, while censoring the method could
-  make it: such a verdict becomes `UNDECIDED`; symmetrically for *higher*.
+  make it: such a verdict becomes `Verdict.UNDECIDED`; symmetrically for *higher*.
   Equality claims are undecided under any censoring, and so is *no difference
   detected*: a censored value may hide a difference (two runs that never reach
   the target differ by 0 in their bounds, whatever their true values).
   """
-  if outcome == TOO_FEW:
+  if outcome == Verdict.TOO_FEW:
     return outcome
-  if outcome == NO_DIFFERENCE:
-    return UNDECIDED if (method_censored or baseline_censored) else outcome
-  if direction == EQUAL:
-    return UNDECIDED if (method_censored or baseline_censored) else outcome
+  if outcome == Verdict.NO_DIFFERENCE:
+    return Verdict.UNDECIDED if (method_censored or baseline_censored) else outcome
+  if direction == Direction.EQUAL:
+    return Verdict.UNDECIDED if (method_censored or baseline_censored) else outcome
   # Which side's censoring can only favour the claim.
-  favouring = method_censored if direction == LOWER else baseline_censored
-  opposing = baseline_censored if direction == LOWER else method_censored
-  if outcome == REPRODUCED and favouring:
-    return UNDECIDED
-  if outcome == CONTRADICTED and opposing:
-    return UNDECIDED
+  favouring = method_censored if direction == Direction.LOWER else baseline_censored
+  opposing = baseline_censored if direction == Direction.LOWER else method_censored
+  if outcome == Verdict.REPRODUCED and favouring:
+    return Verdict.UNDECIDED
+  if outcome == Verdict.CONTRADICTED and opposing:
+    return Verdict.UNDECIDED
   return outcome
 
 
@@ -232,33 +241,33 @@ def paired_difference(
   return PairedDifference(seeds, differences, mean, low, high)
 
 
-def verdict(difference: PairedDifference, direction: str, margin: float = 0.0) -> str:
+def verdict(difference: PairedDifference, direction: str, margin: float = 0.0) -> Verdict:
   """The verdict on a claim that ``method − baseline`` is `direction`.
 
   Args:
     difference: The paired difference.
-    direction: `HIGHER`, `LOWER` or `EQUAL`.
-    margin: For `EQUAL` only: the largest difference counted as "equal" (> 0).
+    direction: `Direction.HIGHER`, `Direction.LOWER` or `Direction.EQUAL`.
+    margin: For `Direction.EQUAL` only: the largest difference counted as "equal" (> 0).
 
   Returns:
-    `REPRODUCED`, `CONTRADICTED`, `NO_DIFFERENCE` (`UNDECIDED` for `EQUAL`)
-    or `TOO_FEW` (fewer than two pairs).
+    `Verdict.REPRODUCED`, `Verdict.CONTRADICTED`, `Verdict.NO_DIFFERENCE`
+    (`Verdict.UNDECIDED` for `Direction.EQUAL`) or `Verdict.TOO_FEW` (fewer than two pairs).
   """
-  if direction not in DIRECTIONS:
-    raise ValueError(f'direction must be one of {", ".join(DIRECTIONS)}, got {direction!r}.')
-  if direction == EQUAL and not margin > 0:
+  if direction not in tuple(Direction):
+    raise ValueError(f'direction must be one of {", ".join(Direction)}, got {direction!r}.')
+  if direction == Direction.EQUAL and not margin > 0:
     raise ValueError(f'An equivalence claim needs a margin > 0, got {margin!r}.')
   if difference.n < 2:
-    return TOO_FEW
+    return Verdict.TOO_FEW
   low, high = difference.low, difference.high
-  if direction == EQUAL:
+  if direction == Direction.EQUAL:
     if -margin <= low and high <= margin:
-      return REPRODUCED
+      return Verdict.REPRODUCED
     if low > margin or high < -margin:
-      return CONTRADICTED
-    return UNDECIDED
+      return Verdict.CONTRADICTED
+    return Verdict.UNDECIDED
   if low > 0:
-    return REPRODUCED if direction == HIGHER else CONTRADICTED
+    return Verdict.REPRODUCED if direction == Direction.HIGHER else Verdict.CONTRADICTED
   if high < 0:
-    return REPRODUCED if direction == LOWER else CONTRADICTED
-  return NO_DIFFERENCE
+    return Verdict.REPRODUCED if direction == Direction.LOWER else Verdict.CONTRADICTED
+  return Verdict.NO_DIFFERENCE

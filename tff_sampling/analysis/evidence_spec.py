@@ -35,7 +35,11 @@ _CLAIM = re.compile(
   r'^(?P<method>[A-Za-z0-9_.-]+)(?P<op>[<>=])(?P<baseline>[A-Za-z0-9_.-]+)'
   r':(?P<metric>[A-Za-z0-9_.]+)(@(?P<margin>[0-9.eE+-]+))?$'
 )
-_OPS = {'>': evidence.HIGHER, '<': evidence.LOWER, '=': evidence.EQUAL}
+_OPS = {
+  '>': evidence.Direction.HIGHER,
+  '<': evidence.Direction.LOWER,
+  '=': evidence.Direction.EQUAL,
+}
 _SYMBOLS = {v: k for k, v in _OPS.items()}
 
 
@@ -47,7 +51,7 @@ class Claim:
     method, baseline: Method names of the spec.
     metric: `FINAL`, `CURVE`, `BEST_LOSS` (the lowest evaluation loss),
       ``rounds_to_<target>`` or ``bits_to_<target>``.
-    direction: `evidence.HIGHER`, `LOWER` or `EQUAL`.
+    direction: `evidence.Direction.HIGHER`, `LOWER` or `EQUAL`.
     margin: For `EQUAL`: the largest difference that counts as equal.
     text: The claim as written (``optimal>uniform:final``).
   """
@@ -55,12 +59,12 @@ class Claim:
   method: str
   baseline: str
   metric: str
-  direction: str
+  direction: evidence.Direction
   margin: float = 0.0
 
   @property
   def text(self) -> str:
-    margin = f'@{self.margin:g}' if self.direction == evidence.EQUAL else ''
+    margin = f'@{self.margin:g}' if self.direction == evidence.Direction.EQUAL else ''
     return f'{self.method}{_SYMBOLS[self.direction]}{self.baseline}:{self.metric}{margin}'
 
   @property
@@ -85,9 +89,9 @@ def parse_claim(text: str) -> Claim:
     )
   direction = _OPS[match['op']]
   margin = float(match['margin']) if match['margin'] else 0.0
-  if direction == evidence.EQUAL and not margin > 0:
+  if direction == evidence.Direction.EQUAL and not margin > 0:
     raise ValueError(f'Claim {text!r} claims equality: give its margin, e.g. {text}@0.02.')
-  if direction != evidence.EQUAL and match['margin']:
+  if direction != evidence.Direction.EQUAL and match['margin']:
     raise ValueError(f'Claim {text!r}: a margin belongs to an equality claim (=) only.')
   metric = match['metric']
   if metric not in (FINAL, CURVE, BEST_LOSS) and not (

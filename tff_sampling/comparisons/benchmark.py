@@ -31,7 +31,6 @@ import tensorflow_federated as tff
 from tff_sampling import communication
 from tff_sampling import samplers
 from tff_sampling.aggregators import OptimalSamplingFactory
-from tff_sampling.aggregators import optimal_sampling
 from tff_sampling.comparisons import clustered
 from tff_sampling.comparisons import fedgs
 from tff_sampling.comparisons import lefl
@@ -81,7 +80,7 @@ def uplink(process_metrics: Mapping[str, Any], cohort_size: int) -> communicatio
   """
   aggregator = process_metrics.get('aggregator', {})
   if isinstance(aggregator, Mapping) and 'uploads' in aggregator:
-    return optimal_sampling.uplink_from_measurements(process_metrics, cohort_size)
+    return communication.uplink_from_measurements(process_metrics, cohort_size)
   return communication.full_cohort_uplink(process_metrics, cohort_size)
 
 
@@ -195,7 +194,7 @@ class BenchmarkMethods:
       sampler, optimal = parse_method(method)
       key = (sampler == 'clustered_similarity', optimal)
       if key not in processes:
-        processes[key] = signals.build_fedavg_with_signals(
+        processes[key] = signals.build_fed_avg_with_signals(
           task.model_fn,
           client_learning_rate=self.client_learning_rate,
           server_learning_rate=self.server_learning_rate,

@@ -59,7 +59,7 @@ class ClusteredMethods:
       del seed  # The same for every seed.
       sketch_size = self.sketch_size if method == 'clustered_similarity' else None
       if sketch_size not in processes:
-        processes[sketch_size] = signals.build_fedavg_with_signals(
+        processes[sketch_size] = signals.build_fed_avg_with_signals(
           task.model_fn,
           client_learning_rate=self.client_learning_rate,
           server_learning_rate=self.server_learning_rate,

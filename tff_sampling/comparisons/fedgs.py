@@ -126,7 +126,7 @@ class FedGSMethods:
       del seed  # The same for every seed.
       mu = self.fedprox_mu if method == 'fedprox' else 0.0
       if mu not in processes:
-        processes[mu] = signals.build_fedavg_with_signals(
+        processes[mu] = signals.build_fed_avg_with_signals(
           task.model_fn,
           client_learning_rate=self.client_learning_rate,
           server_learning_rate=self.server_learning_rate,

@@ -12,16 +12,17 @@ from typing import Any
 import numpy as np
 import tensorflow_federated as tff
 
+from tff_sampling import aggregators
 from tff_sampling import learning
 from tff_sampling.runtime import results
 from tff_sampling.task import Task
 
-# --sampling -> the aggregator's mode: who uploads.
+# --sampling (a method's name in runs and reports) -> the aggregator's mode: who uploads.
 SAMPLING_MODES = {
-  'optimal': 'approximate',
-  'optimal_exact': 'exact',
-  'uniform': 'uniform',
-  'full': 'full',
+  'optimal': aggregators.Mode.APPROXIMATE,
+  'optimal_exact': aggregators.Mode.EXACT,
+  'uniform': aggregators.Mode.UNIFORM,
+  'full': aggregators.Mode.FULL,
 }
 ALGORITHMS = ('fedavg', 'dsgd')
 
@@ -56,7 +57,7 @@ class OptimalSampling:
       expected_clients=self.expected_clients,
       max_rescaling_steps=self.max_rescaling_steps,
       mode=mode,
-      secure=(mode != 'exact'),
+      secure=(mode != aggregators.Mode.EXACT),
       seed=seed,
     )
     server_optimizer = tff.learning.optimizers.build_sgdm(self.server_learning_rate)

@@ -1,21 +1,21 @@
 """Learning processes (`tff.learning.templates.LearningProcess`) of the project."""
 
 from tff_sampling.learning.fedavg import CLIENT_LOOP
-from tff_sampling.learning.fedavg import build_fedavg
-from tff_sampling.learning.fedavg import build_fedprox
+from tff_sampling.learning.fedavg import build_fed_avg
+from tff_sampling.learning.fedavg import build_fed_prox
 from tff_sampling.learning.multi_model import build_multi_model_process
 from tff_sampling.learning.optimal_sampling import build_dsgd_with_optimal_sampling
 from tff_sampling.learning.optimal_sampling import build_fed_avg_with_optimal_sampling
-from tff_sampling.learning.signals import build_fedavg_with_signals
+from tff_sampling.learning.signals import build_fed_avg_with_signals
 from tff_sampling.learning.signals import build_loss_probe
 
 __all__ = [
   'CLIENT_LOOP',
   'build_dsgd_with_optimal_sampling',
   'build_fed_avg_with_optimal_sampling',
-  'build_fedavg',
-  'build_fedavg_with_signals',
-  'build_fedprox',
+  'build_fed_avg',
+  'build_fed_avg_with_signals',
+  'build_fed_prox',
   'build_loss_probe',
   'build_multi_model_process',
 ]

@@ -25,7 +25,7 @@ def _check_learning_rates(client_learning_rate: float, server_learning_rate: flo
   validation.positive_number('server_learning_rate', server_learning_rate)
 
 
-def build_fedavg(
+def build_fed_avg(
   model_fn: Callable[[], tff.learning.models.VariableModel],
   *,
   client_learning_rate: float,
@@ -54,7 +54,7 @@ def build_fedavg(
   )
 
 
-def build_fedprox(
+def build_fed_prox(
   model_fn: Callable[[], tff.learning.models.VariableModel],
   *,
   proximal_strength: float,
@@ -67,7 +67,7 @@ def build_fedprox(
   `proximal_strength`) with `proximal.build_proximal_sgd` inside TFF's FedAvg
   (TFF 0.87's own ``build_weighted_fed_prox`` has the proximal gradient's sign
   reversed; see `tff_sampling.learning.proximal`). With ``μ = 0`` this is
-  `build_fedavg`.
+  `build_fed_avg`.
 
   Args:
     model_fn: Builds a fresh `tff.learning.models.VariableModel`.

@@ -16,7 +16,7 @@ model aggregator and TFF's optimizer finalizer with
 
 The aggregator's measurements appear under ``metrics['aggregator']``; the
 program loop counts uploads with
-`tff_sampling.aggregators.uplink_from_measurements`. Secure sums need
+`tff_sampling.communication.uplink_from_measurements`. Secure sums need
 `tff_sampling.runtime.tff_context.use_secure_sum_simulation` (the program loop calls it);
 without it ``next`` raises `tff_sampling.aggregators.SecureSumContextError`
 saying so (`tff_sampling.aggregators.with_secure_sum_hint`).
@@ -40,7 +40,7 @@ def _factory(expected_clients, max_rescaling_steps, mode, secure, seed, aggregat
     expected_clients,
     max_rescaling_steps=max_rescaling_steps,
     mode=mode,
-    secure=secure and mode != 'exact',
+    secure=secure and mode != aggregator_lib.Mode.EXACT,
     seed=seed,
     **aggregator_options,
   )
@@ -50,7 +50,9 @@ def _hinting(process, secure, mode):
   """`process` raising `SecureSumContextError` if its secure sums cannot run."""
   # With the protocol's secure sums there is no need to look; otherwise only an
   # inner factory (e.g. SecureSumFactory) can bring some.
-  return secure_context.with_secure_sum_hint(process, check=not (secure and mode != 'exact'))
+  return secure_context.with_secure_sum_hint(
+    process, check=not (secure and mode != aggregator_lib.Mode.EXACT)
+  )
 
 
 def build_fed_avg_with_optimal_sampling(
@@ -60,7 +62,7 @@ def build_fed_avg_with_optimal_sampling(
   *,
   expected_clients: float,
   max_rescaling_steps: int = 4,
-  mode: str = 'approximate',
+  mode: str = aggregator_lib.Mode.APPROXIMATE,
   secure: bool = True,
   client_weighting: tff.learning.ClientWeighting = tff.learning.ClientWeighting.NUM_EXAMPLES,
   seed: int = 0,
@@ -107,7 +109,7 @@ def build_dsgd_with_optimal_sampling(
   *,
   expected_clients: float,
   max_rescaling_steps: int = 4,
-  mode: str = 'approximate',
+  mode: str = aggregator_lib.Mode.APPROXIMATE,
   secure: bool = True,
   seed: int = 0,
   **aggregator_options,

@@ -17,7 +17,7 @@ TFF's model-delta client work initialises the client optimizer afresh for every
 client and every round, right before the first local step. So this optimizer
 stores the weights of its first `next` call as the anchor ``w_t`` and adds
 ``μ (w − w_t)`` to every gradient; any TFF client work that takes a client
-optimizer (`tff_sampling.learning.fedavg.build_fedprox`, the signals client
+optimizer (`tff_sampling.learning.fedavg.build_fed_prox`, the signals client
 work of server-side samplers) becomes FedProx. Reusing the optimizer across
 clients without re-initialising it would keep the first anchor: TFF never does.
 """

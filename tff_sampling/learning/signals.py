@@ -300,7 +300,7 @@ def build_signals_client_work(
   )
 
 
-def build_fedavg_with_signals(
+def build_fed_avg_with_signals(
   model_fn: Callable[[], tff.learning.models.VariableModel],
   *,
   client_learning_rate: float,

@@ -92,7 +92,7 @@ def check_plain_process_weighting(
       f'{type(sampler).__name__} sets aggregation weights, which a plain TFF process (one not '
       'built on tff_sampling.learning.signals) cannot receive: build it with client_weighting='
       f'{weighting.required_client_weighting(sampler)} and pass the same client_weighting to '
-      'train_model, or build it with signals.build_fedavg_with_signals.'
+      'train_model, or build it with signals.build_fed_avg_with_signals.'
     )
   weighting.check_fed_avg_weighting(
     sampler, client_weighting, fixed_local_steps=config.client_steps is not None

@@ -199,9 +199,7 @@ class _Rounds:
     if first_round == 1:
       eval_metrics = self._round_zero(state)
     monitor = checks.LearningMonitor(
-      self.config.output_dir,
-      getattr(getattr(self.trainer, 'task', None), 'num_classes', None),
-      self._initial_loss(eval_metrics),
+      self.config.output_dir, self.trainer.clients.num_classes, self._initial_loss(eval_metrics)
     )
     start = time.monotonic()
     for round_num in range(first_round, self.config.rounds + 1):

@@ -59,11 +59,14 @@ class Clients(NamedTuple):
     num_examples: ``int64[N]`` examples per client (the sampler's `Population`).
     label_histograms: ``[N, C]`` label counts per client, for the selection
       metrics.
+    num_classes: The task's classes, for the check that a run learns more than
+      chance (None: no such check).
   """
 
   ids: Sequence[str]
   num_examples: np.ndarray
   label_histograms: np.ndarray
+  num_classes: int | None = None
 
 
 class Trainer(Protocol):
@@ -130,6 +133,7 @@ class SingleModel:
       self.task.client_ids,
       np.asarray(self.task.client_num_examples),
       self.task.client_label_histograms,
+      self.task.num_classes,
     )
 
   def check(self, sampler: samplers_base.Sampler | None) -> None:

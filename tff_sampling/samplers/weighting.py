@@ -80,7 +80,7 @@ _NUM_EXAMPLES = 'NUM_EXAMPLES'
 _RTOL = 1e-5
 
 _SIGNALS_HINT = (
-  'build the process with tff_sampling.learning.signals.build_fedavg_with_signals (its '
+  'build the process with tff_sampling.learning.signals.build_fed_avg_with_signals (its '
   "clients receive each slot's weight: signals.selection_client_data), which "
   "tff_sampling.program.train_model feeds the sampler's weights"
 )
