@@ -244,7 +244,12 @@ def train(
           )
         elif failed or (left and process.returncode == 0):
           first = left[0]
-          failure = _read_failure(log_path, log_start)
+          if process.returncode < 0:  # Killed: its log says nothing of why.
+            failure = experiment_jobs.Failure(
+              f'killed by {signal.Signals(-process.returncode).name}', refused=False
+            )
+          else:
+            failure = _read_failure(log_path, log_start)
           said = f': {failure.reason.removeprefix("Error: ")}' if failure.reason else ''
           if failure.refused:  # Bad input: a new attempt would be refused the same way.
             raise RuntimeError(

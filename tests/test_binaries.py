@@ -240,7 +240,7 @@ def test_clustered_sampling_two_rounds(tmp_path):
 @pytest.mark.parametrize(
   'binary,sampling,message',
   [
-    ('clustered_sampling', 'md,best', "--sampling has unknown value 'best'; choose from md,"),
+    ('clustered_sampling', 'md,best', "--sampling has unknown value 'best'; choose from uniform,"),
     ('fedgs', 'uniform,best', "--sampling has unknown value 'best'; choose from"),
     ('lefl', 'best', "--sampling has unknown value 'best'; choose from"),
     ('benchmark', 'md+best', "Unknown method 'md+best': give a sampler of"),

@@ -356,7 +356,7 @@ def test_a_crashed_call_trains_again_from_its_checkpoint_and_the_run_is_unchange
   finally:
     driver.kill()
   assert driver.returncode == 0, err[-2000:]
-  assert 'lr0.3_uniform_seed0: call lr0.3_uniform_seed0 failed (exit -9;' in out
+  assert 'lr0.3_uniform_seed0: call lr0.3_uniform_seed0 failed (exit -9: killed by SIGKILL; ' in out
   assert 'lr0.3_uniform_seed0: finished in ' in out
   # The second attempt resumed from the checkpoint, not from round 0.
   log = (runs_dir / 'logs' / 'lr0.3_uniform_seed0.log').read_text()

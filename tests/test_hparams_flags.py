@@ -76,6 +76,8 @@ def _other_value(flag: flags.Flag):
   if isinstance(flag, flags.EnumFlag):
     return next(v for v in flag.parser.enum_values if v != value)
   if isinstance(flag.parser, flags.ListParser):
+    if value and len(value) > 1:  # E.g. a binary's methods: only some of its own choices.
+      return value[:-1]
     return ['7'] if value != ['7'] else ['8']
   if isinstance(flag.parser, flags.IntegerParser):
     base = value if value is not None else (flag.parser.lower_bound or 1)
