@@ -2,7 +2,7 @@ r"""Benchmark: FedGS's server work (Wang et al., AAAI 2023; ``docs/algorithms.md
 
 Three measurements, all in one run (medians over ``--fg_repeats``):
 
-1. **The 3DG's shortest paths.** `fedgs.graph_distances` (min-max
+1. **The 3DG's shortest paths.** `fedgs_problem.graph_distances` (min-max
    normalisation, edge weights, all-pairs shortest paths) on the cosine
    similarities of ``--fg_graph_clients`` = 3,400 label-distribution-like
    features: Dirichlet(``--fg_dirichlet`` = 0.5) over ``--fg_labels`` = 10
@@ -41,7 +41,8 @@ from absl import flags
 import numpy as np
 
 from bench import stats
-from tff_sampling.samplers import fedgs
+from tff_sampling.samplers import fedgs_problem
+from tff_sampling.samplers import fedgs_solvers
 
 # Flag names carry the `fg_` prefix: other binaries define flags in the same
 # process when the tests import them all.
@@ -64,7 +65,7 @@ _TIME_LIMIT = flags.DEFINE_float(
 )
 _MAX_SOLVER_CLIENTS = flags.DEFINE_integer(
   'fg_max_solver_clients',
-  fedgs.DEFAULT_MAX_SOLVER_CLIENTS,
+  fedgs_solvers.DEFAULT_MAX_SOLVER_CLIENTS,
   'max_solver_clients: most available clients for which the solver runs.',
   lower_bound=0,
 )
@@ -99,9 +100,9 @@ class SelectionRow:
 
   num_clients: int
   heuristic_seconds: tuple[float, ...]
-  heuristic: tuple[fedgs.SelectionReport, ...]
+  heuristic: tuple[fedgs_solvers.SelectionReport, ...]
   solver_seconds: tuple[float, ...]
-  solver: tuple[fedgs.SelectionReport, ...]
+  solver: tuple[fedgs_solvers.SelectionReport, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,9 +113,9 @@ class SmallRow:
   budget: int
   brute_force_value: float
   brute_force_seconds: float
-  single_start: fedgs.SelectionReport
-  heuristic: fedgs.SelectionReport
-  solver: fedgs.SelectionReport
+  single_start: fedgs_solvers.SelectionReport
+  heuristic: fedgs_solvers.SelectionReport
+  solver: fedgs_solvers.SelectionReport
   solver_seconds: float
 
 
@@ -129,11 +130,11 @@ def time_graph(
 ) -> tuple[GraphRow, np.ndarray]:
   """Times the similarities and `graph_distances`; returns the row and ``H``."""
   similarity_seconds, similarities = stats.repeat(
-    lambda: fedgs.similarity_from_features(features), repeats
+    lambda: fedgs_problem.similarity_from_features(features), repeats
   )
   similarity = similarities[-1]
   distance_seconds, distances = stats.repeat(
-    lambda: fedgs.graph_distances(similarity, epsilon=epsilon, sigma2=sigma2), repeats
+    lambda: fedgs_problem.graph_distances(similarity, epsilon=epsilon, sigma2=sigma2), repeats
   )
   n = similarity.shape[0]
   off = ~np.eye(n, dtype=bool)
@@ -162,8 +163,8 @@ def time_selection(
   """Times the heuristic and the solver on one round, all clients available."""
   available = np.ones(distances.shape[0], bool)
 
-  def run(method: str) -> Callable[[], fedgs.SelectionReport]:
-    return lambda: fedgs.select_clients_with_report(
+  def run(method: str) -> Callable[[], fedgs_solvers.SelectionReport]:
+    return lambda: fedgs_solvers.select_clients_with_report(
       distances,
       counts,
       available,
@@ -204,24 +205,24 @@ def small_instances(
   for instance in range(instances):
     rng = np.random.default_rng([seed, 1, instance])
     features = rng.dirichlet(np.full(labels, concentration), size=num_clients)
-    h = fedgs.graph_distances(
-      fedgs.similarity_from_features(features), epsilon=epsilon, sigma2=sigma2
+    h = fedgs_problem.graph_distances(
+      fedgs_problem.similarity_from_features(features), epsilon=epsilon, sigma2=sigma2
     )
     counts = rng.integers(0, 10, num_clients)
     available = rng.random(num_clients) < 0.85
     available[rng.integers(num_clients)] = True
     kwargs = dict(alpha=alpha, time_limit_s=time_limit, seed=instance)
     start = time.perf_counter()
-    _, best = fedgs.brute_force_select(h, counts, available, budget, alpha=alpha)
+    _, best = fedgs_solvers.brute_force_select(h, counts, available, budget, alpha=alpha)
     brute_seconds = time.perf_counter() - start
-    single = fedgs.select_clients_with_report(
+    single = fedgs_solvers.select_clients_with_report(
       h, counts, available, budget, method='heuristic', num_starts=1, **kwargs
     )
-    heuristic = fedgs.select_clients_with_report(
+    heuristic = fedgs_solvers.select_clients_with_report(
       h, counts, available, budget, method='heuristic', **kwargs
     )
     start = time.perf_counter()
-    solver = fedgs.select_clients_with_report(
+    solver = fedgs_solvers.select_clients_with_report(
       h, counts, available, budget, method='solver', **kwargs
     )
     rows.append(
@@ -239,7 +240,7 @@ def small_instances(
   return rows
 
 
-def _statuses(reports: Sequence[fedgs.SelectionReport]) -> str:
+def _statuses(reports: Sequence[fedgs_solvers.SelectionReport]) -> str:
   return ','.join(sorted({report.status for report in reports}))
 
 
@@ -351,8 +352,10 @@ def main(argv: Sequence[str]) -> None:
     if n == _GRAPH_CLIENTS.value:
       h = graph_h
     else:
-      h = fedgs.graph_distances(
-        fedgs.similarity_from_features(label_features(n, _LABELS.value, _DIRICHLET.value, seed)),
+      h = fedgs_problem.graph_distances(
+        fedgs_problem.similarity_from_features(
+          label_features(n, _LABELS.value, _DIRICHLET.value, seed)
+        ),
         **graph_kwargs,
       )
     counts = np.random.default_rng([seed, 2, n]).integers(0, 10, n)

@@ -70,7 +70,8 @@ from tff_sampling.learning import signals
 from tff_sampling.runtime import tff_context
 from tff_sampling.samplers import base
 from tff_sampling.samplers import clustered
-from tff_sampling.samplers import fedgs
+from tff_sampling.samplers import fedgs_problem
+from tff_sampling.samplers import fedgs_solvers
 from tff_sampling.samplers import lefl
 
 SECTIONS = ('fedavg', 'processes', 'program', 'samplers', 'workers', 'memory')
@@ -332,8 +333,8 @@ def sampler_rows(sizes: Sizes, pairs: int, expensive_pairs: int) -> list[Row]:
   graph = {}
 
   def build_graph() -> None:
-    graph['distances'] = fedgs.graph_distances(
-      fedgs.similarity_from_features(features), epsilon=0.1, sigma2=0.01
+    graph['distances'] = fedgs_problem.graph_distances(
+      fedgs_problem.similarity_from_features(features), epsilon=0.1, sigma2=0.01
     )
 
   graph_seconds = stats.interleave(
@@ -364,7 +365,7 @@ def sampler_rows(sizes: Sizes, pairs: int, expensive_pairs: int) -> list[Row]:
       SAMPLER_SHARE_TARGET,
     ),
     f'FedGS selection (heuristic), N={n:,}': (
-      lambda: fedgs.select_clients_with_report(
+      lambda: fedgs_solvers.select_clients_with_report(
         graph['distances'],
         counts,
         available,

@@ -13,6 +13,8 @@ import pytest
 
 from tff_sampling.analysis import plotting
 from tff_sampling.analysis import report
+from tff_sampling.analysis import run_groups
+from tff_sampling.analysis import tables
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
@@ -203,9 +205,9 @@ def parse_table(table):
 
 
 def test_table_matches_hand_computed_values(root):
-  groups = report.group(load(root), 'sampling')
-  summaries = report.summarize(groups, target=0.5, extra_columns=[VARIANCE])
-  table = report.markdown_table(summaries, label_header='sampling', extra_columns=[VARIANCE])
+  groups = run_groups.group(load(root), 'sampling')
+  summaries = run_groups.summarize(groups, target=0.5, extra_columns=[VARIANCE])
+  table = tables.markdown_table(summaries, label_header='sampling', extra_columns=[VARIANCE])
   header, rule, rows = parse_table(table)
   assert header == EXPECTED_HEADER
   assert rule[0] == '-' * len(rule[0]) and all(cell.endswith(':') for cell in rule[1:])
@@ -217,26 +219,26 @@ def test_table_matches_hand_computed_values(root):
 
 
 def test_summary_numbers(root):
-  groups = report.group(load(root), 'sampling')
-  optimal, uniform, full = report.summarize(groups, target=0.5, extra_columns=[VARIANCE])
+  groups = run_groups.group(load(root), 'sampling')
+  optimal, uniform, full = run_groups.summarize(groups, target=0.5, extra_columns=[VARIANCE])
   assert optimal.final_accuracy.mean == pytest.approx(0.7 / 3 + 0.6 / 3 + 0.45 / 3)
   assert optimal.final_accuracy.std == pytest.approx((0.031666667 / 2) ** 0.5)
   assert optimal.final_accuracy.n == 3
-  assert optimal.rounds_to_target == report.Stat(3.0, pytest.approx(2**0.5), 2)
+  assert optimal.rounds_to_target == run_groups.Stat(3.0, pytest.approx(2**0.5), 2)
   assert optimal.bits_to_target.mean == 400 and optimal.bits_to_target.n == 2
   assert optimal.seconds_per_round == 2.0
   assert optimal.extras[VARIANCE].mean == pytest.approx(0.25)
   assert optimal.extras[VARIANCE].std == pytest.approx(0.05)
   assert uniform.rounds_to_target.n == 0 and uniform.extras[VARIANCE].n == 0
   assert full.final_accuracy.mean == 0.8 and full.final_accuracy.std != full.final_accuracy.std
-  assert report.bit_unit([optimal, uniform, full]) == (1e3, 'kbit')
+  assert tables.bit_unit([optimal, uniform, full]) == (1e3, 'kbit')
 
 
 def test_default_grouping_and_no_target(root):
-  groups = report.group(load(root))
+  groups = run_groups.group(load(root))
   assert list(groups) == ['sampling=optimal', 'sampling=uniform', 'sampling=full']
-  summaries = report.summarize(groups)
-  header, _, rows = parse_table(report.markdown_table(summaries))
+  summaries = run_groups.summarize(groups)
+  header, _, rows = parse_table(tables.markdown_table(summaries))
   assert header == [
     'group',
     'seeds',
@@ -252,20 +254,22 @@ def test_default_grouping_and_no_target(root):
 
 def test_truncate_and_unfinished_runs(root):
   runs = load(root)
-  cut = [report.truncate(run, 2) for run in runs]
-  groups = report.group(cut, 'sampling')
-  optimal = report.summarize(groups, target=0.5)[0]
+  cut = [run_groups.truncate(run, 2) for run in runs]
+  groups = run_groups.group(cut, 'sampling')
+  optimal = run_groups.summarize(groups, target=0.5)[0]
   # At round 2: accuracy 0.50, 0.40, 0.48: mean 0.46, std sqrt((0.0016+0.0036+0.0004)/2) = 0.05292.
   assert optimal.final_accuracy.mean == pytest.approx(0.46)
   assert optimal.final_accuracy.std == pytest.approx(0.0028**0.5)
-  assert optimal.rounds_to_target == report.Stat(2.0, pytest.approx(float('nan'), nan_ok=True), 1)
+  assert optimal.rounds_to_target == run_groups.Stat(
+    2.0, pytest.approx(float('nan'), nan_ok=True), 1
+  )
   assert optimal.total_bits.mean == 300 and optimal.last_rounds == (2, 2, 2)
-  assert report.incomplete_runs(runs) == []
-  assert [(r.name, last, planned) for r, last, planned in report.incomplete_runs(cut, 3)] == [
+  assert run_groups.incomplete_runs(runs) == []
+  assert [(r.name, last, planned) for r, last, planned in run_groups.incomplete_runs(cut, 3)] == [
     (r.name, 2, 3) for r in runs
   ]
   with pytest.raises(ValueError, match='has no round <= -1'):
-    report.truncate(runs[0], -1)
+    run_groups.truncate(runs[0], -1)
 
 
 def test_label_key_refuses_to_average_different_configurations(tmp_path):
@@ -278,9 +282,9 @@ def test_label_key_refuses_to_average_different_configurations(tmp_path):
     match=r"sampling=optimal differ in 'client_learning_rate' "
     r'\(digits_optimal_seed0: 0.1, digits_optimal_seed1: 0.3\)',
   ):
-    report.group(runs, 'sampling')
+    run_groups.group(runs, 'sampling')
   with pytest.raises(ValueError, match="has no hyper-parameter 'optimizer'"):
-    report.group(runs, 'optimizer')
+    run_groups.group(runs, 'optimizer')
 
 
 def assert_png(path):
@@ -368,13 +372,13 @@ def test_bad_input_is_one_error_line(tmp_path, make_input, expected):
 
 
 def test_unknown_extra_column_lists_the_columns(root, tmp_path):
-  groups = report.group(load(root), 'sampling')
+  groups = run_groups.group(load(root), 'sampling')
   with pytest.raises(
     ValueError,
     match="No run has a numeric column 'selection/label_kl'; the "
     'columns are: eval/accuracy, eval/loss',
   ):
-    report.summarize(groups, extra_columns=['selection/label_kl'])
+    run_groups.summarize(groups, extra_columns=['selection/label_kl'])
 
 
 def test_binary_end_to_end(root, tmp_path, capfd):

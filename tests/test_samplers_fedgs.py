@@ -22,6 +22,8 @@ import pytest
 
 from tff_sampling import samplers
 from tff_sampling.samplers import fedgs
+from tff_sampling.samplers import fedgs_problem
+from tff_sampling.samplers import fedgs_solvers
 
 E = math.exp
 
@@ -74,7 +76,7 @@ def _hand_graph():
 
 def test_graph_distances_hand_computed():
   v, expected = _hand_graph()
-  h = fedgs.graph_distances(v, epsilon=0.1, sigma2=1.0)
+  h = fedgs_problem.graph_distances(v, epsilon=0.1, sigma2=1.0)
   np.testing.assert_allclose(h, expected, rtol=1e-12, atol=1e-15)
   assert h[0, 3] == 1.0 and h[0, 4] == 1.0  # Largest finite entry and unreachable pair.
 
@@ -106,17 +108,17 @@ def test_graph_distances_two_components():
   np.fill_diagonal(expected, 0.0)
   for (i, j), value in {(0, 1): E(-0.8), (1, 2): E(-0.4), (0, 2): 1.0, (3, 4): E(-0.2)}.items():
     expected[i, j] = expected[j, i] = value
-  h = fedgs.graph_distances(v, epsilon=0.1, sigma2=1.0)
+  h = fedgs_problem.graph_distances(v, epsilon=0.1, sigma2=1.0)
   np.testing.assert_allclose(h, expected, rtol=1e-12, atol=1e-15)
   # Selection on it: {0, 4} is a cross pair (distance 1, the largest) of the two
   # never-sampled clients, the unique optimum for K = 2.
   counts, available = np.array([0, 3, 1, 2, 0]), np.ones(5, bool)
   for method in ('heuristic', 'solver', 'auto'):
-    clients, _ = fedgs.select_clients(h, counts, available, 2, alpha=1.0, method=method)
+    clients, _ = fedgs_solvers.select_clients(h, counts, available, 2, alpha=1.0, method=method)
     np.testing.assert_array_equal(clients, [0, 4])
   for budget in (3, 4):
-    _, best = fedgs.brute_force_select(h, counts, available, budget, alpha=5.0)
-    report = fedgs.select_clients_with_report(
+    _, best = fedgs_solvers.brute_force_select(h, counts, available, budget, alpha=5.0)
+    report = fedgs_solvers.select_clients_with_report(
       h, counts, available, budget, alpha=5.0, method='solver'
     )
     assert report.value == pytest.approx(best, abs=1e-12)
@@ -127,7 +129,7 @@ def test_graph_distances_dense_and_sparse_graphs():
   scipy) and sparse ones (large ε: Dijkstra), with unreachable pairs."""
   rng = np.random.default_rng(15)
   features = rng.dirichlet(np.full(6, 0.3), size=40)
-  v = fedgs.similarity_from_features(features)
+  v = fedgs_problem.similarity_from_features(features)
   off = ~np.eye(40, dtype=bool)
   normalised = (v - v[off].min()) / (v[off].max() - v[off].min())
   for epsilon, sigma2 in ((0.1, 0.1), (0.1, 1.0), (0.85, 0.1), (0.95, 1.0)):
@@ -138,7 +140,7 @@ def test_graph_distances_dense_and_sparse_graphs():
     finite = np.isfinite(d)
     expected = np.where(finite, d / d[finite].max(), 1.0)
     np.fill_diagonal(expected, 0.0)
-    h = fedgs.graph_distances(v, epsilon=epsilon, sigma2=sigma2)
+    h = fedgs_problem.graph_distances(v, epsilon=epsilon, sigma2=sigma2)
     np.testing.assert_allclose(h, expected, rtol=1e-12, atol=1e-15)
     edges = np.count_nonzero((normalised >= epsilon) & off)
     assert (edges > 40 * 40 / 4) == (epsilon == 0.1), edges  # Both branches run.
@@ -148,14 +150,14 @@ def test_graph_distances_dense_and_sparse_graphs():
 def test_graph_distances_min_max_normalisation():
   """An affine rescaling of V (positive slope) leaves H unchanged."""
   v, expected = _hand_graph()
-  h = fedgs.graph_distances(0.3 + 0.5 * v, epsilon=0.1, sigma2=1.0)
+  h = fedgs_problem.graph_distances(0.3 + 0.5 * v, epsilon=0.1, sigma2=1.0)
   np.testing.assert_allclose(h, expected, rtol=1e-12, atol=1e-15)
 
 
 def test_graph_distances_keeps_underflowed_edges():
   """exp(-V/σ²) = 0.0 for σ² = 1e-4: such edges must still connect their ends."""
   v, _ = _hand_graph()
-  h = fedgs.graph_distances(v, epsilon=0.1, sigma2=1e-4)
+  h = fedgs_problem.graph_distances(v, epsilon=0.1, sigma2=1e-4)
   expected = np.zeros((5, 5))
   expected[4, :] = expected[:, 4] = 1.0
   expected[4, 4] = 0.0
@@ -163,8 +165,8 @@ def test_graph_distances_keeps_underflowed_edges():
 
 
 def test_graph_distances_constant_similarity():
-  np.testing.assert_array_equal(fedgs.graph_distances(np.full((3, 3), 0.4)), 1 - np.eye(3))
-  np.testing.assert_array_equal(fedgs.graph_distances(np.ones((1, 1))), np.zeros((1, 1)))
+  np.testing.assert_array_equal(fedgs_problem.graph_distances(np.full((3, 3), 0.4)), 1 - np.eye(3))
+  np.testing.assert_array_equal(fedgs_problem.graph_distances(np.ones((1, 1))), np.zeros((1, 1)))
 
 
 def test_similar_clients_are_close():
@@ -172,10 +174,10 @@ def test_similar_clients_are_close():
   features = np.array(
     [[1.0, 0.0, 0.0], [0.9, 0.1, 0.0], [0.5, 0.5, 0.0], [0.0, 0.9, 0.1], [0.0, 0.0, 0.0]]
   )
-  v = fedgs.similarity_from_features(features)
+  v = fedgs_problem.similarity_from_features(features)
   assert np.all(v >= 0) and np.all(v <= 1) and np.allclose(v, v.T)
   np.testing.assert_array_equal(v[4, :4], 0.0)  # A zero vector is similar to nobody.
-  h = fedgs.graph_distances(v, epsilon=0.1, sigma2=0.1)
+  h = fedgs_problem.graph_distances(v, epsilon=0.1, sigma2=0.1)
   assert h[0, 1] < h[0, 2] < h[0, 3]
   np.testing.assert_array_equal(h[4, :4], 1.0)
 
@@ -201,7 +203,7 @@ def test_objective_hand_computed_and_brute_force():
   }.items():
     h[i, j] = h[j, i] = value
   counts, available = np.array([0, 1, 2, 1]), np.ones(4, bool)
-  np.testing.assert_allclose(fedgs.count_scores(counts, 2), [-2, 0, 2, 0])
+  np.testing.assert_allclose(fedgs_problem.count_scores(counts, 2), [-2, 0, 2, 0])
   expected = {
     (0, 1): 0.2 + 2 / 3,
     (0, 2): 1.8,
@@ -211,11 +213,11 @@ def test_objective_hand_computed_and_brute_force():
     (2, 3): 0.4 - 2 / 3,
   }
   for pair, value in expected.items():
-    assert fedgs.objective(pair, h, counts, available, 2, alpha=12) == pytest.approx(value)
-  clients, value = fedgs.brute_force_select(h, counts, available, 2, alpha=12)
+    assert fedgs_problem.objective(pair, h, counts, available, 2, alpha=12) == pytest.approx(value)
+  clients, value = fedgs_solvers.brute_force_select(h, counts, available, 2, alpha=12)
   np.testing.assert_array_equal(clients, [0, 2])
   assert value == pytest.approx(1.8)
-  clients, value = fedgs.select_clients(h, counts, available, 2, alpha=12)
+  clients, value = fedgs_solvers.select_clients(h, counts, available, 2, alpha=12)
   np.testing.assert_array_equal(clients, [0, 2])
 
 
@@ -230,7 +232,7 @@ def test_count_term_is_the_variance_after_the_round():
   for subset in itertools.combinations(np.flatnonzero(available), budget):
     after = counts.copy()
     after[list(subset)] += 1
-    value = fedgs.objective(subset, np.zeros((n, n)), counts, available, budget, alpha=0.0)
+    value = fedgs_problem.objective(subset, np.zeros((n, n)), counts, available, budget, alpha=0.0)
     assert value == pytest.approx(constant - np.var(after, ddof=1), abs=1e-12)
 
 
@@ -238,8 +240,8 @@ def _random_instance(rng, n):
   """Either a 3DG from random label distributions or a random symmetric H."""
   if rng.random() < 0.5:
     features = rng.dirichlet(np.full(4, 0.3), size=n)
-    h = fedgs.graph_distances(
-      fedgs.similarity_from_features(features),
+    h = fedgs_problem.graph_distances(
+      fedgs_problem.similarity_from_features(features),
       epsilon=0.1,
       sigma2=float(rng.choice([0.01, 0.1, 1.0])),
     )
@@ -256,7 +258,7 @@ def _random_instance(rng, n):
 def _all_values(h, counts, available, budget, alpha):
   size = min(budget, int(available.sum()))
   return [
-    fedgs.objective(s, h, counts, available, budget, alpha=alpha)
+    fedgs_problem.objective(s, h, counts, available, budget, alpha=alpha)
     for s in itertools.combinations(np.flatnonzero(available), size)
   ]
 
@@ -275,8 +277,8 @@ def test_heuristic_exact_where_swap_search_is_exact():
       (num_available + 2, 5.0),
       (int(rng.integers(1, n)), 0.0),
     ]:
-      _, best = fedgs.brute_force_select(h, counts, available, budget, alpha=alpha)
-      report = fedgs.select_clients_with_report(
+      _, best = fedgs_solvers.brute_force_select(h, counts, available, budget, alpha=alpha)
+      report = fedgs_solvers.select_clients_with_report(
         h, counts, available, budget, alpha=alpha, seed=trial, method='heuristic'
       )
       assert report.value == pytest.approx(best, abs=1e-12), (trial, budget, alpha)
@@ -295,7 +297,7 @@ def _gap_statistics(num_starts):
     budget = int(rng.integers(2, max(3, int(available.sum()) - 1)))
     alpha = float(rng.choice([0.5, 5.0, 50.0, 500.0]))
     values = _all_values(h, counts, available, budget, alpha)
-    clients, found = fedgs.select_clients(
+    clients, found = fedgs_solvers.select_clients(
       h,
       counts,
       available,
@@ -305,10 +307,10 @@ def _gap_statistics(num_starts):
       num_starts=num_starts,
       method='heuristic',
     )
-    _, best = fedgs.brute_force_select(h, counts, available, budget, alpha=alpha)
+    _, best = fedgs_solvers.brute_force_select(h, counts, available, budget, alpha=alpha)
     assert best == pytest.approx(max(values), abs=1e-12)
     assert found == pytest.approx(
-      fedgs.objective(clients, h, counts, available, budget, alpha=alpha), abs=1e-12
+      fedgs_problem.objective(clients, h, counts, available, budget, alpha=alpha), abs=1e-12
     )
     assert found <= best + 1e-12
     spread = best - min(values)
@@ -363,8 +365,8 @@ def test_solver_matches_brute_force():
   on all 30 (mean gap 0); asserted: mean relative gap < 1e-3."""
   gaps = []
   for trial, h, counts, available, budget, alpha in _solver_instances():
-    _, best = fedgs.brute_force_select(h, counts, available, budget, alpha=alpha)
-    report = fedgs.select_clients_with_report(
+    _, best = fedgs_solvers.brute_force_select(h, counts, available, budget, alpha=alpha)
+    report = fedgs_solvers.select_clients_with_report(
       h, counts, available, budget, alpha=alpha, seed=trial, method='solver'
     )
     context = (trial, budget, alpha, report)
@@ -373,12 +375,12 @@ def test_solver_matches_brute_force():
     assert report.bound >= report.value - 1e-6, context
     assert report.bound <= best + 1e-6, context
     assert report.value == pytest.approx(
-      fedgs.objective(report.indices, h, counts, available, budget, alpha=alpha), abs=1e-12
+      fedgs_problem.objective(report.indices, h, counts, available, budget, alpha=alpha), abs=1e-12
     )
     assert report.indices.dtype == np.int64 and np.all(np.diff(report.indices) > 0)
     assert np.all(available[report.indices]), context
     assert report.indices.size == min(budget, int(available.sum())), context
-    _, found = fedgs.select_clients(
+    _, found = fedgs_solvers.select_clients(
       h, counts, available, budget, alpha=alpha, seed=trial, method='heuristic'
     )
     gap = best - found
@@ -399,12 +401,14 @@ def test_solver_never_worse_than_heuristic_with_single_start():
     h, counts, available = _random_instance(rng, n)
     budget = int(rng.integers(2, max(3, int(available.sum()) - 1)))
     alpha = float(rng.choice([5.0, 50.0, 500.0]))
-    _, best = fedgs.brute_force_select(h, counts, available, budget, alpha=alpha)
+    _, best = fedgs_solvers.brute_force_select(h, counts, available, budget, alpha=alpha)
     kwargs = dict(alpha=alpha, seed=trial, num_starts=1)
-    heuristic = fedgs.select_clients_with_report(
+    heuristic = fedgs_solvers.select_clients_with_report(
       h, counts, available, budget, method='heuristic', **kwargs
     )
-    solver = fedgs.select_clients_with_report(h, counts, available, budget, method='auto', **kwargs)
+    solver = fedgs_solvers.select_clients_with_report(
+      h, counts, available, budget, method='auto', **kwargs
+    )
     missed += heuristic.value < best - 1e-9
     assert solver.value == pytest.approx(best, abs=1e-9), (trial, heuristic, solver)
     assert solver.value >= heuristic.value
@@ -414,7 +418,7 @@ def test_solver_never_worse_than_heuristic_with_single_start():
 def _large_instance(n, seed):
   rng = np.random.default_rng(seed)
   features = rng.dirichlet(np.full(10, 0.5), size=n)
-  h = fedgs.graph_distances(fedgs.similarity_from_features(features))
+  h = fedgs_problem.graph_distances(fedgs_problem.similarity_from_features(features))
   return h, rng.integers(0, 5, n), np.ones(n, bool)
 
 
@@ -422,20 +426,20 @@ def test_solver_warm_start_under_tiny_time_limit():
   """150 candidates, K = 10: SCIP cannot finish in 0.2 s, and returns at least
   the heuristic's value; with no time at all, its incumbent is the warm start."""
   h, counts, available = _large_instance(150, seed=0)
-  heuristic = fedgs.select_clients_with_report(
+  heuristic = fedgs_solvers.select_clients_with_report(
     h, counts, available, 10, alpha=1.0, seed=1, method='heuristic'
   )
-  report = fedgs.select_clients_with_report(
+  report = fedgs_solvers.select_clients_with_report(
     h, counts, available, 10, alpha=1.0, seed=1, method='solver', time_limit_s=0.2
   )
   assert report.method_used == 'solver' and report.status in ('time_limit', 'optimal'), report
   assert report.value >= heuristic.value
   assert report.bound >= report.value - 1e-6
-  problem = fedgs._build_problem(h, counts, available, 10, 1.0, None)
+  problem = fedgs_problem.build_problem(h, counts, available, 10, 1.0, None)
   warm = np.searchsorted(problem.candidates, heuristic.indices)
-  result = fedgs._solve_with_solver(problem, warm, 0.0)
+  result = fedgs_solvers._solve_with_solver(problem, warm, 0.0)
   assert result.status == 'time_limit'
-  assert result.incumbent_value == fedgs._local_value(problem, warm)  # SCIP took it.
+  assert result.incumbent_value == fedgs_problem.local_value(problem, warm)  # SCIP took it.
   np.testing.assert_array_equal(result.local, warm)
 
 
@@ -452,14 +456,14 @@ def test_fallback_when_pyscipopt_is_missing(monkeypatch):
   def missing():
     raise ImportError("No module named 'pyscipopt'")
 
-  monkeypatch.setattr(fedgs, '_import_pyscipopt', missing)
-  monkeypatch.setattr(fedgs, '_solver_missing_warned', False)
+  monkeypatch.setattr(fedgs_solvers, '_import_pyscipopt', missing)
+  monkeypatch.setattr(fedgs_solvers, '_solver_missing_warned', False)
   h, counts, available = _hard_instance()
-  heuristic = fedgs.select_clients_with_report(
+  heuristic = fedgs_solvers.select_clients_with_report(
     h, counts, available, 4, alpha=5.0, method='heuristic'
   )
   with pytest.warns(RuntimeWarning, match=r'pyscipopt.*pip install pyscipopt==6\.3\.0'):
-    report = fedgs.select_clients_with_report(h, counts, available, 4, alpha=5.0)
+    report = fedgs_solvers.select_clients_with_report(h, counts, available, 4, alpha=5.0)
   assert report.method_used == 'heuristic' and report.status == 'solver_not_installed'
   assert math.isnan(report.bound)
   np.testing.assert_array_equal(report.indices, heuristic.indices)
@@ -467,8 +471,10 @@ def test_fallback_when_pyscipopt_is_missing(monkeypatch):
   # Once per process: an explicit method='solver' falls back too, silently now.
   with warnings.catch_warnings():
     warnings.simplefilter('error')
-    report = fedgs.select_clients_with_report(h, counts, available, 4, alpha=5.0, method='solver')
-    clients, value = fedgs.select_clients(h, counts, available, 4, alpha=5.0)
+    report = fedgs_solvers.select_clients_with_report(
+      h, counts, available, 4, alpha=5.0, method='solver'
+    )
+    clients, value = fedgs_solvers.select_clients(h, counts, available, 4, alpha=5.0)
   assert report.method_used == 'heuristic' and report.status == 'solver_not_installed'
   np.testing.assert_array_equal(clients, heuristic.indices)
   # The sampler keeps working.
@@ -480,34 +486,36 @@ def test_fallback_when_pyscipopt_is_missing(monkeypatch):
 def test_too_large_and_other_reports():
   h, counts, available = _hard_instance()
   for method in ('auto', 'solver'):
-    report = fedgs.select_clients_with_report(
+    report = fedgs_solvers.select_clients_with_report(
       h, counts, available, 4, alpha=5.0, method=method, max_solver_clients=9
     )
     assert (report.method_used, report.status) == ('heuristic', 'too_large')
     assert math.isnan(report.bound)
   # Availability decides: 9 available clients fit under max_solver_clients=9.
   available[3] = False
-  report = fedgs.select_clients_with_report(
+  report = fedgs_solvers.select_clients_with_report(
     h, counts, available, 4, alpha=5.0, max_solver_clients=9
   )
   assert (report.method_used, report.status) == ('solver', 'optimal')
   assert 3 not in report.indices
-  report = fedgs.select_clients_with_report(h, counts, available, 4, alpha=5.0, method='heuristic')
+  report = fedgs_solvers.select_clients_with_report(
+    h, counts, available, 4, alpha=5.0, method='heuristic'
+  )
   assert (report.method_used, report.status) == ('heuristic', 'heuristic')
   assert math.isnan(report.bound)
   # Where the heuristic is provably exact, 'auto' skips the solver.
   for budget, alpha in ((1, 5.0), (8, 5.0), (4, 0.0)):
-    report = fedgs.select_clients_with_report(h, counts, available, budget, alpha=alpha)
+    report = fedgs_solvers.select_clients_with_report(h, counts, available, budget, alpha=alpha)
     assert (report.method_used, report.status) == ('heuristic', 'optimal'), (budget, alpha)
     assert report.bound == report.value
-    report = fedgs.select_clients_with_report(
+    report = fedgs_solvers.select_clients_with_report(
       h, counts, available, budget, alpha=alpha, method='solver'
     )
     assert (report.method_used, report.status) == ('solver', 'optimal'), (budget, alpha)
     assert not report.timed_out
   # No time left after the heuristic (its local search was cut): SCIP does not start.
   for method in ('auto', 'solver', 'heuristic'):
-    report = fedgs.select_clients_with_report(
+    report = fedgs_solvers.select_clients_with_report(
       h, counts, available, 4, alpha=5.0, method=method, time_limit_s=1e-9
     )
     expected = 'heuristic' if method == 'heuristic' else 'time_limit'
@@ -529,8 +537,8 @@ def test_solver_handles_negative_and_zero_distances():
       np.fill_diagonal(h, 0.0)
     counts, available = rng.integers(0, 4, n), np.ones(n, bool)
     budget = int(rng.integers(2, n - 1))
-    _, best = fedgs.brute_force_select(h, counts, available, budget, alpha=5.0)
-    report = fedgs.select_clients_with_report(
+    _, best = fedgs_solvers.brute_force_select(h, counts, available, budget, alpha=5.0)
+    report = fedgs_solvers.select_clients_with_report(
       h, counts, available, budget, alpha=5.0, method='solver', num_starts=1
     )
     assert report.status == 'optimal' and abs(report.value - best) <= 1e-9, (trial, report)
@@ -552,8 +560,12 @@ def test_sampler_with_solver_matches_brute_force():
     _lognormal_availability(n, 11, 15), chosen, again
   ):
     np.testing.assert_array_equal(selection.clients, repeat.clients)
-    expected, best = fedgs.brute_force_select(state.distances, state.counts, mask, k, alpha=alpha)
-    value = fedgs.objective(selection.clients, state.distances, state.counts, mask, k, alpha=alpha)
+    expected, best = fedgs_solvers.brute_force_select(
+      state.distances, state.counts, mask, k, alpha=alpha
+    )
+    value = fedgs_problem.objective(
+      selection.clients, state.distances, state.counts, mask, k, alpha=alpha
+    )
     assert value == pytest.approx(best, abs=1e-9), round_num
     # The round's diagnostics report the objective and SCIP's certificate.
     assert selection.diagnostics['fedgs_objective'] == pytest.approx(value, abs=1e-12)
@@ -571,7 +583,7 @@ def test_selection_constraints():
     n = int(rng.integers(1, 30))
     h, counts, available = _random_instance(rng, n)
     budget = int(rng.integers(1, n + 3))
-    clients, _ = fedgs.select_clients(
+    clients, _ = fedgs_solvers.select_clients(
       h, counts, available, budget, alpha=float(rng.choice([0.0, 1.0, 100.0])), seed=trial
     )
     assert clients.dtype == np.int64
@@ -659,41 +671,45 @@ def test_errors():
   h, counts, available = np.zeros((3, 3)), np.zeros(3, np.int64), np.ones(3, bool)
   for budget in (0, -1, 1.5, True):
     with pytest.raises(ValueError, match='budget'):
-      fedgs.select_clients(h, counts, available, budget, alpha=1.0)
+      fedgs_solvers.select_clients(h, counts, available, budget, alpha=1.0)
   for alpha in ('1', None, True):
     with pytest.raises(TypeError, match='alpha'):
-      fedgs.select_clients(h, counts, available, 1, alpha=alpha)
+      fedgs_solvers.select_clients(h, counts, available, 1, alpha=alpha)
   with pytest.raises(ValueError, match='alpha'):
-    fedgs.select_clients(h, counts, available, 1, alpha=-1.0)
+    fedgs_solvers.select_clients(h, counts, available, 1, alpha=-1.0)
   with pytest.raises(ValueError, match='counts'):
-    fedgs.select_clients(h, np.zeros(4), available, 1, alpha=1.0)
+    fedgs_solvers.select_clients(h, np.zeros(4), available, 1, alpha=1.0)
   with pytest.raises(ValueError, match='available'):
-    fedgs.select_clients(h, counts, np.ones(2, bool), 1, alpha=1.0)
+    fedgs_solvers.select_clients(h, counts, np.ones(2, bool), 1, alpha=1.0)
   with pytest.raises(ValueError, match='square'):
-    fedgs.select_clients(np.zeros((3, 2)), counts, available, 1, alpha=1.0)
+    fedgs_solvers.select_clients(np.zeros((3, 2)), counts, available, 1, alpha=1.0)
   with pytest.raises(ValueError, match='No client'):
-    fedgs.select_clients(h, counts, np.zeros(3, bool), 1, alpha=1.0)
+    fedgs_solvers.select_clients(h, counts, np.zeros(3, bool), 1, alpha=1.0)
   with pytest.raises(ValueError, match="method must be one of 'auto'.*got 'scip'"):
-    fedgs.select_clients(h, counts, available, 1, alpha=1.0, method='scip')
+    fedgs_solvers.select_clients(h, counts, available, 1, alpha=1.0, method='scip')
   for bad in (-1, 2.5, True, None):
     with pytest.raises(ValueError, match='max_solver_clients'):
-      fedgs.select_clients_with_report(h, counts, available, 1, alpha=1.0, max_solver_clients=bad)
+      fedgs_solvers.select_clients_with_report(
+        h, counts, available, 1, alpha=1.0, max_solver_clients=bad
+      )
   with pytest.raises(ValueError, match='time_limit_s'):
-    fedgs.select_clients(h, counts, available, 1, alpha=1.0, time_limit_s=0.0)
+    fedgs_solvers.select_clients(h, counts, available, 1, alpha=1.0, time_limit_s=0.0)
   with pytest.raises(ValueError, match='num_starts'):
-    fedgs.select_clients(h, counts, available, 1, alpha=1.0, num_starts=0)
+    fedgs_solvers.select_clients(h, counts, available, 1, alpha=1.0, num_starts=0)
   with pytest.raises(ValueError, match='at most 14'):
-    fedgs.brute_force_select(np.zeros((15, 15)), np.zeros(15), np.ones(15, bool), 2, alpha=1.0)
+    fedgs_solvers.brute_force_select(
+      np.zeros((15, 15)), np.zeros(15), np.ones(15, bool), 2, alpha=1.0
+    )
   with pytest.raises(ValueError, match='s_indices'):
-    fedgs.objective([0], h, counts, np.array([False, True, True]), 1, alpha=1.0)
+    fedgs_problem.objective([0], h, counts, np.array([False, True, True]), 1, alpha=1.0)
   with pytest.raises(ValueError, match='s_indices'):
-    fedgs.objective([0, 1], h, counts, available, 1, alpha=1.0)
+    fedgs_problem.objective([0, 1], h, counts, available, 1, alpha=1.0)
   with pytest.raises(ValueError, match='symmetric'):
-    fedgs.graph_distances(np.array([[1.0, 0.2], [0.3, 1.0]]))
+    fedgs_problem.graph_distances(np.array([[1.0, 0.2], [0.3, 1.0]]))
   with pytest.raises(ValueError, match='sigma2'):
-    fedgs.graph_distances(np.eye(2), sigma2=0.0)
+    fedgs_problem.graph_distances(np.eye(2), sigma2=0.0)
   with pytest.raises(ValueError, match='kind'):
-    fedgs.similarity_from_features(np.eye(2), kind='l2')
+    fedgs_problem.similarity_from_features(np.eye(2), kind='l2')
   with pytest.raises(ValueError, match='clients_per_round'):
     fedgs.FedGSSampler(0, seed=0, distances=h)
   with pytest.raises(TypeError, match='alpha'):

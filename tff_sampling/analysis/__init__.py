@@ -2,8 +2,9 @@
 
 `evidence` holds the statistics (paired t-intervals, verdicts); `evidence_spec` an
 experiment's configuration as the reports read it (methods, claims, tuning);
-`raw_metrics` the compressed per-run metrics a report regenerates from; `report` the
-results table and curves of any runs, `evidence_report` a configured experiment's
+`raw_metrics` the compressed per-run metrics a report regenerates from; `run_groups`
+groups runs over seeds and summarises them, `tables` and `curves` show the summaries,
+`report` puts them into a results.md, `evidence_report` a configured experiment's
 verdicts, `benchmark_report` the benchmark page; `plotting` draws and writes PNGs,
 `fedgs_tables` FedGS's loss and selection-count tables. It is the library's top layer:
 it may import everything below it (runtime, experiments), and nothing in the library

@@ -35,10 +35,12 @@ import os
 
 import numpy as np
 
+from tff_sampling.analysis import curves
 from tff_sampling.analysis import evidence
 from tff_sampling.analysis import evidence_report
 from tff_sampling.analysis import evidence_spec
 from tff_sampling.analysis import report
+from tff_sampling.analysis import tables
 from tff_sampling.comparisons import benchmark
 from tff_sampling.runtime import files
 from tff_sampling.runtime import results
@@ -247,7 +249,7 @@ def cell_table(cell: Cell) -> str:
         f'{row.seconds:.2f}',
       ]
     )
-  to = report.target_text(target) if target else '—'
+  to = tables.target_text(target) if target else '—'
   headers = [
     'method (lr)',
     'seeds',
@@ -260,7 +262,7 @@ def cell_table(cell: Cell) -> str:
     'total Gbit',
     's/round',
   ]
-  return report.pipe_table(headers, [list(c) for c in zip(*table)])
+  return tables.pipe_table(headers, [list(c) for c in zip(*table)])
 
 
 def overview(cells: Sequence[Cell]) -> list[str]:
@@ -299,7 +301,7 @@ def overview(cells: Sequence[Cell]) -> list[str]:
     'the fixed uplink budget (`+` ahead, `−` behind, `=` no difference detected: paired 95% '
     'intervals over seeds). Rows by mean rank.',
     '',
-    report.pipe_table(['method', *names, 'mean rank'], columns),
+    tables.pipe_table(['method', *names, 'mean rank'], columns),
     '',
   ]
 
@@ -357,7 +359,7 @@ def optimal_table(cell: Cell) -> str:
     f'+optimal − alone, final accuracy (last {cell.spec.final_k} evals) [95% CI]',
     f'+optimal − alone, accuracy at {budget / 1e9:.4g} Gbit [95% CI]',
   ]
-  return report.pipe_table(headers, columns)
+  return tables.pipe_table(headers, columns)
 
 
 def optimal_overview(cells: Sequence[Cell]) -> list[str]:
@@ -390,7 +392,7 @@ def optimal_overview(cells: Sequence[Cell]) -> list[str]:
     '(`+` higher with optimal uploads, `−` lower, `=` no difference detected: 95% '
     "intervals, uncorrected). Each cell's table of these differences follows its ranking.",
     '',
-    report.pipe_table(['sampler', *names], columns),
+    tables.pipe_table(['sampler', *names], columns),
     '',
   ]
 
@@ -409,7 +411,7 @@ def cell_plot_files(cell: Cell) -> dict[str, bytes]:
     for m in chosen.values()
     if m.label in keep and m.runs
   }
-  return report.plot_files(groups, cell.folder, title=spec.title)
+  return curves.plot_files(groups, cell.folder, title=spec.title)
 
 
 def tuning_section(cell: Cell) -> list[str]:
@@ -497,7 +499,7 @@ def benchmark_markdown(
     parts += [
       cell_table(cell),
       '',
-      f'![accuracy vs uploaded bits]({folder}/{report.BITS_PLOT_FILENAME})',
+      f'![accuracy vs uploaded bits]({folder}/{curves.BITS_PLOT_FILENAME})',
       '',
     ]
     effects = optimal_table(cell)

@@ -27,9 +27,12 @@ import shlex
 
 import numpy as np
 
+from tff_sampling.analysis import curves
 from tff_sampling.analysis import evidence
 from tff_sampling.analysis import evidence_spec
 from tff_sampling.analysis import report
+from tff_sampling.analysis import run_groups
+from tff_sampling.analysis import tables
 from tff_sampling.runtime import results
 
 _MISSING = '—'
@@ -97,8 +100,8 @@ def _metric_name(spec: evidence_spec.ExperimentSpec, metric: str) -> str:
   if metric == evidence_spec.BEST_LOSS:
     return 'lowest evaluation loss'
   if metric.startswith(evidence_spec.ROUNDS_TO):
-    return f'rounds to {report.target_text(float(metric[len(evidence_spec.ROUNDS_TO) :]))}'
-  return f'uploaded Gbit to {report.target_text(float(metric[len(evidence_spec.BITS_TO) :]))}'
+    return f'rounds to {tables.target_text(float(metric[len(evidence_spec.ROUNDS_TO) :]))}'
+  return f'uploaded Gbit to {tables.target_text(float(metric[len(evidence_spec.BITS_TO) :]))}'
 
 
 def _scale(metric: str) -> float:
@@ -198,7 +201,7 @@ def verdict_rows(
 def verdict_table(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, MethodRuns]) -> str:
   """One row per claim: means, the paired difference with its 95% interval, the verdict."""
   rows = verdict_rows(spec, chosen)
-  return report.pipe_table(_VERDICT_HEADERS, [list(c) for c in zip(*rows)])
+  return tables.pipe_table(_VERDICT_HEADERS, [list(c) for c in zip(*rows)])
 
 
 def _summaries(spec: evidence_spec.ExperimentSpec) -> list[str]:
@@ -245,13 +248,13 @@ def summary_table(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, Metho
   headers = ['method', 'seeds'] + [_metric_name(spec, m) for m in metrics]
   headers += [f'{column} (mean/round)' for column in spec.extra_columns]
   headers += ['total Gbit (mean)', 's/round (median)']
-  return report.pipe_table(headers, [list(c) for c in zip(*rows)])
+  return tables.pipe_table(headers, [list(c) for c in zip(*rows)])
 
 
 def median_round_seconds(runs: Iterable[results.Run]) -> float:
   """The median of the runs' seconds per round (NaN if none recorded)."""
   seconds = np.concatenate(
-    [r.column(report.SECONDS_COLUMN) for r in runs if report.SECONDS_COLUMN in r.metrics]
+    [r.column(run_groups.SECONDS_COLUMN) for r in runs if run_groups.SECONDS_COLUMN in r.metrics]
     or [np.zeros(0)]
   )
   seconds = seconds[np.isfinite(seconds)]
@@ -284,7 +287,7 @@ def per_seed_table(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, Meth
         + [f'{means[s]:.3f}' if math.isfinite(means.get(s, math.nan)) else _MISSING for s in seeds]
       )
   headers = ['method', 'summary'] + [f'seed {s}' for s in seeds]
-  return report.pipe_table(headers, [list(c) for c in zip(*rows)])
+  return tables.pipe_table(headers, [list(c) for c in zip(*rows)])
 
 
 def tuning_table(spec: evidence_spec.ExperimentSpec, tuning: evidence_spec.TuningResult) -> str:
@@ -308,7 +311,7 @@ def tuning_table(spec: evidence_spec.ExperimentSpec, tuning: evidence_spec.Tunin
       row.append(cell)
     rows.append(row)
   headers = ['method'] + [f'lr {r:g}' for r in rates]
-  return report.pipe_table(headers, [list(c) for c in zip(*rows)])
+  return tables.pipe_table(headers, [list(c) for c in zip(*rows)])
 
 
 def regenerate_command(config: str | os.PathLike[str]) -> str:
@@ -451,9 +454,9 @@ def results_markdown(
     '',
     per_seed_table(spec, chosen),
     '',
-    f'![accuracy vs round]({report.ROUNDS_PLOT_FILENAME})',
+    f'![accuracy vs round]({curves.ROUNDS_PLOT_FILENAME})',
     '',
-    f'![accuracy vs cumulative uploaded bits]({report.BITS_PLOT_FILENAME})',
+    f'![accuracy vs cumulative uploaded bits]({curves.BITS_PLOT_FILENAME})',
     '',
     'The curves join the evaluated rounds only (mean over seeds, ± one standard deviation); '
     "on the bits axis each point is a round's mean accuracy at that round's mean cumulative "
@@ -490,7 +493,7 @@ def report_files(
     for m in reported_runs(spec, runs, tuning).values()
     if m.runs
   }
-  return {**report.plot_files(groups, output_dir, title=spec.title), results_path: text}
+  return {**curves.plot_files(groups, output_dir, title=spec.title), results_path: text}
 
 
 def write(
@@ -585,7 +588,7 @@ def family_markdown(
     for row in verdict_rows(m.spec, chosen[m.spec.name])
   ]
   headers = ['experiment', *_VERDICT_HEADERS]
-  parts += [report.pipe_table(headers, [list(c) for c in zip(*rows)]) if rows else '(no claims)']
+  parts += [tables.pipe_table(headers, [list(c) for c in zip(*rows)]) if rows else '(no claims)']
   metrics = list(dict.fromkeys(metric for m in members for metric in _summaries(m.spec)))
   for metric in metrics:
     means = {}
@@ -624,7 +627,7 @@ def family_markdown(
       )
       + '.',
       '',
-      report.pipe_table(
+      tables.pipe_table(
         ['method'] + [short[n] for n in names],
         [methods] + [[cells[n, method] for method in methods] for n in names],
       ),
@@ -646,11 +649,11 @@ def family_markdown(
     '',
     '## Client learning rates',
     '',
-    report.pipe_table(['method'] + [short[n] for n in names], [methods] + rates),
+    tables.pipe_table(['method'] + [short[n] for n in names], [methods] + rates),
     '',
     '## Seconds per round (median over the reported runs)',
     '',
-    report.pipe_table(['method'] + [short[n] for n in names], [methods] + seconds),
+    tables.pipe_table(['method'] + [short[n] for n in names], [methods] + seconds),
     '',
   ]
   return '\n'.join(parts)

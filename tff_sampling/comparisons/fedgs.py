@@ -13,7 +13,7 @@ import tensorflow_federated as tff
 from tff_sampling import samplers
 from tff_sampling.learning import graph_probe
 from tff_sampling.learning import signals
-from tff_sampling.samplers import fedgs
+from tff_sampling.samplers import fedgs_problem
 from tff_sampling.task import Task
 
 SAMPLINGS = ('fedgs', 'uniform', 'md', 'power_of_choice', 'power_of_choice_all', 'fedprox')
@@ -96,8 +96,8 @@ class FedGSMethods:
     if method == 'fedgs':
       key = None if self.graph == 'oracle' else seed
       if key not in graphs:
-        graphs[key] = fedgs.graph_distances(
-          fedgs.similarity_from_features(self.graph_features(task, seed)),
+        graphs[key] = fedgs_problem.graph_distances(
+          fedgs_problem.similarity_from_features(self.graph_features(task, seed)),
           epsilon=self.graph_epsilon,
           sigma2=self.graph_sigma2,
         )
