@@ -15,7 +15,7 @@ Two measurements (Fraboni, Vidal, Kameni, Lorenzi, ICML 2021; contract in
    the largest ``N``.
 2. **Sketched vs exact clustering.** For each ``N`` in ``--cl_ari_sizes``,
    exact updates of ``--cl_exact_dim`` = 20,000 floats and their count sketches
-   (`clustered.count_sketch`) to ``--cl_sketch_size`` floats are clustered the
+   (`sketches.count_sketch`) to ``--cl_sketch_size`` floats are clustered the
    same way; the adjusted Rand index (scikit-learn) compares the step-4 groups
    ``B_k`` of the two, and the top of the tree (cut into as many clusters as
    mixture directions), for ``--cl_ari_sketch_seeds`` sketch seeds. What the
@@ -50,7 +50,9 @@ from scipy.cluster import hierarchy
 from sklearn import metrics
 
 from bench import stats
-from tff_sampling.samplers import clustered
+from tff_sampling.samplers import clustered_similarity
+from tff_sampling.samplers import clustered_variance
+from tff_sampling.samplers import sketches
 
 # Flag names carry the `cl_` prefix: other binaries define flags in the same
 # process when the tests import them all.
@@ -65,7 +67,7 @@ _REPETITIONS = flags.DEFINE_integer(
   'cl_repetitions', 5, 'Timed repetitions per configuration.', lower_bound=1
 )
 _SIMILARITY = flags.DEFINE_enum(
-  'cl_similarity', 'arccos', list(clustered.SIMILARITIES), 'Similarity of Algorithm 2.'
+  'cl_similarity', 'arccos', list(clustered_similarity.SIMILARITIES), 'Similarity of Algorithm 2.'
 )
 _DIRECTIONS = flags.DEFINE_integer(
   'cl_directions', 5, 'Mixture directions of the synthetic updates.', lower_bound=1
@@ -168,14 +170,16 @@ def time_algorithm2(
   sizes = client_sizes(num_clients, size_sigma, seed)
   updates, _ = mixture_updates(num_clients, sketch_size, directions, noise, zero_fraction, seed)
   total, units = _time(
-    lambda: clustered.similarity_based_units(sizes, updates, num_draws, similarity=similarity),
+    lambda: clustered_similarity.similarity_based_units(
+      sizes, updates, num_draws, similarity=similarity
+    ),
     repetitions,
   )
   similarity_seconds, matrix = _time(
-    lambda: clustered.similarity_matrix(updates, similarity), repetitions
+    lambda: clustered_similarity.similarity_matrix(updates, similarity), repetitions
   )
-  linkage_seconds, _ = _time(lambda: clustered.ward_linkage_of_rows(matrix), repetitions)
-  labels = clustered.similarity_groups(sizes, updates, num_draws, similarity=similarity)
+  linkage_seconds, _ = _time(lambda: clustered_similarity.ward_linkage_of_rows(matrix), repetitions)
+  labels = clustered_similarity.similarity_groups(sizes, updates, num_draws, similarity=similarity)
   r = units / sizes.sum()
   p = sizes / sizes.sum()
   return TimingRow(
@@ -184,8 +188,8 @@ def time_algorithm2(
     similarity_seconds=similarity_seconds,
     linkage_seconds=linkage_seconds,
     num_groups=int(labels.max()) + 1,
-    expected_distinct=clustered.expected_distinct_clients(r),
-    md_expected_distinct=float(np.sum(clustered.md_inclusion_probability(p, num_draws))),
+    expected_distinct=clustered_variance.expected_distinct_clients(r),
+    md_expected_distinct=float(np.sum(clustered_variance.md_inclusion_probability(p, num_draws))),
   )
 
 
@@ -203,7 +207,9 @@ def expected_directions_covered(r: np.ndarray, labels: np.ndarray) -> float:
 
 
 def _top_labels(updates: np.ndarray, num_clusters: int, similarity: str) -> np.ndarray:
-  linkage = clustered.ward_linkage_of_rows(clustered.similarity_matrix(updates, similarity))
+  linkage = clustered_similarity.ward_linkage_of_rows(
+    clustered_similarity.similarity_matrix(updates, similarity)
+  )
   return hierarchy.fcluster(linkage, num_clusters, criterion='maxclust')
 
 
@@ -223,20 +229,25 @@ def sketch_agreement(
   """ARI between the clusterings of exact updates and of their count sketches."""
   sizes = client_sizes(num_clients, size_sigma, seed)
   exact, truth = mixture_updates(num_clients, exact_dim, directions, noise, 0.0, seed)
-  exact_groups = clustered.similarity_groups(sizes, exact, num_draws, similarity=similarity)
+  exact_groups = clustered_similarity.similarity_groups(
+    sizes, exact, num_draws, similarity=similarity
+  )
   exact_top = _top_labels(exact, directions, similarity)
   total = sizes.sum()
   covered_exact = expected_directions_covered(
-    clustered.similarity_based_units(sizes, exact, num_draws, similarity=similarity) / total, truth
+    clustered_similarity.similarity_based_units(sizes, exact, num_draws, similarity=similarity)
+    / total,
+    truth,
   )
   covered_md = expected_directions_covered(np.tile(sizes / total, (num_draws, 1)), truth)
   group_ari, top_ari, covered_sketch = [], [], []
   for sketch_seed in range(sketch_seeds):
-    sketch = clustered.count_sketch(exact, sketch_size, seed=sketch_seed)
-    groups = clustered.similarity_groups(sizes, sketch, num_draws, similarity=similarity)
+    sketch = sketches.count_sketch(exact, sketch_size, seed=sketch_seed)
+    groups = clustered_similarity.similarity_groups(sizes, sketch, num_draws, similarity=similarity)
     covered_sketch.append(
       expected_directions_covered(
-        clustered.similarity_based_units(sizes, sketch, num_draws, similarity=similarity) / total,
+        clustered_similarity.similarity_based_units(sizes, sketch, num_draws, similarity=similarity)
+        / total,
         truth,
       )
     )

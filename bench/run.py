@@ -69,7 +69,7 @@ from tff_sampling.learning import fedavg
 from tff_sampling.learning import signals
 from tff_sampling.runtime import tff_context
 from tff_sampling.samplers import base
-from tff_sampling.samplers import clustered
+from tff_sampling.samplers import clustered_similarity
 from tff_sampling.samplers import fedgs_problem
 from tff_sampling.samplers import fedgs_solvers
 from tff_sampling.samplers import lefl
@@ -361,7 +361,9 @@ def sampler_rows(sizes: Sizes, pairs: int, expensive_pairs: int) -> list[Row]:
       SAMPLER_SHARE_TARGET,
     ),
     f'clustered Algorithm 2, N={n:,}': (
-      lambda: clustered.similarity_based_units(cluster_sizes, updates, 10, similarity='arccos'),
+      lambda: clustered_similarity.similarity_based_units(
+        cluster_sizes, updates, 10, similarity='arccos'
+      ),
       SAMPLER_SHARE_TARGET,
     ),
     f'FedGS selection (heuristic), N={n:,}': (

@@ -21,6 +21,10 @@ from scipy.spatial import distance
 
 from tff_sampling import samplers
 from tff_sampling.samplers import clustered
+from tff_sampling.samplers import clustered_similarity
+from tff_sampling.samplers import clustered_size
+from tff_sampling.samplers import clustered_variance
+from tff_sampling.samplers import sketches
 
 _ALPHA = 1e-3  # False-alarm rate of every statistical test here.
 
@@ -43,11 +47,12 @@ def _check_better_than_md(r, sizes):
   num_draws = r.shape[0]
   p = np.asarray(sizes) / np.sum(sizes)
   assert np.all(
-    clustered.clustered_weight_variance(r) <= clustered.md_weight_variance(p, num_draws) + 1e-12
+    clustered_variance.clustered_weight_variance(r)
+    <= clustered_variance.md_weight_variance(p, num_draws) + 1e-12
   )
   assert np.all(
-    clustered.clustered_inclusion_probability(r)
-    >= clustered.md_inclusion_probability(p, num_draws) - 1e-12
+    clustered_variance.clustered_inclusion_probability(r)
+    >= clustered_variance.md_inclusion_probability(p, num_draws) - 1e-12
   )
 
 
@@ -76,40 +81,44 @@ def _sizes_strategy(max_clients=40):
 def test_algorithm1_hand_computed():
   # Sizes [5, 3, 2], m = 2: M = 10, units m n_i = [10, 6, 4]. By size: client 0
   # fills bin 0 (10/10); client 1 puts 6 in bin 1, client 2 its 4 after it.
-  np.testing.assert_array_equal(clustered.size_based_units([5, 3, 2], 2), [[10, 0, 0], [0, 6, 4]])
+  np.testing.assert_array_equal(
+    clustered_size.size_based_units([5, 3, 2], 2), [[10, 0, 0], [0, 6, 4]]
+  )
   np.testing.assert_allclose(
-    clustered.size_based_distributions([5, 3, 2], 2), [[1, 0, 0], [0, 0.6, 0.4]]
+    clustered_size.size_based_distributions([5, 3, 2], 2), [[1, 0, 0], [0, 0.6, 0.4]]
   )
   # Sizes [3, 5, 2], m = 3: M = 10, units [9, 15, 6]; order 1, 0, 2. Client 1
   # fills bin 0 (10) and spills 5 into bin 1; client 0 fills bin 1 (5) and
   # spills 4 into bin 2; client 2 puts its 6 in bin 2.
   np.testing.assert_allclose(
-    clustered.size_based_distributions([3, 5, 2], 3), [[0, 1, 0], [0.5, 0.5, 0], [0.4, 0, 0.6]]
+    clustered_size.size_based_distributions([3, 5, 2], 3), [[0, 1, 0], [0.5, 0.5, 0], [0.4, 0, 0.6]]
   )
   # Ties keep index order: sizes [2, 2, 1], m = 2: M = 5, units [4, 4, 2].
   # Client 0: 4 in bin 0; client 1: 1 in bin 0, 3 in bin 1; client 2: 2 in bin 1.
   np.testing.assert_allclose(
-    clustered.size_based_distributions([2, 2, 1], 2), [[0.8, 0.2, 0], [0, 0.6, 0.4]]
+    clustered_size.size_based_distributions([2, 2, 1], 2), [[0.8, 0.2, 0], [0, 0.6, 0.4]]
   )
 
 
 def test_algorithm1_one_digit_per_client_equal_sizes():
   # 100 clients of 500 examples, m = 10: every distribution holds exactly 10
   # clients with probability 1/10, and every client is in exactly one.
-  r = clustered.size_based_distributions(np.full(100, 500), 10)
+  r = clustered_size.size_based_distributions(np.full(100, 500), 10)
   assert np.all(np.count_nonzero(r, axis=1) == 10)
   assert np.all(np.count_nonzero(r, axis=0) == 1)
   np.testing.assert_array_equal(r[r > 0], 0.1)
-  np.testing.assert_allclose(clustered.clustered_weight_variance(r), 0.09 / 100, rtol=1e-12)
-  np.testing.assert_allclose(clustered.clustered_inclusion_probability(r), 0.1, rtol=1e-12)
+  np.testing.assert_allclose(
+    clustered_variance.clustered_weight_variance(r), 0.09 / 100, rtol=1e-12
+  )
+  np.testing.assert_allclose(clustered_variance.clustered_inclusion_probability(r), 0.1, rtol=1e-12)
 
 
 @hypothesis.settings(max_examples=200, deadline=None)
 @hypothesis.given(sizes=_sizes_strategy(), num_draws=st.integers(1, 15))
 def test_algorithm1_identities_and_inequalities_random(sizes, num_draws):
-  units = clustered.size_based_units(sizes, num_draws)
+  units = clustered_size.size_based_units(sizes, num_draws)
   _check_identities(units, sizes, num_draws)
-  r = clustered.size_based_distributions(sizes, num_draws)
+  r = clustered_size.size_based_distributions(sizes, num_draws)
   _check_better_than_md(r, sizes)
   # A client spans at most ⌊m p_i⌋ + 2 distributions (the paper, Section 4).
   bound = num_draws * np.asarray(sizes, np.int64) // np.sum(sizes) + 2
@@ -133,36 +142,37 @@ def test_both_algorithms_on_adversarial_sizes(name):
   sizes, num_draws = _ADVERSARIAL[name]
   updates = _updates(len(name), len(sizes))
   for units in (
-    clustered.size_based_units(sizes, num_draws),
+    clustered_size.size_based_units(sizes, num_draws),
     *(
-      clustered.similarity_based_units(sizes, updates, num_draws, similarity=s)
-      for s in clustered.SIMILARITIES
+      clustered_similarity.similarity_based_units(sizes, updates, num_draws, similarity=s)
+      for s in clustered_similarity.SIMILARITIES
     ),
   ):
     _check_identities(units, sizes, num_draws)
     _check_better_than_md(units / np.sum(sizes), sizes)
 
 
-@pytest.mark.parametrize('similarity', clustered.SIMILARITIES)
+@pytest.mark.parametrize('similarity', clustered_similarity.SIMILARITIES)
 def test_algorithm2_is_scale_free_and_survives_huge_updates(similarity):
   sizes = [3, 1, 4, 1, 5, 9, 2, 6]
   updates = _updates(0, 8, zero_fraction=0.2)
-  units = clustered.similarity_based_units(sizes, updates, 3, similarity=similarity)
+  units = clustered_similarity.similarity_based_units(sizes, updates, 3, similarity=similarity)
   for scale in (1e-300, 1e300):
     np.testing.assert_array_equal(
-      clustered.similarity_based_units(sizes, updates * scale, 3, similarity=similarity), units
+      clustered_similarity.similarity_based_units(sizes, updates * scale, 3, similarity=similarity),
+      units,
     )
 
 
 def test_single_client_and_huge_client_get_dedicated_distributions():
-  np.testing.assert_array_equal(clustered.size_based_distributions([13], 4), np.ones((4, 1)))
+  np.testing.assert_array_equal(clustered_size.size_based_distributions([13], 4), np.ones((4, 1)))
   np.testing.assert_array_equal(
-    clustered.similarity_based_distributions([13], np.zeros((1, 3)), 4), np.ones((4, 1))
+    clustered_similarity.similarity_based_distributions([13], np.zeros((1, 3)), 4), np.ones((4, 1))
   )
   # Sizes [6, 1, 1, 1, 1], m = 2: M = 10, client 0 owns 12 units: one dedicated
   # distribution (10) and a remainder of 2, which with the four others' 2 each
   # forms one group of exactly M = 10 (the root of the tree).
-  r = clustered.similarity_based_distributions(
+  r = clustered_similarity.similarity_based_distributions(
     [6, 1, 1, 1, 1], np.random.default_rng(0).normal(size=(5, 3)), 2
   )
   np.testing.assert_allclose(r, [[1, 0, 0, 0, 0], [0.2] * 5])
@@ -180,7 +190,9 @@ def test_algorithm2_hand_computed_two_directions():
   updates[[0, 2], 0] = [1.0, 2.0]
   updates[[1, 3], 1] = [3.0, 0.5]
   for similarity in ('arccos',):  # L2/L1 would see the different lengths.
-    r = clustered.similarity_based_distributions([1, 1, 1, 1], updates, 2, similarity=similarity)
+    r = clustered_similarity.similarity_based_distributions(
+      [1, 1, 1, 1], updates, 2, similarity=similarity
+    )
     assert sorted(map(tuple, r.tolist())) == [(0, 0.5, 0, 0.5), (0.5, 0, 0.5, 0)]
 
 
@@ -197,12 +209,12 @@ def test_algorithm2_hand_computed_pouring():
   updates[[1, 3], 1] = 1.0
   updates[[4, 5], 2] = 1.0
   sizes = [2, 2, 1, 1, 1, 1]
-  labels = clustered.similarity_groups(sizes, updates, 2)
+  labels = clustered_similarity.similarity_groups(sizes, updates, 2)
   assert sorted(map(sorted, ([0, 2], [1, 3]))) == sorted(
     sorted(np.flatnonzero(labels == g).tolist()) for g in (0, 1)
   )
   np.testing.assert_array_equal(np.flatnonzero(labels == 2), [4, 5])
-  units = clustered.similarity_based_units(sizes, updates, 2)
+  units = clustered_similarity.similarity_based_units(sizes, updates, 2)
   _check_identities(units, sizes, 2)
   for k in range(2):
     np.testing.assert_array_equal(units[k, np.flatnonzero(labels == k)], [4, 2])
@@ -214,20 +226,22 @@ def test_algorithm2_hand_computed_pouring():
   sizes=_sizes_strategy(30),
   num_draws=st.integers(1, 12),
   seed=st.integers(0, 2**16),
-  similarity=st.sampled_from(clustered.SIMILARITIES),
+  similarity=st.sampled_from(clustered_similarity.SIMILARITIES),
   zero_fraction=st.sampled_from([0.0, 0.3, 1.0]),
 )
 def test_algorithm2_identities_and_inequalities_random(
   sizes, num_draws, seed, similarity, zero_fraction
 ):
   updates = _updates(seed, len(sizes), zero_fraction=zero_fraction)
-  units = clustered.similarity_based_units(sizes, updates, num_draws, similarity=similarity)
+  units = clustered_similarity.similarity_based_units(
+    sizes, updates, num_draws, similarity=similarity
+  )
   _check_identities(units, sizes, num_draws)
   _check_better_than_md(units / np.sum(sizes), sizes)
   # Every group weighs at most M, and there are at least as many as the
   # distributions left after the dedicated ones.
   sizes = np.asarray(sizes, np.int64)
-  labels = clustered.similarity_groups(sizes, updates, num_draws, similarity=similarity)
+  labels = clustered_similarity.similarity_groups(sizes, updates, num_draws, similarity=similarity)
   remainder = num_draws * sizes % sizes.sum()
   dedicated = int(np.sum(num_draws * sizes // sizes.sum()))
   weights = np.bincount(labels[labels >= 0], weights=remainder[labels >= 0])
@@ -245,7 +259,7 @@ def test_algorithm2_identities_and_inequalities_random(
 )
 def test_algorithm2_identities_small_sizes(sizes, num_draws, seed):
   # Few units per client: many groups, exact and near-full bins while pouring.
-  units = clustered.similarity_based_units(sizes, _updates(seed, len(sizes)), num_draws)
+  units = clustered_similarity.similarity_based_units(sizes, _updates(seed, len(sizes)), num_draws)
   _check_identities(units, sizes, num_draws)
   _check_better_than_md(units / np.sum(sizes), sizes)
 
@@ -258,7 +272,7 @@ def _digits_population():
 
 def test_algorithm2_one_hot_digits_one_distribution_per_digit():
   digits, population, updates = _digits_population()
-  r = clustered.similarity_based_distributions(population.num_examples, updates, 10)
+  r = clustered_similarity.similarity_based_distributions(population.num_examples, updates, 10)
   for row in r:
     assert np.unique(digits[row > 0]).shape[0] == 1
     np.testing.assert_array_equal(row[row > 0], np.full(10, 0.1))
@@ -298,7 +312,7 @@ def test_algorithm2_learns_the_digits_from_zero_updates():
 
 def test_similarity_matrix_values_and_zero_vector_convention():
   updates = np.array([[1.0, 0.0], [0.0, 2.0], [-3.0, 0.0], [0.0, 0.0], [0.0, 0.0], [1.0, 1.0]])
-  angle = clustered.similarity_matrix(updates, 'arccos')
+  angle = clustered_similarity.similarity_matrix(updates, 'arccos')
   np.testing.assert_allclose(
     angle[0], [0, np.pi / 2, np.pi, np.pi / 2, np.pi / 2, np.pi / 4], atol=1e-7
   )
@@ -307,27 +321,35 @@ def test_similarity_matrix_values_and_zero_vector_convention():
   np.testing.assert_allclose(angle[3, [0, 1, 2, 5]], np.pi / 2)
   np.testing.assert_array_equal(np.diag(angle), 0)
   np.testing.assert_allclose(
-    clustered.similarity_matrix(updates, 'L2'), distance.cdist(updates, updates), atol=1e-12
+    clustered_similarity.similarity_matrix(updates, 'L2'),
+    distance.cdist(updates, updates),
+    atol=1e-12,
   )
   np.testing.assert_allclose(
-    clustered.similarity_matrix(updates, 'L1'),
+    clustered_similarity.similarity_matrix(updates, 'L1'),
     distance.cdist(updates, updates, 'cityblock'),
     atol=1e-12,
   )
   # Arccos is scale-free per row, even for tiny or huge rows.
-  np.testing.assert_allclose(clustered.similarity_matrix(updates * 1e-200, 'arccos'), angle)
-  np.testing.assert_allclose(clustered.similarity_matrix(updates * 1e200, 'arccos'), angle)
+  np.testing.assert_allclose(
+    clustered_similarity.similarity_matrix(updates * 1e-200, 'arccos'), angle
+  )
+  np.testing.assert_allclose(
+    clustered_similarity.similarity_matrix(updates * 1e200, 'arccos'), angle
+  )
 
 
-@pytest.mark.parametrize('similarity', clustered.SIMILARITIES)
+@pytest.mark.parametrize('similarity', clustered_similarity.SIMILARITIES)
 def test_ward_linkage_of_rows_is_scipys_ward_on_the_rows(similarity):
-  matrix = clustered.similarity_matrix(_updates(3, 40, dim=8, zero_fraction=0.0), similarity)
+  matrix = clustered_similarity.similarity_matrix(
+    _updates(3, 40, dim=8, zero_fraction=0.0), similarity
+  )
   with warnings.catch_warnings():
     # scipy warns that a symmetric hollow observation matrix looks like a
     # distance matrix: that is the authors' usage and the point of the test.
     warnings.simplefilter('ignore', hierarchy.ClusterWarning)
     expected = hierarchy.linkage(matrix, 'ward')
-  ours = clustered.ward_linkage_of_rows(matrix)
+  ours = clustered_similarity.ward_linkage_of_rows(matrix)
   # The same merges; heights agree up to the cancellation error of the
   # distance expansion (our _updates has two identical clients: height ~1e-7).
   np.testing.assert_array_equal(ours[:, [0, 1, 3]], expected[:, [0, 1, 3]])
@@ -344,7 +366,7 @@ def test_cut_by_weight_matches_the_authors_fcluster_cut(seed, num_leaves, capaci
   rng = np.random.default_rng(seed)
   linkage = hierarchy.linkage(rng.normal(size=(num_leaves, 3)), 'ward')
   weights = rng.integers(0, capacity + 1, num_leaves)
-  groups = clustered.cut_by_weight(linkage, weights, capacity)
+  groups = clustered_similarity.cut_by_weight(linkage, weights, capacity)
   node_weight = list(weights)
   heights = linkage.copy()
   for merge, (left, right) in enumerate(linkage[:, :2].astype(int)):
@@ -369,13 +391,13 @@ def test_cut_by_weight_hand_computed_and_leaf_too_heavy():
   # (4,5)->6 [15]. Capacity 8: root 15 > 8 splits; node 4 (6) is a group;
   # node 5 (9) splits into {2} and {3}.
   linkage = np.array([[0, 1, 1.0, 2], [2, 3, 2.0, 2], [4, 5, 3.0, 4]])
-  groups = clustered.cut_by_weight(linkage, np.array([3, 3, 4, 5]), 8)
+  groups = clustered_similarity.cut_by_weight(linkage, np.array([3, 3, 4, 5]), 8)
   assert [g.tolist() for g in groups] == [[0, 1], [2], [3]]
-  assert [g.tolist() for g in clustered.cut_by_weight(linkage, np.array([3, 3, 4, 5]), 15)] == [
-    [0, 1, 2, 3]
-  ]
+  assert [
+    g.tolist() for g in clustered_similarity.cut_by_weight(linkage, np.array([3, 3, 4, 5]), 15)
+  ] == [[0, 1, 2, 3]]
   with pytest.raises(ValueError, match='Leaf 3 weighs 5 > capacity 4'):
-    clustered.cut_by_weight(linkage, np.array([3, 3, 4, 5]), 4)
+    clustered_similarity.cut_by_weight(linkage, np.array([3, 3, 4, 5]), 4)
 
 
 # ------------------------------------------------------------------------------
@@ -521,7 +543,7 @@ def _assert_same_tree(linkage, oracle):
   assert linkage[-1, 3] == oracle[-1, 3]  # One tree over every leaf.
 
 
-@pytest.mark.parametrize('similarity', clustered.SIMILARITIES)
+@pytest.mark.parametrize('similarity', clustered_similarity.SIMILARITIES)
 @pytest.mark.parametrize(
   'num_clients,dim,zero_fraction',
   [(60, 6, 0.0), (60, 6, 0.3), (60, 6, 1.0), (300, 16, 0.3), (300, 64, 0.9)],
@@ -541,16 +563,22 @@ def test_algorithm2_equals_the_previous_implementation(
   sizes = np.ceil(rng.lognormal(np.log(20.0), 1.0, num_clients)).astype(np.int64)
   updates = _updates(seed, num_clients, dim=dim, zero_fraction=zero_fraction)
   updates[3:6] = updates[7]  # Identical nonzero clients too (identical rows of ρ for L1).
-  matrix = clustered.similarity_matrix(updates, similarity)
+  matrix = clustered_similarity.similarity_matrix(updates, similarity)
   np.testing.assert_allclose(
     matrix, _oracle_similarity_matrix(updates, similarity), rtol=1e-12, atol=1e-14
   )
-  _assert_same_tree(clustered.ward_linkage_of_rows(matrix), _oracle_ward_linkage_of_rows(matrix))
-  monkeypatch.setitem(globals(), '_oracle_similarity_matrix', clustered._similarity_matrix)  # pylint: disable=protected-access
-  monkeypatch.setitem(globals(), '_oracle_ward_linkage_of_rows', clustered.ward_linkage_of_rows)
+  _assert_same_tree(
+    clustered_similarity.ward_linkage_of_rows(matrix), _oracle_ward_linkage_of_rows(matrix)
+  )
+  monkeypatch.setitem(
+    globals(), '_oracle_similarity_matrix', clustered_similarity._similarity_matrix
+  )  # pylint: disable=protected-access
+  monkeypatch.setitem(
+    globals(), '_oracle_ward_linkage_of_rows', clustered_similarity.ward_linkage_of_rows
+  )
   for num_draws in (3, 10):
     units, groups = _oracle_similarity_allocation(sizes, updates, num_draws, similarity)
-    allocation = clustered._similarity_allocation(  # pylint: disable=protected-access
+    allocation = clustered_similarity._similarity_allocation(  # pylint: disable=protected-access
       sizes, updates, num_draws, similarity
     )
     np.testing.assert_array_equal(allocation.units, units)
@@ -566,7 +594,9 @@ def test_algorithm2_equals_the_previous_implementation_on_the_benchmark_workload
     sizes = bench_clustered.client_sizes(num_clients, 1.0, 0)
     updates, _ = bench_clustered.mixture_updates(num_clients, 128, 5, 1.0, 0.2, 0)
     units, _ = _oracle_similarity_allocation(sizes, updates, 10, 'arccos')
-    np.testing.assert_array_equal(clustered.similarity_based_units(sizes, updates, 10), units)
+    np.testing.assert_array_equal(
+      clustered_similarity.similarity_based_units(sizes, updates, 10), units
+    )
 
 
 @pytest.mark.parametrize(
@@ -580,12 +610,12 @@ def test_algorithm2_equals_the_previous_implementation_on_the_benchmark_workload
 )
 def test_ward_linkage_of_rows_with_identical_rows_equals_the_full_product(rows):
   np.testing.assert_array_equal(
-    clustered.ward_linkage_of_rows(rows), _oracle_ward_linkage_of_rows(rows)
+    clustered_similarity.ward_linkage_of_rows(rows), _oracle_ward_linkage_of_rows(rows)
   )
 
 
 def test_first_identical_row_needs_identical_bits():
-  first_identical_row = clustered._first_identical_row  # pylint: disable=protected-access
+  first_identical_row = clustered_similarity._first_identical_row  # pylint: disable=protected-access
   rows = np.array(
     [[1.0, 0.0, 2.0], [1.0, -0.0, 2.0], [1.0, 0.0, 2.0], [2.0, 1.0, 0.0], [2.0, 1.0, 0.0]]
   )
@@ -607,7 +637,7 @@ def test_cut_by_weight_equals_the_previous_implementation(seed, num_leaves, capa
   if seed % 2:
     points = np.round(points)  # Exact ties.
   linkage = hierarchy.linkage(points, 'ward') if num_leaves > 1 else np.zeros((0, 4))
-  groups = clustered.cut_by_weight(linkage, weights, capacity)
+  groups = clustered_similarity.cut_by_weight(linkage, weights, capacity)
   expected = _oracle_cut_by_weight(linkage, weights, capacity)
   assert [g.tolist() for g in groups] == [g.tolist() for g in expected]
 
@@ -618,51 +648,56 @@ def test_cut_by_weight_equals_the_previous_implementation(seed, num_leaves, capa
 
 def test_statistics_hand_computed():
   p = np.array([0.5, 0.25, 0.25])
-  np.testing.assert_allclose(clustered.md_inclusion_probability(p, 2), [0.75, 0.4375, 0.4375])
   np.testing.assert_allclose(
-    clustered.md_weight_variance(p, 2), [2 * 0.25 / 4, 2 * 0.1875 / 4, 2 * 0.1875 / 4]
+    clustered_variance.md_inclusion_probability(p, 2), [0.75, 0.4375, 0.4375]
+  )
+  np.testing.assert_allclose(
+    clustered_variance.md_weight_variance(p, 2), [2 * 0.25 / 4, 2 * 0.1875 / 4, 2 * 0.1875 / 4]
   )
   r = np.array([[1.0, 0.0, 0.0], [0.0, 0.5, 0.5]])
-  np.testing.assert_allclose(clustered.clustered_inclusion_probability(r), [1.0, 0.5, 0.5])
-  np.testing.assert_allclose(clustered.clustered_weight_variance(r), [0.0, 0.25 / 4, 0.25 / 4])
-  assert clustered.expected_distinct_clients(r) == pytest.approx(2.0)
+  np.testing.assert_allclose(clustered_variance.clustered_inclusion_probability(r), [1.0, 0.5, 0.5])
+  np.testing.assert_allclose(
+    clustered_variance.clustered_weight_variance(r), [0.0, 0.25 / 4, 0.25 / 4]
+  )
+  assert clustered_variance.expected_distinct_clients(r) == pytest.approx(2.0)
   # MD is the clustered sampling with every r_k = p: equality in both.
   md_as_clustered = np.tile(p, (2, 1))
   np.testing.assert_allclose(
-    clustered.clustered_weight_variance(md_as_clustered), clustered.md_weight_variance(p, 2)
+    clustered_variance.clustered_weight_variance(md_as_clustered),
+    clustered_variance.md_weight_variance(p, 2),
   )
   np.testing.assert_allclose(
-    clustered.clustered_inclusion_probability(md_as_clustered),
-    clustered.md_inclusion_probability(p, 2),
+    clustered_variance.clustered_inclusion_probability(md_as_clustered),
+    clustered_variance.md_inclusion_probability(p, 2),
   )
-  assert clustered.distinct_clients(samplers.Selection(np.array([3, 1, 3, 2]))) == 3
+  assert clustered_variance.distinct_clients(samplers.Selection(np.array([3, 1, 3, 2]))) == 3
   with pytest.raises(ValueError, match=r'r must be probabilities in \[0, 1\]'):
-    clustered.clustered_weight_variance(np.array([[1.5]]))
+    clustered_variance.clustered_weight_variance(np.array([[1.5]]))
 
 
 def test_count_sketch_definition_determinism_and_inner_products():
   vectors = np.array([[1.0, 2.0, 3.0, 4.0, 5.0], [0.0, -1.0, 0.0, 2.0, 0.5]])
-  buckets, signs = clustered.count_sketch_hashes(5, 3, seed=7)
+  buckets, signs = sketches.count_sketch_hashes(5, 3, seed=7)
   expected = np.zeros((2, 3))
   for j in range(5):
     expected[:, buckets[j]] += signs[j] * vectors[:, j]
-  np.testing.assert_allclose(clustered.count_sketch(vectors, 3, seed=7), expected)
-  np.testing.assert_allclose(clustered.count_sketch(vectors[0], 3, seed=7), expected[0])
+  np.testing.assert_allclose(sketches.count_sketch(vectors, 3, seed=7), expected)
+  np.testing.assert_allclose(sketches.count_sketch(vectors[0], 3, seed=7), expected[0])
   assert not np.array_equal(
-    clustered.count_sketch_hashes(5, 3, seed=8)[0], buckets
-  ) or not np.array_equal(clustered.count_sketch_hashes(5, 3, seed=8)[1], signs)
+    sketches.count_sketch_hashes(5, 3, seed=8)[0], buckets
+  ) or not np.array_equal(sketches.count_sketch_hashes(5, 3, seed=8)[1], signs)
   # Inner products are preserved in expectation: averaged over 200 seeds, the
   # sketched inner product of two 2,000-dim vectors is within 4 standard errors.
   rng = np.random.default_rng(1)
   x, y = rng.normal(size=(2, 2000))
   y += 0.5 * x
   estimates = np.array(
-    [np.dot(*clustered.count_sketch(np.stack([x, y]), 64, seed=s)) for s in range(200)]
+    [np.dot(*sketches.count_sketch(np.stack([x, y]), 64, seed=s)) for s in range(200)]
   )
   standard_error = estimates.std(ddof=1) / np.sqrt(len(estimates))
   assert abs(estimates.mean() - np.dot(x, y)) < 4 * standard_error
   with pytest.raises(ValueError, match='sketch_size must be a positive integer'):
-    clustered.count_sketch(vectors, 0, seed=0)
+    sketches.count_sketch(vectors, 0, seed=0)
 
 
 # ------------------------------------------------------------------------------
@@ -848,23 +883,25 @@ def test_observe_stores_sketches_by_slot():
 
 def test_errors_name_the_value():
   with pytest.raises(ValueError, match='num_draws must be a positive integer, got 0'):
-    clustered.size_based_distributions([1, 2], 0)
+    clustered_size.size_based_distributions([1, 2], 0)
   with pytest.raises(ValueError, match='num_draws must be a positive integer'):
     clustered.ClusteredSampler(-2, seed=0)
   with pytest.raises(ValueError, match=r'client_sizes must be positive integers.*got 0 at index 1'):
-    clustered.size_based_distributions([3, 0, 2], 2)
+    clustered_size.size_based_distributions([3, 0, 2], 2)
   with pytest.raises(ValueError, match=r'client_sizes must be positive.*got -4 at index 0'):
-    clustered.similarity_based_distributions([-4, 2], np.ones((2, 2)), 2)
+    clustered_similarity.similarity_based_distributions([-4, 2], np.ones((2, 2)), 2)
   with pytest.raises(ValueError, match=r'client_sizes must be positive integers.*index 0'):
     clustered.ClusteredSampler(2, seed=0).initialize(samplers.Population(np.array([0, 1])))
   bad_updates = np.ones((3, 2))
   bad_updates[2, 1] = np.inf
   with pytest.raises(ValueError, match=r'must be finite; row 2'):
-    clustered.similarity_based_distributions([1, 2, 3], bad_updates, 2)
+    clustered_similarity.similarity_based_distributions([1, 2, 3], bad_updates, 2)
   with pytest.raises(ValueError, match='has 2 rows but there are 3 clients'):
-    clustered.similarity_based_distributions([1, 2, 3], np.ones((2, 2)), 2)
+    clustered_similarity.similarity_based_distributions([1, 2, 3], np.ones((2, 2)), 2)
   with pytest.raises(ValueError, match="Unknown similarity 'cosine'"):
-    clustered.similarity_based_distributions([1, 2], np.ones((2, 2)), 2, similarity='cosine')
+    clustered_similarity.similarity_based_distributions(
+      [1, 2], np.ones((2, 2)), 2, similarity='cosine'
+    )
   with pytest.raises(ValueError, match="Unknown similarity 'cos'"):
     clustered.ClusteredSampler(2, seed=0, method='similarity', similarity='cos', sketch_size=4)
   with pytest.raises(ValueError, match="Unknown method 'random'"):
