@@ -1,4 +1,4 @@
-"""Tests for tff_sampling/probabilities.py (Chen, Horváth, Richtárik, TMLR 2022).
+"""Tests for tff_sampling/probabilities/single_model.py (Chen, Horváth, Richtárik, TMLR 2022).
 
 Hand-computed cases (arithmetic in the comments), an independent water-filling
 oracle, property tests (hypothesis), optimality against scipy's SLSQP and by
