@@ -1,4 +1,4 @@
-"""Tests for the MMFL functions of tff_sampling/probabilities/multi_model.py (docs/algorithms.md §5).
+"""Tests for tff_sampling/probabilities/multi_model.py, MMFL (docs/algorithms.md §5).
 
 Hand-computed cases (arithmetic in the comments), two independent oracles
 (scipy's SLSQP on the full ``[N, S]`` problem, and a bisection water filling on
