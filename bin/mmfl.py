@@ -44,6 +44,7 @@ from tff_sampling import comparisons
 from tff_sampling.analysis import plotting
 from tff_sampling.comparisons import mmfl
 from tff_sampling.learning import multi_model
+from tff_sampling.learning import multi_model_types
 from tff_sampling.program import multi_model as multi_model_program
 from tff_sampling.runtime import results
 
@@ -58,7 +59,9 @@ flags.FLAGS.set_default('checkpoint_every', 10)
 flags.FLAGS.set_default('root_output_dir', 'results/mmfl')
 _SUITE = flags.DEFINE_enum('suite', 'digits_noniid', list(suites.SUITES), 'The task suite.')
 _SAMPLING = flags.DEFINE_list(
-  'sampling', list(DEFAULT_SAMPLINGS), f'Methods to run, of {", ".join(multi_model.SAMPLINGS)}.'
+  'sampling',
+  list(DEFAULT_SAMPLINGS),
+  f'Methods to run, of {", ".join(multi_model_types.SAMPLINGS)}.',
 )
 _NUM_MODELS = flags.DEFINE_integer(
   'num_models', None, "S, the number of models (default: the suite's).", lower_bound=1
@@ -82,7 +85,7 @@ _REPORT_ONLY = flags.DEFINE_bool(
   'report_only', False, 'Print the report from existing runs; train nothing.'
 )
 _SEEDS = cf.define_seeds()
-flag_checks.check_choices('sampling', multi_model.SAMPLINGS)
+flag_checks.check_choices('sampling', multi_model_types.SAMPLINGS)
 flag_checks.check_number(
   'expected_clients', low=0.0, low_open=True, hint='expected trainers per round, at most --clients'
 )

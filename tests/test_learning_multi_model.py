@@ -17,6 +17,7 @@ from tasks import multi_model as suites
 from tff_sampling import probabilities
 from tff_sampling.learning import fedavg
 from tff_sampling.learning import multi_model
+from tff_sampling.learning import multi_model_types
 from tff_sampling.runtime import tff_context
 
 tff_context.use_secure_sum_simulation()
@@ -34,12 +35,12 @@ def suite():
 
 
 def _shares(tasks):
-  return multi_model.data_shares(np.stack([t.client_num_examples for t in tasks], axis=1))
+  return multi_model_types.data_shares(np.stack([t.client_num_examples for t in tasks], axis=1))
 
 
 def _data(tasks, shares, clients=range(N)):
   return [
-    multi_model.client_data([t.client_dataset(i, seed=7) for t in tasks], i, shares[i])
+    multi_model_types.client_data([t.client_dataset(i, seed=7) for t in tasks], i, shares[i])
     for i in clients
   ]
 
@@ -304,10 +305,12 @@ def test_bad_arguments_name_the_value():
       [], sampling='random', expected_clients=1, client_learning_rates=0.1
     )
   with pytest.raises(ValueError, match=r'Model\(s\) \[1\] have no training examples'):
-    multi_model.data_shares([[3, 0], [1, 0]])
+    multi_model_types.data_shares([[3, 0], [1, 0]])
   with pytest.raises(ValueError, match='one per model'):
-    multi_model.client_data([tf.data.Dataset.range(1)], 0, [0.5, 0.5])
+    multi_model_types.client_data([tf.data.Dataset.range(1)], 0, [0.5, 0.5])
 
 
 def test_data_shares_by_hand():
-  np.testing.assert_allclose(multi_model.data_shares([[1, 0], [3, 2]]), [[0.25, 0.0], [0.75, 1.0]])
+  np.testing.assert_allclose(
+    multi_model_types.data_shares([[1, 0], [3, 2]]), [[0.25, 0.0], [0.75, 1.0]]
+  )

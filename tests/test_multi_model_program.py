@@ -11,6 +11,7 @@ import pytest
 from tasks import multi_model as suites
 from tff_sampling import program
 from tff_sampling.learning import multi_model
+from tff_sampling.learning import multi_model_types
 from tff_sampling.program import multi_model as multi_model_program
 from tff_sampling.runtime import results
 
@@ -115,15 +116,15 @@ def test_binary_runs_every_sampling_and_prints_the_report(tmp_path, capfd):
     client_epochs=1,
     root_output_dir=tmp_path,
   )
-  outcome = fh.run_binary('mmfl', sampling=','.join(multi_model.SAMPLINGS), **common)
+  outcome = fh.run_binary('mmfl', sampling=','.join(multi_model_types.SAMPLINGS), **common)
   assert outcome.exit_code == 0, outcome
   table = capfd.readouterr().out.split('method')[1].splitlines()
   rows = {
     line.split()[0]: line
     for line in table[2:]
-    if line.strip() and line.split()[0] in multi_model.SAMPLINGS
+    if line.strip() and line.split()[0] in multi_model_types.SAMPLINGS
   }
-  assert set(rows) == set(multi_model.SAMPLINGS)
+  assert set(rows) == set(multi_model_types.SAMPLINGS)
   assert rows['optimal'].count('/') == 2  # Secure/exact ratios for j = 0, 1, 2.
   assert os.path.isfile(tmp_path / 'digits_noniid_mean_accuracy.png')
   run = results.load_run(tmp_path / 'digits_noniid_round_robin_seed0')

@@ -284,6 +284,7 @@ def test_femnist_models_suite_is_two_model_sizes_on_the_same_writers(cache_dir):
 def test_leaf_multi_model_suite_shares_one_population(cache_dir):
   from tasks import multi_model as suites
   from tff_sampling.learning import multi_model
+  from tff_sampling.learning import multi_model_types
   from tff_sampling.runtime import tff_context
 
   tasks = suites.create_suite('leaf', num_clients=2, cache_dir=cache_dir)
@@ -298,7 +299,7 @@ def test_leaf_multi_model_suite_shares_one_population(cache_dir):
   # One round of the secure loss-based process over FEMNIST + Shakespeare.
   tasks = tasks[:2]
   tff_context.use_secure_sum_simulation()
-  shares = multi_model.data_shares(np.stack([t.client_num_examples for t in tasks], axis=1))
+  shares = multi_model_types.data_shares(np.stack([t.client_num_examples for t in tasks], axis=1))
   process = multi_model.build_multi_model_process(
     [t.model_fn for t in tasks],
     sampling='optimal_loss_secure',
@@ -309,7 +310,7 @@ def test_leaf_multi_model_suite_shares_one_population(cache_dir):
   output = process.next(
     state,
     [
-      multi_model.client_data([t.client_dataset(i, seed=0) for t in tasks], i, shares[i])
+      multi_model_types.client_data([t.client_dataset(i, seed=0) for t in tasks], i, shares[i])
       for i in range(2)
     ],
   )

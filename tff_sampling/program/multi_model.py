@@ -37,7 +37,7 @@ from tff_sampling import communication
 from tff_sampling import program
 from tff_sampling import randomness
 from tff_sampling import validation
-from tff_sampling.learning import multi_model
+from tff_sampling.learning import multi_model_types
 from tff_sampling.task import Task
 
 
@@ -90,7 +90,7 @@ def check_population(tasks: Sequence[Task]) -> np.ndarray:
       + '; restrict them to a common N with align_clients (--clients).'
     )
   examples = np.stack([np.asarray(t.client_num_examples, np.int64) for t in tasks], axis=1)
-  multi_model.data_shares(examples)  # Raises for a model without data.
+  multi_model_types.data_shares(examples)  # Raises for a model without data.
   return examples
 
 
@@ -175,7 +175,7 @@ class MultiModel:
   ):
     self.tasks, self.process, self.config = list(tasks), process, config
     self.examples = check_population(tasks)
-    self.shares = multi_model.data_shares(self.examples)
+    self.shares = multi_model_types.data_shares(self.examples)
     self._parameters: list[int] = []
     self._evaluators: list[program.CentralEvaluator] = []
 
@@ -246,7 +246,7 @@ class MultiModel:
             steps=self.config.client_steps if self.examples[client, s] else None,
           )
         )
-      data.append(multi_model.client_data(datasets, client, self.shares[client]))
+      data.append(multi_model_types.client_data(datasets, client, self.shares[client]))
     return data
 
   def round_output(
