@@ -15,7 +15,7 @@ client per role. Either source or both. Then ``--cache_dir`` serves
 
 An existing database is not replaced unless ``--overwrite``; a file is written
 under a temporary name and renamed when complete. Bad input stops the command
-with one line naming the file and the problem (`tasks.leaf`).
+with one line naming the file and the problem (`tasks.leaf_json`, `tasks.tff_sqlite`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import sys
 from absl import app
 from absl import flags
 
-from tasks import leaf
+from tasks import tff_sqlite
 
 _FEMNIST_LEAF_DIR = flags.DEFINE_string(
   'femnist_leaf_dir',
@@ -71,18 +71,22 @@ def main(argv: Sequence[str]) -> None:
   try:
     # Refuse before any work if an output exists; each summary is printed when written.
     if femnist_dir:
-      leaf.check_absent(os.path.join(cache_dir, leaf.EMNIST_DATABASE_FILE), overwrite)
+      tff_sqlite.check_absent(os.path.join(cache_dir, tff_sqlite.EMNIST_DATABASE_FILE), overwrite)
     if play_text:
-      leaf.check_absent(os.path.join(cache_dir, leaf.SHAKESPEARE_DATABASE_FILE), overwrite)
+      tff_sqlite.check_absent(
+        os.path.join(cache_dir, tff_sqlite.SHAKESPEARE_DATABASE_FILE), overwrite
+      )
     if femnist_dir:
       print(
-        '\n'.join(leaf.write_emnist_database(femnist_dir, cache_dir, overwrite=overwrite).lines()),
+        '\n'.join(
+          tff_sqlite.write_emnist_database(femnist_dir, cache_dir, overwrite=overwrite).lines()
+        ),
         flush=True,
       )
     if play_text:
       print(
         '\n'.join(
-          leaf.write_shakespeare_database(play_text, cache_dir, overwrite=overwrite).lines()
+          tff_sqlite.write_shakespeare_database(play_text, cache_dir, overwrite=overwrite).lines()
         ),
         flush=True,
       )

@@ -35,7 +35,7 @@ characterise them. `public_inputs` builds one from a *source*:
 * ``'leaf_femnist'`` (real handwriting of writers outside the population),
   for ``emnist`` and ``emnist_unbalanced_*``: the training images of every
   writer of a LEAF FEMNIST folder (``data_dir``; ``train/*.json``,
-  ``test/*.json``, read by `tasks.leaf.read_leaf`), unlabeled, as is (LEAF
+  ``test/*.json``, read by `tasks.leaf_json.read_leaf`), unlabeled, as is (LEAF
   and TFF share the convention 1.0 = background). A writer of that folder who
   is also a client of the task is a ``ValueError``: the public set must not
   be any client's data. To hold writers out, convert the population from the
@@ -67,7 +67,7 @@ from tensorflow_federated.python.simulation.baselines.cifar100 import (
 )
 
 from tasks import _common
-from tasks import leaf
+from tasks import leaf_json
 from tasks import shakespeare
 from tff_sampling.learning import graph_probe
 from tff_sampling.task import Task
@@ -147,7 +147,7 @@ def _fashion_mnist(
 def _leaf_femnist(
   task: Task, num_examples: int, rng: np.random.Generator, data_dir: str | None
 ) -> np.ndarray:
-  source_shape = leaf.FEMNIST_IMAGE_SHAPE + (1,)
+  source_shape = leaf_json.FEMNIST_IMAGE_SHAPE + (1,)
   if not (task.name == 'emnist' or task.name.startswith('emnist_unbalanced')):
     raise _unmappable('leaf_femnist', task, source_shape, 'it maps only to emnist*')
   if data_dir is None:
@@ -155,7 +155,7 @@ def _leaf_femnist(
       "The public source 'leaf_femnist' needs data_dir: a LEAF FEMNIST folder "
       '(train/, test/) of writers who are not clients of the task.'
     )
-  writers = leaf.read_leaf(data_dir, 'femnist')['train']
+  writers = leaf_json.read_leaf(data_dir, 'femnist')['train']
   shared = sorted(set(writers) & set(task.client_ids))
   if shared:
     raise ValueError(

@@ -1,4 +1,4 @@
-"""Tests of `tasks.leaf` and `bin.convert_leaf`: LEAF JSON and play text -> TFF's formats.
+"""Tests of `tasks.leaf_json`, `tasks.leaf_plays`, `tasks.tff_sqlite` and `bin.convert_leaf`.
 
 Small LEAF directories and play texts written here check the readers value by
 value, every validation error, and the databases through TFF's own loaders
@@ -26,8 +26,10 @@ import tff_sqlite_fixtures
 from bin import convert_leaf
 from tasks import emnist
 from tasks import get_task
-from tasks import leaf
+from tasks import leaf_json
+from tasks import leaf_plays
 from tasks import shakespeare
+from tasks import tff_sqlite
 
 SHARED_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'shared', 'data')
 FEMNIST_SLICE = os.path.join(SHARED_DATA, 'femnist_leaf_slice.tar.gz')
@@ -112,7 +114,7 @@ def femnist_cache(tmp_path_factory):
   root = tmp_path_factory.mktemp('leaf')
   directory = _write_json_dir(root / 'femnist', _femnist_json())
   cache_dir = str(root / 'cache')
-  summary = leaf.write_emnist_database(directory, cache_dir)
+  summary = tff_sqlite.write_emnist_database(directory, cache_dir)
   return directory, cache_dir, summary
 
 
@@ -121,7 +123,7 @@ def femnist_cache(tmp_path_factory):
 
 
 def test_read_leaf_femnist(femnist_dir):
-  splits = leaf.read_leaf(femnist_dir)
+  splits = leaf_json.read_leaf(femnist_dir)
   expected = _expected_examples()
   assert list(splits) == ['train', 'test']
   for split in ('train', 'test'):
@@ -141,12 +143,12 @@ def test_read_leaf_femnist(femnist_dir):
 
 
 def test_femnist_client_data_has_tffs_element_spec(femnist_dir, femnist_cache):
-  train, test = leaf.femnist_client_data(femnist_dir)
+  train, test = leaf_json.femnist_client_data(femnist_dir)
   tff_train, _ = tff.simulation.datasets.emnist.load_data(
     only_digits=False, cache_dir=femnist_cache[1]
   )
   assert train.element_type_structure == tff_train.element_type_structure
-  assert train.element_type_structure == leaf.FEMNIST_ELEMENT_SPEC
+  assert train.element_type_structure == leaf_json.FEMNIST_ELEMENT_SPEC
   assert (
     test.element_type_structure
     == tff.simulation.datasets.emnist.get_synthetic().element_type_structure
@@ -155,7 +157,7 @@ def test_femnist_client_data_has_tffs_element_spec(femnist_dir, femnist_cache):
   elements = list(train.create_tf_dataset_for_client('f0000_00').as_numpy_iterator())
   assert [int(e['label']) for e in elements] == [10, 7]
   np.testing.assert_array_equal(elements[1]['pixels'], _expected_pixels(4))
-  digits_train, digits_test = leaf.femnist_client_data(femnist_dir, only_digits=True)
+  digits_train, digits_test = leaf_json.femnist_client_data(femnist_dir, only_digits=True)
   assert digits_train.client_ids == digits_test.client_ids == DIGIT_WRITERS
   assert [int(e['label']) for e in digits_train.create_tf_dataset_for_client('f0001_11')] == [0]
 
@@ -179,13 +181,13 @@ def test_read_leaf_synthetic(tmp_path):
       },
     },
   }
-  splits = leaf.read_leaf(_write_json_dir(tmp_path, files), 'synthetic')
+  splits = leaf_json.read_leaf(_write_json_dir(tmp_path, files), 'synthetic')
   assert list(splits['train']) == ['u0', 'u1']
   np.testing.assert_array_equal(splits['train']['u1']['x'], [[0.5, -1.0, 2.0], [0.0, 0.0, 1e3]])
   assert splits['train']['u1']['x'].dtype == np.float32
   np.testing.assert_array_equal(splits['train']['u1']['y'], [4, 0])
   np.testing.assert_array_equal(splits['test']['u0']['x'], [[-2.5, 0.0, 0.0]])
-  data = leaf.client_data_from_clients(splits['train'])
+  data = leaf_json.client_data_from_clients(splits['train'])
   assert data.element_type_structure == collections.OrderedDict(
     x=tf.TensorSpec([3], tf.float32), y=tf.TensorSpec([], tf.int32)
   )
@@ -195,7 +197,7 @@ def test_read_leaf_synthetic(tmp_path):
     match=r"s_test\.json: user 'u1': example 0 of \"x\" has 2 "
     r'values, expected 3 features',
   ):
-    leaf.read_leaf(_write_json_dir(tmp_path / 'bad', files), 'synthetic')
+    leaf_json.read_leaf(_write_json_dir(tmp_path / 'bad', files), 'synthetic')
 
 
 # ---------------------------------------------------------------------------
@@ -389,14 +391,14 @@ def test_leaf_validation_errors(tmp_path, case):
     change(files[name])
   directory = _write_json_dir(tmp_path / 'femnist', files)
   with pytest.raises(ValueError) as error:
-    leaf.read_leaf(directory)
+    leaf_json.read_leaf(directory)
   message = str(error.value)
   assert '\n' not in message
   assert re.search(pattern, message), (pattern, message)
   # The database writer stops with the same error and leaves nothing behind.
   cache_dir = tmp_path / 'cache'
   with pytest.raises(ValueError) as error:
-    leaf.write_emnist_database(directory, str(cache_dir))
+    tff_sqlite.write_emnist_database(directory, str(cache_dir))
   assert str(error.value) == message
   assert not cache_dir.exists() or os.listdir(cache_dir) == []
 
@@ -414,9 +416,9 @@ def test_leaf_directory_errors(tmp_path, layout, pattern):
   directory.mkdir()
   _write_json_dir(directory, layout)
   with pytest.raises(ValueError, match=pattern):
-    leaf.read_leaf(str(directory))
+    leaf_json.read_leaf(str(directory))
   with pytest.raises(ValueError, match=r"LEAF directory '.*missing' does not exist"):
-    leaf.read_leaf(str(tmp_path / 'missing'))
+    leaf_json.read_leaf(str(tmp_path / 'missing'))
 
 
 # ---------------------------------------------------------------------------
@@ -472,14 +474,14 @@ def test_emnist_task_reads_converted_femnist(femnist_cache, only_digits, client_
 
 def test_database_writers_refuse_to_overwrite(femnist_dir, tmp_path):
   cache_dir = str(tmp_path / 'cache')
-  summary = leaf.write_emnist_database(femnist_dir, cache_dir)
-  assert tuple(summary.splits) == leaf.EMNIST_SPLIT_NAMES
+  summary = tff_sqlite.write_emnist_database(femnist_dir, cache_dir)
+  assert tuple(summary.splits) == tff_sqlite.EMNIST_SPLIT_NAMES
   path = os.path.join(cache_dir, emnist.DATABASE_FILE)
-  assert leaf.EMNIST_DATABASE_FILE == emnist.DATABASE_FILE == 'emnist_all.sqlite'
-  assert leaf.SHAKESPEARE_DATABASE_FILE == shakespeare.DATABASE_FILE
+  assert tff_sqlite.EMNIST_DATABASE_FILE == emnist.DATABASE_FILE == 'emnist_all.sqlite'
+  assert tff_sqlite.SHAKESPEARE_DATABASE_FILE == shakespeare.DATABASE_FILE
   before = (tmp_path / 'cache' / 'emnist_all.sqlite').read_bytes()
   with pytest.raises(FileExistsError) as error:
-    leaf.write_emnist_database(femnist_dir, cache_dir)
+    tff_sqlite.write_emnist_database(femnist_dir, cache_dir)
   assert str(error.value) == (
     f'{path} already exists; delete or move it first, or pass '
     'overwrite=True (bin.convert_leaf: --overwrite) to replace it.'
@@ -487,14 +489,14 @@ def test_database_writers_refuse_to_overwrite(femnist_dir, tmp_path):
   # A failing overwrite keeps the old file and leaves no temporary file.
   bad = _write_json_dir(tmp_path / 'bad', {**_femnist_json(), 'test/b_test.json': '{'})
   with pytest.raises(ValueError, match='not valid JSON'):
-    leaf.write_emnist_database(bad, cache_dir, overwrite=True)
+    tff_sqlite.write_emnist_database(bad, cache_dir, overwrite=True)
   assert os.listdir(cache_dir) == ['emnist_all.sqlite']
   assert (tmp_path / 'cache' / 'emnist_all.sqlite').read_bytes() == before
   # overwrite=True replaces it.
   files = _femnist_json()
   files['test/b_test.json']['user_data']['f0002_22']['y'] = [6]
   other = _write_json_dir(tmp_path / 'other', files)
-  leaf.write_emnist_database(other, cache_dir, overwrite=True)
+  tff_sqlite.write_emnist_database(other, cache_dir, overwrite=True)
   _, test = tff.simulation.datasets.emnist.load_data(only_digits=False, cache_dir=cache_dir)
   assert [int(e['label']) for e in test.create_tf_dataset_for_client('f0002_22')] == [6]
   assert os.listdir(cache_dir) == ['emnist_all.sqlite']
@@ -515,9 +517,9 @@ def test_nothing_appears_under_the_final_name_before_the_rename(femnist_dir, tmp
     seen.append((os.path.basename(source), sorted(os.listdir(cache_dir))))
     raise KeyboardInterrupt
 
-  monkeypatch.setattr(leaf.os, 'replace', interrupted_replace)
+  monkeypatch.setattr(tff_sqlite.os, 'replace', interrupted_replace)
   with pytest.raises(KeyboardInterrupt):
-    leaf.write_emnist_database(femnist_dir, str(cache_dir))
+    tff_sqlite.write_emnist_database(femnist_dir, str(cache_dir))
   monkeypatch.undo()
   [(temporary, listing)] = seen
   assert re.fullmatch(r'\.emnist_all\.sqlite\.\w+\.partial', temporary)
@@ -534,7 +536,7 @@ def test_write_tff_database_encodes_as_tffs_writer(tmp_path):
       [b'caf\xc3\xa9', b''] + [b'x'] * (len(client['label']) - 2), dtype=object
     )
   ours = str(tmp_path / 'ours.sqlite')
-  summary = leaf.write_tff_database(ours, {'train': clients})
+  summary = tff_sqlite.write_tff_database(ours, {'train': clients})
   assert summary.splits == {'train': (2, 5)}
   theirs = str(tmp_path / 'theirs.sqlite')
   tff.simulation.datasets.save_to_sql_client_data(
@@ -554,7 +556,7 @@ def test_write_tff_database_encodes_as_tffs_writer(tmp_path):
       ], sorted(connection.execute('SELECT * FROM client_metadata;'))
 
   assert rows(ours) == rows(theirs)
-  assert tff_sqlite_fixtures.write_tff_database is leaf.write_tff_database
+  assert tff_sqlite_fixtures.write_tff_database is tff_sqlite.write_tff_database
 
 
 def test_write_tff_database_rejects_mixed_features(tmp_path):
@@ -564,7 +566,7 @@ def test_write_tff_database_rejects_mixed_features(tmp_path):
     match=r"Split 'train', client 'b': features .* differ from "
     r"those of client 'a'",
   ):
-    leaf.write_tff_database(str(tmp_path / 'x.sqlite'), {'train': clients})
+    tff_sqlite.write_tff_database(str(tmp_path / 'x.sqlite'), {'train': clients})
   assert os.listdir(tmp_path) == []
 
 
@@ -612,10 +614,10 @@ PLAY_ROLES = collections.OrderedDict(
 
 
 def test_read_play_roles():
-  assert leaf.read_play_roles(PLAY) == PLAY_ROLES  # 'First Watchman' has no speech.
-  assert leaf.read_play_roles(PLAY.replace('\n', '\r\n')) == PLAY_ROLES
-  assert leaf.read_play_roles('\n\n' + PLAY + '\n\n\n') == PLAY_ROLES
-  assert leaf.read_play_roles('') == {}
+  assert leaf_plays.read_play_roles(PLAY) == PLAY_ROLES  # 'First Watchman' has no speech.
+  assert leaf_plays.read_play_roles(PLAY.replace('\n', '\r\n')) == PLAY_ROLES
+  assert leaf_plays.read_play_roles('\n\n' + PLAY + '\n\n\n') == PLAY_ROLES
+  assert leaf_plays.read_play_roles('') == {}
 
 
 @pytest.mark.parametrize(
@@ -632,12 +634,12 @@ def test_read_play_roles():
 )
 def test_read_play_roles_errors(text, pattern):
   with pytest.raises(ValueError, match=pattern) as error:
-    leaf.read_play_roles(text, source='play.txt')
+    leaf_plays.read_play_roles(text, source='play.txt')
   assert '\n' not in str(error.value)
 
 
 def test_shakespeare_splits():
-  splits = leaf.shakespeare_splits(PLAY_ROLES)
+  splits = leaf_plays.shakespeare_splits(PLAY_ROLES)
   # Nurse and NURSE are one client; Tybalt (one speech) is dropped.
   assert splits == collections.OrderedDict(
     train={
@@ -653,7 +655,7 @@ def test_shakespeare_splits():
   )
   assert list(splits['train']) == ['JULIET', 'NURSE', 'ROMEO']
   assert [
-    leaf.role_client_id(r)
+    leaf_plays.role_client_id(r)
     for r in (
       'First Citizen',
       'Senators, &C',
@@ -663,7 +665,7 @@ def test_shakespeare_splits():
     )
   ] == ['FIRST_CITIZEN', 'SENATORS_C', 'LADY_CAPULET', 'ALL_SERVING_MEN', 'GHOST_OF_KING_HENRY_VI']
   with pytest.raises(ValueError, match=r"Role '\?\?\?' has no letter A-Z or digit"):
-    leaf.shakespeare_splits({'???': ['a', 'b']})
+    leaf_plays.shakespeare_splits({'???': ['a', 'b']})
 
 
 @pytest.mark.parametrize(
@@ -671,7 +673,7 @@ def test_shakespeare_splits():
   [(2, 1), (3, 2), (4, 3), (9, 8), (10, 9), (11, 9), (19, 17), (20, 18), (21, 18)],
 )
 def test_shakespeare_split_sizes(speeches, train):
-  splits = leaf.shakespeare_splits({'A': [str(i) for i in range(speeches)]})
+  splits = leaf_plays.shakespeare_splits({'A': [str(i) for i in range(speeches)]})
   assert splits['train']['A'] == [str(i) for i in range(train)]  # The first ones.
   assert splits['test']['A'] == [str(i) for i in range(train, speeches)]
 
@@ -681,7 +683,7 @@ def shakespeare_cache(tmp_path_factory):
   root = tmp_path_factory.mktemp('play')
   text = root / 'play.txt'
   text.write_text(PLAY)
-  summary = leaf.write_shakespeare_database(str(text), str(root / 'cache'))
+  summary = tff_sqlite.write_shakespeare_database(str(text), str(root / 'cache'))
   return str(root / 'cache'), summary
 
 
@@ -702,7 +704,7 @@ def test_tff_shakespeare_loader_reads_converted_play(shakespeare_cache):
   ]
   assert snippets(test, 'ROMEO') == [b'Third.']
   assert snippets(test, 'NURSE') == [b'Anon!']
-  assert train.element_type_structure == leaf.SHAKESPEARE_ELEMENT_SPEC
+  assert train.element_type_structure == leaf_plays.SHAKESPEARE_ELEMENT_SPEC
   task = get_task('shakespeare', cache_dir=cache_dir)
   assert task.client_ids == ('JULIET', 'NURSE', 'ROMEO')
 
@@ -711,12 +713,12 @@ def test_write_shakespeare_database_errors(tmp_path):
   text = tmp_path / 'play.txt'
   text.write_text('A:\nonly one\n\nB:\nalso one\n')
   with pytest.raises(ValueError, match=r'play\.txt: no role has two speeches'):
-    leaf.write_shakespeare_database(str(text), str(tmp_path / 'cache'))
+    tff_sqlite.write_shakespeare_database(str(text), str(tmp_path / 'cache'))
   text.write_bytes(b'A:\n\xff\xfe\n')
   with pytest.raises(ValueError, match=r'play\.txt: not UTF-8 text'):
-    leaf.write_shakespeare_database(str(text), str(tmp_path / 'cache'))
+    tff_sqlite.write_shakespeare_database(str(text), str(tmp_path / 'cache'))
   with pytest.raises(ValueError, match=r"Cannot read the play text '.*missing\.txt'"):
-    leaf.write_shakespeare_database(str(tmp_path / 'missing.txt'), str(tmp_path / 'cache'))
+    tff_sqlite.write_shakespeare_database(str(tmp_path / 'missing.txt'), str(tmp_path / 'cache'))
   assert not (tmp_path / 'cache').exists()
 
 
@@ -824,11 +826,11 @@ def real_femnist_json(real_femnist_dir):
 @pytest.fixture(scope='session')
 def real_emnist_cache(real_femnist_dir, tmp_path_factory):
   cache_dir = str(tmp_path_factory.mktemp('real_cache'))
-  return cache_dir, leaf.write_emnist_database(real_femnist_dir, cache_dir)
+  return cache_dir, tff_sqlite.write_emnist_database(real_femnist_dir, cache_dir)
 
 
 def test_real_femnist_slice_counts(real_femnist_dir, real_femnist_json):
-  splits = leaf.read_leaf(real_femnist_dir)
+  splits = leaf_json.read_leaf(real_femnist_dir)
   for split, examples in (('train', 14_708), ('test', 1_685)):
     assert len(splits[split]) == 105
     assert sum(len(c['label']) for c in splits[split].values()) == examples
@@ -837,11 +839,11 @@ def test_real_femnist_slice_counts(real_femnist_dir, real_femnist_json):
     }
   labels = np.concatenate([c['label'] for c in splits['train'].values()])
   assert labels.min() == 0 and labels.max() == 61
-  assert client_spec(splits['train']) == leaf.FEMNIST_ELEMENT_SPEC
+  assert client_spec(splits['train']) == leaf_json.FEMNIST_ELEMENT_SPEC
 
 
 def client_spec(clients):
-  return leaf.client_data_from_clients(clients).element_type_structure
+  return leaf_json.client_data_from_clients(clients).element_type_structure
 
 
 def test_tff_loader_reads_real_femnist(real_emnist_cache, real_femnist_json):
@@ -863,7 +865,7 @@ def test_tff_loader_reads_real_femnist(real_emnist_cache, real_femnist_json):
   }
   train, test = tff.simulation.datasets.emnist.load_data(only_digits=False, cache_dir=cache_dir)
   assert train.client_ids == test.client_ids == sorted(real_femnist_json['train'])
-  assert train.element_type_structure == leaf.FEMNIST_ELEMENT_SPEC
+  assert train.element_type_structure == leaf_json.FEMNIST_ELEMENT_SPEC
   # Every client's example count and labels, read through TFF's loader.
   with sqlite3.connect(os.path.join(cache_dir, 'emnist_all.sqlite')) as connection:
     counts = dict(
@@ -899,7 +901,7 @@ def tiny_shakespeare():
 
 
 def test_real_tiny_shakespeare(tiny_shakespeare, tmp_path):
-  roles = leaf.read_play_roles(tiny_shakespeare)
+  roles = leaf_plays.read_play_roles(tiny_shakespeare)
   assert len(roles) == 299  # Roles as written, with at least one speech.
   assert sum(len(s) for s in roles.values()) == 7_097
   assert round(sum(len(x) for s in roles.values() for x in s) / 1e4) == 102  # 1.02 M characters.
@@ -908,11 +910,11 @@ def test_real_tiny_shakespeare(tiny_shakespeare, tmp_path):
   # 245 of them with at least two speeches.
   merged = collections.Counter()
   for role, speeches in roles.items():
-    merged[leaf.role_client_id(role)] += len(speeches)
+    merged[leaf_plays.role_client_id(role)] += len(speeches)
   assert len(merged) == 292
   kept = {client_id: n for client_id, n in merged.items() if n >= 2}
   assert len(kept) == 245
-  splits = leaf.shakespeare_splits(roles)
+  splits = leaf_plays.shakespeare_splits(roles)
   assert list(splits['train']) == list(splits['test']) == sorted(kept)
   assert {c: len(s) for c, s in splits['train'].items()} == {
     c: max(1, 9 * n // 10) for c, n in kept.items()
@@ -923,7 +925,7 @@ def test_real_tiny_shakespeare(tiny_shakespeare, tmp_path):
   assert splits['train']['FIRST_CITIZEN'][0] == 'Before we proceed any further, hear me speak.'
   text = tmp_path / 'tiny.txt'
   text.write_text(tiny_shakespeare)
-  summary = leaf.write_shakespeare_database(str(text), str(tmp_path))
+  summary = tff_sqlite.write_shakespeare_database(str(text), str(tmp_path))
   train_examples = sum(max(1, 9 * n // 10) for n in kept.values())
   assert summary.splits == {
     'train': (245, train_examples),

@@ -1,6 +1,6 @@
 """Tiny databases in TFF's own SQLite format, where TFF's loaders look for them.
 
-`write_tff_database` (from `tasks.leaf`) writes several splits into the single
+`write_tff_database` (from `tasks.tff_sqlite`) writes several splits into the single
 file TFF's loaders read, in the layout of
 ``tff.simulation.datasets.save_to_sql_client_data``, so the same writer can
 appear in the train and the test split as in the real data.
@@ -13,10 +13,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from tasks import leaf
+from tasks import tff_sqlite
 
 Clients = Mapping[str, Mapping[str, np.ndarray]]
-write_tff_database = leaf.write_tff_database
+write_tff_database = tff_sqlite.write_tff_database
 
 
 def emnist_clients(rng: np.random.Generator, sizes: Mapping[str, int], num_classes: int) -> Clients:
