@@ -357,12 +357,8 @@ def _settings_section(spec: evidence_spec.ExperimentSpec) -> list[str]:
   ]
 
 
-def results_markdown(
-  spec: evidence_spec.ExperimentSpec, runs: Sequence[results.Run], *, command: str
-) -> str:
-  """The text of results.md."""
-  tuning = evidence_spec.tune(spec, runs)
-  chosen = reported_runs(spec, runs, tuning)
+def _incomplete(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, MethodRuns]) -> list[str]:
+  """The line that names the reported runs missing or unfinished, if there are any."""
   missing = [
     f'{m.method} seed {s}' for m in chosen.values() for s in spec.reported_seeds if s not in m.runs
   ]
@@ -372,76 +368,64 @@ def results_markdown(
     for s, r in sorted(m.runs.items())
     if int(r.rounds[-1]) < int(r.hparams.get('rounds', 0))
   ]
-  parts = [
-    report.MARKER,
-    '',
-    f'# {spec.title}',
-    '',
-    f'Regenerate this file{"" if spec.tuning_only else " and its plots"} with:',
-    '',
-    '```sh',
-    command,
-    '```',
+  if not (missing or unfinished):
+    return []
+  said = ([f'missing runs: {", ".join(missing)}'] if missing else []) + (
+    [f'unfinished: {", ".join(unfinished)}'] if unfinished else []
+  )
+  return [
+    '**Incomplete:** ' + '; '.join(said) + '. The numbers are those of the rounds written so far.',
     '',
   ]
-  if spec.tuning_only:
-    return '\n'.join(
-      parts
-      + [
-        f'This experiment only tunes: no seed is reported. Each method ran at every rate of the '
-        f'grid on the tuning seed {spec.tuning_seed}; the experiments configured with '
-        f'`--learning_rates_from={spec.name}` run each method at the rate chosen here.',
-        '',
-        *_tuning_section(spec, tuning),
-        *_settings_section(spec),
-      ]
-    )
+
+
+def _rates_text(spec: evidence_spec.ExperimentSpec) -> str:
+  """How each method's client learning rate was set, as the report's first paragraph says."""
   if spec.tuned:
-    rates = f'at its own client learning rate, chosen on the tuning seed {spec.tuning_seed} (below)'
-  elif spec.rates_from:
+    return f'at its own client learning rate, chosen on the tuning seed {spec.tuning_seed} (below)'
+  if spec.rates_from:
     name, _, one = spec.rates_from.partition(':')
-    rates = (
+    return (
       f'at the client learning rate the tuning of [{name}](../{name}/results.md) chose for '
       + (f'its method {one}' if one else 'it')
       + ' (beside its name)'
     )
-  elif spec.fixed_rates:
-    rates = 'at the client learning rate the configuration fixes for it (beside its name)'
-  else:
-    rates = f'at client learning rate {spec.learning_rates[0]:g}'
-  parts += [
+  if spec.fixed_rates:
+    return 'at the client learning rate the configuration fixes for it (beside its name)'
+  return f'at client learning rate {spec.learning_rates[0]:g}'
+
+
+_VERDICT_RULES = (
+  'Paired over the seeds both methods have: the mean of the per-seed differences '
+  '`method − baseline` and its two-sided 95% t-interval. A run that never reaches a target '
+  'counts with its last round (or its total bits), a lower bound marked ≥; a verdict that such '
+  'a bound could have produced is *undecided*. *reproduced*: the interval excludes 0 on '
+  'the side the claim states (for `=`: '
+  'it lies within ± the margin); *contradicted*: it lies wholly on the other side (for `=`: '
+  'wholly outside the margin); *no difference detected*: it covers 0; *undecided*: (`=`) '
+  'it straddles the margin, or a censored value decides it or could hide a difference.'
+)
+
+
+def _reported_sections(
+  spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, MethodRuns]
+) -> list[str]:
+  """The verdicts, summaries, per-seed values and plots of the reported seeds."""
+  return [
     f'Seeds {spec.reported_seeds.start}-{spec.reported_seeds.stop - 1} are reported; each method '
-    f'runs {rates}. Within a seed, every method starts from the same initial model and client '
-    'data order, and draws the same cohorts unless it chooses them itself (a server-side '
-    'sampler). *final accuracy* is the mean of the last '
+    f'runs {_rates_text(spec)}. Within a seed, every method starts from the same initial model '
+    'and client data order, and draws the same cohorts unless it chooses them itself (a '
+    'server-side sampler). *final accuracy* is the mean of the last '
     f'{spec.final_k} evaluations of each run; *mean accuracy over the rounds* is the area under '
     'the accuracy-vs-rounds curve (trapezoids between evaluations) divided by the rounds.',
     '',
     '## Verdicts',
     '',
-    'Paired over the seeds both methods have: the mean of the per-seed differences '
-    '`method − baseline` and its two-sided 95% t-interval. A run that never reaches a target '
-    'counts with its last round (or its total bits), a lower bound marked ≥; a verdict that such '
-    'a bound could have produced is *undecided*. *reproduced*: the interval excludes 0 on '
-    'the side the claim states (for `=`: '
-    'it lies within ± the margin); *contradicted*: it lies wholly on the other side (for `=`: '
-    'wholly outside the margin); *no difference detected*: it covers 0; *undecided*: (`=`) '
-    'it straddles the margin, or a censored value decides it or could hide a difference.',
+    _VERDICT_RULES,
     '',
     verdict_table(spec, chosen) if spec.claims else '(no claims)',
     '',
-  ]
-  if missing or unfinished:
-    parts += [
-      '**Incomplete:** '
-      + '; '.join(
-        ([f'missing runs: {", ".join(missing)}'] if missing else [])
-        + ([f'unfinished: {", ".join(unfinished)}'] if unfinished else [])
-      )
-      + '. The numbers are those of the rounds written so far.',
-      '',
-    ]
-  parts += [
+    *_incomplete(spec, chosen),
     '## Summaries over seeds',
     '',
     'Mean ± sample standard deviation over the reported seeds; a to-target cell averages the '
@@ -463,10 +447,37 @@ def results_markdown(
     'uploaded bits, so every curve ends at its last evaluation.',
     '',
   ]
+
+
+def results_markdown(
+  spec: evidence_spec.ExperimentSpec, runs: Sequence[results.Run], *, command: str
+) -> str:
+  """The text of results.md."""
+  tuning = evidence_spec.tune(spec, runs)
+  parts = [
+    report.MARKER,
+    '',
+    f'# {spec.title}',
+    '',
+    f'Regenerate this file{"" if spec.tuning_only else " and its plots"} with:',
+    '',
+    '```sh',
+    command,
+    '```',
+    '',
+  ]
+  if spec.tuning_only:
+    parts += [
+      f'This experiment only tunes: no seed is reported. Each method ran at every rate of the '
+      f'grid on the tuning seed {spec.tuning_seed}; the experiments configured with '
+      f'`--learning_rates_from={spec.name}` run each method at the rate chosen here.',
+      '',
+    ]
+  else:
+    parts += _reported_sections(spec, reported_runs(spec, runs, tuning))
   if spec.tuned:
     parts += _tuning_section(spec, tuning)
-  parts += _settings_section(spec)
-  return '\n'.join(parts)
+  return '\n'.join(parts + _settings_section(spec))
 
 
 def report_files(
@@ -528,6 +539,90 @@ def _short_names(names: Sequence[str]) -> list[str]:
   return [n[len(prefix) :] or n for n in names]
 
 
+def _check_family(members: Sequence[Member], relative_to: str | None) -> None:
+  """Raises ValueError unless `members` can share one summary (see `family_markdown`)."""
+  names = [m.spec.name for m in members]
+  if not members:
+    raise ValueError('A family summary needs at least one experiment.')
+  repeated = sorted({n for n in names if names.count(n) > 1})
+  if repeated:
+    raise ValueError(f'Experiments given twice (by name): {", ".join(repeated)}.')
+  final_ks = {m.spec.name: m.spec.final_k for m in members}
+  if len(set(final_ks.values())) > 1:
+    raise ValueError(
+      f'The experiments summarise their final accuracy over different final_k: {final_ks}; '
+      'summarise those with the same k together.'
+    )
+  if relative_to is not None and relative_to not in names:
+    raise ValueError(f'relative_to={relative_to!r} is none of the experiments {names}.')
+
+
+def _family_cells(
+  members: Sequence[Member],
+  chosen: Mapping[str, Mapping[str, MethodRuns]],
+  methods: Sequence[str],
+  metric: str,
+  relative_to: str | None,
+) -> dict[tuple[str, str], str]:
+  """(experiment, method) -> mean ± std of `metric` over the seeds (how many, where some are
+  missing), then the change against `relative_to`'s value for the same method."""
+  means, cells = {}, {}
+  for m in members:
+    for method in methods:
+      runs = chosen[m.spec.name].get(method)
+      values = metric_values(m.spec, runs.runs, metric) if runs else {}
+      finite = np.array([v for v in values.values() if math.isfinite(v)])
+      if not finite.size:
+        cells[m.spec.name, method] = _MISSING
+        continue
+      means[m.spec.name, method] = float(finite.mean())
+      text = _fmt(float(finite.mean()), metric)
+      if finite.size > 1:
+        text += f' ± {_fmt(float(finite.std(ddof=1)), metric)}'
+      if finite.size < m.spec.seeds:
+        text += f' ({finite.size}/{m.spec.seeds} seeds)'
+      cells[m.spec.name, method] = text
+  if relative_to is not None:
+    for (name, method), mean in means.items():
+      base = means.get((relative_to, method))
+      if name != relative_to and base:
+        cells[name, method] += f' ({100 * (mean / base - 1):+.1f}%)'
+  return cells
+
+
+def _family_rates_and_seconds(
+  names: Sequence[str],
+  chosen: Mapping[str, Mapping[str, MethodRuns]],
+  methods: Sequence[str],
+  headers: Sequence[str],
+) -> list[str]:
+  """The sections of each method's client learning rate and median seconds per round."""
+  rates = [
+    [f'{chosen[n][method].rate:g}' if method in chosen[n] else _MISSING for method in methods]
+    for n in names
+  ]
+  seconds = []
+  for n in names:
+    column = []
+    for method in methods:
+      value = (
+        median_round_seconds(chosen[n][method].runs.values()) if method in chosen[n] else math.nan
+      )
+      column.append(f'{value:.2f}' if math.isfinite(value) else _MISSING)
+    seconds.append(column)
+  return [
+    '',
+    '## Client learning rates',
+    '',
+    tables.pipe_table(headers, [list(methods)] + rates),
+    '',
+    '## Seconds per round (median over the reported runs)',
+    '',
+    tables.pipe_table(headers, [list(methods)] + seconds),
+    '',
+  ]
+
+
 def family_markdown(
   members: Sequence[Member], *, title: str, command: str, relative_to: str | None = None
 ) -> str:
@@ -546,25 +641,19 @@ def family_markdown(
       (one heading would describe different summaries), if `relative_to` names
       no member, or as `evidence_spec.tune`.
   """
+  _check_family(members, relative_to)
   names = [m.spec.name for m in members]
-  if not members:
-    raise ValueError('A family summary needs at least one experiment.')
-  repeated = sorted({n for n in names if names.count(n) > 1})
-  if repeated:
-    raise ValueError(f'Experiments given twice (by name): {", ".join(repeated)}.')
-  final_ks = {m.spec.name: m.spec.final_k for m in members}
-  if len(set(final_ks.values())) > 1:
-    raise ValueError(
-      f'The experiments summarise their final accuracy over different final_k: {final_ks}; '
-      'summarise those with the same k together.'
-    )
-  if relative_to is not None and relative_to not in names:
-    raise ValueError(f'relative_to={relative_to!r} is none of the experiments {names}.')
   short = dict(zip(names, _short_names(names)))
-  chosen = {}
-  for m in members:
-    chosen[m.spec.name] = reported_runs(m.spec, m.runs, evidence_spec.tune(m.spec, m.runs))
+  chosen = {
+    m.spec.name: reported_runs(m.spec, m.runs, evidence_spec.tune(m.spec, m.runs)) for m in members
+  }
   methods = list(dict.fromkeys(method for m in members for method in m.spec.methods))
+  headers = ['method'] + [short[n] for n in names]
+  rows = [
+    [f'[{short[m.spec.name]}]({m.link})', *row]
+    for m in members
+    for row in verdict_rows(m.spec, chosen[m.spec.name])
+  ]
   parts = [
     report.MARKER,
     '',
@@ -581,79 +670,27 @@ def family_markdown(
     '',
     '## Verdicts',
     '',
+    tables.pipe_table(['experiment', *_VERDICT_HEADERS], [list(c) for c in zip(*rows)])
+    if rows
+    else '(no claims)',
   ]
-  rows = [
-    [f'[{short[m.spec.name]}]({m.link})', *row]
-    for m in members
-    for row in verdict_rows(m.spec, chosen[m.spec.name])
-  ]
-  headers = ['experiment', *_VERDICT_HEADERS]
-  parts += [tables.pipe_table(headers, [list(c) for c in zip(*rows)]) if rows else '(no claims)']
-  metrics = list(dict.fromkeys(metric for m in members for metric in _summaries(m.spec)))
-  for metric in metrics:
-    means = {}
-    cells = {}
-    for m in members:
-      for method in methods:
-        runs = chosen[m.spec.name].get(method)
-        values = metric_values(m.spec, runs.runs, metric) if runs else {}
-        finite = np.array([v for v in values.values() if math.isfinite(v)])
-        if not finite.size:
-          cells[m.spec.name, method] = _MISSING
-          continue
-        means[m.spec.name, method] = float(finite.mean())
-        text = _fmt(float(finite.mean()), metric)
-        if finite.size > 1:
-          text += f' ± {_fmt(float(finite.std(ddof=1)), metric)}'
-        if finite.size < m.spec.seeds:
-          text += f' ({finite.size}/{m.spec.seeds} seeds)'
-        cells[m.spec.name, method] = text
-    if relative_to is not None:
-      for (name, method), mean in means.items():
-        base = means.get((relative_to, method))
-        if name != relative_to and base:
-          cells[name, method] += f' ({100 * (mean / base - 1):+.1f}%)'
+  change = (
+    f'; then the change against {short[relative_to]}, where it has the method'
+    if relative_to
+    else ''
+  )
+  for metric in dict.fromkeys(metric for m in members for metric in _summaries(m.spec)):
+    cells = _family_cells(members, chosen, methods, metric, relative_to)
     heading = _metric_name(members[0].spec, metric)
     parts += [
       '',
       f'## {heading[0].upper()}{heading[1:]}',
       '',
       'Mean ± sample standard deviation over the reported seeds (how many, where some are '
-      'missing or never reach the value)'
-      + (
-        f'; then the change against {short[relative_to]}, where it has the method'
-        if relative_to
-        else ''
-      )
-      + '.',
+      'missing or never reach the value)' + change + '.',
       '',
       tables.pipe_table(
-        ['method'] + [short[n] for n in names],
-        [methods] + [[cells[n, method] for method in methods] for n in names],
+        headers, [methods] + [[cells[n, method] for method in methods] for n in names]
       ),
     ]
-  rates = [
-    [f'{chosen[n][method].rate:g}' if method in chosen[n] else _MISSING for method in methods]
-    for n in names
-  ]
-  seconds = []
-  for n in names:
-    column = []
-    for method in methods:
-      value = (
-        median_round_seconds(chosen[n][method].runs.values()) if method in chosen[n] else math.nan
-      )
-      column.append(f'{value:.2f}' if math.isfinite(value) else _MISSING)
-    seconds.append(column)
-  parts += [
-    '',
-    '## Client learning rates',
-    '',
-    tables.pipe_table(['method'] + [short[n] for n in names], [methods] + rates),
-    '',
-    '## Seconds per round (median over the reported runs)',
-    '',
-    tables.pipe_table(['method'] + [short[n] for n in names], [methods] + seconds),
-    '',
-  ]
-  return '\n'.join(parts)
+  return '\n'.join(parts + _family_rates_and_seconds(names, chosen, methods, headers))
