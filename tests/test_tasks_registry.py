@@ -3,10 +3,10 @@
 import pytest
 
 import tasks
-from tasks import Task
 from tasks import get_task
 from tasks import task_names
 from tasks import task_options
+from tff_sampling.task import Task
 
 COMMON = ('client_batch_size', 'client_epochs', 'max_client_examples', 'seed', 'eval_batch_size')
 
