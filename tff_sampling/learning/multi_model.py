@@ -1,90 +1,11 @@
-r"""Multi-model federated learning (MMFL) with variance-reduced model assignment.
-
-Zhang et al., "Poster: Optimal Variance-Reduced Client Sampling for Multiple
-Models Federated Learning", IEEE ICDCS 2024 (``docs/algorithms.md`` §5; the
-probabilities are §1a's and §1b's). ``S`` models, each with its own task
-(model, data, local optimizer), are trained over the same ``N`` clients; in
-each round a client trains **at most one** of them. One round is one
-federated computation (`build_multi_model_process`)::
-
-    broadcast w_1 … w_S to every client
-    signal    client i computes Ũ_{i,s} for every model s:
-                update_norm: d_{i,s} ‖U_{i,s}‖ after local training of s
-                loss:        d_{i,s} f_{i,s}(w_s), a forward pass only
-    sample    p_i from M_i = Σ_s Ũ_{i,s}          (exact, or secure sums only)
-              p_{s|i} = p_i · Ũ_{i,s} / M_i       (each client, locally)
-    choose    client i trains model s with probability p_{s|i}, none with 1 − p_i
-    upload    the chosen model's update, weighted d_{i,s} / p_{s|i}
-    server    w_s ← w_s − η Σ_{i ∈ A_s} (d_{i,s} / p_{s|i}) U_{i,s}
-
-``U_{i,s} = w_s − w_{i,s}^local`` is TFF's model-delta convention, ``d_{i,s} =
-n_{i,s} / Σ_j n_{j,s}`` the client's share of model ``s``'s examples and ``η``
-the server learning rate. Since ``E[1[i ∈ A_s] / p_{s|i}] = 1``, the server
-step is unbiased for the full-participation FedAvg step ``η Σ_i d_{i,s} U_{i,s}``
-whatever the probabilities; they decide only its variance,
-``Σ_{i,s} (1 − p_{s|i}) / p_{s|i} · Ũ_{i,s}²`` (update-norm signal).
-
-Samplings (`SAMPLINGS`, ``signal`` × ``assignment``):
-
-* ``optimal`` — update-norm signal, **exact** closed form (§5's sorting
-  formula on ``M_i``, then the proportional split). The server needs every
-  individual ``M_i``: **not compatible with secure aggregation**. It gathers
-  them (revealing them), computes the water level ``λ`` and broadcasts it;
-  each client sets ``p_i = min(1, M_i / λ)``.
-* ``optimal_loss`` — the same with the loss signal: clients run a forward
-  pass of every model and train only the chosen one (``S`` times cheaper
-  local training).
-* ``optimal_secure``, ``optimal_loss_secure`` — **ours**, with secure sums
-  only; derivation below.
-* ``random`` — a client takes part with probability ``min(1, m/N)`` and
-  trains a uniformly random model among those it has data for:
-  ``p_{s|i} = min(1, m/N) / S_i`` with ``S_i = #{s: d_{i,s} > 0}``.
-* ``round_robin`` — a client takes part with probability ``min(1, m/N)`` and
-  trains model ``(i + t + o) mod S`` in round ``t`` (``o`` a seeded offset),
-  so each client cycles through the models. Its marginal probability is
-  ``min(1, m/N) / S``, which the upload weight uses: unbiased over the
-  rotation's phase (a uniformly random offset), not within one round. A
-  client with no data for its turn's model sits the round out.
-
-Secure version (derivation). By Cauchy–Schwarz the optimum splits any
-client total ``q_i = Σ_s p_{s|i}`` in proportion to ``Ũ_{i,s}``, which leaves
-``Σ_i M_i² / q_i`` to minimise under ``0 ≤ q_i ≤ 1, Σ q_i = m``: exactly the
-single-model problem of §1 with norms ``M_i``
-(`tff_sampling.probabilities.multi_model_probabilities`). Algorithm 2 solves
-that problem with sums only, and each client can compute both its own ``M_i``
-and the split from its own ``Ũ_{i,·}``. So the secure version is Algorithm 2
-on ``M_i`` followed by the local split: the server sees ``Σ_i M_i`` and, per
-rescaling step, ``(P, I) = Σ_i (p_i [p_i < 1], [p_i < 1])``, all through
-secure sums (`tff_sampling.aggregators.protocol`, the code the single-model
-aggregator runs), never a single client's value. The step is unbiased for any
-``p``; what the approximation costs is variance. Algorithm 2's iterates rise
-monotonically to the exact ``p`` (proved in `tff_sampling.probabilities`), so
-the secure variance is at least the optimum's and reaches it within ``N``
-steps; `multi_model_probabilities` vs `approximate_multi_model_probabilities`
-measure the ratio, and the exact-mode process reports it each round on the
-real norms (``secure_variance_ratio``, for 0 … `max_rescaling_steps` steps):
-with the proportional split the variance is ``Σ_i M_i²/p_i − Σ_{i,s} Ũ_{i,s}²``,
-a function of the gathered ``M`` and one scalar sum.
-
-Client data (`client_data`): a struct of the client's ``S`` training datasets
-and a one-element ``meta`` dataset holding its index ``i`` (the source of its
-randomness: the draw is ``stateless_uniform`` seeded by (seed, round, i)) and
-its shares ``d_{i,·}``. A client with no data for model ``s`` has an empty
-dataset and ``d_{i,s} = 0``, hence ``Ũ_{i,s} = 0`` and ``p_{s|i} = 0``: it never
-trains ``s`` (documented handling of a model without data on some clients).
-
-Bad values: a non-finite signal counts as zero (``non_finite_signals``) and a
-non-finite local update is zeroed by TFF's client update and not uploaded
-(``non_finite_updates``); ``M_i`` above `norm_bound` is clipped
-(``clipped_signals``). The model never receives a NaN from a client.
-
-Structure: the process is composed (`_compose`, the multi-model counterpart
-of ``tff.learning.templates.compose_learning_process``) from a client work
-(`build_client_work`: the signals, then each client trains the model it was
-assigned), an assignment aggregator (`build_assignment_aggregator`: the
-probabilities of `tff_sampling.aggregators.protocol`, the clients' draws, the
-per-model sums and the measurements) and TFF's SGD finalizer, one per model.
-"""
+"""The multi-model (MMFL) process (Zhang et al., ICDCS 2024): ``S`` models over one
+population, each client training at most one model a round, chosen with variance-optimal
+probabilities (exact, or ours with secure sums only) or at random / round robin
+(`multi_model_types.SAMPLINGS`). It is composed (`_compose`, the multi-model counterpart of
+``tff.learning.templates.compose_learning_process``) from the client work of
+`multi_model_client_work`, the assignment aggregator of `multi_model_assignment` and TFF's SGD
+finalizer per model. The math is ``docs/algorithms.md`` §5; samplings, measurements and bad
+input ``docs/mmfl.md``."""
 
 from __future__ import annotations
 
