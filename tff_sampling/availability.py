@@ -1,68 +1,8 @@
-r"""Client availability: which clients can be sampled in each round.
-
-Wang, Fan, Qi, Jin, Yang, Shen, Wang, "FedGS: Federated Graph-based Sampling
-with Arbitrary Client Availability" (AAAI 2023). FedGS is
-evaluated under several *availability modes*: in round ``t`` client ``i`` is
-active independently with probability ``p_i(t)``, and a sampler may only
-select among the active clients. See ``docs/algorithms.md`` §3c for the
-contract; this module is that table, with ``n_i`` the client's number of
-examples and ``β`` the mode's heterogeneity parameter:
-
-=====  ==================================================================
-mode   ``p_i(t)``
-=====  ==================================================================
-IDL    ``1`` (ideal: everyone always available; ``β`` is ignored)
-MDF    ``n_i^β / max_j n_j^β`` (more data first)
-LDF    ``n_i^{−β} / max_j n_j^{−β}`` (less data first)
-YMF    ``β · min(labels_i) / max label + (1 − β)`` (larger label first)
-YC     ``β · 1[(1 + t mod T)/T ∈ [y/Y, (y+1)/Y) for some label y of i]
-       + (1 − β)`` (label cycle, period ``T``)
-LN     ``c_i / max_j c_j``, ``c_i ~ LogNormal(0, ln(1/(1−β)))`` drawn once
-SLN    ``c_i / max_j c_j · (0.4 sin(2π (1 + t mod T)/T) + 0.5)``
-       (sine log-normal, period ``T``, same ``c`` as LN)
-HOMO   ``1 − β`` (homogeneous)
-=====  ==================================================================
-
-Every probability is clipped to ``[0, 1]`` (only rounding can leave it).
-
-Conventions and choices (beyond the table):
-
-* **Labels.** Labels are the integers ``0 … Y−1``. ``Y`` (the number of
-  labels) is ``num_labels`` when given, else the width of the label histogram
-  when ``client_labels`` is a ``[N, Y]`` histogram, else ``1 +`` the largest
-  label any client holds. **"max label"** in YMF is ``Y − 1``, the largest
-  label of the label space (as in the reference implementation, which divides
-  by the number of test-set labels minus one); with ``Y = 1`` every client's
-  smallest label is 0 and YMF gives ``1 − β`` to all. Only YMF and YC read
-  labels; YMF rejects a client without labels, YC lets it never be in phase.
-* **YC phase.** With ``k = 1 + t mod T ∈ {1, …, T}`` the phase ``k/T`` lies in
-  ``[y/Y, (y+1)/Y)`` for exactly one ``y = ⌊k Y / T⌋``; it is evaluated in
-  integer arithmetic, so boundaries are exact. When ``k = T`` that ``y`` is
-  ``Y``, which no client holds: in the last round of every cycle no client
-  gets the bonus (the half-open interval of the table, taken literally).
-* **Period.** ``T`` (``period``) defaults to ``DEFAULT_PERIOD = 24`` rounds, the
-  period of the FedGS reference implementation (a "day" of hourly rounds);
-  the paper gives none. Only YC and SLN use it.
-* **LN / SLN weights.** The table's second log-normal parameter is the
-  **sigma** (standard deviation of ``ln c``), as in the reference
-  implementation's ``np.random.lognormal(0, −ln(1 − β))``:
-  ``c = np.random.default_rng([seed, 0x41564C4E, 0, 1]).lognormal(0.0,
-  ln(1/(1−β)), N)``, drawn once when the object is built. Hence LN and SLN
-  need ``β < 1``; ``β = 0`` gives ``c_i = 1`` for all.
-* **Masks.** ``active(t)`` draws ``u = default_rng([seed, t, 0x41564C00 +
-  attempt]).random(N)`` and sets ``active_i = u_i < p_i(t)``, for ``attempt =
-  0, 1, …`` until some client is active; it returns the mask and the number
-  of redraws (``attempt``). The mask depends only on (mode, β, population,
-  seed, t): never on call order or global state, so every sampler sees the
-  same availability. The stream word ``0x41564C00`` ("AVL") is far from the
-  small stream numbers of ``samplers.round_rng``, and the LN key has four
-  words with a non-zero last one, so neither can coincide with a sampler's
-  ``[seed, round, stream]`` key (``SeedSequence`` pads short keys with zeros).
-  Redraws are capped at ``max_redraws`` (default 1,000); beyond it, or when
-  every probability is zero, ``active`` raises ``RuntimeError`` naming the
-  mode and ``β``. The final mask is the independent draw conditioned on being
-  non-empty: ``P(active_i) = p_i / (1 − Π_j (1 − p_j))``.
-"""
+r"""Client availability (FedGS, Wang et al., AAAI 2023): in round ``t`` client ``i`` is active
+independently with probability ``p_i(t)`` of one of the seven modes (IDL, MDF, LDF, YMF, YC,
+LN, SLN; HOMO besides), and samplers select among the active clients only. Masks depend on
+(mode, β, population, seed, round) alone. The table of modes and every choice made here are
+``docs/algorithms.md`` §3c."""
 
 from collections.abc import Iterable, Sequence
 import dataclasses

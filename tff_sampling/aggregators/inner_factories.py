@@ -1,63 +1,9 @@
-"""Which inner factories `OptimalSamplingFactory` accepts: those that return a SUM.
-
-`OptimalSamplingFactory` hands its inner factory the values
-``ζ_i · (w_i / p_i) · U_i`` (zero for clients that do not upload) and divides
-the inner factory's result by ``W = Σ_i w_i`` itself. The inner factory must
-therefore return the *sum* of its client values. A factory that returns a mean
-(`tff.aggregators.UnweightedMeanFactory`, which divides by the number of
-clients, or the `tff.aggregators.DifferentiallyPrivateFactory` presets, which
-divide by ``clients_per_round``) would make the aggregate a fraction of the
-correct one, silently, and training would go on with it. Such factories are
-refused with a `TypeError`.
-
-Rules (`check_sum_factory`), applied when `OptimalSamplingFactory` is
-constructed; they read the factory's configuration, never run it:
-
-* The inner factory must be a `tff.aggregators.UnweightedAggregationFactory`:
-  the weights are already applied. `tff.aggregators.MeanFactory` (a weighted
-  mean) and every other weighted factory are refused.
-* Accepted sums (``DistributedDpSumFactory``, ``DiscretizationFactory`` and
-  ``ModularClippingSumFactory`` are TFF 0.87 classes not exported under
-  ``tff.aggregators``: import their modules from
-  ``tensorflow_federated.python.aggregators``):
-  - `tff.aggregators.SumFactory`, `tff.aggregators.SecureSumFactory` (clips
-    each value to its range and quantises to 32 bits),
-    `tff.aggregators.EncodedSumFactory` (compression, e.g.
-    ``EncodedSumFactory.quantize_above_threshold(bits, threshold)``).
-  - `tff.aggregators.DifferentiallyPrivateFactory` whose DP query sums the
-    round's records: `tfp.GaussianSumQuery`, `tfp.QuantileAdaptiveClipSumQuery`,
-    `tfp.DistributedSkellamSumQuery` or `tfp.DistributedDiscreteGaussianSumQuery`
-    (tensorflow_privacy), with a record
-    aggregation factory that is itself accepted. `dp_gaussian_sum_factory`
-    builds the fixed-clip one. The presets ``gaussian_fixed``,
-    ``gaussian_adaptive``, ``tree_aggregation`` and ``tree_adaptive`` wrap
-    their query in `tfp.NormalizedQuery` (division by ``clients_per_round``)
-    and are refused. Note that the query clips and noises the *scaled* values
-    ``(w_i / p_i) · U_i``: the clip bounds each upload, which is what the
-    privacy guarantee needs, but clipping scaled values biases the estimate
-    more the smaller ``p_i`` is.
-  - ``DistributedDpSumFactory`` (distributed DP: clipping,
-    rotation, discretisation, noise and a secure modular sum, then the sum
-    decoded), the sum inside ``tff.learning.ddp_secure_aggregator``.
-  - TFF's sum-preserving wrappers around an accepted factory, recognised by
-    recursing into the factory they wrap: the rotations
-    `tff.aggregators.HadamardTransformFactory` and
-    `DiscreteFourierTransformFactory` (rotate, sum, rotate back),
-    ``DiscretizationFactory`` (scale and round to integers, sum, scale back),
-    ``ModularClippingSumFactory`` (the sum modulo its range, inside which
-    `tff.aggregators.SecureModularSumFactory` is a sum too), and ``tff.aggregators.
-    clipping_factory``, ``zeroing_factory`` and ``concat_factory`` (their
-    unweighted forms). Inside, they too act on the scaled values; to clip or
-    zero the client updates ``U_i`` themselves, wrap `OptimalSamplingFactory`
-    instead: ``tff.aggregators.clipping_factory(C, OptimalSamplingFactory(m))``.
-  - Any class registered with `register_sum_factory` (your declaration that
-    its instances return the sum of their client values).
-* Everything else is refused, naming what is accepted. The aggregators
-  ``tff.learning.ddp_secure_aggregator``, ``compression_aggregator``,
-  ``secure_aggregator`` and ``dp_aggregator`` return *means* (their sums
-  wrapped in `tff.aggregators.UnweightedMeanFactory` or `MeanFactory`) and are
-  refused with the sum factory to pass instead.
-"""
+"""Which inner factories `OptimalSamplingFactory` accepts for the weighted uploads: sums only
+(the factory divides by ``Σ w_i`` itself), recognised from the factory's configuration without
+running it, through TFF's sum-preserving wrappers, and classes registered with
+`register_sum_factory`; a mean is refused with a TypeError naming the sum to pass instead.
+The accepted list is ``docs/optimal_sampling.md``; `dp_gaussian_sum_factory` builds the
+fixed-clip Gaussian DP sum."""
 
 from __future__ import annotations
 
