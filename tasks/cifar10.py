@@ -1,42 +1,5 @@
-"""The ``cifar10`` task: CIFAR-10 with Dirichlet label skew and unbalanced sizes.
-
-The CIFAR-10 setting of the clustered sampling experiments (Fraboni et al.,
-"Clustered Sampling: Low-Variance and Improved Representativity for Clients
-Selection in Federated Learning", ICML 2021; ``docs/algorithms.md`` §2c).
-
-Data: TensorFlow Datasets' ``cifar10`` (version 3.0.2), splits ``train``
-(50,000 images) and ``test`` (10,000), read with
-``tfds.load('cifar10', data_dir=data_dir, download=False)``. TFDS never
-downloads here: when the prepared data is missing from `data_dir` (``None``:
-TFDS's default, ``$TFDS_DATA_DIR`` or ``~/tensorflow_datasets``), a
-``FileNotFoundError`` explains how to provide it.
-
-Clients, all randomness from ``np.random.default_rng([seed, 0])``:
-
-* sizes: a *size profile* of groups, ``size_group_clients[g]`` clients of
-  ``size_group_examples[g]`` examples each, clients numbered group by group.
-  ``'fraboni'`` (the default) is the paper's 10/30/30/20/10 clients with
-  100/250/500/750/1000 examples: 100 clients holding 48,500 of the 50,000
-  training images. ``'balanced'`` is 100 clients of 500 (all 50,000). Either
-  list can be overridden. A profile smaller than the split takes a seeded
-  random subset of the training images (the rest is unused);
-* labels: proportions ``q_k ~ Dirichlet(dirichlet_alpha * 1_10)`` per
-  client, drawn from the labels still available, as in the ``digits`` task
-  (`tasks.digits.dirichlet_partition`); the finite pool makes the last
-  clients somewhat less skewed than ``q_k``;
-* every selected training image belongs to exactly one client.
-
-Raw elements keep the images as ``uint8`` (150 MB for the training split
-instead of 600 MB as float32); the preprocessing scales them to float32 in
-[0, 1]. Training: a seeded shuffle (buffer: the largest client), the
-optional per-epoch cap, ``client_epochs`` repetitions, batches of
-``client_batch_size`` (50, the paper's). Evaluation: the ``test`` split, or a
-seeded random subset of ``max_eval_examples`` images
-(``np.random.default_rng([seed, 1])``).
-
-Models: ``'lenet'``, a LeNet-5-style CNN (62,006 parameters; `lenet_cnn`),
-or ``'vgg'`` (`tasks.models.small_vgg` with 10 classes).
-"""
+"""The `cifar10` task through TensorFlow Datasets, split into clients by Fraboni et al.'s size
+profile or a balanced one; ``docs/tasks.md`` has the details."""
 
 from __future__ import annotations
 

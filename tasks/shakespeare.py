@@ -1,44 +1,5 @@
-"""The ``shakespeare`` task: next-character prediction through TFF's loader.
-
-Data: ``tff.simulation.datasets.shakespeare.load_data(cache_dir)``, clients
-are speaking roles in a play (715 clients, 16,068 training and 2,356 test
-snippets). TFF 0.87 reads the decompressed database
-``<cache_dir>/shakespeare.sqlite`` (default ``cache_dir``: ``~/.tff``),
-splits ``train``/``test``, and would download
-``https://storage.googleapis.com/tff-datasets-public/shakespeare.sqlite.lzma``
-when the file is missing; we check for the file first and raise a
-``FileNotFoundError`` explaining how to provide it.
-
-Preprocessing: TFF's baseline (``char_prediction_preprocessing``): each
-snippet becomes ``[bos] + byte ids + [eos]``, zero-padded to a multiple of
-``sequence_length + 1`` and cut into sequences; a training example is one
-(input = first ``sequence_length`` tokens, target = the next-token shift)
-pair. TFF's vocabulary has 86 characters; with pad (0), out-of-vocabulary,
-beginning- and end-of-snippet tokens the model sees 90 ids, so
-``num_classes = 90``. We add a seeded snippet shuffle (TFF's buffer of 50)
-in front and apply the per-epoch cap (``max_client_examples``, counted in
-sequences) and ``client_epochs`` on the sequences before batching.
-``sequence_length`` defaults to 5, the value in the optimal client sampling
-paper's code (TFF's default is 80).
-
-Client statistics: ``client_num_examples`` counts a client's *sequences*
-(training examples, one epoch, no cap; what TFF's example-count weighting
-sees), not its snippets; ``client_label_histograms`` counts the
-next-character *targets* of those sequences (pad included), so every row
-sums to ``sequence_length`` times the client's sequences. Both are computed
-by one pass over the training snippets of the SQLite file with NumPy
-(under a second for the whole dataset), replicating TFF's tokenisation byte
-for byte (the tests check it against the real pipeline).
-
-Metrics: ``accuracy`` is TFF's ``MaskedCategoricalAccuracy`` (a
-``SparseCategoricalAccuracy``) ignoring pad targets. Evaluation: the test
-split in a seeded random client order, at most ``max_eval_examples``
-*snippets* (the whole split has 2,356).
-
-Models: ``'gru'`` (`tasks.models.char_gru`, the paper's Embedding 256 +
-2xGRU 256) or ``'tff_lstm'`` (TFF's baseline LSTM, seeded by
-`tasks.models.seed_initial_weights`).
-"""
+"""The `shakespeare` task: one client per role through TFF's loader and cache, next-character
+prediction; ``docs/tasks.md`` has the details."""
 
 from __future__ import annotations
 
