@@ -1,40 +1,6 @@
-"""Federated building blocks of the optimal-sampling protocol, shared by its users.
-
-`OptimalSamplingFactory` (one model, ``docs/algorithms.md`` §1) and the multi-model
-process (`tff_sampling.learning.multi_model`, §5) both turn one non-negative
-scalar per client (the weighted norm ``a_i``, or ``M_i = Σ_s Ũ_{i,s}`` for
-several models) into an upload probability ``p_i`` inside a federated
-computation. `federated_probabilities` is that step:
-
-    ``approximate``  A = Σ a_i (secure); p_i = min(1, m·a_i/A); then
-                     `max_rescaling_steps` unrolled steps of
-                     (P, I) = Σ (p_i·[p_i<1], [p_i<1]) (secure),
-                     C = max(1, (m − n + I)/P) (1 if I = 0 or P = 0),
-                     p_i = min(1, C·p_i) where p_i < 1.
-    ``exact``        every a_i reaches the server (NOT secure), which computes
-                     the water level λ of Algorithm 1 and broadcasts it;
-                     p_i = min(1, a_i/λ).
-    ``uniform``      p_i = min(1, m/n).
-    ``full``         p_i = 1.
-
-``m ≥ n`` forces ``p_i = 1`` (full participation) for every client with
-``a_i > 0``. Zero norms get ``p_i = 0`` in ``approximate`` and ``exact``, also
-when ``m ≥ n`` (as in `tff_sampling.probabilities`): such a client's
-contribution is zero whether it uploads or not, so the estimate stays
-unbiased. ``uniform`` and ``full`` are norm-blind baselines: every client gets
-``min(1, m/n)``, resp. 1.
-
-Every sum of client scalars goes through a `ScalarSums`, the protocol's
-injected inner sum factory: `ScalarSums` itself sums with
-``tff.federated_sum``, `SecureScalarSums` with
-``tff.federated_secure_sum_bitwidth`` (directly for counts, through
-`tff.aggregators.SecureSumFactory` for floats). With secure sums, values known
-to lie in ``[0, 1]`` are quantised over that range (≤ 1.2e-10 per client);
-values in ``[0, upper_bound]`` are split into an integer part, summed exactly
-with a bitwidth secure sum, and a fraction in [0, 1), so their sums are
-accurate to ~1e-10 per client at any scale. `sum_counts` and `sum_floats` take
-``secure`` instead (`resolve_scalar_sums` picks the default).
-"""
+"""Federated building blocks of the optimal-sampling protocol (the probability phases and their
+secure sums), shared by `OptimalSamplingFactory` and the multi-model process;
+``docs/optimal_sampling.md`` has the details."""
 
 from __future__ import annotations
 

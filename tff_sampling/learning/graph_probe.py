@@ -1,41 +1,5 @@
-"""Model-based client features for FedGS's graph, computed once before training.
-
-FedGS (``docs/algorithms.md`` §3a, `tff_sampling.samplers.fedgs`) builds its
-graph over all clients from one feature vector per client. Besides the
-*oracle* features (normalised label histograms, `oracle_features`), two kinds
-come from the model, through one TFF computation over all clients
-(`build_graph_probe`), run in chunks by `client_graph_features`:
-
-* ``'functional'``: the server draws one batch of Gaussian noise
-  ``ε ~ N(μ, Σ)`` with the mean and covariance of a small server-side
-  validation set (`noise_batch`; the first examples of the task's centralised
-  evaluation data) and broadcasts it with the current global model. Each
-  client trains the model locally (plain SGD over its usual training stream:
-  the task's batching, epochs and a seeded shuffle) and returns the **mean
-  output-layer embedding** of its locally trained model on the noise batch:
-  the model's raw output vector (logits for the tasks here) averaged over the
-  noise examples. Two clients whose local models react alike to the same
-  inputs have similar embeddings.
-* ``'update_cosine'``: each client returns the count sketch of its local update
-  ``x_global − x_local`` (flattened trainable weights), exactly as the
-  signals client work does (`tff_sampling.learning.signals.count_sketch_tf`),
-  so the cosine of two sketches approximates that of the updates.
-
-FedGS then takes ``V_ij = max(cos(u_i, u_j), 0)`` of these rows.
-
-Privacy: the server sees every client's embedding and update sketch
-individually (they are gathered by slot, not through a secure sum), so both
-model-based kinds reveal per-client information to the server; the noise
-batch reveals the validation set's first two moments to the clients.
-
-The local training and model-inspection helpers (`local_sgd`, `assign_model_weights`,
-`model_inputs_spec`, `model_output_shape`, `check_client_learning_rate`) are
-shared with LEFL's soft-label probe (`tff_sampling.learning.soft_labels`).
-
-Cost: the probe trains **every** client once (one round's local work for the
-whole population, in chunks of ``chunk_size`` clients per TFF call), plus one
-forward pass over the noise batch per client for ``'functional'``.
-"""
+"""Model-based client features for FedGS's graph, computed once before training in TFF (a
+functional embedding or an update sketch per client); ``docs/fedgs.md`` has the details."""
 
 from __future__ import annotations
 

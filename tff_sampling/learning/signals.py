@@ -1,39 +1,5 @@
-"""Client work that also emits per-client signals, gathered at the server by slot.
-
-Server-side samplers (clustered sampling by model similarity, FedGS, …) need a
-fixed-size signal per participating client. This client work runs TFF's
-model-delta client work (local SGD from the broadcast model) and, besides the
-update, computes for each client a **count sketch** of its update (TFF's
-``U = x_global − x_local``, the sign convention of its model-delta client
-work; similarities are unaffected): coordinate
-``j`` of the flattened update is added, with sign ``s(j) ∈ {±1}``, to bucket
-``h(j) ∈ [0, d)``, where ``h`` and ``s`` come from stateless random ops seeded
-by ``sketch_seed`` (the same in every round, so sketches from different rounds
-are comparable). With ``sketch_size ≥`` the number of parameters the sketch is
-the update itself, zero-padded (exact). On request (``client_losses=True``)
-each client also reports the current global model's loss on its data (before
-local training), at the cost of one more forward pass.
-
-Both signals cost client time: the sketch's scatter-add over every parameter
-took 30-60 ms per client for the 1.7M-parameter McMahan CNN on this project's
-CPU machines, i.e. as much as a few local steps. ``sketch_size=None`` leaves
-the sketch out: use it when the sampler reads no sketches (FedGS, LEFL,
-uniform, MD, clustered by size) and only the slot and weight are wanted.
-
-Each client's data is a struct of sequences (`client_data`): its training
-dataset and a one-element ``meta`` dataset holding its **cohort slot** and its
-**aggregation weight** chosen by the sampler (e.g. ``1/m`` per draw, duplicates
-counted). The sketches reach the server through ``federated_aggregate``,
-whose report scatters each row to its slot, giving ``signals/update_sketch``
-of shape ``[cohort, d]`` in the client work's measurements. The weight replaces
-TFF's example-count weight in the aggregation.
-
-Privacy: the server sees each participating client's sketch individually
-(not through a secure sum). Samplers that use these signals (clustered by
-similarity, FedGS with update similarity) therefore reveal per-client
-information to the server; uniform, MD, clustered by size and the
-optimal-sampling protocol do not use them.
-"""
+"""Client work that also emits per-client signals (update sketches, the loss probe), gathered at
+the server by cohort slot for server-side samplers; ``docs/samplers.md`` has the layout."""
 
 from __future__ import annotations
 

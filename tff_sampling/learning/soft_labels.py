@@ -1,38 +1,5 @@
-"""LEFL's pre-processing round: every client's soft labels on a public dataset.
-
-LEFL (``docs/algorithms.md`` §4) clusters the clients once, before
-training, by how their locally trained models label a small public,
-*unlabeled* dataset ``D_p`` (``P`` examples, e.g. `tasks.public.public_inputs`):
-
-1. the server broadcasts the initial global model and ``D_p``;
-2. every client trains the model locally (plain SGD from the broadcast
-   weights over ``E_p`` passes of its own data) and uploads its *soft labels*:
-   the softmax of its locally trained model's outputs on every public
-   example, ``float32[P, C]``.
-
-`build_soft_label_probe` is that round as one TFF computation over a cohort
-(the rows are gathered by cohort slot, like
-`tff_sampling.learning.signals.gather_by_slot`); `client_soft_labels` runs it
-over the whole population in chunks of clients, so memory stays bounded
-(one chunk's datasets and models at a time, plus the ``N × P × C`` result).
-`preprocessing_bits` counts the round's traffic for
-`tff_sampling.communication.PreprocessingBits`.
-
-Outputs: the soft labels are ``softmax(model output)`` over the last axis.
-Every task here builds Keras models that output **logits** (their losses are
-``SparseCategoricalCrossentropy(from_logits=True)``, `tasks._common`);
-`client_soft_labels` reads that from the task's loss and, for a model trained
-on probabilities (``from_logits=False``), takes its outputs as they are
-instead of applying a second softmax (``model_outputs='probabilities'``).
-
-Privacy: the server sees every client's soft labels individually (gathered by
-slot, not through a secure sum), which reveals a summary of the client's
-label distribution; the public set reveals nothing about the clients.
-
-Cost: every client trains once for ``E_p`` passes over its data (``E_p``
-rounds' worth of local work for the whole population, in chunks of
-``chunk_size`` clients per TFF call) and predicts once on ``D_p``.
-"""
+"""LEFL's pre-processing round in TFF: every client trains locally and uploads its soft labels
+on a public dataset, once; ``docs/lefl.md`` has the details."""
 
 from __future__ import annotations
 

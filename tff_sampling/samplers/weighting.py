@@ -1,61 +1,6 @@
-"""Applying a sampler's aggregation weights with TFF's FedAvg.
-
-A `Selection` has the round's clients (one per cohort slot) and, unless
-``weights is None``, the aggregation weight of each slot. Processes built on
-`tff_sampling.learning.signals` receive those weights with the data and use
-them. A plain `tff.learning.algorithms.build_weighted_fed_avg` process cannot
-receive them: in TFF 0.87 its ``client_weighting`` is one of two built-in
-rules, and its weighted mean gives slot ``k`` the share ``c_k / Σ_j c_j`` with
-
-* ``ClientWeighting.UNIFORM``: ``c_k = 1``;
-* ``ClientWeighting.NUM_EXAMPLES``: ``c_k`` = the number of examples slot
-  ``k``'s local training went through (epochs × ``n_k`` when every client
-  trains whole epochs; the same for every client with a fixed number of local
-  steps).
-
-So such a process applies a selection's weights ``ω_k`` (as a normalised
-share, ``ω_k / Σ_j ω_j``, which is also how the signals processes use them)
-exactly when
-
-* they are all equal and the process uses ``UNIFORM`` (MD sampling, clustered
-  sampling, the target sampler: ``1/m`` per slot, a client drawn twice
-  counting twice), or
-* they are proportional to the examples each slot trains on and the process
-  uses ``NUM_EXAMPLES`` (FedGS and LEFL weight ``n_k / Σ_{j∈S} n_j``: exact
-  when every client trains the same number of whole epochs, wrong with a fixed
-  number of local steps).
-
-Otherwise the weights are silently replaced by the process's own. Running MD
-sampling through a ``NUM_EXAMPLES`` FedAvg, for instance, weights a client
-drawn with probability ``n_i / M`` by ``n_i / Σ_S n`` again: a biased
-estimator (its expected aggregation weight is no longer ``n_i / M``).
-
-Each sampler declares its weights in the class attribute
-`base.Sampler.weighting`:
-
-=================  ============================================  ===========================
-``weighting``      ``Selection.weights``                         plain FedAvg needs
-=================  ============================================  ===========================
-``'process'``      ``None``: the process's own weighting         any ``client_weighting``
-``'equal'``        equal (``1/K`` per slot)                      ``UNIFORM``
-``'num_examples'`` ``n_k / Σ_{j∈S} n_j``, each client once       ``NUM_EXAMPLES``, whole epochs
-``'custom'``       anything else                                 a process that receives them
-=================  ============================================  ===========================
-
-Functions:
-
-* `sampler_sets_weights` (the sampler's weights must reach the aggregation)
-  and `required_client_weighting` (which ``client_weighting`` realises them).
-* `check_fed_avg_weighting`: before running, raises unless a plain FedAvg
-  process built with a given ``client_weighting`` applies the sampler's
-  weights.
-* `fed_avg_datasets`: each round, turns a `Selection` into the client data of
-  a plain FedAvg process (one dataset per slot, duplicates repeated), after
-  checking that the process's weighting applies the selection's weights.
-* `realised_weights`: the share of the aggregate each client gets from a
-  plain FedAvg process with a given weighting (what TFF's weighted mean does,
-  in NumPy), for analysis and tests.
-"""
+"""Applying a sampler's aggregation weights with TFF's FedAvg: a `Selection`'s per-slot weights
+reach the clients with their data, or a plain process's ``client_weighting`` is checked to give
+the same weights (`check_plain_process_weighting`); ``docs/samplers.md`` has the rules."""
 
 from __future__ import annotations
 
