@@ -45,6 +45,7 @@ losing only the runs that were still training.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+import dataclasses
 import os
 import signal
 import subprocess
@@ -158,6 +159,109 @@ class _Stop(Exception):
   pass
 
 
+@dataclasses.dataclass(frozen=True)
+class _Call:
+  """A binary call that is training: its runs, its process and where its output goes."""
+
+  jobs: tuple[experiment_jobs.Job, ...]
+  process: subprocess.Popen
+  started: float
+  log_path: str
+  log_start: int  # The log keeps every attempt's output; this one's starts here.
+
+  @property
+  def name(self) -> str:
+    return experiment_jobs.call_name(self.jobs)
+
+
+def _start(
+  spec: evidence_spec.ExperimentSpec, jobs: tuple[experiment_jobs.Job, ...], runs_dir: str
+) -> _Call:
+  """Starts the binary call that trains `jobs`, its output appended to its log."""
+  log_path = os.path.join(runs_dir, 'logs', f'{experiment_jobs.call_name(jobs)}.log')
+  with open(log_path, 'ab') as log:
+    log_start = log.tell()
+    # Its own session, so that a terminal's Ctrl-C reaches it only through this driver
+    # (a second signal would stop it at once); SIGTERM from Linux if the driver dies
+    # unannounced (SIGKILL). Either way the binary stops resumably.
+    process = processes.start(
+      command(spec, jobs, runs_dir),
+      stdout=log,
+      stderr=subprocess.STDOUT,
+      stdin=subprocess.DEVNULL,
+      start_new_session=True,
+    )
+  return _Call(jobs, process, time.monotonic(), log_path, log_start)
+
+
+def _after_failure(
+  call: _Call, first: experiment_jobs.Job, failures: dict[experiment_jobs.Job, int]
+) -> None:
+  """Notes that `call` failed before run `first` ended, so that it trains again from its
+  checkpoint; raises RuntimeError, quoting why, if the binary refused its input or the run has
+  failed more than `_RETRIES` times."""
+  code = call.process.returncode
+  if code < 0:  # Killed: its log says nothing of why.
+    failure = experiment_jobs.Failure(f'killed by {signal.Signals(-code).name}', refused=False)
+  else:
+    failure = _read_failure(call.log_path, call.log_start)
+  said = f': {failure.reason.removeprefix("Error: ")}' if failure.reason else ''
+  if failure.refused:  # Bad input: a new attempt would be refused the same way.
+    raise RuntimeError(f'Run {first.name} failed (exit {code}){said} [log: {call.log_path}]')
+  failures[first] = failures.get(first, 0) + 1
+  if failures[first] > _RETRIES.value:
+    tries = '' if failures[first] == 1 else f' {failures[first]} times'
+    raise RuntimeError(f'Run {first.name} failed{tries} (exit {code}){said} [log: {call.log_path}]')
+  print(
+    f'{first.name}: call {call.name} failed (exit {code}{said}; see {call.log_path}); '
+    'training again from its checkpoint',
+    flush=True,
+  )
+
+
+def _finish(
+  spec: evidence_spec.ExperimentSpec,
+  call: _Call,
+  runs_dir: str,
+  failures: dict[experiment_jobs.Job, int],
+) -> tuple[list[experiment_jobs.Job], bool]:
+  """What an ended `call` left to train (raising as `_after_failure`), and whether a run of
+  it ended; prints each ended run."""
+  code = call.process.returncode
+  runs = [experiment_jobs.find_run(spec, job, runs_dir) for job in call.jobs]
+  diverged = [evidence_spec.diverged(r) if r is not None else None for r in runs]
+  left = [job for job, run in zip(call.jobs, runs) if not experiment_jobs.is_done(run)]
+  # A diverged run ends its call with an error; the call's later seeds train again.
+  failed = code != 0 and all(at is None for at in diverged)
+  if failed and not left:
+    print(
+      f'Call {call.name} exited with status {code} after its runs ended '
+      f'(see {call.log_path}); they are kept.',
+      flush=True,
+    )
+  elif failed or (left and code == 0):
+    _after_failure(call, left[0], failures)
+  seconds = time.monotonic() - call.started
+  ended = [(job, at) for job, at in zip(call.jobs, diverged) if job not in left]
+  for job, at in ended:
+    outcome = f'diverged in round {at}' if at is not None else 'finished'
+    which = '' if len(call.jobs) == 1 else f' (call {call.name})'
+    print(f'{job.name}: {outcome} in {seconds:.0f} s{which}', flush=True)
+  return left, bool(ended)
+
+
+def _stop(running: Iterable[_Call]) -> None:
+  """Stops the calls still training; their runs resume on a rerun."""
+  for call in running:
+    call.process.terminate()  # The binaries stop cleanly on SIGTERM.
+  for call in running:
+    try:
+      call.process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+      call.process.kill()
+      call.process.wait()
+
+
 def train(
   spec: evidence_spec.ExperimentSpec,
   jobs: Sequence[experiment_jobs.Job],
@@ -189,9 +293,8 @@ def train(
     return
   if not todo:
     return
-  logs = os.path.join(runs_dir, 'logs')
-  os.makedirs(logs, exist_ok=True)
-  running: dict[subprocess.Popen, tuple[tuple[experiment_jobs.Job, ...], float, int]] = {}
+  os.makedirs(os.path.join(runs_dir, 'logs'), exist_ok=True)
+  running: list[_Call] = []
   failures: dict[experiment_jobs.Job, int] = {}
   # A stop signal is noted, and acted on between two steps of the loop: a binary being
   # started is then always in `running`, which the `finally` stops.
@@ -209,81 +312,19 @@ def train(
     while todo or running:
       while todo and len(running) < _PARALLEL.value:
         check_stop()
-        call = next_calls()[0]
-        todo = [job for job in todo if job not in call]
-        log_path = os.path.join(logs, f'{experiment_jobs.call_name(call)}.log')
-        with open(log_path, 'ab') as log:
-          log_start = log.tell()  # The log keeps every attempt's output; this one's starts here.
-          # Its own session, so that a terminal's Ctrl-C reaches it only through this driver
-          # (a second signal would stop it at once); SIGTERM from Linux if the driver dies
-          # unannounced (SIGKILL). Either way the binary stops resumably.
-          process = processes.start(
-            command(spec, call, runs_dir),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-          )
-        running[process] = (call, time.monotonic(), log_start)
+        jobs_of_call = next_calls()[0]
+        todo = [job for job in todo if job not in jobs_of_call]
+        running.append(_start(spec, jobs_of_call, runs_dir))
       time.sleep(1.0)
       check_stop()
-      for process in [p for p in running if p.poll() is not None]:
-        call, start, log_start = running.pop(process)
-        name = experiment_jobs.call_name(call)
-        runs = [experiment_jobs.find_run(spec, job, runs_dir) for job in call]
-        diverged = [evidence_spec.diverged(r) if r is not None else None for r in runs]
-        left = [job for job, run in zip(call, runs) if not experiment_jobs.is_done(run)]
-        # A diverged run ends its call with an error; the call's later seeds train again.
-        failed = process.returncode != 0 and all(at is None for at in diverged)
-        log_path = os.path.join(logs, name + '.log')
-        if failed and not left:
-          print(
-            f'Call {name} exited with status {process.returncode} after its runs ended '
-            f'(see {log_path}); they are kept.',
-            flush=True,
-          )
-        elif failed or (left and process.returncode == 0):
-          first = left[0]
-          if process.returncode < 0:  # Killed: its log says nothing of why.
-            failure = experiment_jobs.Failure(
-              f'killed by {signal.Signals(-process.returncode).name}', refused=False
-            )
-          else:
-            failure = _read_failure(log_path, log_start)
-          said = f': {failure.reason.removeprefix("Error: ")}' if failure.reason else ''
-          if failure.refused:  # Bad input: a new attempt would be refused the same way.
-            raise RuntimeError(
-              f'Run {first.name} failed (exit {process.returncode}){said} [log: {log_path}]'
-            )
-          failures[first] = failures.get(first, 0) + 1
-          if failures[first] > _RETRIES.value:
-            tries = '' if failures[first] == 1 else f' {failures[first]} times'
-            raise RuntimeError(
-              f'Run {first.name} failed{tries} (exit {process.returncode}){said} [log: {log_path}]'
-            )
-          print(
-            f'{first.name}: call {name} failed (exit {process.returncode}{said}; see '
-            f'{log_path}); training again from its checkpoint',
-            flush=True,
-          )
+      for call in [c for c in running if c.process.poll() is not None]:
+        running.remove(call)
+        left, ended = _finish(spec, call, runs_dir, failures)
         todo = left + todo
-        seconds = time.monotonic() - start
-        ended = [(job, at) for job, at in zip(call, diverged) if job not in left]
-        for job, at in ended:
-          outcome = f'diverged in round {at}' if at is not None else 'finished'
-          which = '' if len(call) == 1 else f' (call {name})'
-          print(f'{job.name}: {outcome} in {seconds:.0f} s{which}', flush=True)
         if ended:
           on_finished()
   finally:
-    for process in running:
-      process.terminate()  # The binaries stop cleanly on SIGTERM and resume on rerun.
-    for process in running:
-      try:
-        process.wait(timeout=60)
-      except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    _stop(running)
     for s, handler in previous.items():
       signal.signal(s, handler)
 
@@ -349,6 +390,55 @@ def sibling_runs(source: evidence_spec.ExperimentSpec, runs_dir: str) -> list[re
   return raw_metrics.read(archive)
 
 
+TrainFn = Callable[[Sequence[experiment_jobs.Job]], None]
+
+
+def tune(
+  spec: evidence_spec.ExperimentSpec,
+  runs_dir: str,
+  carried: experiment_jobs.Named,
+  train_jobs: TrainFn,
+) -> bool:
+  """Trains every method at every rate on the tuning seed, then past the grid's edge while a
+  method's best rate is there; returns False if a dry run cannot list further (the tuning
+  runs are not done)."""
+  train_jobs(
+    [experiment_jobs.Job(m, r, spec.tuning_seed) for r in spec.learning_rates for m in spec.methods]
+  )
+  if _DRY_RUN.value:
+    return _tuning_done(spec, runs_dir, carried)
+  tuning = _tuning(spec, runs_dir, carried)
+  while tuning.pending:
+    print('Past the grid: ' + ', '.join(f'{m} {r:g}' for m, r in tuning.pending.items()))
+    train_jobs([experiment_jobs.Job(m, r, spec.tuning_seed) for m, r in tuning.pending.items()])
+    tuning = _tuning(spec, runs_dir, carried)
+  return True
+
+
+def evaluate(
+  spec: evidence_spec.ExperimentSpec,
+  runs_dir: str,
+  carried: experiment_jobs.Named,
+  train_jobs: TrainFn,
+) -> None:
+  """Trains every method on the reported seeds at the rate its tuning chose.
+
+  Raises:
+    ValueError: If the tuning is not done.
+  """
+  tuning = _tuning(spec, runs_dir, carried)
+  if tuning.pending:
+    raise ValueError(
+      'Tuning is not done: '
+      + ', '.join(f'{m} at {r:g}' for m, r in tuning.pending.items())
+      + ' still to train; run --stage=tune first.'
+    )
+  print('Learning rates: ' + ', '.join(f'{m} {r:g}' for m, r in tuning.chosen.items()))
+  train_jobs(
+    [experiment_jobs.Job(m, tuning.chosen[m], s) for s in spec.reported_seeds for m in spec.methods]
+  )
+
+
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
@@ -389,43 +479,14 @@ def main(argv: Sequence[str]) -> None:
   def train_and_export(jobs: Sequence[experiment_jobs.Job]) -> None:
     train(spec, jobs, runs_dir, carried, on_finished=export, timed=timed)
 
-  stage = _STAGE.value
   try:
-    if stage in ('all', 'tune') and spec.tuned:
-      train_and_export(
-        [
-          experiment_jobs.Job(m, r, spec.tuning_seed)
-          for r in spec.learning_rates
-          for m in spec.methods
-        ]
-      )
-      if _DRY_RUN.value and not _tuning_done(spec, runs_dir, carried):
-        print('The evaluation runs are listed once the tuning runs are done.')
-        return
-      tuning = _tuning(spec, runs_dir, carried)
-      while tuning.pending and not _DRY_RUN.value:
-        print('Past the grid: ' + ', '.join(f'{m} {r:g}' for m, r in tuning.pending.items()))
-        train_and_export(
-          [experiment_jobs.Job(m, r, spec.tuning_seed) for m, r in tuning.pending.items()]
-        )
-        tuning = _tuning(spec, runs_dir, carried)
-    if stage in ('all', 'evaluate'):
-      tuning = _tuning(spec, runs_dir, carried)
-      if tuning.pending:
-        raise ValueError(
-          'Tuning is not done: '
-          + ', '.join(f'{m} at {r:g}' for m, r in tuning.pending.items())
-          + ' still to train; run --stage=tune first.'
-        )
-      print('Learning rates: ' + ', '.join(f'{m} {r:g}' for m, r in tuning.chosen.items()))
-      train_and_export(
-        [
-          experiment_jobs.Job(m, tuning.chosen[m], s)
-          for s in spec.reported_seeds
-          for m in spec.methods
-        ]
-      )
-    if stage in ('all', 'export') and not _DRY_RUN.value:
+    no_tuning = _STAGE.value not in ('all', 'tune') or not spec.tuned
+    if not (no_tuning or tune(spec, runs_dir, carried, train_and_export)):
+      print('The evaluation runs are listed once the tuning runs are done.')
+      return
+    if _STAGE.value in ('all', 'evaluate'):
+      evaluate(spec, runs_dir, carried, train_and_export)
+    if _STAGE.value in ('all', 'export') and not _DRY_RUN.value:
       export()
   except _Stop as e:
     sys.exit(f'Stopped by {e}; rerun the same command to resume.')
