@@ -29,8 +29,9 @@ command can be stopped and rerun at any time (e.g. under ``nohup``). A call
 that crashes is started again from its checkpoints (``--retries``, once by
 default) before the driver stops, quoting the call's last error line; a call
 the binary refuses (its one-line ``Error: …``) stops it at once. Nothing is
-trained before the whole configuration is checked: the driver's own settings,
-and each method's call as the binary's own flags parse it (`bin.binary_flags`).
+trained (or listed by ``--dry_run``) before the whole configuration is checked: the
+driver's own settings when it is loaded, then, once there is a run to train, each method's
+call as the binary's own flags parse it (`bin.binary_flags`, a few seconds).
 ``--parallel=N`` runs N calls at once, the methods whose runs took longest
 first (`experiment_jobs.longest_first`). The driver writes only inside
 ``--runs_dir`` and the raw metrics file.
@@ -269,18 +270,21 @@ def train(
   carried: experiment_jobs.Named | None = None,
   on_finished: Callable[[], None] = lambda: None,
   timed: Callable[[], Iterable[results.Run]] = lambda: (),
+  before_first: Callable[[], None] = lambda: None,
 ) -> None:
   """Trains the jobs not yet done (in `runs_dir` or `carried`), `_PARALLEL` at a time, calling
-  `on_finished` after each run that ends. A call that fails trains its unfinished runs again
-  from their checkpoints, up to `_RETRIES` times each; raises on a run that fails once more.
-  The next run to start is the first of `longest_first` over the runs `timed` returns at that
-  moment."""
+  `before_first` before any is started or listed, and `on_finished` after each run that ends.
+  A call that fails trains its unfinished runs again from their checkpoints, up to `_RETRIES`
+  times each; raises on a run that fails once more. The next run to start is the first of
+  `longest_first` over the runs `timed` returns at that moment."""
   todo = [
     job
     for job in jobs
     if not experiment_jobs.is_done(experiment_jobs.find_run(spec, job, runs_dir, carried))
   ]
   print(f'{len(jobs) - len(todo)} of {len(jobs)} runs done; {len(todo)} to train.', flush=True)
+  if todo:
+    before_first()
 
   def next_calls() -> list[tuple[experiment_jobs.Job, ...]]:
     return experiment_jobs.batches(
@@ -460,10 +464,14 @@ def main(argv: Sequence[str]) -> None:
   archive = _RAW_METRICS.value or os.path.join(os.path.dirname(_CONFIG.value), raw_metrics.FILENAME)
   try:
     carried = carried_runs(spec, archive) if _REUSE.value else {}
-    if _STAGE.value != 'export':  # Nothing is trained before the binary accepts every call.
-      check_binary_flags(spec, runs_dir)
-  except (RuntimeError, ValueError) as e:
+  except ValueError as e:
     sys.exit(f'Error: {e}')
+  checked: list[bool] = []
+
+  def check_once() -> None:  # Nothing is trained before the binary accepts every call.
+    if not checked:
+      check_binary_flags(spec, runs_dir)
+      checked.append(True)
 
   def export() -> None:
     runs = experiment_jobs.all_runs(spec, runs_dir, carried)
@@ -477,7 +485,7 @@ def main(argv: Sequence[str]) -> None:
     return [*source_runs, *experiment_jobs.all_runs(spec, runs_dir, carried).values()]
 
   def train_and_export(jobs: Sequence[experiment_jobs.Job]) -> None:
-    train(spec, jobs, runs_dir, carried, on_finished=export, timed=timed)
+    train(spec, jobs, runs_dir, carried, on_finished=export, timed=timed, before_first=check_once)
 
   try:
     no_tuning = _STAGE.value not in ('all', 'tune') or not spec.tuned

@@ -71,7 +71,9 @@ def test_tune_evaluate_export_report_and_rerun(tmp_path):
   config = folder / experiment_config.CONFIG_FILENAME
   config.write_text(CONFIG)
   runs_dir = tmp_path / 'runs'
-  done = _driver(f'--config={config}', f'--runs_dir={runs_dir}', '--parallel=2')
+  done = _driver(
+    f'--config={config}', f'--runs_dir={runs_dir}', '--parallel=2', '--seeds_per_call=2'
+  )
   assert done.returncode == 0, done.stderr[-2000:]
   assert '0 of 4 runs done; 4 to train.' in done.stdout  # Tuning: 2 methods x 2 rates.
 
