@@ -33,8 +33,8 @@ import shlex
 from absl import flags
 
 from tff_sampling.analysis import benchmark_report
-from tff_sampling.analysis import evidence_report
 from tff_sampling.analysis import evidence_spec
+from tff_sampling.analysis import family_report
 from tff_sampling.analysis import raw_metrics
 from tff_sampling.runtime import results
 
@@ -327,13 +327,13 @@ def summary_text(
 
   Raises:
     FileNotFoundError: If an entry matches nothing or an experiment has no raw metrics.
-    ValueError: As `evidence_report.family_markdown`.
+    ValueError: As `family_report.family_markdown`.
   """
   members = []
   for config in expand_configs(entries):
     results_md = os.path.join(os.path.dirname(os.path.abspath(config)), 'results.md')
     members.append(
-      evidence_report.Member(
+      family_report.Member(
         load_committed(config),
         committed_runs(config),
         os.path.relpath(results_md, os.path.dirname(os.path.abspath(summary))),
@@ -348,7 +348,7 @@ def summary_text(
     command.append(f'--relative_to={shlex.quote(relative_to)}')
   if title:
     command.append(f'--title={shlex.quote(title)}')
-  return evidence_report.family_markdown(
+  return family_report.family_markdown(
     members,
     title=title or 'Experiments side by side',
     command=' '.join(command),

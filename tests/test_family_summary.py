@@ -1,4 +1,4 @@
-"""Several experiments side by side (`evidence_report.family_markdown`, bin.report --summary)."""
+"""Several experiments side by side (`family_report.family_markdown`, bin.report --summary)."""
 
 import dataclasses
 import glob
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from bin import experiment_config
-from tff_sampling.analysis import evidence_report
 from tff_sampling.analysis import evidence_spec
+from tff_sampling.analysis import family_report
 from tff_sampling.runtime import results
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -76,12 +76,10 @@ def test_summary_by_hand():
     _run('fedgs', 1, (1.8, 4), 0.1),
     _run('uniform', 0, (3, 3.0), 0.3),
   ]
-  text = evidence_report.family_markdown(
+  text = family_report.family_markdown(
     [
-      evidence_report.Member(
-        _spec('fam_IDL', ('fedgs', 'uniform', 'md')), idl, 'fam_IDL/results.md'
-      ),
-      evidence_report.Member(_spec('fam_LN'), ln, 'fam_LN/results.md'),
+      family_report.Member(_spec('fam_IDL', ('fedgs', 'uniform', 'md')), idl, 'fam_IDL/results.md'),
+      family_report.Member(_spec('fam_LN'), ln, 'fam_LN/results.md'),
     ],
     title='Family',
     command='cmd',
@@ -115,18 +113,15 @@ def test_summary_by_hand():
 def test_a_family_refuses_repeats_and_mixed_final_k():
   runs = [_run('fedgs', 0, (1, 1), 0.1), _run('uniform', 0, (1, 1), 0.3)]
   with pytest.raises(ValueError, match='given twice'):
-    evidence_report.family_markdown(
-      [
-        evidence_report.Member(_spec('a'), runs, 'a'),
-        evidence_report.Member(_spec('a'), runs, 'b'),
-      ],
+    family_report.family_markdown(
+      [family_report.Member(_spec('a'), runs, 'a'), family_report.Member(_spec('a'), runs, 'b')],
       title='t',
       command='c',
     )
   other_k = dataclasses.replace(_spec('b'), final_k=3)
   with pytest.raises(ValueError, match='different final_k'):
-    evidence_report.family_markdown(
-      [evidence_report.Member(_spec('a'), runs, 'a'), evidence_report.Member(other_k, runs, 'b')],
+    family_report.family_markdown(
+      [family_report.Member(_spec('a'), runs, 'a'), family_report.Member(other_k, runs, 'b')],
       title='t',
       command='c',
     )
@@ -134,8 +129,8 @@ def test_a_family_refuses_repeats_and_mixed_final_k():
 
 def test_relative_to_must_name_a_member():
   with pytest.raises(ValueError, match='none of the experiments'):
-    evidence_report.family_markdown(
-      [evidence_report.Member(_spec('a'), [_run('fedgs', 0, (1, 1), 0.1)], 'a/results.md')],
+    family_report.family_markdown(
+      [family_report.Member(_spec('a'), [_run('fedgs', 0, (1, 1), 0.1)], 'a/results.md')],
       title='t',
       command='c',
       relative_to='b',

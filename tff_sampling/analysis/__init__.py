@@ -1,12 +1,12 @@
 """Analysis: from finished runs to tables, verdicts and plots; nothing here trains.
 
 `evidence` holds the statistics (paired t-intervals, verdicts); `evidence_spec` an
-experiment's configuration as the reports read it (methods, claims, tuning);
-`raw_metrics` the compressed per-run metrics a report regenerates from; `run_groups`
-groups runs over seeds and summarises them, `tables` and `curves` show the summaries,
-`report` puts them into a results.md, `evidence_report` a configured experiment's
-verdicts, `benchmark_report` the benchmark page; `plotting` draws and writes PNGs,
-`fedgs_tables` FedGS's loss and selection-count tables. It is the library's top layer:
-it may import everything below it (runtime, experiments), and nothing in the library
-imports it; the binaries do.
+experiment's configuration as the reports read it (methods, claims, tuning); `raw_metrics`
+the compressed per-run metrics a report regenerates from; `run_groups` groups runs over
+seeds and summarises them, `tables` and `curves` show the summaries, `report` puts them into
+a results.md; `evidence_report` gives a configured experiment's verdicts, `family_report`
+several experiments side by side, `benchmark_report` the benchmark page; `plotting` draws
+and writes PNGs, `fedgs_tables` FedGS's loss and selection-count tables. It is the library's
+top layer: it may import everything below it (comparisons, program, runtime), and nothing in
+the library imports it; the binaries do.
 """

@@ -35,7 +35,7 @@ from tff_sampling.analysis import run_groups
 from tff_sampling.analysis import tables
 from tff_sampling.runtime import results
 
-_MISSING = '—'
+MISSING = '—'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +92,7 @@ def metric_values(
   return values
 
 
-def _metric_name(spec: evidence_spec.ExperimentSpec, metric: str) -> str:
+def metric_name(spec: evidence_spec.ExperimentSpec, metric: str) -> str:
   if metric == evidence_spec.FINAL:
     return f'final accuracy (mean of last {spec.final_k} evaluations)'
   if metric == evidence_spec.CURVE:
@@ -108,10 +108,10 @@ def _scale(metric: str) -> float:
   return 1e9 if metric.startswith(evidence_spec.BITS_TO) else 1.0
 
 
-def _fmt(value: float, metric: str) -> str:
+def format_value(value: float, metric: str) -> str:
   if not math.isfinite(value):
     return (
-      'never' if metric.startswith((evidence_spec.ROUNDS_TO, evidence_spec.BITS_TO)) else _MISSING
+      'never' if metric.startswith((evidence_spec.ROUNDS_TO, evidence_spec.BITS_TO)) else MISSING
     )
   value /= _scale(metric)
   if metric.startswith(evidence_spec.ROUNDS_TO):
@@ -140,14 +140,14 @@ def censored_values(
 
 def _claim_mean(values: Mapping[int, float], censored: set[int], metric: str) -> str:
   if not values:
-    return _MISSING
-  text = _fmt(float(np.mean(list(values.values()))), metric)
+    return MISSING
+  text = format_value(float(np.mean(list(values.values()))), metric)
   if censored:
     text = f'≥ {text} ({len(values) - len(censored)}/{len(values)} reach)'
   return text
 
 
-_VERDICT_HEADERS = [
+VERDICT_HEADERS = [
   'claim',
   'metric',
   'method',
@@ -162,7 +162,7 @@ _VERDICT_HEADERS = [
 def verdict_rows(
   spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, MethodRuns]
 ) -> list[list[str]]:
-  """One row per claim (`_VERDICT_HEADERS`): means, the paired difference with its 95%
+  """One row per claim (`VERDICT_HEADERS`): means, the paired difference with its 95%
   interval, the verdict."""
   rows = []
   for claim in spec.claims:
@@ -180,13 +180,13 @@ def verdict_rows(
       interval = f'{diff.mean / scale:+.4g} [{diff.low / scale:+.4g}, {diff.high / scale:+.4g}]'
       width = f'{diff.width / scale:.4g}'
     elif diff.n == 1:
-      interval, width = f'{diff.mean / scale:+.4g}', _MISSING
+      interval, width = f'{diff.mean / scale:+.4g}', MISSING
     else:
-      interval, width = _MISSING, _MISSING
+      interval, width = MISSING, MISSING
     rows.append(
       [
         f'`{claim.text}`',
-        _metric_name(spec, claim.metric),
+        metric_name(spec, claim.metric),
         _claim_mean(method, method_censored, claim.metric),
         _claim_mean(baseline, baseline_censored, claim.metric),
         str(diff.n),
@@ -201,10 +201,10 @@ def verdict_rows(
 def verdict_table(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, MethodRuns]) -> str:
   """One row per claim: means, the paired difference with its 95% interval, the verdict."""
   rows = verdict_rows(spec, chosen)
-  return tables.pipe_table(_VERDICT_HEADERS, [list(c) for c in zip(*rows)])
+  return tables.pipe_table(VERDICT_HEADERS, [list(c) for c in zip(*rows)])
 
 
-def _summaries(spec: evidence_spec.ExperimentSpec) -> list[str]:
+def summary_metrics(spec: evidence_spec.ExperimentSpec) -> list[str]:
   """Final accuracy, the curve mean, and the lowest loss where a claim is about it."""
   metrics = [evidence_spec.FINAL, evidence_spec.CURVE]
   if any(claim.metric == evidence_spec.BEST_LOSS for claim in spec.claims):
@@ -214,7 +214,7 @@ def _summaries(spec: evidence_spec.ExperimentSpec) -> list[str]:
 
 def summary_table(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, MethodRuns]) -> str:
   """Per method: mean ± sample std over seeds of every summary."""
-  metrics = _summaries(spec)
+  metrics = summary_metrics(spec)
   for target in spec.targets:
     metrics += [f'{evidence_spec.ROUNDS_TO}{target:g}', f'{evidence_spec.BITS_TO}{target:g}']
   rows = []
@@ -224,11 +224,11 @@ def summary_table(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, Metho
       values = metric_values(spec, m.runs, metric)
       finite = np.array([v for v in values.values() if math.isfinite(v)])
       if not finite.size:
-        row.append(f'never (0/{len(values)})' if values else _MISSING)
+        row.append(f'never (0/{len(values)})' if values else MISSING)
         continue
-      text = _fmt(float(finite.mean()), metric)
+      text = format_value(float(finite.mean()), metric)
       if finite.size > 1:
-        text += f' ± {_fmt(float(finite.std(ddof=1)), metric)}'
+        text += f' ± {format_value(float(finite.std(ddof=1)), metric)}'
       if finite.size < len(values):
         text += f' ({finite.size}/{len(values)})'
       row.append(text)
@@ -236,16 +236,16 @@ def summary_table(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, Metho
       per_run = [_mean_over_rounds(r, column) for r in m.runs.values()]
       finite = np.array([v for v in per_run if math.isfinite(v)])
       if not finite.size:
-        row.append(_MISSING)
+        row.append(MISSING)
       else:
         std = f' ± {finite.std(ddof=1):.3f}' if finite.size > 1 else ''
         row.append(f'{finite.mean():.3f}{std}')
     bits = [r.last_finite(results.BITS_COLUMN) for r in m.runs.values()]
-    row.append(f'{np.mean(bits) / 1e9:.4g}' if bits else _MISSING)
+    row.append(f'{np.mean(bits) / 1e9:.4g}' if bits else MISSING)
     seconds = median_round_seconds(m.runs.values())
-    row.append(f'{seconds:.2f}' if math.isfinite(seconds) else _MISSING)
+    row.append(f'{seconds:.2f}' if math.isfinite(seconds) else MISSING)
     rows.append(row)
-  headers = ['method', 'seeds'] + [_metric_name(spec, m) for m in metrics]
+  headers = ['method', 'seeds'] + [metric_name(spec, m) for m in metrics]
   headers += [f'{column} (mean/round)' for column in spec.extra_columns]
   headers += ['total Gbit (mean)', 's/round (median)']
   return tables.pipe_table(headers, [list(c) for c in zip(*rows)])
@@ -270,21 +270,22 @@ def _mean_over_rounds(run: results.Run, column: str) -> float:
 
 
 def per_seed_table(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, MethodRuns]) -> str:
-  """Final accuracy and the curve mean (and lowest loss, `_summaries`) of every reported run,
+  """Final accuracy and the curve mean (and lowest loss, `summary_metrics`) of every reported run,
   and each extra column's mean per round."""
   seeds = list(spec.reported_seeds)
   rows = []
   for m in chosen.values():
-    for metric in _summaries(spec):
+    for metric in summary_metrics(spec):
       values = metric_values(spec, m.runs, metric)
       rows.append(
-        [m.label, metric] + [_fmt(values[s], metric) if s in values else _MISSING for s in seeds]
+        [m.label, metric]
+        + [format_value(values[s], metric) if s in values else MISSING for s in seeds]
       )
     for column in spec.extra_columns:
       means = {s: _mean_over_rounds(run, column) for s, run in m.runs.items()}
       rows.append(
         [m.label, f'{column} (mean/round)']
-        + [f'{means[s]:.3f}' if math.isfinite(means.get(s, math.nan)) else _MISSING for s in seeds]
+        + [f'{means[s]:.3f}' if math.isfinite(means.get(s, math.nan)) else MISSING for s in seeds]
       )
   headers = ['method', 'summary'] + [f'seed {s}' for s in seeds]
   return tables.pipe_table(headers, [list(c) for c in zip(*rows)])
@@ -303,7 +304,7 @@ def tuning_table(spec: evidence_spec.ExperimentSpec, tuning: evidence_spec.Tunin
       elif key in tuning.scores:
         cell = f'{tuning.scores[key]:.4f}'
       else:
-        cell = _MISSING
+        cell = MISSING
       if tuning.chosen.get(method) == rate:
         cell = f'**{cell}**'
       elif rate not in tuning.tried.get(method, ()):
@@ -521,176 +522,3 @@ def write(
       project did not write.
   """
   return report.write_files(report_files(spec, runs, output_dir, command=command))
-
-
-@dataclasses.dataclass(frozen=True)
-class Member:
-  """One experiment of a family: its spec (rates resolved), runs and results.md link."""
-
-  spec: evidence_spec.ExperimentSpec
-  runs: Sequence[results.Run]
-  link: str
-
-
-def _short_names(names: Sequence[str]) -> list[str]:
-  """The names without their common ``<prefix>_`` (``fedgs_synthetic_IDL`` -> ``IDL``)."""
-  prefix = os.path.commonprefix(list(names)) if len(names) > 1 else ''
-  prefix = prefix[: prefix.rfind('_') + 1]
-  return [n[len(prefix) :] or n for n in names]
-
-
-def _check_family(members: Sequence[Member], relative_to: str | None) -> None:
-  """Raises ValueError unless `members` can share one summary (see `family_markdown`)."""
-  names = [m.spec.name for m in members]
-  if not members:
-    raise ValueError('A family summary needs at least one experiment.')
-  repeated = sorted({n for n in names if names.count(n) > 1})
-  if repeated:
-    raise ValueError(f'Experiments given twice (by name): {", ".join(repeated)}.')
-  final_ks = {m.spec.name: m.spec.final_k for m in members}
-  if len(set(final_ks.values())) > 1:
-    raise ValueError(
-      f'The experiments summarise their final accuracy over different final_k: {final_ks}; '
-      'summarise those with the same k together.'
-    )
-  if relative_to is not None and relative_to not in names:
-    raise ValueError(f'relative_to={relative_to!r} is none of the experiments {names}.')
-
-
-def _family_cells(
-  members: Sequence[Member],
-  chosen: Mapping[str, Mapping[str, MethodRuns]],
-  methods: Sequence[str],
-  metric: str,
-  relative_to: str | None,
-) -> dict[tuple[str, str], str]:
-  """(experiment, method) -> mean ± std of `metric` over the seeds (how many, where some are
-  missing), then the change against `relative_to`'s value for the same method."""
-  means, cells = {}, {}
-  for m in members:
-    for method in methods:
-      runs = chosen[m.spec.name].get(method)
-      values = metric_values(m.spec, runs.runs, metric) if runs else {}
-      finite = np.array([v for v in values.values() if math.isfinite(v)])
-      if not finite.size:
-        cells[m.spec.name, method] = _MISSING
-        continue
-      means[m.spec.name, method] = float(finite.mean())
-      text = _fmt(float(finite.mean()), metric)
-      if finite.size > 1:
-        text += f' ± {_fmt(float(finite.std(ddof=1)), metric)}'
-      if finite.size < m.spec.seeds:
-        text += f' ({finite.size}/{m.spec.seeds} seeds)'
-      cells[m.spec.name, method] = text
-  if relative_to is not None:
-    for (name, method), mean in means.items():
-      base = means.get((relative_to, method))
-      if name != relative_to and base:
-        cells[name, method] += f' ({100 * (mean / base - 1):+.1f}%)'
-  return cells
-
-
-def _family_rates_and_seconds(
-  names: Sequence[str],
-  chosen: Mapping[str, Mapping[str, MethodRuns]],
-  methods: Sequence[str],
-  headers: Sequence[str],
-) -> list[str]:
-  """The sections of each method's client learning rate and median seconds per round."""
-  rates = [
-    [f'{chosen[n][method].rate:g}' if method in chosen[n] else _MISSING for method in methods]
-    for n in names
-  ]
-  seconds = []
-  for n in names:
-    column = []
-    for method in methods:
-      value = (
-        median_round_seconds(chosen[n][method].runs.values()) if method in chosen[n] else math.nan
-      )
-      column.append(f'{value:.2f}' if math.isfinite(value) else _MISSING)
-    seconds.append(column)
-  return [
-    '',
-    '## Client learning rates',
-    '',
-    tables.pipe_table(headers, [list(methods)] + rates),
-    '',
-    '## Seconds per round (median over the reported runs)',
-    '',
-    tables.pipe_table(headers, [list(methods)] + seconds),
-    '',
-  ]
-
-
-def family_markdown(
-  members: Sequence[Member], *, title: str, command: str, relative_to: str | None = None
-) -> str:
-  """The text of a family summary: several experiments' verdicts and summaries side by side.
-
-  Args:
-    members: The experiments, in the order of the columns.
-    title: The heading.
-    command: The command that regenerates the text.
-    relative_to: An experiment's name: every other cell of a summary also
-      gives its relative change against that experiment's value for the same
-      method (e.g. each availability mode against ideal availability).
-
-  Raises:
-    ValueError: If two members have the same name or different ``final_k``
-      (one heading would describe different summaries), if `relative_to` names
-      no member, or as `evidence_spec.tune`.
-  """
-  _check_family(members, relative_to)
-  names = [m.spec.name for m in members]
-  short = dict(zip(names, _short_names(names)))
-  chosen = {
-    m.spec.name: reported_runs(m.spec, m.runs, evidence_spec.tune(m.spec, m.runs)) for m in members
-  }
-  methods = list(dict.fromkeys(method for m in members for method in m.spec.methods))
-  headers = ['method'] + [short[n] for n in names]
-  rows = [
-    [f'[{short[m.spec.name]}]({m.link})', *row]
-    for m in members
-    for row in verdict_rows(m.spec, chosen[m.spec.name])
-  ]
-  parts = [
-    report.MARKER,
-    '',
-    f'# {title}',
-    '',
-    'Regenerate this file with:',
-    '',
-    '```sh',
-    command,
-    '```',
-    '',
-    "Each experiment's own `results.md` (linked) holds its settings, tuning and per-seed "
-    'values and says how its verdicts are decided; this page puts the experiments side by side.',
-    '',
-    '## Verdicts',
-    '',
-    tables.pipe_table(['experiment', *_VERDICT_HEADERS], [list(c) for c in zip(*rows)])
-    if rows
-    else '(no claims)',
-  ]
-  change = (
-    f'; then the change against {short[relative_to]}, where it has the method'
-    if relative_to
-    else ''
-  )
-  for metric in dict.fromkeys(metric for m in members for metric in _summaries(m.spec)):
-    cells = _family_cells(members, chosen, methods, metric, relative_to)
-    heading = _metric_name(members[0].spec, metric)
-    parts += [
-      '',
-      f'## {heading[0].upper()}{heading[1:]}',
-      '',
-      'Mean ± sample standard deviation over the reported seeds (how many, where some are '
-      'missing or never reach the value)' + change + '.',
-      '',
-      tables.pipe_table(
-        headers, [methods] + [[cells[n, method] for method in methods] for n in names]
-      ),
-    ]
-  return '\n'.join(parts + _family_rates_and_seconds(names, chosen, methods, headers))
