@@ -23,6 +23,7 @@ from tasks import cifar10
 from tasks import cifar100
 from tasks import digits
 from tasks import emnist
+from tasks import emnist_skewed
 from tasks import shakespeare
 from tasks import synthetic
 from tff_sampling.task import Task
@@ -31,7 +32,7 @@ _CONSTRUCTORS: dict[str, Callable[..., Task]] = {
   'digits': digits.create_digits_task,
   'synthetic': synthetic.create_synthetic_task,
   'emnist': emnist.create_emnist_task,
-  'emnist_skewed': emnist.create_emnist_skewed_task,
+  'emnist_skewed': emnist_skewed.create_emnist_skewed_task,
   'emnist_unbalanced_1': emnist.unbalanced_task_constructor(1),
   'emnist_unbalanced_2': emnist.unbalanced_task_constructor(2),
   'emnist_unbalanced_3': emnist.unbalanced_task_constructor(3),
