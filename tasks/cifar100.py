@@ -40,6 +40,7 @@ from tensorflow_federated.python.simulation.baselines.cifar100 import (
 
 from tasks import _common
 from tasks import models
+from tasks import tff_cache
 from tff_sampling.task import Task
 
 DATABASE_FILE = 'cifar100.sqlite'
@@ -128,10 +129,10 @@ def create_cifar100_task(
     max_eval_examples=_common.check_optional_int('max_eval_examples', max_eval_examples),
     model=_common.check_choice('model', model, MODELS),
   )
-  database, train_data, test_data = _common.load_tff_data(
+  database, train_data, test_data = tff_cache.load_tff_data(
     'cifar100', DATABASE_FILE, options['cache_dir']
   )
-  statistics = _common.scan_sql_split(
+  statistics = tff_cache.scan_sql_split(
     database,
     'train',
     tuple(train_data.client_ids),

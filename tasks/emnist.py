@@ -20,6 +20,7 @@ from tensorflow_federated.python.simulation.baselines.emnist import emnist_prepr
 
 from tasks import _common
 from tasks import models
+from tasks import tff_cache
 from tasks import unbalance
 from tff_sampling.task import Task
 
@@ -98,12 +99,12 @@ def check_options(
 
 def load_splits(options: dict[str, Any]):
   """``(database_path, train_data, test_data, num_classes, train_split)``."""
-  database, train_data, test_data = _common.load_tff_data(
+  database, train_data, test_data = tff_cache.load_tff_data(
     'emnist', DATABASE_FILE, options['cache_dir'], only_digits=options['only_digits']
   )
   num_classes = 10 if options['only_digits'] else 62
   split = 'digits_only_train' if options['only_digits'] else 'all_train'
-  if _common.count_split_rows(database, split) <= IN_MEMORY_MAX_EXAMPLES:
+  if tff_cache.count_split_rows(database, split) <= IN_MEMORY_MAX_EXAMPLES:
     train_data = _in_memory_training_clients(database, split, train_data, num_classes)
   return database, train_data, test_data, num_classes, split
 
@@ -115,7 +116,7 @@ def _in_memory_training_clients(
   element structure and order, without an SQLite query and a parse per client and round."""
   client_ids = tuple(train_data.client_ids)
   owners, pixels, labels = [], [], []
-  for chunk_owners, protos in _common.sql_split_chunks(
+  for chunk_owners, protos in tff_cache.sql_split_chunks(
     database, split, client_ids, rowid_order=True
   ):
     parsed = tf.io.parse_example(
@@ -214,7 +215,7 @@ def create_emnist_task(
     model=model,
   )
   database, train_data, test_data, num_classes, split = load_splits(options)
-  statistics = _common.scan_sql_split(
+  statistics = tff_cache.scan_sql_split(
     database,
     split,
     tuple(train_data.client_ids),
@@ -285,18 +286,18 @@ def _scan_client_labels(
 ) -> list[np.ndarray]:
   """Every client's labels, in the storage (rowid) order of its rows.
 
-  One pass over the split, like `_common.scan_sql_split`, but keeping each
+  One pass over the split, like `tff_cache.scan_sql_split`, but keeping each
   row's label so that the labels of any subset of a client's examples can be
   counted. TFF's ``SqlClientData`` query (``WHERE client_id = ... and
   split_name = ...``, no ``ORDER BY``) returns a client's rows in the same
   rowid order (a table scan, or an index whose ties are broken by rowid).
   """
   owners, labels = [], []
-  for chunk_owners, protos in _common.sql_split_chunks(
+  for chunk_owners, protos in tff_cache.sql_split_chunks(
     database_path, split_name, client_ids, chunk_size=chunk_size, rowid_order=True
   ):
     owners.append(chunk_owners)
-    labels.append(_common.parse_int_feature(protos, 'label'))
+    labels.append(tff_cache.parse_int_feature(protos, 'label'))
   owners = np.concatenate(owners) if owners else np.zeros(0, np.int64)
   labels = np.concatenate(labels) if labels else np.zeros(0, np.int64)
   _common.check_label_range(labels, 'label', num_classes)

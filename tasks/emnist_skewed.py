@@ -16,6 +16,7 @@ from tasks import _common
 from tasks import digits
 from tasks import emnist
 from tasks import models
+from tasks import tff_cache
 from tff_sampling.task import Task
 
 SKEWED_PARTITIONS = ('dirichlet', 'shards', 'two_labels')
@@ -33,7 +34,7 @@ def _pooled_examples(
   """Every example of a split, ``(pixels float32[M, 28, 28, 1], labels int32[M])``,
   in storage order (read straight from the SQLite rows: one parse per chunk)."""
   pixels, labels = [], []
-  for _, protos in _common.sql_split_chunks(database, split, client_ids, rowid_order=True):
+  for _, protos in tff_cache.sql_split_chunks(database, split, client_ids, rowid_order=True):
     parsed = tf.io.parse_example(
       tf.constant(protos, tf.string),
       {
