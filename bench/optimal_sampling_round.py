@@ -28,6 +28,7 @@ import numpy as np
 import tensorflow_federated as tff
 
 from bench import fedavg_round
+from bench import fedavg_workload
 from bench import stats
 from tff_sampling import learning
 from tff_sampling.runtime import tff_context
@@ -50,11 +51,11 @@ def run(
 ) -> dict[str, np.ndarray]:
   """Round times (seconds) of each process, interleaved, after a warm-up round."""
   tff_context.use_secure_sum_simulation()
-  sizes = fedavg_round.client_sizes(clients, examples, seed=0)
-  datasets = fedavg_round.client_datasets(
-    fedavg_round.synthetic_client_arrays(sizes, seed=0), batch_size=20
+  sizes = fedavg_workload.client_sizes(clients, examples, seed=0)
+  datasets = fedavg_workload.client_datasets(
+    fedavg_workload.synthetic_client_arrays(sizes, seed=0), batch_size=20
   )
-  model_fn = fedavg_round.tff_model_fn(datasets[0].element_spec, seed=0)
+  model_fn = fedavg_workload.tff_model_fn(datasets[0].element_spec, seed=0)
 
   sgd = tff.learning.optimizers.build_sgdm
   processes = {

@@ -54,6 +54,7 @@ import numpy as np
 
 from bench import clustered as bench_clustered
 from bench import fedavg_round
+from bench import fedavg_workload
 from bench import fedgs as bench_fedgs
 from bench import lefl as bench_lefl
 from bench import memory as bench_memory
@@ -183,11 +184,11 @@ class Machine:
 def _fedavg_workload(sizes: Sizes) -> tuple[np.ndarray, list, Callable]:
   """Client sizes, datasets and model function of the ``fedavg`` section's workload."""
   config = fedavg_round.BenchmarkConfig(num_clients=sizes.clients, total_examples=sizes.examples)
-  client_sizes = fedavg_round.client_sizes(sizes.clients, sizes.examples, config.seed)
-  datasets = fedavg_round.client_datasets(
-    fedavg_round.synthetic_client_arrays(client_sizes, config.seed), config.batch_size
+  client_sizes = fedavg_workload.client_sizes(sizes.clients, sizes.examples, config.seed)
+  datasets = fedavg_workload.client_datasets(
+    fedavg_workload.synthetic_client_arrays(client_sizes, config.seed), config.batch_size
   )
-  return client_sizes, datasets, fedavg_round.tff_model_fn(datasets[0].element_spec, config.seed)
+  return client_sizes, datasets, fedavg_workload.tff_model_fn(datasets[0].element_spec, config.seed)
 
 
 def _round(process, data) -> Callable[[], float]:

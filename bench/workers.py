@@ -31,6 +31,7 @@ import numpy as np
 import psutil
 
 from bench import fedavg_round
+from bench import fedavg_workload
 from bench import stats
 from tff_sampling.runtime import workers as workers_lib
 
@@ -73,9 +74,9 @@ def run(
 ) -> WorkersResult:
   """Builds the workload, checks each pool against one process, then times them alternately."""
   config = fedavg_round.BenchmarkConfig(num_clients=num_clients, total_examples=total_examples)
-  sizes = fedavg_round.client_sizes(num_clients, total_examples, config.seed)
-  datasets = fedavg_round.client_datasets(
-    fedavg_round.synthetic_client_arrays(sizes, config.seed), config.batch_size
+  sizes = fedavg_workload.client_sizes(num_clients, total_examples, config.seed)
+  datasets = fedavg_workload.client_datasets(
+    fedavg_workload.synthetic_client_arrays(sizes, config.seed), config.batch_size
   )
   process = fedavg_round.build_tff_process(
     datasets[0].element_spec, config, fedavg_round.TffLoop.ITERATOR

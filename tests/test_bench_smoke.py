@@ -17,6 +17,7 @@ import pytest
 import tff_sqlite_fixtures
 
 from bench import fedavg_round
+from bench import fedavg_workload
 from bench import fedgs as bench_fedgs
 from bench import in_memory_clients
 from bench import seeds_per_call
@@ -84,18 +85,18 @@ def test_compare_weights_detects_a_different_update():
 
 
 def test_client_sizes_unequal_and_exact():
-  sizes = fedavg_round.client_sizes(32, 4800, seed=0)
+  sizes = fedavg_workload.client_sizes(32, 4800, seed=0)
   assert sizes.sum() == 4800 and sizes.min() >= 1 and sizes.max() > 2 * sizes.min()
-  np.testing.assert_array_equal(sizes, fedavg_round.client_sizes(32, 4800, seed=0))
-  assert fedavg_round.client_sizes(5, 5, seed=3).tolist() == [1] * 5
+  np.testing.assert_array_equal(sizes, fedavg_workload.client_sizes(32, 4800, seed=0))
+  assert fedavg_workload.client_sizes(5, 5, seed=3).tolist() == [1] * 5
 
 
 def test_plain_round_is_traced_once_and_matches_hand_computed_mean():
   sizes = [3, 7, 1]
-  datasets = fedavg_round.client_datasets(
-    fedavg_round.synthetic_client_arrays(sizes, seed=1), batch_size=2
+  datasets = fedavg_workload.client_datasets(
+    fedavg_workload.synthetic_client_arrays(sizes, seed=1), batch_size=2
   )
-  plain = fedavg_round.PlainFedAvg(
+  plain = fedavg_workload.PlainFedAvg(
     models.mcmahan_cnn(10, seed=0), client_learning_rate=0.1, server_learning_rate=1.0
   )
   start = plain.global_weights()
