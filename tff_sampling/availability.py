@@ -168,6 +168,35 @@ def _label_sets(
   return sets, num_labels
 
 
+def _check_mode_and_beta(mode: str, beta: float) -> float:
+  """``β`` as a float, or ValueError for an unknown mode or a ``β`` the mode cannot take."""
+  if mode not in AVAILABILITY_MODES:
+    raise ValueError(
+      f'Unknown availability mode {mode!r}; valid modes: {", ".join(AVAILABILITY_MODES)}.'
+    )
+  if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not 0.0 <= beta <= 1.0:
+    raise ValueError(f'`beta` must be in [0, 1], got {beta!r}.')
+  if mode in _LOGNORMAL_MODES and beta >= 1.0:
+    raise ValueError(
+      f'Mode {mode!r} needs `beta` < 1 (its log-normal sigma is ln(1/(1 - beta))), got {beta!r}.'
+    )
+  return float(beta)
+
+
+def _check_sizes(client_sizes: np.ndarray | Sequence[int]) -> np.ndarray:
+  """The client sizes as float64[N], or ValueError unless they are N > 0 positive numbers."""
+  sizes = np.asarray(client_sizes)
+  if sizes.ndim != 1 or sizes.size == 0:
+    raise ValueError(f'`client_sizes` must be a non-empty 1-D array, got shape {sizes.shape}.')
+  if not np.issubdtype(sizes.dtype, np.number) or np.issubdtype(sizes.dtype, np.complexfloating):
+    raise ValueError(f'`client_sizes` must be numeric, got {sizes.dtype}.')
+  sizes = sizes.astype(np.float64)
+  if not np.all(np.isfinite(sizes)) or np.any(sizes <= 0):
+    bad = sizes[~(np.isfinite(sizes) & (sizes > 0))]
+    raise ValueError(f'`client_sizes` must be > 0, got {bad[0]!r}.')
+  return sizes
+
+
 def build_availability(
   mode: str,
   beta: float,
@@ -204,32 +233,13 @@ def build_availability(
     ValueError: On an unknown mode, ``β`` out of range, a size ``<= 0``,
       ``period <= 0``, mismatched lengths, missing or invalid labels.
   """
-  if mode not in AVAILABILITY_MODES:
-    raise ValueError(
-      f'Unknown availability mode {mode!r}; valid modes: {", ".join(AVAILABILITY_MODES)}.'
-    )
-  if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or not 0.0 <= beta <= 1.0:
-    raise ValueError(f'`beta` must be in [0, 1], got {beta!r}.')
-  beta = float(beta)
-  if mode in _LOGNORMAL_MODES and beta >= 1.0:
-    raise ValueError(
-      f'Mode {mode!r} needs `beta` < 1 (its log-normal sigma is ln(1/(1 - beta))), got {beta!r}.'
-    )
+  beta = _check_mode_and_beta(mode, beta)
   seed = _check_int('seed', seed, 0)
   period = _check_int('period', period, 1)
   max_redraws = _check_int('max_redraws', max_redraws, 0)
   if num_labels is not None:
     num_labels = _check_int('num_labels', num_labels, 1)
-
-  sizes = np.asarray(client_sizes)
-  if sizes.ndim != 1 or sizes.size == 0:
-    raise ValueError(f'`client_sizes` must be a non-empty 1-D array, got shape {sizes.shape}.')
-  if not np.issubdtype(sizes.dtype, np.number) or np.issubdtype(sizes.dtype, np.complexfloating):
-    raise ValueError(f'`client_sizes` must be numeric, got {sizes.dtype}.')
-  sizes = sizes.astype(np.float64)
-  if not np.all(np.isfinite(sizes)) or np.any(sizes <= 0):
-    bad = sizes[~(np.isfinite(sizes) & (sizes > 0))]
-    raise ValueError(f'`client_sizes` must be > 0, got {bad[0]!r}.')
+  sizes = _check_sizes(client_sizes)
   num_clients = sizes.size
 
   label_sets = None
@@ -251,6 +261,7 @@ def build_availability(
   elif mode == 'LDF':
     base = (sizes.min() / sizes) ** beta
   elif mode == 'YMF':
+    assert label_sets is not None and num_labels is not None  # A label mode: checked above.
     empty = [i for i, s in enumerate(label_sets) if not s]
     if empty:
       raise ValueError(f'Mode YMF needs labels for every client; client {empty[0]} has none.')
@@ -259,6 +270,7 @@ def build_availability(
     ratio = smallest / max_label if max_label > 0 else np.zeros(num_clients)
     base = beta * ratio + (1.0 - beta)
   elif mode == 'YC':
+    assert label_sets is not None and num_labels is not None  # A label mode: checked above.
     membership = np.zeros((num_clients, num_labels), dtype=bool)
     for i, labels in enumerate(label_sets):
       membership[i, sorted(labels)] = True
