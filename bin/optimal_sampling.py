@@ -23,6 +23,9 @@ from bin import common_flags as cf
 from bin import experiment_flags as ef
 from bin import optimal_flags
 from tff_sampling import communication
+from tff_sampling import comparisons
+from tff_sampling import program
+from tff_sampling import samplers
 from tff_sampling.comparisons import optimal
 
 # The paper's settings (docs/algorithms.md §1e); `digits`/`synthetic` are
@@ -81,12 +84,29 @@ _SAMPLING = flags.DEFINE_enum(
 def main(argv: Sequence[str]) -> None:
   cf.begin_main(argv)
   ef.apply_task_defaults(PAPER_DEFAULTS)
-  method = optimal_flags.optimal_sampling(ef.CLIENTS_PER_ROUND.value)
-  ef.run_uniform_cohorts(
-    f'{ef.TASK.value}_{method.algorithm}_{_SAMPLING.value}_seed{cf.SEED.value}',
-    make_process=lambda task: method.make_process(task, _SAMPLING.value, cf.SEED.value),
-    uplink_fn=communication.uplink_from_measurements,
-  )
+  seed, sampling, cohort = cf.SEED.value, _SAMPLING.value, ef.CLIENTS_PER_ROUND.value
+  with cf.exit_on_bad_input():
+    task = ef.task_from_flags()
+    method = optimal_flags.optimal_sampling(cohort)
+    # Every cohort client trains; the aggregator lets each upload with probability p_i.
+    aggregator = method.aggregator(sampling, seed)
+    process = method.process(task, aggregator)
+    sampler = samplers.UniformSampler(cohort, seed=seed)
+    sampler.initialize(samplers.Population(task.client_num_examples))  # Cohort > N fails here.
+    availability, settings = ef.availability_spec(), ef.run_settings()
+    name = cf.EXPERIMENT_NAME.value or f'{ef.TASK.value}_{method.algorithm}_{sampling}_seed{seed}'
+    hparams = comparisons.run_hparams(
+      settings, name, seed, availability.hparams(), comparisons.task_hparams(task)
+    )
+    result = program.train_model(
+      task,
+      process,
+      sampler,
+      settings.program_config(name, seed, hparams),
+      uplink_fn=communication.uplink_from_measurements,
+      availability=availability.build(task, seed),
+    )
+  print(f'{name}: round {result.final_round}, {dict(result.eval_metrics)}', flush=True)
 
 
 if __name__ == '__main__':

@@ -7,7 +7,6 @@ samplings over seeds).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import numpy as np
 import tensorflow_federated as tff
@@ -48,27 +47,38 @@ class OptimalSampling:
   client_learning_rate: float
   server_learning_rate: float
 
-  def make_process(
-    self, task: Task, sampling: str, seed: int
-  ) -> tff.learning.templates.LearningProcess:
-    """The learning process in which the cohort uploads as `sampling` says."""
+  def aggregator(self, sampling: str, seed: int) -> aggregators.OptimalSamplingFactory:
+    """Who uploads under method `sampling`: optimal client sampling's aggregator in its mode
+    (the secure protocol for ``optimal``; ``optimal_exact`` reveals norms, so never secure)."""
     mode = SAMPLING_MODES[sampling]
-    common: dict[str, Any] = dict(
-      expected_clients=self.expected_clients,
+    return aggregators.OptimalSamplingFactory(
+      self.expected_clients,
       max_rescaling_steps=self.max_rescaling_steps,
       mode=mode,
       secure=(mode != aggregators.Mode.EXACT),
       seed=seed,
     )
+
+  def process(
+    self, task: Task, aggregator: aggregators.OptimalSamplingFactory
+  ) -> tff.learning.templates.LearningProcess:
+    """FedAvg (or DSGD) on `task` with `aggregator`: every cohort client trains, and the
+    aggregator lets each upload with its probability."""
     server_optimizer = tff.learning.optimizers.build_sgdm(self.server_learning_rate)
     if self.algorithm == 'dsgd':
-      return learning.build_dsgd_with_optimal_sampling(task.model_fn, server_optimizer, **common)
-    return learning.build_fed_avg_with_optimal_sampling(
+      return learning.build_dsgd_with_aggregator(task.model_fn, server_optimizer, aggregator)
+    return learning.build_fed_avg_with_aggregator(
       task.model_fn,
       tff.learning.optimizers.build_sgdm(self.client_learning_rate),
       server_optimizer,
-      **common,
+      aggregator,
     )
+
+  def make_process(
+    self, task: Task, sampling: str, seed: int
+  ) -> tff.learning.templates.LearningProcess:
+    """The learning process in which the cohort uploads as `sampling` says."""
+    return self.process(task, self.aggregator(sampling, seed))
 
 
 def summary_table(groups: dict[str, list[results.Run]], target: float) -> str:

@@ -55,6 +55,44 @@ def _hinting(process, secure, mode):
   )
 
 
+def build_fed_avg_with_aggregator(
+  model_fn: ModelFn,
+  client_optimizer_fn: tff.learning.optimizers.Optimizer,
+  server_optimizer_fn: tff.learning.optimizers.Optimizer,
+  aggregator: tff.aggregators.WeightedAggregationFactory,
+  *,
+  client_weighting: tff.learning.ClientWeighting = tff.learning.ClientWeighting.NUM_EXAMPLES,
+) -> tff.learning.templates.LearningProcess:
+  """TFF's FedAvg with `aggregator` (e.g. an `OptimalSamplingFactory`) as its model aggregator,
+  raising `SecureSumContextError` where its secure sums cannot run."""
+  process = tff.learning.algorithms.build_weighted_fed_avg(
+    model_fn,
+    client_optimizer_fn=client_optimizer_fn,
+    server_optimizer_fn=server_optimizer_fn,
+    client_weighting=client_weighting,
+    model_aggregator=aggregator,
+    loop_implementation=fedavg.CLIENT_LOOP,
+  )
+  return secure_context.with_secure_sum_hint(process)
+
+
+def build_dsgd_with_aggregator(
+  model_fn: ModelFn,
+  server_optimizer_fn: tff.learning.optimizers.Optimizer,
+  aggregator: tff.aggregators.WeightedAggregationFactory,
+) -> tff.learning.templates.LearningProcess:
+  """TFF's FedSGD (distributed SGD: each client's gradient over its whole data) with
+  `aggregator` as its model aggregator, raising `SecureSumContextError` where its secure sums
+  cannot run."""
+  process = tff.learning.algorithms.build_fed_sgd(
+    model_fn,
+    server_optimizer_fn=server_optimizer_fn,
+    model_aggregator=aggregator,
+    loop_implementation=fedavg.CLIENT_LOOP,
+  )
+  return secure_context.with_secure_sum_hint(process)
+
+
 def build_fed_avg_with_optimal_sampling(
   model_fn: ModelFn,
   client_optimizer_fn: tff.learning.optimizers.Optimizer,
