@@ -9,19 +9,16 @@ chosen task does not accept is an error naming the task that does (see
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from absl import flags
-import tensorflow_federated as tff
 
 from bin import common_flags as cf
 from bin import flag_checks
 import tasks
 from tff_sampling import availability as availability_lib
-from tff_sampling import communication
 from tff_sampling import comparisons
-from tff_sampling import program
 from tff_sampling.task import Task
 
 # --- The experiment -----------------------------------------------------------
@@ -301,36 +298,3 @@ def comparison(
   """The sweep of `methods`: runs ``<name>[_<MODE-β>]_<method>_seed<seed>``, with
   ``<name>`` = ``--experiment_name`` if given, else the task."""
   return cf.comparison(methods, num_seeds, TASK.value, availability and availability.label)
-
-
-def run_uniform_cohorts(
-  default_name: str,
-  make_process: Callable[[Task], tff.learning.templates.LearningProcess],
-  *,
-  method_hparams: Mapping[str, Any] | None = None,
-  uplink_fn: program.UplinkFn = communication.full_cohort_uplink,
-) -> None:
-  """Runs the flags' experiment with uniformly drawn cohorts (`comparisons.run_uniform_cohorts`).
-
-  Exits with a one-line error naming the problem for bad input (flags, missing
-  data, a non-finite model).
-
-  Args:
-    default_name: The run directory name when ``--experiment_name`` is unset.
-    make_process: Builds the learning process for the task.
-    method_hparams: The method's hyper-parameters that are not flags.
-    uplink_fn: Counts each round's uploads (see `program.train_model`).
-  """
-  with cf.exit_on_bad_input():
-    task = task_from_flags()
-    comparisons.run_uniform_cohorts(
-      task,
-      run_settings(),
-      cf.EXPERIMENT_NAME.value or default_name,
-      cf.SEED.value,
-      CLIENTS_PER_ROUND.value,
-      make_process,
-      method_hparams=method_hparams or {},
-      availability=availability_spec(),
-      uplink_fn=uplink_fn,
-    )

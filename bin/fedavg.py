@@ -18,20 +18,38 @@ from absl import app
 
 from bin import common_flags as cf
 from bin import experiment_flags as ef
+from tff_sampling import comparisons
 from tff_sampling import learning
+from tff_sampling import program
+from tff_sampling import samplers
 
 
 def main(argv: Sequence[str]) -> None:
   cf.begin_main(argv)
-  ef.run_uniform_cohorts(
-    f'{ef.TASK.value}_fedavg_seed{cf.SEED.value}',
-    make_process=lambda task: learning.build_fed_avg(
+  seed, cohort = cf.SEED.value, ef.CLIENTS_PER_ROUND.value
+  with cf.exit_on_bad_input():
+    task = ef.task_from_flags()
+    process = learning.build_fed_avg(
       task.model_fn,
       client_learning_rate=cf.CLIENT_LEARNING_RATE.value,
       server_learning_rate=cf.SERVER_LEARNING_RATE.value,
-    ),
-    method_hparams=dict(algorithm='fedavg', sampling='uniform'),
-  )
+    )
+    sampler = samplers.UniformSampler(cohort, seed=seed)
+    sampler.initialize(samplers.Population(task.client_num_examples))  # Cohort > N fails here.
+    availability, settings = ef.availability_spec(), ef.run_settings()
+    name = cf.EXPERIMENT_NAME.value or f'{ef.TASK.value}_fedavg_seed{seed}'
+    method = dict(algorithm='fedavg', sampling='uniform')
+    hparams = comparisons.run_hparams(
+      settings, name, seed, availability.hparams(), method, comparisons.task_hparams(task)
+    )
+    result = program.train_model(
+      task,
+      process,
+      sampler,
+      settings.run_config(name, seed, hparams),
+      availability=availability.build(task, seed),
+    )
+  print(f'{name}: round {result.final_round}, {dict(result.eval_metrics)}', flush=True)
 
 
 if __name__ == '__main__':

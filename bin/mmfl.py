@@ -105,7 +105,7 @@ def run_one(
   tasks, settings: comparisons.ComparisonSettings, name: str, method: str, seed: int
 ) -> results.Run:
   """Trains one (method, seed) run (resuming its checkpoints); returns it."""
-  config = settings.program_config(
+  config = settings.run_config(
     name,
     seed,
     comparisons.run_hparams(

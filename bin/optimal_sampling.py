@@ -102,7 +102,7 @@ def main(argv: Sequence[str]) -> None:
       task,
       process,
       sampler,
-      settings.program_config(name, seed, hparams),
+      settings.run_config(name, seed, hparams),
       uplink_fn=communication.uplink_from_measurements,
       availability=availability.build(task, seed),
     )

@@ -45,7 +45,7 @@ def test_fedavg_two_rounds_subprocess(tmp_path):
     '--verbose',
   )
   assert proc.returncode == 0, proc.stderr[-3000:]
-  assert 'round 2/2' in proc.stderr and 'Finished round 2' in proc.stderr
+  assert 'round 2/2' in proc.stderr and 'smoke: round 2, ' in proc.stdout
   # --verbose gives absl's prefix back (and TensorFlow's own log, where it has any).
   assert re.search(r'^I\d{4} [\d:.]+ +\d+ progress\.py:\d+\] round 2/2', proc.stderr, re.M)
   run = results.load_run(tmp_path / 'smoke')

@@ -239,7 +239,7 @@ def test_a_run_that_has_not_released_a_round_is_not_listed_yet(tmp_path):
   seed1 = experiment_jobs.Job('uniform', 0.3, 1)
   assert experiment_jobs.find_run(spec, seed1, str(runs_dir)) is None
   for started in ('x_uniform_seed1', 'x_full_seed0'):
-    with pytest.raises(results.NoRoundsYet, match='rerun the experiment'):
+    with pytest.raises(results.NoRoundsYet, match='rerun the training command'):
       results.load_run(runs_dir / 'lr0.3' / started)
   # A damaged file is still an error.
   fh.write_run(runs_dir / 'lr0.3', 'x_full_seed1', dict(hparams, seed=1), 'round,accuracy\n0,1\n')

@@ -164,11 +164,11 @@ _SMALL = {'mmfl': dict(suite='digits_synthetic', clients=6, expected_clients=2.0
 def test_each_binary_records_the_flags_and_their_defaults(binary, tmp_path, monkeypatch):
   captured = {}
 
-  def program_config(self, name, seed, hparams):
+  def run_config(self, name, seed, hparams):
     captured.update(name=name, hparams=hparams)
     raise _Captured
 
-  monkeypatch.setattr(comparisons.ComparisonSettings, 'program_config', program_config)
+  monkeypatch.setattr(comparisons.ComparisonSettings, 'run_config', run_config)
   flag, value = _OWN_FLAG[binary]
   with (
     fault_harness.flags_of(binary) as module,

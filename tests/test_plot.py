@@ -20,7 +20,7 @@ EVAL_EVERY = 2
 
 
 def metrics_csv(seed, bits_per_round, accuracy_gain):
-  """A metrics.csv as the experiment program writes it, every cell quoted.
+  """A metrics.csv as the round loop writes it, every cell quoted.
 
   Round 0 evaluates the initial model and uploads nothing; evaluation every
   `EVAL_EVERY` rounds; `process/aggregator/clipped` appears from round 3 on (so

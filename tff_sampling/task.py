@@ -1,4 +1,4 @@
-"""The task interface: one object holding everything an experiment needs.
+"""The task interface: one object holding everything a run needs.
 
 Built by the `tasks` package (`tasks.get_task`); consumed by the program loop.
 

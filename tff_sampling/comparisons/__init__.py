@@ -6,10 +6,10 @@ A binary turns its flags into these settings and calls one function here:
 * `settings`: `AvailabilitySpec` (client availability), `ComparisonSettings` (what every
   run of a comparison shares: output root, rounds, recorded hyper-parameters
   and their defaults), `Comparison` (methods × seeds and their run names);
-* `sweep`: `run_uniform_cohorts` (one run), `run_comparison` and
+* `sweep`: `run_comparison` and
   `load_comparison` (a sweep, or its finished runs), `run_hparams` (what a
   run records in ``hparams.json``);
-* one module per experiment with its methods' samplers and processes and its
+* one module per paper with its methods' samplers and processes and its
   summary tables: `optimal`, `clustered`, `fedgs`, `lefl`, `mmfl`.
 """
 
@@ -21,7 +21,6 @@ from tff_sampling.comparisons.settings import parse_availability
 from tff_sampling.comparisons.sweep import load_comparison
 from tff_sampling.comparisons.sweep import run_comparison
 from tff_sampling.comparisons.sweep import run_hparams
-from tff_sampling.comparisons.sweep import run_uniform_cohorts
 from tff_sampling.comparisons.sweep import task_hparams
 
 __all__ = [
@@ -33,6 +32,5 @@ __all__ = [
   'parse_availability',
   'run_comparison',
   'run_hparams',
-  'run_uniform_cohorts',
   'task_hparams',
 ]

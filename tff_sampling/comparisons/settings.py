@@ -133,7 +133,7 @@ class ComparisonSettings:
       logging.info('--reset: deleted the earlier run in %s.', path)
     return path
 
-  def program_config(self, name: str, seed: int, hparams: Mapping[str, Any]) -> program.RunConfig:
+  def run_config(self, name: str, seed: int, hparams: Mapping[str, Any]) -> program.RunConfig:
     """The `RunConfig` of run `name` (its directory reset first under `reset`)."""
     return program.RunConfig(
       output_dir=self.run_directory(name),

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from absl import logging
 import tensorflow_federated as tff
 
 from tff_sampling import communication
@@ -50,48 +49,6 @@ def run_hparams(
   return run_dir.HParams(hparams, defaults=defaults)
 
 
-def run_uniform_cohorts(
-  task: Task,
-  settings: ComparisonSettings,
-  name: str,
-  seed: int,
-  clients_per_round: int,
-  make_process: Callable[[Task], tff.learning.templates.LearningProcess],
-  *,
-  method_hparams: Mapping[str, Any],
-  availability: AvailabilitySpec = AvailabilitySpec(),
-  uplink_fn: program.UplinkFn = communication.full_cohort_uplink,
-) -> program.RunResult:
-  """Runs (or resumes) run `name` with uniformly drawn cohorts, and logs the outcome.
-
-  Checks the cohort size against the population before any TFF work. Raises
-  like `program.train_model`.
-  """
-  config = settings.program_config(
-    name,
-    seed,
-    run_hparams(settings, name, seed, availability.hparams(), method_hparams, task_hparams(task)),
-  )
-  sampler = samplers.UniformSampler(clients_per_round, seed=seed)
-  sampler.initialize(samplers.Population(task.client_num_examples))  # Fail fast.
-  result = program.train_model(
-    task,
-    make_process(task),
-    sampler,
-    config,
-    uplink_fn=uplink_fn,
-    availability=availability.build(task, seed),
-  )
-  logging.info(
-    'Finished round %d: %s; uploaded %.4g bits; results in %s',
-    result.final_round,
-    dict(result.eval_metrics),
-    result.cumulative_bits,
-    config.output_dir,
-  )
-  return result
-
-
 def run_comparison(
   task: Task,
   comparison: Comparison,
@@ -115,7 +72,7 @@ def run_comparison(
   groups: dict[str, list[results.Run]] = {}
   for method, seed in comparison.runs():
     name = comparison.run_name(method, seed)
-    config = settings.program_config(
+    config = settings.run_config(
       name,
       seed,
       run_hparams(

@@ -1,4 +1,4 @@
-"""The experiment program: the round loop every binary shares.
+"""The program: the round loop every binary shares.
 
 Per round ``r = 1, 2, …``::
 

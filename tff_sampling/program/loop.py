@@ -47,7 +47,7 @@ def train_model(
   client_weighting: tff.learning.ClientWeighting | None = None,
   release_managers: Sequence[tff.program.ReleaseManager] = (),
 ) -> RunResult:
-  """Runs (or resumes) the experiment described by `config`.
+  """Trains (or resumes) the run `config` describes.
 
   Args:
     task: The task (data, model, evaluation data).
@@ -59,7 +59,7 @@ def train_model(
       per-client signals are handed to ``sampler.observe`` and not released
       as metrics.
     sampler: Chooses each round's clients.
-    config: The run's configuration.
+    config: What the run needs (`RunConfig`).
     uplink_fn: ``(process_metrics, cohort_size) -> Uplink`` counting what the
       round's clients uploaded; the default counts one model per cohort client.
     availability: Which clients are active each round; every sampler selects
@@ -116,7 +116,7 @@ def run_rounds(
     sampler: Chooses each round's clients; ``None`` gives every client every
       round to a process that samples among them itself (e.g. MMFL), and
       releases no ``selection/``, ``availability/`` or ``cohort_size``.
-    config: The run's configuration.
+    config: What the run needs (`RunConfig`).
     availability: Which clients are active each round (needs a sampler).
     preprocessing_bits: What a one-time pre-processing round cost.
     release_managers: Where each round's metrics also go.

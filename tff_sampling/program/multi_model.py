@@ -53,7 +53,7 @@ def align_clients(tasks: Sequence[Task], num_clients: int | None = None) -> list
       its count), or `num_clients` is not positive.
   """
   if not tasks:
-    raise ValueError('No tasks given: a multi-model experiment needs at least one.')
+    raise ValueError('No tasks given: a multi-model run needs at least one.')
   smallest = min(task.num_clients for task in tasks)
   if num_clients is None:
     num_clients = smallest
@@ -133,7 +133,7 @@ def _flatten_vectors(measurements: Mapping[str, Any]) -> collections.OrderedDict
 def train_multi_model(
   tasks: Sequence[Task], process: tff.templates.MeasuredProcess, config: program.RunConfig
 ) -> MultiModelResult:
-  """Runs (or resumes) a multi-model experiment through the program's round loop.
+  """Trains (or resumes) a multi-model run through the program's round loop.
 
   Every client takes part in every round (the process assigns models to
   clients itself), so the run has no sampler: `tff_sampling.program.run_rounds`
@@ -144,7 +144,7 @@ def train_multi_model(
     tasks: One task per model, sharing one population (`align_clients`).
     process: From `tff_sampling.learning.multi_model.build_multi_model_process`
       over the tasks' ``model_fn`` in the same order.
-    config: The run's configuration (``client_steps`` cuts every client's
+    config: What the run needs (``client_steps`` cuts every client's
       stream of every task to that many batches).
 
   Returns:

@@ -1,6 +1,6 @@
-"""Reading, grouping and aggregating the results of experiment runs.
+"""Reading, grouping and aggregating the results of runs.
 
-The experiment program (`tff_sampling.program`) writes one directory per run::
+The round loop (`tff_sampling.program`) writes one directory per run::
 
     <root_output_dir>/<experiment_name>/hparams.json   flat JSON object
     <root_output_dir>/<experiment_name>/metrics.csv    one row per round
@@ -156,7 +156,7 @@ class NoRoundsYet(ValueError):
 
 
 def load_run(run_dir: PathLike) -> Run:
-  """Reads one run directory written by the experiment program.
+  """Reads one run directory written by the round loop.
 
   Args:
     run_dir: ``<root_output_dir>/<experiment_name>``.
@@ -184,8 +184,7 @@ def load_run(run_dir: PathLike) -> Run:
   for required in (hparams_path, metrics_path):
     if not os.path.isfile(required):
       raise FileNotFoundError(
-        f'{required!r} does not exist; is {path!r} a run directory written by '
-        'the experiment program?'
+        f'{required!r} does not exist; is {path!r} a run directory written by the round loop?'
       )
   hparams = read_hparams(hparams_path)
   rounds, metrics, text_columns = _read_metrics(metrics_path)
@@ -234,7 +233,7 @@ def read_hparams(path: PathLike, *, fix: str = _HPARAMS_FIX) -> dict[str, Any]:
       binary), or holds something other than a JSON object.
   """
   path = os.fspath(path)
-  fix = f'it is not the file the experiment program writes; {fix}'
+  fix = f'it is not the file the round loop writes; {fix}'
   try:
     with open(path, encoding='utf-8') as f:
       hparams = json.load(f)
@@ -264,7 +263,7 @@ def _first_line(error: BaseException) -> str:
 
 def _read_metrics(path: str) -> tuple[np.ndarray, dict[str, np.ndarray], tuple[str, ...]]:
   """Returns (rounds, numeric columns, non-numeric column names) of a CSV."""
-  fix = 'is it the metrics.csv of a run of the experiment program?'
+  fix = 'is it the metrics.csv of a run of the round loop?'
   try:
     with open(path, newline='', encoding='utf-8') as f:
       reader = csv.reader(f)
@@ -279,8 +278,8 @@ def _read_metrics(path: str) -> tuple[np.ndarray, dict[str, np.ndarray], tuple[s
   if not header:
     raise NoRoundsYet(
       f'{path!r} has no {ROUND_COLUMN!r} column: it is empty (no header, no rounds); the run '
-      'wrote nothing yet, or the file was truncated; rerun the experiment (it resumes), or leave '
-      'this run out.'
+      'wrote nothing yet, or the file was truncated; rerun the training command (it resumes), or '
+      'leave this run out.'
     )
   if ROUND_COLUMN not in header:
     raise ValueError(
@@ -290,7 +289,7 @@ def _read_metrics(path: str) -> tuple[np.ndarray, dict[str, np.ndarray], tuple[s
   if not rows:
     raise NoRoundsYet(
       f'{path!r} has a header but no rounds: the run has not released round 0 yet, or the '
-      'file was truncated; rerun the experiment (it resumes), or leave this run out.'
+      'file was truncated; rerun the training command (it resumes), or leave this run out.'
     )
   key_index = header.index(ROUND_COLUMN)
 

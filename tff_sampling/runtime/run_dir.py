@@ -1,6 +1,6 @@
 """A run's output directory: its name, ownership, exclusive lock and resume point.
 
-Every experiment writes into ONE directory of its own and nowhere else. This
+Every run writes into ONE directory of its own and nowhere else. This
 module is the only place that decides what that directory may be and what may
 be removed from it:
 
