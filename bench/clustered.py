@@ -39,7 +39,7 @@ Usage (from the repository root):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 import dataclasses
 import statistics
 
@@ -147,12 +147,6 @@ def mixture_updates(
   return updates.astype(np.float32), labels
 
 
-def _time(function: Callable[[], object], repetitions: int) -> tuple[tuple[float, ...], object]:
-  """Seconds of `repetitions` calls and the last call's result."""
-  seconds, results = stats.repeat(function, repetitions)
-  return seconds, results[-1]
-
-
 def time_algorithm2(
   num_clients: int,
   *,
@@ -169,16 +163,18 @@ def time_algorithm2(
   """Times Algorithm 2 end to end and its similarity and linkage phases."""
   sizes = client_sizes(num_clients, size_sigma, seed)
   updates, _ = mixture_updates(num_clients, sketch_size, directions, noise, zero_fraction, seed)
-  total, units = _time(
+  total, units = stats.repeat_last(
     lambda: clustered_similarity.similarity_based_units(
       sizes, updates, num_draws, similarity=similarity
     ),
     repetitions,
   )
-  similarity_seconds, matrix = _time(
+  similarity_seconds, matrix = stats.repeat_last(
     lambda: clustered_similarity.similarity_matrix(updates, similarity), repetitions
   )
-  linkage_seconds, _ = _time(lambda: clustered_similarity.ward_linkage_of_rows(matrix), repetitions)
+  linkage_seconds, _ = stats.repeat_last(
+    lambda: clustered_similarity.ward_linkage_of_rows(matrix), repetitions
+  )
   labels = clustered_similarity.similarity_groups(sizes, updates, num_draws, similarity=similarity)
   r = units / sizes.sum()
   p = sizes / sizes.sum()
@@ -319,34 +315,23 @@ def format_agreement(
   return '\n'.join(lines)
 
 
-def _positive_ints(values: Sequence[str], name: str, *, allow_empty: bool = False) -> list[int]:
-  try:
-    parsed = [int(value) for value in values]
-  except ValueError as e:
-    raise app.UsageError(f'--{name} must be integers, got {values}.') from e
-  if (not parsed and not allow_empty) or (parsed and min(parsed) < 2):
-    raise app.UsageError(f'--{name} must be integers ≥ 2, got {values}.')
-  return parsed
-
-
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  sizes = _positive_ints(_SIZES.value, 'cl_sizes')
-  ari_sizes = _positive_ints(_ARI_SIZES.value, 'cl_ari_sizes', allow_empty=True)
+  sizes = stats.parse_sizes(_SIZES.value, 'cl_sizes')
+  ari_sizes = stats.parse_sizes(_ARI_SIZES.value, 'cl_ari_sizes', allow_empty=True)
+  # Both measurements' workload and clustering.
+  common = dict(
+    sketch_size=_SKETCH_SIZE.value,
+    num_draws=_NUM_DRAWS.value,
+    similarity=_SIMILARITY.value,
+    directions=_DIRECTIONS.value,
+    noise=_NOISE.value,
+    size_sigma=_SIZE_SIGMA.value,
+    seed=_SEED.value,
+  )
   timing = [
-    time_algorithm2(
-      n,
-      sketch_size=_SKETCH_SIZE.value,
-      num_draws=_NUM_DRAWS.value,
-      similarity=_SIMILARITY.value,
-      repetitions=_REPETITIONS.value,
-      directions=_DIRECTIONS.value,
-      noise=_NOISE.value,
-      zero_fraction=_ZERO_FRACTION.value,
-      size_sigma=_SIZE_SIGMA.value,
-      seed=_SEED.value,
-    )
+    time_algorithm2(n, repetitions=_REPETITIONS.value, zero_fraction=_ZERO_FRACTION.value, **common)
     for n in sizes
   ]
   print(
@@ -359,18 +344,7 @@ def main(argv: Sequence[str]) -> None:
     )
   )
   agreement = [
-    sketch_agreement(
-      n,
-      exact_dim=_EXACT_DIM.value,
-      sketch_size=_SKETCH_SIZE.value,
-      num_draws=_NUM_DRAWS.value,
-      similarity=_SIMILARITY.value,
-      directions=_DIRECTIONS.value,
-      noise=_NOISE.value,
-      size_sigma=_SIZE_SIGMA.value,
-      seed=_SEED.value,
-      sketch_seeds=_ARI_SKETCH_SEEDS.value,
-    )
+    sketch_agreement(n, exact_dim=_EXACT_DIM.value, sketch_seeds=_ARI_SKETCH_SEEDS.value, **common)
     for n in ari_sizes
   ]
   if agreement:

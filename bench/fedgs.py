@@ -129,11 +129,10 @@ def time_graph(
   features: np.ndarray, *, epsilon: float, sigma2: float, repeats: int
 ) -> tuple[GraphRow, np.ndarray]:
   """Times the similarities and `graph_distances`; returns the row and ``H``."""
-  similarity_seconds, similarities = stats.repeat(
+  similarity_seconds, similarity = stats.repeat_last(
     lambda: fedgs_problem.similarity_from_features(features), repeats
   )
-  similarity = similarities[-1]
-  distance_seconds, distances = stats.repeat(
+  distance_seconds, distances = stats.repeat_last(
     lambda: fedgs_problem.graph_distances(similarity, epsilon=epsilon, sigma2=sigma2), repeats
   )
   n = similarity.shape[0]
@@ -147,7 +146,7 @@ def time_graph(
     distance_seconds=distance_seconds,
     edge_fraction=edges / (n * (n - 1)),
   )
-  return row, distances[-1]
+  return row, distances
 
 
 def time_selection(
@@ -319,23 +318,19 @@ def format_small(rows: Sequence[SmallRow], *, num_clients: int, alpha: float) ->
   return '\n'.join(lines)
 
 
-def _sizes(values: Sequence[str]) -> list[int]:
-  try:
-    parsed = [int(value) for value in values]
-  except ValueError as e:
-    raise app.UsageError(f'--fg_sizes must be integers, got {values}.') from e
-  if not parsed or min(parsed) < 2:
-    raise app.UsageError(f'--fg_sizes must be integers ≥ 2, got {values}.')
-  return parsed
-
-
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  sizes = _sizes(_SIZES.value)
+  sizes = stats.parse_sizes(_SIZES.value, 'fg_sizes')
   if not _TIME_LIMIT.value > 0:
     raise app.UsageError(f'--fg_time_limit must be positive, got {_TIME_LIMIT.value}.')
   graph_kwargs = dict(epsilon=_EPSILON.value, sigma2=_SIGMA2.value)
+  selection_kwargs = dict(
+    budget=_BUDGET.value,
+    alpha=_ALPHA.value,
+    time_limit=_TIME_LIMIT.value,
+    max_solver_clients=_MAX_SOLVER_CLIENTS.value,
+  )
   seed = _SEED.value
   graph_row, graph_h = time_graph(
     label_features(_GRAPH_CLIENTS.value, _LABELS.value, _DIRICHLET.value, seed),
@@ -359,27 +354,8 @@ def main(argv: Sequence[str]) -> None:
         **graph_kwargs,
       )
     counts = np.random.default_rng([seed, 2, n]).integers(0, 10, n)
-    rows.append(
-      time_selection(
-        h,
-        counts,
-        budget=_BUDGET.value,
-        alpha=_ALPHA.value,
-        time_limit=_TIME_LIMIT.value,
-        max_solver_clients=_MAX_SOLVER_CLIENTS.value,
-        repeats=_REPEATS.value,
-      )
-    )
-  print(
-    format_selection(
-      rows,
-      budget=_BUDGET.value,
-      alpha=_ALPHA.value,
-      time_limit=_TIME_LIMIT.value,
-      max_solver_clients=_MAX_SOLVER_CLIENTS.value,
-    ),
-    flush=True,
-  )
+    rows.append(time_selection(h, counts, repeats=_REPEATS.value, **selection_kwargs))
+  print(format_selection(rows, **selection_kwargs), flush=True)
 
   small = small_instances(
     num_clients=_SMALL_SIZE.value,

@@ -106,8 +106,8 @@ def client_sizes(num_clients: int, seed: int) -> np.ndarray:
 
 def _time(function: Callable[[], object], repeats: int) -> tuple[float, object]:
   """Median seconds of `repeats` calls, and the last call's result."""
-  seconds, results = stats.repeat(function, repeats)
-  return statistics.median(seconds), results[-1]
+  seconds, result = stats.repeat_last(function, repeats)
+  return statistics.median(seconds), result
 
 
 def time_size(
@@ -187,21 +187,11 @@ def format_table(rows: Sequence[Row]) -> str:
   return '\n'.join(lines)
 
 
-def _sizes(values: Sequence[str]) -> list[int]:
-  try:
-    parsed = [int(value) for value in values]
-  except ValueError as e:
-    raise app.UsageError(f'--lf_sizes must be integers, got {values}.') from e
-  if not parsed or min(parsed) < 2:
-    raise app.UsageError(f'--lf_sizes must be integers ≥ 2, got {values}.')
-  return parsed
-
-
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   rows = run(
-    _sizes(_SIZES.value),
+    stats.parse_sizes(_SIZES.value, 'lf_sizes'),
     _REPEATS.value,
     _SEED.value,
     public_examples=_PUBLIC_EXAMPLES.value,

@@ -23,7 +23,7 @@ Usage (from the repository root):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 import dataclasses
 import statistics
 
@@ -80,12 +80,6 @@ def lognormal_norms(num_norms: int, sigma: float, seed: int) -> np.ndarray:
   return np.random.default_rng([seed, 0]).lognormal(mean=0.0, sigma=sigma, size=num_norms)
 
 
-def _time(function: Callable[[], object], repetitions: int) -> tuple[tuple[float, ...], object]:
-  """Seconds of `repetitions` calls and the last call's result."""
-  seconds, results = stats.repeat(function, repetitions)
-  return seconds, results[-1]
-
-
 def run_benchmark(
   norms: np.ndarray, expected_clients: float, rescaling_steps: int, repetitions: int
 ) -> list[Row]:
@@ -100,13 +94,13 @@ def run_benchmark(
   exact_tf(norms_tensor)  # Traces outside the timed calls.
   approximate_tf(norms_tensor)
 
-  exact_seconds, exact = _time(
+  exact_seconds, exact = stats.repeat_last(
     lambda: probabilities.optimal_probabilities(norms, expected_clients), repetitions
   )
   runs = {'exact_numpy': (exact_seconds, exact, None)}
-  seconds, result = _time(lambda: exact_tf(norms_tensor).numpy(), repetitions)
+  seconds, result = stats.repeat_last(lambda: exact_tf(norms_tensor).numpy(), repetitions)
   runs['exact_tf'] = (seconds, result, None)
-  seconds, info = _time(
+  seconds, info = stats.repeat_last(
     lambda: probabilities.approximate_optimal_probabilities_with_info(
       norms, expected_clients, rescaling_steps
     ),
@@ -117,7 +111,7 @@ def run_benchmark(
     info.probabilities,
     info.rescaling_steps_used,
   )
-  seconds, info = _time(lambda: approximate_tf(norms_tensor), repetitions)
+  seconds, info = stats.repeat_last(lambda: approximate_tf(norms_tensor), repetitions)
   runs[f'approximate_tf_{rescaling_steps}_steps'] = (
     seconds,
     info.probabilities.numpy(),

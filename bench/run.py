@@ -323,14 +323,11 @@ def program_rows(rounds: int, pairs: int) -> list[Row]:
   ]
 
 
-def sampler_rows(sizes: Sizes, pairs: int, expensive_pairs: int) -> list[Row]:
-  """Server-side work against one FedAvg round, interleaved with it."""
-  _, datasets, model_fn = _fedavg_workload(sizes)
-  fedavg_round_seconds = _round(fedavg.build_fed_avg(model_fn, client_learning_rate=0.1), datasets)
-  fedavg_round_seconds()  # Warm-up: the 3DG's blocks have none (it needs no warming).
-
-  n = sizes.sampler_clients
-  features = bench_fedgs.label_features(n, 10, 0.5, seed=0)
+def _fedgs_graph_row(
+  num_clients: int, fedavg_round_seconds: Callable[[], float], expensive_pairs: int
+) -> tuple[Row, np.ndarray]:
+  """FedGS's one-time 3DG against one round, and the 3DG (the selection row's input)."""
+  features = bench_fedgs.label_features(num_clients, 10, 0.5, seed=0)
   graph = {}
 
   def build_graph() -> None:
@@ -338,10 +335,16 @@ def sampler_rows(sizes: Sizes, pairs: int, expensive_pairs: int) -> list[Row]:
       fedgs_problem.similarity_from_features(features), epsilon=0.1, sigma2=0.01
     )
 
-  graph_seconds = stats.interleave(
+  seconds = stats.interleave(
     {_ROUND: fedavg_round_seconds, '3DG': stats.timed(build_graph)}, expensive_pairs, warmup=0
   )
+  name = f'FedGS 3DG (once per run), N={num_clients:,} / round'
+  return Row('samplers', name, seconds['3DG'], seconds[_ROUND], 's'), graph['distances']
 
+
+def _sampler_work(sizes: Sizes, distances: np.ndarray) -> dict[str, tuple[Callable, float | None]]:
+  """The per-round (and LEFL's one-time) server work: row name -> (the work, its target)."""
+  n = sizes.sampler_clients
   norms = bench_probabilities.lognormal_norms(sizes.norms, sigma=1.0, seed=0)
   cluster_sizes = bench_clustered.client_sizes(n, 1.0, 0)
   updates, _ = bench_clustered.mixture_updates(n, 1024, 5, 1.0, 0.1, 0)
@@ -352,7 +355,7 @@ def sampler_rows(sizes: Sizes, pairs: int, expensive_pairs: int) -> list[Row]:
   lefl_sampler = lefl.LeflSampler(min(10, m), seed=0, kl=lefl.kl_matrix(soft_labels))
   lefl_state = lefl_sampler.initialize(base.Population(bench_lefl.client_sizes(m, 0)))
   lefl_available = np.ones(m, bool)
-  work = {  # Row name -> (the work, its target).
+  return {
     f'probabilities, {sizes.norms:,} norms, exact_numpy': (
       lambda: probabilities.optimal_probabilities(norms, 100.0),
       SAMPLER_SHARE_TARGET,
@@ -369,7 +372,7 @@ def sampler_rows(sizes: Sizes, pairs: int, expensive_pairs: int) -> list[Row]:
     ),
     f'FedGS selection (heuristic), N={n:,}': (
       lambda: fedgs_solvers.select_clients_with_report(
-        graph['distances'],
+        distances,
         counts,
         available,
         10,
@@ -390,21 +393,24 @@ def sampler_rows(sizes: Sizes, pairs: int, expensive_pairs: int) -> list[Row]:
       SAMPLER_SHARE_TARGET,
     ),
   }
+
+
+def sampler_rows(sizes: Sizes, pairs: int, expensive_pairs: int) -> list[Row]:
+  """Server-side work against one FedAvg round, interleaved with it."""
+  _, datasets, model_fn = _fedavg_workload(sizes)
+  fedavg_round_seconds = _round(fedavg.build_fed_avg(model_fn, client_learning_rate=0.1), datasets)
+  fedavg_round_seconds()  # Warm-up: the 3DG's blocks have none (it needs no warming).
+  graph_row, distances = _fedgs_graph_row(
+    sizes.sampler_clients, fedavg_round_seconds, expensive_pairs
+  )
+  work = _sampler_work(sizes, distances)
   seconds = stats.interleave(
     {_ROUND: fedavg_round_seconds, **{name: stats.timed(w) for name, (w, _) in work.items()}}, pairs
   )
   return [
     Row('samplers', f'{name} / round', seconds[name], seconds[_ROUND], 's', target)
     for name, (_, target) in work.items()
-  ] + [
-    Row(
-      'samplers',
-      f'FedGS 3DG (once per run), N={n:,} / round',
-      graph_seconds['3DG'],
-      graph_seconds[_ROUND],
-      's',
-    )
-  ]
+  ] + [graph_row]
 
 
 def worker_rows(sizes: Sizes, pairs: int) -> list[Row]:

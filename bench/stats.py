@@ -1,4 +1,4 @@
-"""Timing loops and the statistics of a ratio, shared by every benchmark.
+"""Timing loops, the statistics of a ratio and a sizes flag's parser, shared by the benchmarks.
 
 A ratio ``A / B`` is measured in blocks: every block calls each side once, in
 an order that rotates from block to block (``A B``, ``B A``, ``A B``, ...), so
@@ -17,6 +17,7 @@ import math
 import time
 from typing import Any, TypeVar
 
+from absl import app
 from absl import logging
 import numpy as np
 from scipy import stats
@@ -97,6 +98,23 @@ def repeat(function: Callable[[], _T], repeats: int) -> tuple[tuple[float, ...],
     results.append(function())
     seconds.append(time.perf_counter() - start)
   return tuple(seconds), results
+
+
+def repeat_last(function: Callable[[], _T], repeats: int) -> tuple[tuple[float, ...], _T]:
+  """`repeat`, keeping only the last call's result."""
+  seconds, results = repeat(function, repeats)
+  return seconds, results[-1]
+
+
+def parse_sizes(values: Sequence[str], name: str, *, allow_empty: bool = False) -> list[int]:
+  """The numbers of clients in the list flag ``--{name}``: integers ≥ 2, else `app.UsageError`."""
+  try:
+    parsed = [int(value) for value in values]
+  except ValueError as e:
+    raise app.UsageError(f'--{name} must be integers, got {values}.') from e
+  if (not parsed and not allow_empty) or (parsed and min(parsed) < 2):
+    raise app.UsageError(f'--{name} must be integers ≥ 2, got {values}.')
+  return parsed
 
 
 def median_ci(

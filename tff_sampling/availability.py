@@ -197,6 +197,68 @@ def _check_sizes(client_sizes: np.ndarray | Sequence[int]) -> np.ndarray:
   return sizes
 
 
+def _checked_label_sets(
+  mode: str, client_labels: ClientLabels | None, num_labels: int | None, num_clients: int
+) -> tuple[list[frozenset[int]] | None, int | None]:
+  """Each client's label set (``None`` without labels) and ``Y``, checked for `mode` and ``N``."""
+  if client_labels is None:
+    if mode in _LABEL_MODES:
+      raise ValueError(f'Mode {mode!r} needs `client_labels`.')
+    return None, num_labels
+  label_sets, num_labels = _label_sets(client_labels, num_labels)
+  if len(label_sets) != num_clients:
+    raise ValueError(
+      f'`client_labels` has {len(label_sets)} clients but `client_sizes` has {num_clients}.'
+    )
+  return label_sets, num_labels
+
+
+def _base_probabilities(
+  mode: str,
+  beta: float,
+  sizes: np.ndarray,
+  label_sets: list[frozenset[int]] | None,
+  num_labels: int | None,
+  seed: int,
+) -> tuple[np.ndarray, np.ndarray | None]:
+  """`mode`'s ``Availability.base_probabilities`` and ``label_membership``, read-only."""
+  num_clients = sizes.size
+  membership = None
+  if mode == 'IDL':
+    base = np.ones(num_clients)
+  elif mode == 'MDF':
+    # (n_i / max n)^β == n_i^β / max n^β, without overflow for large n.
+    base = (sizes / sizes.max()) ** beta
+  elif mode == 'LDF':
+    base = (sizes.min() / sizes) ** beta
+  elif mode == 'YMF':
+    assert label_sets is not None and num_labels is not None  # A label mode: checked.
+    empty = [i for i, s in enumerate(label_sets) if not s]
+    if empty:
+      raise ValueError(f'Mode YMF needs labels for every client; client {empty[0]} has none.')
+    max_label = num_labels - 1
+    smallest = np.array([min(s) for s in label_sets], dtype=np.float64)
+    ratio = smallest / max_label if max_label > 0 else np.zeros(num_clients)
+    base = beta * ratio + (1.0 - beta)
+  elif mode == 'YC':
+    assert label_sets is not None and num_labels is not None  # A label mode: checked.
+    membership = np.zeros((num_clients, num_labels), dtype=bool)
+    for i, labels in enumerate(label_sets):
+      membership[i, sorted(labels)] = True
+    membership.setflags(write=False)
+    base = np.full(num_clients, 1.0 - beta)
+  elif mode in _LOGNORMAL_MODES:
+    sigma = math.log(1.0 / (1.0 - beta))
+    rng = np.random.default_rng([seed, *_LOGNORMAL_KEY])
+    weights = rng.lognormal(0.0, sigma, num_clients)
+    base = weights / weights.max()
+  else:  # HOMO
+    base = np.full(num_clients, 1.0 - beta)
+  base = np.clip(base.astype(np.float64), 0.0, 1.0)
+  base.setflags(write=False)
+  return base, membership
+
+
 def build_availability(
   mode: str,
   beta: float,
@@ -240,51 +302,8 @@ def build_availability(
   if num_labels is not None:
     num_labels = _check_int('num_labels', num_labels, 1)
   sizes = _check_sizes(client_sizes)
-  num_clients = sizes.size
-
-  label_sets = None
-  if client_labels is not None:
-    label_sets, num_labels = _label_sets(client_labels, num_labels)
-    if len(label_sets) != num_clients:
-      raise ValueError(
-        f'`client_labels` has {len(label_sets)} clients but `client_sizes` has {num_clients}.'
-      )
-  elif mode in _LABEL_MODES:
-    raise ValueError(f'Mode {mode!r} needs `client_labels`.')
-
-  membership = None
-  if mode == 'IDL':
-    base = np.ones(num_clients)
-  elif mode == 'MDF':
-    # (n_i / max n)^β == n_i^β / max n^β, without overflow for large n.
-    base = (sizes / sizes.max()) ** beta
-  elif mode == 'LDF':
-    base = (sizes.min() / sizes) ** beta
-  elif mode == 'YMF':
-    assert label_sets is not None and num_labels is not None  # A label mode: checked above.
-    empty = [i for i, s in enumerate(label_sets) if not s]
-    if empty:
-      raise ValueError(f'Mode YMF needs labels for every client; client {empty[0]} has none.')
-    max_label = num_labels - 1
-    smallest = np.array([min(s) for s in label_sets], dtype=np.float64)
-    ratio = smallest / max_label if max_label > 0 else np.zeros(num_clients)
-    base = beta * ratio + (1.0 - beta)
-  elif mode == 'YC':
-    assert label_sets is not None and num_labels is not None  # A label mode: checked above.
-    membership = np.zeros((num_clients, num_labels), dtype=bool)
-    for i, labels in enumerate(label_sets):
-      membership[i, sorted(labels)] = True
-    membership.setflags(write=False)
-    base = np.full(num_clients, 1.0 - beta)
-  elif mode in _LOGNORMAL_MODES:
-    sigma = math.log(1.0 / (1.0 - beta))
-    rng = np.random.default_rng([seed, *_LOGNORMAL_KEY])
-    weights = rng.lognormal(0.0, sigma, num_clients)
-    base = weights / weights.max()
-  else:  # HOMO
-    base = np.full(num_clients, 1.0 - beta)
-  base = np.clip(base.astype(np.float64), 0.0, 1.0)
-  base.setflags(write=False)
+  label_sets, num_labels = _checked_label_sets(mode, client_labels, num_labels, sizes.size)
+  base, membership = _base_probabilities(mode, beta, sizes, label_sets, num_labels, seed)
   return Availability(
     mode=mode,
     beta=beta,

@@ -341,6 +341,21 @@ def validate_method(method: str, max_solver_clients: int) -> None:
     )
 
 
+def _heuristic_report(
+  problem: fedgs_problem.Problem, local: np.ndarray, complete: bool, exact: bool, status: str
+) -> SelectionReport:
+  """The report of the heuristic's solution `local` when SCIP does not run (for `status`).
+
+  `complete`: every start converged before the deadline; `exact`: that and
+  `_heuristic_is_exact` (the status is then ``'optimal'``).
+  """
+  value = fedgs_problem.local_value(problem, local)
+  if exact:
+    return SelectionReport(problem.candidates[local], value, 'heuristic', 'optimal', value, False)
+  timed_out = not complete or status == 'time_limit'
+  return SelectionReport(problem.candidates[local], value, 'heuristic', status, math.nan, timed_out)
+
+
 def select_clients_with_report(
   distances: np.ndarray,
   counts: np.ndarray,
@@ -380,9 +395,7 @@ def select_clients_with_report(
       ``'solver_not_installed'`` and a once-per-process warning, or
       ``'too_large'``, as ``'auto'`` does) or ``'heuristic'``.
     max_solver_clients: Most available clients for which the solver runs
-      (default 150; see `DEFAULT_MAX_SOLVER_CLIENTS`): the model has
-      ``O(|A|²)`` variables, and SCIP's root LP on 200 or more clients rarely
-      finishes within 1 s.
+      (default 150, `DEFAULT_MAX_SOLVER_CLIENTS`, whose comment says why).
 
   Returns:
     A `SelectionReport`.
@@ -399,30 +412,16 @@ def select_clients_with_report(
   order = np.random.default_rng(seed).permutation(problem.candidates.size)
   validation.positive_int('num_starts', num_starts)
   local, complete = _heuristic(problem, order, int(num_starts), deadline)
-  value = fedgs_problem.local_value(problem, local)
   exact = complete and _heuristic_is_exact(problem)
-
-  def heuristic_report(status: str) -> SelectionReport:
-    if exact:
-      return SelectionReport(problem.candidates[local], value, 'heuristic', 'optimal', value, False)
-    return SelectionReport(
-      problem.candidates[local],
-      value,
-      'heuristic',
-      status,
-      math.nan,
-      not complete or status == 'time_limit',
-    )
-
   if method == 'heuristic' or (method == 'auto' and exact):
-    return heuristic_report('heuristic')
+    return _heuristic_report(problem, local, complete, exact, 'heuristic')
   if problem.candidates.size > max_solver_clients:
-    return heuristic_report('too_large')
+    return _heuristic_report(problem, local, complete, exact, 'too_large')
   if not _solver_installed():
-    return heuristic_report('solver_not_installed')
+    return _heuristic_report(problem, local, complete, exact, 'solver_not_installed')
   remaining = deadline - time.monotonic()
   if remaining <= 0:
-    return heuristic_report('time_limit')
+    return _heuristic_report(problem, local, complete, exact, 'time_limit')
   result = _solve_with_solver(problem, local, remaining)
   return SelectionReport(
     problem.candidates[result.local],

@@ -310,6 +310,44 @@ def per_cluster_counts(
 # The sampler.
 
 
+def _check_inputs(soft_labels, kl, clusters, num_clusters, sample_rate, allocation: str) -> None:
+  """Checks `LeflSampler`'s input (exactly one of three) and that its options apply to it."""
+  given = [
+    name
+    for name, value in (('soft_labels', soft_labels), ('kl', kl), ('clusters', clusters))
+    if value is not None
+  ]
+  if len(given) != 1:
+    raise ValueError(f'Give exactly one of soft_labels, kl and clusters, got {given or "none"}.')
+  if allocation not in ALLOCATIONS:
+    raise ValueError(f'Unknown allocation {allocation!r}; expected one of {ALLOCATIONS}.')
+  if allocation == 'proportional' and sample_rate is not None:
+    raise ValueError(
+      f"sample_rate={sample_rate!r} applies to allocation='per_cluster' only; "
+      "'proportional' draws exactly min(clients_per_round, #available)."
+    )
+  if clusters is not None and num_clusters is not None:
+    raise ValueError(
+      f'num_clusters={num_clusters!r} applies to clustering soft_labels or kl; '
+      'the given clusters fix the number of clusters.'
+    )
+
+
+def _labels_and_kl(
+  soft_labels, kl, clusters, num_clusters, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+  """The canonical cluster labels and the float32 KL matrix (``[0, 0]`` from `clusters`)."""
+  if clusters is not None:
+    return canonical_labels(clusters), np.zeros((0, 0), np.float32)
+  if soft_labels is not None:
+    matrix = kl_matrix(soft_labels)
+  else:
+    assert kl is not None  # Exactly one of soft_labels, kl and clusters is given.
+    matrix = _validate_kl(kl)
+  labels = cluster_clients(matrix, num_clusters=num_clusters, seed=seed)
+  return labels, matrix.astype(np.float32)
+
+
 class LeflState(NamedTuple):
   """The state of a `LeflSampler` (a nest of arrays, checkpointable).
 
@@ -380,37 +418,9 @@ class LeflSampler(base.Sampler):
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
       raise ValueError(f'seed must be an integer, got {seed!r}.')
     self.seed = int(seed)
-    given = [
-      name
-      for name, value in (('soft_labels', soft_labels), ('kl', kl), ('clusters', clusters))
-      if value is not None
-    ]
-    if len(given) != 1:
-      raise ValueError(f'Give exactly one of soft_labels, kl and clusters, got {given or "none"}.')
-    if allocation not in ALLOCATIONS:
-      raise ValueError(f'Unknown allocation {allocation!r}; expected one of {ALLOCATIONS}.')
+    _check_inputs(soft_labels, kl, clusters, num_clusters, sample_rate, allocation)
     self.allocation = allocation
-    if allocation == 'proportional' and sample_rate is not None:
-      raise ValueError(
-        f"sample_rate={sample_rate!r} applies to allocation='per_cluster' only; "
-        "'proportional' draws exactly min(clients_per_round, #available)."
-      )
-    if clusters is not None:
-      if num_clusters is not None:
-        raise ValueError(
-          f'num_clusters={num_clusters!r} applies to clustering soft_labels or kl; '
-          'the given clusters fix the number of clusters.'
-        )
-      labels = canonical_labels(clusters)
-      kl32 = np.zeros((0, 0), np.float32)
-    else:
-      if soft_labels is not None:
-        matrix = kl_matrix(soft_labels)
-      else:
-        assert kl is not None  # Exactly one of soft_labels, kl and clusters is given.
-        matrix = _validate_kl(kl)
-      labels = cluster_clients(matrix, num_clusters=num_clusters, seed=self.seed)
-      kl32 = matrix.astype(np.float32)
+    labels, self._kl = _labels_and_kl(soft_labels, kl, clusters, num_clusters, self.seed)
     self.num_clients = int(labels.shape[0])
     if self.clients_per_round > self.num_clients:
       raise ValueError(
@@ -419,7 +429,6 @@ class LeflSampler(base.Sampler):
       )
     self.cluster_labels = labels
     self.num_clusters = int(labels.max()) + 1
-    self._kl = kl32
     if allocation == 'per_cluster':
       self.sample_rate: fractions.Fraction | None = (
         fractions.Fraction(self.clients_per_round, self.num_clients)
