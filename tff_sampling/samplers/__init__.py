@@ -1,4 +1,14 @@
-"""Server-side samplers with explicit, checkpointable state."""
+"""Samplers: who trains each round, chosen on the server, with explicit checkpointable state.
+
+`base` holds the interface (`Sampler`: ``initialize``, ``select``, ``observe``; a round's
+`Selection`; the `Population`); one module per sampler (`uniform`, `md`, `clustered` with
+its `clustered_size` / `clustered_similarity` / `clustered_variance` / `sketches` parts,
+`power_of_choice`, `target`, `fedgs` with `fedgs_problem` / `fedgs_solvers`, `lefl`); and
+`weighting`, a sampler's aggregation weights with a plain TFF process. The samplers run on
+the server between TFF calls (NumPy, SciPy, SCIP for FedGS); the package imports only
+`contract` (the signals they read), `randomness`, `selection_stats` and `validation`: never
+TFF processes or the round loop.
+"""
 
 from tff_sampling.samplers import weighting
 from tff_sampling.samplers.base import Population
