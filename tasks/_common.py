@@ -93,14 +93,13 @@ def check_bool(name: str, value: Any) -> bool:
 
 
 def check_common_options(
-  *,
   client_batch_size: Any,
   client_epochs: Any,
   max_client_examples: Any,
   seed: Any,
   eval_batch_size: Any,
 ) -> dict[str, Any]:
-  """Validates the options every task accepts; returns them resolved."""
+  """Validates the options every task accepts (`tasks.registry`); returns them resolved."""
   return collections.OrderedDict(
     client_batch_size=check_int('client_batch_size', client_batch_size),
     client_epochs=check_int('client_epochs', client_epochs),
@@ -274,26 +273,32 @@ def in_memory_task(
   *,
   train: Mapping[str, np.ndarray],
   sizes: np.ndarray,
-  evaluation: Mapping[str, np.ndarray],
+  eval_data: tf.data.Dataset,
   keras_model_fn: Callable[[int], tf.keras.Model],
   num_classes: int,
   batch_map: Callable[[Any], Any] | None = None,
+  preprocess_eval: Preprocess | None = None,
 ) -> Task:
   """A task over in-memory ``{x, y}`` arrays, clients ``client_0``, ... in row order.
 
   `train` holds the clients' rows in order, `sizes` rows each; label
   histograms count ``train['y']``. Training streams: `training_stream` with a
-  shuffle buffer of the largest client, then batches; every training and
-  evaluation batch is mapped by `batch_map` if given.
+  shuffle buffer of the largest client, then batches; every training batch is
+  mapped by `batch_map` if given. `eval_data` is preprocessed by
+  `preprocess_eval`, by default batched and mapped as the training batches.
   """
   offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
   width = len(str(len(sizes) - 1))
   client_ids = tuple(f'client_{i:0{width}d}' for i in range(len(sizes)))
+  if preprocess_eval is None:
+    preprocess_eval = functools.partial(
+      batch, batch_size=options['eval_batch_size'], batch_map=batch_map
+    )
   return make_task(
     name,
     options,
     in_memory_client_data(client_ids, train, offsets),
-    tf_dataset_from_arrays(evaluation),
+    eval_data,
     preprocess_client=client_preprocess(
       options,
       shuffle_buffer_size=int(sizes.max()),
@@ -301,9 +306,7 @@ def in_memory_task(
         batch, batch_size=options['client_batch_size'], batch_map=batch_map
       ),
     ),
-    preprocess_eval=functools.partial(
-      batch, batch_size=options['eval_batch_size'], batch_map=batch_map
-    ),
+    preprocess_eval=preprocess_eval,
     keras_model_fn=keras_model_fn,
     statistics=(np.asarray(sizes, np.int64), label_histograms(train['y'], offsets, num_classes)),
     num_classes=num_classes,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Sequence
 import functools
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -111,6 +112,52 @@ def _scale_images(batch: collections.OrderedDict) -> collections.OrderedDict:
   return _common.as_xy(tf.cast(batch['x'], tf.float32) / 255.0, batch['y'])
 
 
+def _size_groups(
+  size_profile: str, size_group_clients: Any, size_group_examples: Any
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+  """``(size_group_clients, size_group_examples)`` checked, the profile's for ``None``."""
+  profile = SIZE_PROFILES[size_profile]
+  group_clients = _common.check_int_tuple(
+    'size_group_clients',
+    profile['size_group_clients'] if size_group_clients is None else size_group_clients,
+  )
+  group_examples = _common.check_int_tuple(
+    'size_group_examples',
+    profile['size_group_examples'] if size_group_examples is None else size_group_examples,
+  )
+  if len(group_clients) != len(group_examples):
+    raise ValueError(
+      f'size_group_clients and size_group_examples must have the same length, got '
+      f'{list(group_clients)} and {list(group_examples)}.'
+    )
+  return group_clients, group_examples
+
+
+def _training_examples(
+  sizes: np.ndarray, options: dict[str, Any]
+) -> collections.OrderedDict[str, np.ndarray]:
+  """A seeded random subset of the train split dealt to clients of `sizes`, in client order."""
+  images, labels = load_split('train', options['data_dir'])
+  _check_total(sizes, len(labels))
+  rng = np.random.default_rng([options['seed'], 0])
+  selected = rng.permutation(len(labels))[: sizes.sum()]
+  members = digits.dirichlet_partition(
+    labels[selected], sizes, options['dirichlet_alpha'], rng, NUM_CLASSES
+  )
+  order = selected[np.concatenate(members)]
+  return collections.OrderedDict(x=images[order], y=labels[order])
+
+
+def _evaluation_examples(options: dict[str, Any]) -> collections.OrderedDict[str, np.ndarray]:
+  """The test split, or a seeded random subset of ``max_eval_examples`` in split order."""
+  images, labels = load_split('test', options['data_dir'])
+  cap = options['max_eval_examples']
+  if cap is not None and cap < len(labels):
+    kept = np.sort(np.random.default_rng([options['seed'], 1]).permutation(len(labels))[:cap])
+    images, labels = images[kept], labels[kept]
+  return collections.OrderedDict(x=images, y=labels)
+
+
 def create_cifar10_task(
   *,
   client_batch_size: int = 50,
@@ -129,11 +176,9 @@ def create_cifar10_task(
   """Builds the ``cifar10`` task.
 
   Args:
-    client_batch_size: Local batch size.
-    client_epochs: Local epochs per round.
-    max_client_examples: Optional cap on examples per client per epoch.
+    client_batch_size, client_epochs, max_client_examples, eval_batch_size: The
+      common options (`tasks.registry`).
     seed: Seed of the partition and of the evaluation subset.
-    eval_batch_size: Batch size of the evaluation data.
     data_dir: TFDS data directory holding the prepared ``cifar10``
       (``None``: TFDS's default).
     dirichlet_alpha: Dirichlet concentration of the clients' label
@@ -157,29 +202,14 @@ def create_cifar10_task(
     FileNotFoundError: If the TFDS data is not in `data_dir`.
   """
   options = _common.check_common_options(
-    client_batch_size=client_batch_size,
-    client_epochs=client_epochs,
-    max_client_examples=max_client_examples,
-    seed=seed,
-    eval_batch_size=eval_batch_size,
+    client_batch_size, client_epochs, max_client_examples, seed, eval_batch_size
   )
   if data_dir is not None and not isinstance(data_dir, str):
     raise ValueError(f'data_dir must be a string or None, got {data_dir!r}.')
   size_profile = _common.check_choice('size_profile', size_profile, tuple(SIZE_PROFILES))
-  profile = SIZE_PROFILES[size_profile]
-  group_clients = _common.check_int_tuple(
-    'size_group_clients',
-    profile['size_group_clients'] if size_group_clients is None else size_group_clients,
+  group_clients, group_examples = _size_groups(
+    size_profile, size_group_clients, size_group_examples
   )
-  group_examples = _common.check_int_tuple(
-    'size_group_examples',
-    profile['size_group_examples'] if size_group_examples is None else size_group_examples,
-  )
-  if len(group_clients) != len(group_examples):
-    raise ValueError(
-      f'size_group_clients and size_group_examples must have the same length, got '
-      f'{list(group_clients)} and {list(group_examples)}.'
-    )
   options.update(
     data_dir=data_dir,
     dirichlet_alpha=_common.check_float('dirichlet_alpha', dirichlet_alpha),
@@ -191,38 +221,16 @@ def create_cifar10_task(
   )
   sizes = profile_sizes(group_clients, group_examples)
   _check_total(sizes, TRAIN_EXAMPLES)
-
-  images, labels = load_split('train', data_dir)
-  _check_total(sizes, len(labels))
-  rng = np.random.default_rng([options['seed'], 0])
-  selected = rng.permutation(len(labels))[: sizes.sum()]
-  members = digits.dirichlet_partition(
-    labels[selected], sizes, options['dirichlet_alpha'], rng, NUM_CLASSES
-  )
-  order = selected[np.concatenate(members)]
-  train = collections.OrderedDict(x=images[order], y=labels[order])
-  del images
-
-  eval_images, eval_labels = load_split('test', data_dir)
-  if options['max_eval_examples'] is not None and options['max_eval_examples'] < len(eval_labels):
-    kept = np.sort(
-      np.random.default_rng([options['seed'], 1]).permutation(len(eval_labels))[
-        : options['max_eval_examples']
-      ]
-    )
-    eval_images, eval_labels = eval_images[kept], eval_labels[kept]
-
   if options['model'] == 'lenet':
     keras_model_fn = functools.partial(lenet_cnn, NUM_CLASSES)
   else:
     keras_model_fn = functools.partial(models.small_vgg, NUM_CLASSES, input_shape=IMAGE_SHAPE)
-
   return _common.in_memory_task(
     'cifar10',
     options,
-    train=train,
+    train=_training_examples(sizes, options),
     sizes=sizes,
-    evaluation=collections.OrderedDict(x=eval_images, y=eval_labels),
+    eval_data=_common.tf_dataset_from_arrays(_evaluation_examples(options)),
     keras_model_fn=keras_model_fn,
     num_classes=NUM_CLASSES,
     batch_map=_scale_images,

@@ -31,6 +31,7 @@ Models: ``'resnet18'`` (TFF's ResNet-18 with group norm,
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import tensorflow as tf
 from tensorflow_federated.python.simulation.baselines import client_spec
@@ -77,6 +78,22 @@ def _seeded_distortion(
   return dataset.enumerate().map(distort)
 
 
+def _client_preprocess(options: dict[str, Any], crop_shape: tuple[int, int, int]):
+  """``preprocess_client``: the training stream, its seeded distortion if asked, TFF's batches."""
+  train_batches = _tff_crop_and_batch(options['client_batch_size'], crop_shape)
+
+  def preprocess_client(dataset: tf.data.Dataset, shuffle_seed) -> tf.data.Dataset:
+    dataset = _common.training_stream(
+      dataset, shuffle_seed, options, shuffle_buffer_size=_SHUFFLE_BUFFER_SIZE
+    )
+    if options['distort_images']:
+      # TFF's centre crop is then a no-op: the image already has crop_shape.
+      dataset = _seeded_distortion(dataset, shuffle_seed, crop_shape)
+    return train_batches(dataset)
+
+  return preprocess_client
+
+
 def create_cifar100_task(
   *,
   client_batch_size: int = 20,
@@ -93,11 +110,9 @@ def create_cifar100_task(
   """Builds the ``cifar100`` task.
 
   Args:
-    client_batch_size: Local batch size.
-    client_epochs: Local epochs per round.
-    max_client_examples: Optional cap on examples per client per epoch.
+    client_batch_size, client_epochs, max_client_examples, eval_batch_size: The
+      common options (`tasks.registry`).
     seed: Seed of the evaluation clients' order.
-    eval_batch_size: Batch size of the evaluation data.
     cache_dir: Directory holding ``cifar100.sqlite`` (``None``: ``~/.tff``).
     crop_size: Side of the square crop, 1 to 32 (the model's input size).
     distort_images: Random crops and flips (seeded) of training images
@@ -116,11 +131,7 @@ def create_cifar100_task(
       format (empty, not SQLite, missing tables).
   """
   options = _common.check_common_options(
-    client_batch_size=client_batch_size,
-    client_epochs=client_epochs,
-    max_client_examples=max_client_examples,
-    seed=seed,
-    eval_batch_size=eval_batch_size,
+    client_batch_size, client_epochs, max_client_examples, seed, eval_batch_size
   )
   options.update(
     cache_dir=_common.check_optional_path('cache_dir', cache_dir),
@@ -141,17 +152,6 @@ def create_cifar100_task(
   )
 
   crop_shape = (options['crop_size'], options['crop_size'], 3)
-  train_batches = _tff_crop_and_batch(options['client_batch_size'], crop_shape)
-
-  def preprocess_client(dataset: tf.data.Dataset, shuffle_seed) -> tf.data.Dataset:
-    dataset = _common.training_stream(
-      dataset, shuffle_seed, options, shuffle_buffer_size=_SHUFFLE_BUFFER_SIZE
-    )
-    if options['distort_images']:
-      # TFF's centre crop is then a no-op: the image already has crop_shape.
-      dataset = _seeded_distortion(dataset, shuffle_seed, crop_shape)
-    return train_batches(dataset)
-
   if options['model'] == 'resnet18':
     keras_model_fn = functools.partial(models.resnet18_gn, crop_shape, NUM_CLASSES)
   else:
@@ -162,7 +162,7 @@ def create_cifar100_task(
     options,
     train_data,
     _common.centralized_eval_data(test_data, options),
-    preprocess_client=preprocess_client,
+    preprocess_client=_client_preprocess(options, crop_shape),
     preprocess_eval=_tff_crop_and_batch(options['eval_batch_size'], crop_shape),
     keras_model_fn=keras_model_fn,
     statistics=statistics,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Sequence
 import functools
+from typing import Any
 
 import numpy as np
 import scipy.special
@@ -284,6 +285,49 @@ def _optional(check, name: str, value, **bounds):
   return None if value is None else check(name, value, **bounds)
 
 
+def _preset_values(preset: str, dirichlet_alpha: Any, size_sigma: Any) -> tuple[Any, Any]:
+  """``(dirichlet_alpha, size_sigma)``, the preset's values for ``None``; unchecked."""
+  resolved = []
+  for name, value in (('dirichlet_alpha', dirichlet_alpha), ('size_sigma', size_sigma)):
+    if PRESETS[preset][name] is None and value is not None:
+      raise ValueError(
+        f'{name} does not apply to preset={preset!r} (fixed labels per client, '
+        f'in equal shares), got {value!r}; leave it unset.'
+      )
+    resolved.append(PRESETS[preset][name] if value is None else value)
+  return tuple(resolved)
+
+
+def _split_into_clients(
+  options: dict[str, Any],
+) -> tuple[collections.OrderedDict, np.ndarray, collections.OrderedDict]:
+  """``(train, sizes, evaluation)``: the clients' ``{x, y}`` examples in client order, `sizes`
+  each, and the stratified held-out ones, split and dealt as `options` say."""
+  data = sklearn.datasets.load_digits()
+  features = (data.data / 16.0).astype(np.float32)
+  labels = data.target.astype(np.int32)
+  rng = np.random.default_rng(options['seed'])
+  train_index, eval_index = stratified_split(labels, options['eval_fraction'], rng)
+  if options['preset'] in ('shards', 'two_labels'):
+    partition = shard_partition if options['preset'] == 'shards' else label_pair_partition
+    min_size = 1 if options['preset'] == 'two_labels' else _MIN_CLIENT_EXAMPLES
+    members = partition(labels[train_index], options['num_clients'], rng, NUM_CLASSES, min_size)
+    sizes = np.array([len(m) for m in members], np.int64)
+  else:
+    sizes = lognormal_sizes(
+      len(train_index), options['num_clients'], options['size_sigma'], _MIN_CLIENT_EXAMPLES, rng
+    )
+    members = dirichlet_partition(
+      labels[train_index], sizes, options['dirichlet_alpha'], rng, NUM_CLASSES
+    )
+  order = train_index[np.concatenate(members)]
+  return (
+    collections.OrderedDict(x=features[order], y=labels[order]),
+    sizes,
+    collections.OrderedDict(x=features[eval_index], y=labels[eval_index]),
+  )
+
+
 def create_digits_task(
   *,
   client_batch_size: int = 20,
@@ -302,11 +346,9 @@ def create_digits_task(
   """Builds the ``digits`` task.
 
   Args:
-    client_batch_size: Local batch size.
-    client_epochs: Local epochs per round.
-    max_client_examples: Optional cap on examples per client per epoch.
+    client_batch_size, client_epochs, max_client_examples, eval_batch_size: The
+      common options (`tasks.registry`).
     seed: Seed of the evaluation split and the partition.
-    eval_batch_size: Batch size of the evaluation data.
     num_clients: Number of clients (each gets at least 2 examples, so at most
       719 with the default evaluation split, 699 with ``'shards'``, which
       also needs at least 10, and 699 with ``'two_labels'``).
@@ -335,28 +377,14 @@ def create_digits_task(
       for the data.
   """
   options = _common.check_common_options(
-    client_batch_size=client_batch_size,
-    client_epochs=client_epochs,
-    max_client_examples=max_client_examples,
-    seed=seed,
-    eval_batch_size=eval_batch_size,
+    client_batch_size, client_epochs, max_client_examples, seed, eval_batch_size
   )
   preset = _common.check_choice('preset', preset, tuple(PRESETS))
-  explicit = collections.OrderedDict(dirichlet_alpha=dirichlet_alpha, size_sigma=size_sigma)
-  resolved = collections.OrderedDict()
-  for name, value in explicit.items():
-    if PRESETS[preset][name] is None and value is not None:
-      raise ValueError(
-        f'{name} does not apply to preset={preset!r} (fixed labels per client, '
-        f'in equal shares), got {value!r}; leave it unset.'
-      )
-    resolved[name] = PRESETS[preset][name] if value is None else value
+  dirichlet_alpha, size_sigma = _preset_values(preset, dirichlet_alpha, size_sigma)
   options.update(
     num_clients=_common.check_int('num_clients', num_clients),
-    dirichlet_alpha=_optional(_common.check_float, 'dirichlet_alpha', resolved['dirichlet_alpha']),
-    size_sigma=_optional(
-      _common.check_float, 'size_sigma', resolved['size_sigma'], min_inclusive=True
-    ),
+    dirichlet_alpha=_optional(_common.check_float, 'dirichlet_alpha', dirichlet_alpha),
+    size_sigma=_optional(_common.check_float, 'size_sigma', size_sigma, min_inclusive=True),
     eval_fraction=_common.check_float(
       'eval_fraction', eval_fraction, maximum=1.0, max_inclusive=False
     ),
@@ -364,44 +392,19 @@ def create_digits_task(
     model=_common.check_choice('model', model, MODELS),
     mlp_hidden=_common.check_int_tuple('mlp_hidden', mlp_hidden),
   )
-
-  digits = sklearn.datasets.load_digits()
-  features = (digits.data / 16.0).astype(np.float32)
-  labels = digits.target.astype(np.int32)
-  rng = np.random.default_rng(options['seed'])
-  train_index, eval_index = stratified_split(labels, options['eval_fraction'], rng)
-  if preset in ('shards', 'two_labels'):
-    partition = shard_partition if preset == 'shards' else label_pair_partition
-    members = partition(
-      labels[train_index],
-      options['num_clients'],
-      rng,
-      NUM_CLASSES,
-      1 if preset == 'two_labels' else _MIN_CLIENT_EXAMPLES,
-    )
-    sizes = np.array([len(m) for m in members], np.int64)
-  else:
-    sizes = lognormal_sizes(
-      len(train_index), options['num_clients'], options['size_sigma'], _MIN_CLIENT_EXAMPLES, rng
-    )
-    members = dirichlet_partition(
-      labels[train_index], sizes, options['dirichlet_alpha'], rng, NUM_CLASSES
-    )
-  order = train_index[np.concatenate(members)]
-
+  train, sizes, evaluation = _split_into_clients(options)
   if options['model'] == 'mlp':
     keras_model_fn = functools.partial(
       models.dense_mlp, NUM_FEATURES, NUM_CLASSES, hidden=options['mlp_hidden']
     )
   else:
     keras_model_fn = functools.partial(models.logistic_regression, NUM_FEATURES, NUM_CLASSES)
-
   return _common.in_memory_task(
     'digits',
     options,
-    train=collections.OrderedDict(x=features[order], y=labels[order]),
+    train=train,
     sizes=sizes,
-    evaluation=collections.OrderedDict(x=features[eval_index], y=labels[eval_index]),
+    eval_data=_common.tf_dataset_from_arrays(evaluation),
     keras_model_fn=keras_model_fn,
     num_classes=NUM_CLASSES,
   )

@@ -70,31 +70,15 @@ def tff_batch_and_reshape(batch_size: int):
 
 
 def check_options(
-  *,
-  client_batch_size: Any,
-  client_epochs: Any,
-  max_client_examples: Any,
-  seed: Any,
-  eval_batch_size: Any,
-  cache_dir: Any,
-  only_digits: Any,
-  max_eval_examples: Any,
-  model: Any,
+  cache_dir: Any, only_digits: Any, max_eval_examples: Any, model: Any
 ) -> dict[str, Any]:
-  options = _common.check_common_options(
-    client_batch_size=client_batch_size,
-    client_epochs=client_epochs,
-    max_client_examples=max_client_examples,
-    seed=seed,
-    eval_batch_size=eval_batch_size,
-  )
-  options.update(
+  """The options of ``emnist`` after the common ones, checked."""
+  return collections.OrderedDict(
     cache_dir=_common.check_optional_path('cache_dir', cache_dir),
     only_digits=_common.check_bool('only_digits', only_digits),
     max_eval_examples=_common.check_optional_int('max_eval_examples', max_eval_examples),
     model=_common.check_choice('model', model, MODELS),
   )
-  return options
 
 
 def load_splits(options: dict[str, Any]):
@@ -109,12 +93,14 @@ def load_splits(options: dict[str, Any]):
   return database, train_data, test_data, num_classes, split
 
 
-def _in_memory_training_clients(
-  database: str, split: str, train_data: tff.simulation.datasets.ClientData, num_classes: int
-) -> tff.simulation.datasets.ClientData:
-  """`train_data` (TFF's SQL-backed clients) held in memory: the same clients, elements,
-  element structure and order, without an SQLite query and a parse per client and round."""
-  client_ids = tuple(train_data.client_ids)
+def read_split_examples(
+  database: str, split: str, client_ids: Sequence[str], num_classes: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Every example of a split in storage order, read straight from the SQLite rows.
+
+  One parse per chunk of rows. Returns ``(owners, pixels float32[M, 28, 28],
+  labels int32[M])``, ``owners`` the rows' positions in `client_ids`.
+  """
   owners, pixels, labels = [], [], []
   for chunk_owners, protos in tff_cache.sql_split_chunks(
     database, split, client_ids, rowid_order=True
@@ -129,15 +115,24 @@ def _in_memory_training_clients(
     owners.append(chunk_owners)
     pixels.append(parsed['pixels'].numpy())
     labels.append(parsed['label'].numpy().astype(np.int32))
-  owner = np.concatenate(owners)
-  _common.check_label_range(np.concatenate(labels), 'label', num_classes)
+  owners = np.concatenate(owners)
+  labels = np.concatenate(labels)
+  _common.check_label_range(labels, 'label', num_classes)
+  return owners, np.concatenate(pixels), labels
+
+
+def _in_memory_training_clients(
+  database: str, split: str, train_data: tff.simulation.datasets.ClientData, num_classes: int
+) -> tff.simulation.datasets.ClientData:
+  """`train_data` (TFF's SQL-backed clients) held in memory: the same clients, elements,
+  element structure and order, without an SQLite query and a parse per client and round."""
+  client_ids = tuple(train_data.client_ids)
+  owner, pixels, labels = read_split_examples(database, split, client_ids, num_classes)
   by_client = np.argsort(owner, kind='stable')  # Each client's rows keep their storage order.
   offsets = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=len(client_ids)))])
   return _common.in_memory_client_data(
     client_ids,
-    collections.OrderedDict(
-      label=np.concatenate(labels)[by_client], pixels=np.concatenate(pixels)[by_client]
-    ),
+    collections.OrderedDict(label=labels[by_client], pixels=pixels[by_client]),
     offsets.astype(np.int64),
   )
 
@@ -182,11 +177,9 @@ def create_emnist_task(
   """Builds the ``emnist`` task.
 
   Args:
-    client_batch_size: Local batch size.
-    client_epochs: Local epochs per round.
-    max_client_examples: Optional cap on examples per client per epoch.
+    client_batch_size, client_epochs, max_client_examples, eval_batch_size: The
+      common options (`tasks.registry`).
     seed: Seed of the evaluation writers' order.
-    eval_batch_size: Batch size of the evaluation data.
     cache_dir: Directory holding ``emnist_all.sqlite`` (``None``: ``~/.tff``).
     only_digits: ``True``: 10 digit classes; ``False``: all 62 classes.
     max_eval_examples: Cap on evaluation examples (``None``: the whole test
@@ -203,17 +196,10 @@ def create_emnist_task(
     ValueError: For an invalid option, or a database file that is not in TFF's
       format (empty, not SQLite, missing tables).
   """
-  options = check_options(
-    client_batch_size=client_batch_size,
-    client_epochs=client_epochs,
-    max_client_examples=max_client_examples,
-    seed=seed,
-    eval_batch_size=eval_batch_size,
-    cache_dir=cache_dir,
-    only_digits=only_digits,
-    max_eval_examples=max_eval_examples,
-    model=model,
+  options = _common.check_common_options(
+    client_batch_size, client_epochs, max_client_examples, seed, eval_batch_size
   )
+  options.update(check_options(cache_dir, only_digits, max_eval_examples, model))
   database, train_data, test_data, num_classes, split = load_splits(options)
   statistics = tff_cache.scan_sql_split(
     database,
@@ -223,10 +209,6 @@ def create_emnist_task(
     num_classes,
   )
   return _build_task('emnist', options, train_data, test_data, num_classes, statistics)
-
-
-# --------------------------------------------------------------------------
-# Label-skewed FEMNIST: the real writers' examples pooled, then split by label.
 
 
 # --------------------------------------------------------------------------
@@ -283,8 +265,8 @@ def _scan_client_labels(
   num_classes: int,
   *,
   chunk_size: int = 20_000,
-) -> list[np.ndarray]:
-  """Every client's labels, in the storage (rowid) order of its rows.
+) -> dict[str, np.ndarray]:
+  """Client id -> its labels in the storage (rowid) order of its rows, for `client_ids` in order.
 
   One pass over the split, like `tff_cache.scan_sql_split`, but keeping each
   row's label so that the labels of any subset of a client's examples can be
@@ -304,7 +286,17 @@ def _scan_client_labels(
   order = np.argsort(owners, kind='stable')
   bounds = np.concatenate([[0], np.cumsum(np.bincount(owners, minlength=len(client_ids)))])
   grouped = labels[order]
-  return [grouped[bounds[i] : bounds[i + 1]] for i in range(len(client_ids))]
+  return collections.OrderedDict(
+    (client_id, grouped[bounds[i] : bounds[i + 1]]) for i, client_id in enumerate(client_ids)
+  )
+
+
+def _check_unbalanced_set(unbalanced_set: Any) -> None:
+  """Raises a ValueError unless `unbalanced_set` is one of `UNBALANCED_TARGETS`."""
+  if unbalanced_set not in UNBALANCED_TARGETS:
+    raise ValueError(
+      f'unbalanced_set must be one of {list(UNBALANCED_TARGETS)}, got {unbalanced_set!r}.'
+    )
 
 
 def _check_unbalance_options(
@@ -354,6 +346,45 @@ def _check_unbalance_options(
   )
 
 
+def _unbalance_params(
+  unbalanced_set: int, options: dict[str, Any], sizes: np.ndarray
+) -> unbalance.UnbalanceParams:
+  """The parameters of the options, or calibrated on `sizes` (then recorded in `options`)."""
+  if not options['unbalance_calibrate']:
+    return unbalance.UnbalanceParams(
+      options['unbalance_lower'],
+      options['unbalance_upper'],
+      options['unbalance_removal_probability'],
+      options['unbalance_keep_examples'],
+    )
+  top_fraction, share = UNBALANCED_TARGETS[unbalanced_set]
+  params = unbalance.calibrate_on_sizes(
+    sizes,
+    top_fraction,
+    share,
+    removal_probability=CALIBRATION_REMOVAL_PROBABILITY,
+    lower=CALIBRATION_LOWER,
+  ).params
+  options.update((f'unbalance_{k}', v) for k, v in params.as_dict().items())
+  return params
+
+
+def _kept_statistics(
+  client_labels: dict[str, np.ndarray],
+  kept_examples: dict[str, np.ndarray | None],
+  num_classes: int,
+) -> tuple[np.ndarray, np.ndarray]:
+  """``(num_examples, label_histograms)`` of the survivors' `kept_examples` (positions in
+  their `client_labels`; ``None``: all), in `kept_examples`' order."""
+  kept_labels = [
+    client_labels[client_id] if kept is None else client_labels[client_id][kept]
+    for client_id, kept in kept_examples.items()
+  ]
+  num_examples = np.array([len(labels) for labels in kept_labels], np.int64)
+  histograms = np.stack([np.bincount(labels, minlength=num_classes) for labels in kept_labels])
+  return num_examples, histograms.astype(np.int64)
+
+
 def create_emnist_unbalanced_task(
   unbalanced_set: int,
   *,
@@ -377,15 +408,9 @@ def create_emnist_unbalanced_task(
 
   Args:
     unbalanced_set: 1, 2 or 3 (`UNBALANCED_TARGETS`).
-    client_batch_size: As for ``emnist``.
-    client_epochs: As for ``emnist``.
-    max_client_examples: As for ``emnist``.
-    seed: As for ``emnist`` (evaluation order only).
-    eval_batch_size: As for ``emnist``.
-    cache_dir: As for ``emnist``.
-    only_digits: As for ``emnist``; also selects the preset.
-    max_eval_examples: As for ``emnist``.
-    model: As for ``emnist``.
+    client_batch_size, client_epochs, max_client_examples, seed, eval_batch_size,
+      cache_dir, only_digits, max_eval_examples, model: As for ``emnist``;
+      `only_digits` also selects the preset.
     unbalance_seed: Seed of the removals and of the kept examples.
     unbalance_lower: Smallest affected client size (``None``: the preset's).
     unbalance_upper: Largest affected client size (``None``: the preset's).
@@ -408,21 +433,11 @@ def create_emnist_unbalanced_task(
       database file that is not in TFF's format (empty, not SQLite, missing tables).
     FileNotFoundError: If the database is not in `cache_dir`.
   """
-  if unbalanced_set not in UNBALANCED_TARGETS:
-    raise ValueError(
-      f'unbalanced_set must be one of {list(UNBALANCED_TARGETS)}, got {unbalanced_set!r}.'
-    )
-  options = check_options(
-    client_batch_size=client_batch_size,
-    client_epochs=client_epochs,
-    max_client_examples=max_client_examples,
-    seed=seed,
-    eval_batch_size=eval_batch_size,
-    cache_dir=cache_dir,
-    only_digits=only_digits,
-    max_eval_examples=max_eval_examples,
-    model=model,
+  _check_unbalanced_set(unbalanced_set)
+  options = _common.check_common_options(
+    client_batch_size, client_epochs, max_client_examples, seed, eval_batch_size
   )
+  options.update(check_options(cache_dir, only_digits, max_eval_examples, model))
   options.update(
     _check_unbalance_options(
       unbalanced_set,
@@ -436,50 +451,23 @@ def create_emnist_unbalanced_task(
     )
   )
   database, train_data, test_data, num_classes, split = load_splits(options)
-  original_ids = list(train_data.client_ids)
-  client_labels = _scan_client_labels(database, split, original_ids, num_classes)
-  sizes = np.array([len(labels) for labels in client_labels], np.int64)
-  if options['unbalance_calibrate']:
-    top_fraction, share = UNBALANCED_TARGETS[unbalanced_set]
-    params = unbalance.calibrate_on_sizes(
-      sizes,
-      top_fraction,
-      share,
-      removal_probability=CALIBRATION_REMOVAL_PROBABILITY,
-      lower=CALIBRATION_LOWER,
-    ).params
-    options.update((f'unbalance_{k}', v) for k, v in params.as_dict().items())
-  else:
-    params = unbalance.UnbalanceParams(
-      options['unbalance_lower'],
-      options['unbalance_upper'],
-      options['unbalance_removal_probability'],
-      options['unbalance_keep_examples'],
-    )
+  client_labels = _scan_client_labels(database, split, list(train_data.client_ids), num_classes)
+  sizes = np.array([len(labels) for labels in client_labels.values()], np.int64)
+  params = _unbalance_params(unbalanced_set, options, sizes)
   unbalanced_data, _, kept_examples = unbalance.unbalance_client_data(
     train_data, sizes, params, options['unbalance_seed']
   )
-  position = {client_id: i for i, client_id in enumerate(original_ids)}
-  kept_labels = [
-    client_labels[position[client_id]] if kept is None else client_labels[position[client_id]][kept]
-    for client_id, kept in kept_examples.items()
-  ]
-  num_examples = np.array([len(labels) for labels in kept_labels], np.int64)
-  histograms = np.stack([np.bincount(labels, minlength=num_classes) for labels in kept_labels])
   return _build_task(
     f'emnist_unbalanced_{unbalanced_set}',
     options,
     unbalanced_data,
     test_data,
     num_classes,
-    (num_examples, histograms.astype(np.int64)),
+    _kept_statistics(client_labels, kept_examples, num_classes),
   )
 
 
 def unbalanced_task_constructor(unbalanced_set: int) -> Callable[..., Task]:
   """The registry constructor of ``emnist_unbalanced_<unbalanced_set>``."""
-  if unbalanced_set not in UNBALANCED_TARGETS:
-    raise ValueError(
-      f'unbalanced_set must be one of {list(UNBALANCED_TARGETS)}, got {unbalanced_set!r}.'
-    )
+  _check_unbalanced_set(unbalanced_set)
   return functools.partial(create_emnist_unbalanced_task, unbalanced_set)

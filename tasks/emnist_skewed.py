@@ -10,43 +10,136 @@ import functools
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
 
 from tasks import _common
+from tasks import cifar10
 from tasks import digits
 from tasks import emnist
 from tasks import models
-from tasks import tff_cache
 from tff_sampling.task import Task
 
 SKEWED_PARTITIONS = ('dirichlet', 'shards', 'two_labels')
-
-
 SKEWED_MODELS = (*emnist.MODELS, 'ffnn')
-
-
 SKEWED_MIN_SIZE = 10  # Smallest client of a log-normal size draw (`size_sigma`).
 
 
-def _pooled_examples(
-  database: str, split: str, client_ids: Sequence[str], num_classes: int
-) -> tuple[np.ndarray, np.ndarray]:
-  """Every example of a split, ``(pixels float32[M, 28, 28, 1], labels int32[M])``,
-  in storage order (read straight from the SQLite rows: one parse per chunk)."""
-  pixels, labels = [], []
-  for _, protos in tff_cache.sql_split_chunks(database, split, client_ids, rowid_order=True):
-    parsed = tf.io.parse_example(
-      tf.constant(protos, tf.string),
-      {
-        'pixels': tf.io.FixedLenFeature([28, 28], tf.float32),
-        'label': tf.io.FixedLenFeature([], tf.int64),
-      },
+def _check_partition(
+  model: Any, num_clients: Any, partition: Any, dirichlet_alpha: Any
+) -> dict[str, Any]:
+  """The model and partition options, checked (alpha 0.1 by default for ``'dirichlet'``)."""
+  model = _common.check_choice('model', model, SKEWED_MODELS)
+  partition = _common.check_choice('partition', partition, SKEWED_PARTITIONS)
+  if partition != 'dirichlet' and dirichlet_alpha is not None:
+    raise ValueError(
+      f'dirichlet_alpha applies to partition=dirichlet only, got {dirichlet_alpha!r} with '
+      f'partition={partition!r}; leave it unset.'
     )
-    pixels.append(parsed['pixels'].numpy()[..., np.newaxis])
-    labels.append(parsed['label'].numpy().astype(np.int32))
-  labels_array = np.concatenate(labels) if labels else np.zeros(0, np.int32)
-  _common.check_label_range(labels_array, 'label', num_classes)
-  return np.concatenate(pixels), labels_array
+  return collections.OrderedDict(
+    model=model,
+    num_clients=_common.check_int('num_clients', num_clients),
+    partition=partition,
+    dirichlet_alpha=None
+    if partition != 'dirichlet'
+    else _common.check_float(
+      'dirichlet_alpha', 0.1 if dirichlet_alpha is None else dirichlet_alpha
+    ),
+  )
+
+
+def _check_sizes(
+  options: dict[str, Any], group_clients: Any, group_examples: Any, size_sigma: Any
+) -> np.ndarray | None:
+  """Records the client-size options; returns the size profile's sizes, or None."""
+  profile = _check_size_profile(options, group_clients, group_examples)
+  if size_sigma is not None and (options['partition'] != 'dirichlet' or profile is not None):
+    raise ValueError(
+      f'size_sigma={size_sigma!r} applies to partition=dirichlet without size groups; '
+      'leave it unset.'
+    )
+  options['size_sigma'] = (
+    None if size_sigma is None else _common.check_float('size_sigma', size_sigma)
+  )
+  return profile
+
+
+def _check_size_profile(
+  options: dict[str, Any], group_clients: Any, group_examples: Any
+) -> np.ndarray | None:
+  """Records the size-profile options; returns the client sizes, or None for equal sizes."""
+  options.update(size_group_clients=None, size_group_examples=None)
+  if group_clients is None and group_examples is None:
+    return None
+  if group_clients is None or group_examples is None:
+    raise ValueError('Give both size_group_clients and size_group_examples, or neither.')
+  if options['partition'] != 'dirichlet':
+    raise ValueError(
+      f"A size profile applies to partition='dirichlet' only, got {options['partition']!r}."
+    )
+  clients = _common.check_int_tuple('size_group_clients', group_clients)
+  examples = _common.check_int_tuple('size_group_examples', group_examples)
+  if len(clients) != len(examples):
+    raise ValueError(
+      f'size_group_clients {clients} and size_group_examples {examples} must have the same length.'
+    )
+  if sum(clients) != options['num_clients']:
+    raise ValueError(
+      f'size_group_clients {clients} give {sum(clients)} clients, '
+      f'num_clients is {options["num_clients"]}; make them agree.'
+    )
+  options.update(size_group_clients=clients, size_group_examples=examples)
+  return cifar10.profile_sizes(clients, examples)
+
+
+def _deal_to_clients(
+  pixels: np.ndarray,
+  labels: np.ndarray,
+  options: dict[str, Any],
+  profile: np.ndarray | None,
+  num_classes: int,
+) -> tuple[collections.OrderedDict, np.ndarray]:
+  """``(train, sizes)``: the clients' ``{x, y}`` examples in client order, dealt from the pool
+  (with a size `profile`, from a seeded random subset of its total) by the partition."""
+  num_clients = options['num_clients']
+  if num_clients > labels.size:
+    raise ValueError(
+      f'num_clients={num_clients} exceeds the {labels.size} pooled examples; use fewer clients.'
+    )
+  rng = np.random.default_rng([options['seed'], 2])
+  if profile is not None:
+    if profile.sum() > labels.size:
+      raise ValueError(
+        f'The size profile needs {profile.sum()} training examples, the pool has '
+        f'{labels.size}; reduce size_group_clients or size_group_examples.'
+      )
+    subset = np.sort(rng.choice(labels.size, int(profile.sum()), replace=False))
+    pixels, labels = pixels[subset], labels[subset]
+  if options['partition'] != 'dirichlet':
+    shards = options['partition'] == 'shards'
+    split_fn = digits.shard_partition if shards else digits.label_pair_partition
+    members = split_fn(labels, num_clients, rng, num_classes)
+    sizes = np.array([len(m) for m in members], np.int64)
+  else:
+    if profile is not None:
+      sizes = profile
+    elif options['size_sigma'] is not None:
+      sizes = digits.lognormal_sizes(
+        labels.size, num_clients, options['size_sigma'], SKEWED_MIN_SIZE, rng
+      )
+    else:
+      sizes = np.full(num_clients, labels.size // num_clients, np.int64)
+      sizes[: labels.size % num_clients] += 1
+    members = digits.dirichlet_partition(
+      labels, sizes, options['dirichlet_alpha'], rng, num_classes
+    )
+  order = np.concatenate(members)
+  return collections.OrderedDict(x=pixels[order], y=labels[order]), sizes
+
+
+def _model_fn(model: str, num_classes: int):
+  """The task's `keras_model_fn`: LEFL's 784-128-classes FFNN or an ``emnist`` model."""
+  if model == 'ffnn':
+    return functools.partial(models.image_ffnn, num_classes, hidden=(128,))
+  return functools.partial(emnist.MODEL_FNS[model], num_classes)
 
 
 def create_emnist_skewed_task(
@@ -107,124 +200,25 @@ def create_emnist_skewed_task(
     FileNotFoundError: If the database is not in `cache_dir`.
     ValueError: For an invalid option, or a partition the data cannot give.
   """
-  options = emnist.check_options(
-    client_batch_size=client_batch_size,
-    client_epochs=client_epochs,
-    max_client_examples=max_client_examples,
-    seed=seed,
-    eval_batch_size=eval_batch_size,
-    cache_dir=cache_dir,
-    only_digits=only_digits,
-    max_eval_examples=max_eval_examples,
-    model=model if model != 'ffnn' else 'cnn',
+  options = _common.check_common_options(
+    client_batch_size, client_epochs, max_client_examples, seed, eval_batch_size
   )
-  options['model'] = _common.check_choice('model', model, SKEWED_MODELS)
-  partition = _common.check_choice('partition', partition, SKEWED_PARTITIONS)
-  if partition != 'dirichlet' and dirichlet_alpha is not None:
-    raise ValueError(
-      f'dirichlet_alpha applies to partition=dirichlet only, got {dirichlet_alpha!r} with '
-      f'partition={partition!r}; leave it unset.'
-    )
-  options.update(
-    num_clients=_common.check_int('num_clients', num_clients),
-    partition=partition,
-    dirichlet_alpha=None
-    if partition != 'dirichlet'
-    else _common.check_float(
-      'dirichlet_alpha', 0.1 if dirichlet_alpha is None else dirichlet_alpha
-    ),
-  )
-  profile = _check_size_profile(options, size_group_clients, size_group_examples)
-  if size_sigma is not None and (partition != 'dirichlet' or profile is not None):
-    raise ValueError(
-      f'size_sigma={size_sigma!r} applies to partition=dirichlet without size groups; '
-      'leave it unset.'
-    )
-  options['size_sigma'] = (
-    None if size_sigma is None else _common.check_float('size_sigma', size_sigma)
-  )
+  # ``emnist``'s checks, its CNN standing in for the FFNN only this task has.
+  emnist_model = model if model != 'ffnn' else 'cnn'
+  options.update(emnist.check_options(cache_dir, only_digits, max_eval_examples, emnist_model))
+  options.update(_check_partition(model, num_clients, partition, dirichlet_alpha))
+  profile = _check_sizes(options, size_group_clients, size_group_examples, size_sigma)
   database, train_data, test_data, num_classes, split = emnist.load_splits(options)
-  pixels, labels = _pooled_examples(database, split, tuple(train_data.client_ids), num_classes)
-  if options['num_clients'] > labels.size:
-    raise ValueError(
-      f'num_clients={num_clients} exceeds the {labels.size} pooled examples; use fewer clients.'
-    )
-  rng = np.random.default_rng([options['seed'], 2])
-  if profile is not None:
-    if profile.sum() > labels.size:
-      raise ValueError(
-        f'The size profile needs {profile.sum()} training examples, the pool has '
-        f'{labels.size}; reduce size_group_clients or size_group_examples.'
-      )
-    subset = np.sort(rng.choice(labels.size, int(profile.sum()), replace=False))
-    pixels, labels = pixels[subset], labels[subset]
-  if partition == 'dirichlet':
-    if profile is not None:
-      sizes = profile
-    elif options['size_sigma'] is not None:
-      sizes = digits.lognormal_sizes(
-        labels.size, options['num_clients'], options['size_sigma'], SKEWED_MIN_SIZE, rng
-      )
-    else:
-      sizes = np.full(options['num_clients'], labels.size // options['num_clients'], np.int64)
-      sizes[: labels.size % options['num_clients']] += 1
-    members = digits.dirichlet_partition(
-      labels, sizes, options['dirichlet_alpha'], rng, num_classes
-    )
-  else:
-    split_fn = digits.shard_partition if partition == 'shards' else digits.label_pair_partition
-    members = split_fn(labels, options['num_clients'], rng, num_classes)
-    sizes = np.array([len(m) for m in members], np.int64)
-  order = np.concatenate(members)
-  offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-  width = len(str(len(sizes) - 1))
-  client_ids = tuple(f'client_{i:0{width}d}' for i in range(len(sizes)))
-  train = collections.OrderedDict(x=pixels[order], y=labels[order])
-  model_fn = (
-    functools.partial(models.image_ffnn, num_classes, hidden=(128,))
-    if options['model'] == 'ffnn'
-    else functools.partial(emnist.MODEL_FNS[options['model']], num_classes)
-  )
-  return _common.make_task(
+  client_ids = tuple(train_data.client_ids)
+  _, pixels, labels = emnist.read_split_examples(database, split, client_ids, num_classes)
+  train, sizes = _deal_to_clients(pixels[..., np.newaxis], labels, options, profile, num_classes)
+  return _common.in_memory_task(
     'emnist_skewed',
     options,
-    _common.in_memory_client_data(client_ids, train, offsets),
-    _common.centralized_eval_data(test_data, options),
-    preprocess_client=_common.client_preprocess(
-      options,
-      shuffle_buffer_size=int(sizes.max()),
-      batches=functools.partial(_common.batch, batch_size=options['client_batch_size']),
-    ),
-    preprocess_eval=emnist.tff_batch_and_reshape(options['eval_batch_size']),
-    keras_model_fn=model_fn,
-    statistics=(sizes, _common.label_histograms(train['y'], offsets, num_classes)),
+    train=train,
+    sizes=sizes,
+    eval_data=_common.centralized_eval_data(test_data, options),
+    keras_model_fn=_model_fn(options['model'], num_classes),
     num_classes=num_classes,
+    preprocess_eval=emnist.tff_batch_and_reshape(options['eval_batch_size']),
   )
-
-
-def _check_size_profile(
-  options: dict[str, Any], group_clients: Any, group_examples: Any
-) -> np.ndarray | None:
-  """Records the size-profile options; returns the client sizes, or None for equal sizes."""
-  options.update(size_group_clients=None, size_group_examples=None)
-  if group_clients is None and group_examples is None:
-    return None
-  if group_clients is None or group_examples is None:
-    raise ValueError('Give both size_group_clients and size_group_examples, or neither.')
-  if options['partition'] != 'dirichlet':
-    raise ValueError(
-      f"A size profile applies to partition='dirichlet' only, got {options['partition']!r}."
-    )
-  clients = _common.check_int_tuple('size_group_clients', group_clients)
-  examples = _common.check_int_tuple('size_group_examples', group_examples)
-  if len(clients) != len(examples):
-    raise ValueError(
-      f'size_group_clients {clients} and size_group_examples {examples} must have the same length.'
-    )
-  if sum(clients) != options['num_clients']:
-    raise ValueError(
-      f'size_group_clients {clients} give {sum(clients)} clients, '
-      f'num_clients is {options["num_clients"]}; make them agree.'
-    )
-  options.update(size_group_clients=clients, size_group_examples=examples)
-  return np.repeat(np.asarray(examples, np.int64), np.asarray(clients, np.int64))

@@ -25,13 +25,24 @@ Client ``i`` of the population is client ``i`` of every task of the suite
 
 from __future__ import annotations
 
+import collections
+from typing import Any
+
 import numpy as np
 
 from tasks import registry
 from tff_sampling.program import multi_model as multi_model_program
 from tff_sampling.task import Task
 
-SUITES = ('digits_noniid', 'femnist_noniid', 'digits_synthetic', 'leaf', 'femnist_models')
+# Suite -> (default, fewest, most) models.
+_NUM_MODELS = collections.OrderedDict(
+  digits_noniid=(5, 1, 20),
+  femnist_noniid=(5, 1, 20),
+  digits_synthetic=(2, 2, 2),
+  leaf=(3, 2, 3),
+  femnist_models=(2, 2, 2),
+)
+SUITES = tuple(_NUM_MODELS)
 NONIID_ALPHAS = (0.05, 0.1, 0.3, 1.0, 10.0)
 SIZE_SIGMA = 1.55
 _LEAF = ('emnist', 'shakespeare', 'cifar100')
@@ -42,6 +53,27 @@ def noniid_alphas(num_models: int) -> tuple[float, ...]:
   if num_models == len(NONIID_ALPHAS):
     return NONIID_ALPHAS
   return tuple(float(a) for a in np.geomspace(0.05, 10.0, num_models)) if num_models > 1 else (0.5,)
+
+
+def _check_num_models(name: str, num_models: Any) -> int:
+  """`num_models` (``None``: the suite's default) if the suite can give that many."""
+  default, fewest, most = _NUM_MODELS[name]
+  num_models = default if num_models is None else num_models
+  if (
+    isinstance(num_models, bool)
+    or not isinstance(num_models, (int, np.integer))
+    or not fewest <= num_models <= most
+  ):
+    raise ValueError(f'Suite {name!r} has {fewest}-{most} models, got --num_models={num_models!r}.')
+  return num_models
+
+
+def _noniid_tasks(task: str, num_models: int, seed: int, **options: Any) -> list[Task]:
+  """Task ``s``: `task` with ``α_s`` of `noniid_alphas`, size σ `SIZE_SIGMA`, seed ``seed + s``."""
+  return [
+    registry.get_task(task, seed=seed + s, dirichlet_alpha=alpha, size_sigma=SIZE_SIGMA, **options)
+    for s, alpha in enumerate(noniid_alphas(num_models))
+  ]
 
 
 def create_suite(
@@ -71,58 +103,15 @@ def create_suite(
   """
   if name not in SUITES:
     raise ValueError(f'Unknown suite {name!r}; choose from {", ".join(SUITES)}.')
-  default = {
-    'digits_noniid': 5,
-    'femnist_noniid': 5,
-    'digits_synthetic': 2,
-    'leaf': 3,
-    'femnist_models': 2,
-  }[name]
-  num_models = default if num_models is None else num_models
-  limits = {
-    'digits_noniid': (1, 20),
-    'femnist_noniid': (1, 20),
-    'digits_synthetic': (2, 2),
-    'leaf': (2, 3),
-    'femnist_models': (2, 2),
-  }[name]
-  if (
-    isinstance(num_models, bool)
-    or not isinstance(num_models, (int, np.integer))
-    or not limits[0] <= num_models <= limits[1]
-  ):
-    raise ValueError(
-      f'Suite {name!r} has {limits[0]}-{limits[1]} models, got --num_models={num_models!r}.'
-    )
+  num_models = _check_num_models(name, num_models)
   common = dict(client_epochs=client_epochs, client_batch_size=client_batch_size)
   if name == 'digits_noniid':
-    return [
-      registry.get_task(
-        'digits',
-        num_clients=num_clients,
-        seed=seed + s,
-        dirichlet_alpha=alpha,
-        size_sigma=SIZE_SIGMA,
-        **common,
-      )
-      for s, alpha in enumerate(noniid_alphas(num_models))
-    ]
+    return _noniid_tasks('digits', num_models, seed, num_clients=num_clients, **common)
   if name == 'femnist_noniid':
-    return [
-      registry.get_task(
-        'emnist_skewed',
-        num_clients=num_clients,
-        seed=seed + s,
-        cache_dir=cache_dir,
-        only_digits=True,
-        model='ffnn',
-        partition='dirichlet',
-        dirichlet_alpha=alpha,
-        size_sigma=SIZE_SIGMA,
-        **common,
-      )
-      for s, alpha in enumerate(noniid_alphas(num_models))
-    ]
+    femnist = dict(cache_dir=cache_dir, only_digits=True, model='ffnn', partition='dirichlet')
+    return _noniid_tasks(
+      'emnist_skewed', num_models, seed, num_clients=num_clients, **femnist, **common
+    )
   if name == 'digits_synthetic':
     return [
       registry.get_task('digits', num_clients=num_clients, seed=seed, **common),

@@ -2,9 +2,11 @@
 
     task = get_task('digits', num_clients=50, client_batch_size=10)
 
-Every task accepts ``client_batch_size``, ``client_epochs``,
-``max_client_examples`` (per-client cap per epoch, ``None`` = all), ``seed`` and
-``eval_batch_size``; the TFF-backed tasks also ``cache_dir`` and
+Every task accepts the common options ``client_batch_size`` (the clients' local
+batch size), ``client_epochs`` (local epochs per round), ``max_client_examples``
+(optional cap on a client's examples per epoch, ``None`` = all), ``seed`` (the
+task's data seed; each builder says what it seeds) and ``eval_batch_size`` (the
+evaluation batch size); the TFF-backed tasks also ``cache_dir`` and
 ``max_eval_examples``, the TFDS-backed ``cifar10`` ``data_dir`` and
 ``max_eval_examples``; the rest is per task (`task_options`). The
 ``emnist_unbalanced_{1,2,3}`` tasks take ``emnist``'s options plus the

@@ -4,6 +4,7 @@ prediction; ``docs/tasks.md`` has the details."""
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -88,6 +89,21 @@ def _tff_sequences(batch_size: int, sequence_length: int):
   return lambda dataset: tff_fn(dataset).map(_common.as_xy)
 
 
+def _client_preprocess(options: dict[str, Any]):
+  """``preprocess_client``: snippets shuffled, cut into sequences, capped, repeated, batched."""
+  to_sequences = _tff_sequences(_TFF_PACK_SIZE, options['sequence_length'])
+
+  def preprocess_client(dataset: tf.data.Dataset, shuffle_seed) -> tf.data.Dataset:
+    # The shuffle is upstream of repeat, so each epoch reshuffles (seeded).
+    dataset = dataset.shuffle(
+      _SHUFFLE_BUFFER_SIZE, seed=shuffle_seed, reshuffle_each_iteration=True
+    )
+    dataset = _common.cap_and_repeat(to_sequences(dataset).unbatch(), options)
+    return dataset.batch(options['client_batch_size'])
+
+  return preprocess_client
+
+
 def create_shakespeare_task(
   *,
   client_batch_size: int = 8,
@@ -103,11 +119,9 @@ def create_shakespeare_task(
   """Builds the ``shakespeare`` task.
 
   Args:
-    client_batch_size: Local batch size, in sequences (8 as in the paper).
-    client_epochs: Local epochs per round.
-    max_client_examples: Optional cap on sequences per client per epoch.
+    client_batch_size, client_epochs, max_client_examples, eval_batch_size: The
+      common options (`tasks.registry`), counting sequences (the paper's batch: 8).
     seed: Seed of the evaluation clients' order.
-    eval_batch_size: Batch size of the evaluation data.
     cache_dir: Directory holding ``shakespeare.sqlite`` (``None``:
       ``~/.tff``).
     sequence_length: Input characters per example.
@@ -124,11 +138,7 @@ def create_shakespeare_task(
       format (empty, not SQLite, missing tables).
   """
   options = _common.check_common_options(
-    client_batch_size=client_batch_size,
-    client_epochs=client_epochs,
-    max_client_examples=max_client_examples,
-    seed=seed,
-    eval_batch_size=eval_batch_size,
+    client_batch_size, client_epochs, max_client_examples, seed, eval_batch_size
   )
   options.update(
     cache_dir=_common.check_optional_path('cache_dir', cache_dir),
@@ -148,16 +158,6 @@ def create_shakespeare_task(
     NUM_CLASSES,
   )
 
-  to_sequences = _tff_sequences(_TFF_PACK_SIZE, sequence_length)
-
-  def preprocess_client(dataset: tf.data.Dataset, shuffle_seed) -> tf.data.Dataset:
-    # The shuffle is upstream of repeat, so each epoch reshuffles (seeded).
-    dataset = dataset.shuffle(
-      _SHUFFLE_BUFFER_SIZE, seed=shuffle_seed, reshuffle_each_iteration=True
-    )
-    dataset = _common.cap_and_repeat(to_sequences(dataset).unbatch(), options)
-    return dataset.batch(options['client_batch_size'])
-
   if options['model'] == 'gru':
     keras_model_fn = functools.partial(models.char_gru, NUM_CLASSES)
   else:
@@ -168,7 +168,7 @@ def create_shakespeare_task(
     options,
     train_data,
     _common.centralized_eval_data(test_data, options),
-    preprocess_client=preprocess_client,
+    preprocess_client=_client_preprocess(options),
     preprocess_eval=_tff_sequences(options['eval_batch_size'], sequence_length),
     keras_model_fn=keras_model_fn,
     statistics=statistics,

@@ -119,6 +119,26 @@ def generate_synthetic(
   )
 
 
+def _hold_out(
+  clients: SyntheticClients, eval_fraction: float
+) -> tuple[collections.OrderedDict, np.ndarray, collections.OrderedDict]:
+  """``(train, sizes, evaluation)``: the clients' ``{x, y}`` examples in client order, `sizes`
+  each, and their last `eval_fraction` held out (at least one, at most all but one)."""
+  train_x, train_y, eval_x, eval_y = [], [], [], []
+  for x, y in zip(clients.features, clients.labels):
+    # Examples are i.i.d. within a client, so the last ones are a fair hold-out.
+    held_out = min(len(y) - 1, max(1, int(round(eval_fraction * len(y)))))
+    train_x.append(x[:-held_out])
+    train_y.append(y[:-held_out])
+    eval_x.append(x[-held_out:])
+    eval_y.append(y[-held_out:])
+  return (
+    collections.OrderedDict(x=np.concatenate(train_x), y=np.concatenate(train_y)),
+    np.array([len(y) for y in train_y], np.int64),
+    collections.OrderedDict(x=np.concatenate(eval_x), y=np.concatenate(eval_y)),
+  )
+
+
 def create_synthetic_task(
   *,
   client_batch_size: int = 20,
@@ -136,11 +156,9 @@ def create_synthetic_task(
   """Builds the ``synthetic`` task (Synthetic(alpha, beta), logistic regression).
 
   Args:
-    client_batch_size: Local batch size.
-    client_epochs: Local epochs per round.
-    max_client_examples: Optional cap on examples per client per epoch.
+    client_batch_size, client_epochs, max_client_examples, eval_batch_size: The
+      common options (`tasks.registry`).
     seed: Seed of the generated data.
-    eval_batch_size: Batch size of the evaluation data.
     alpha: Model heterogeneity (standard deviation of ``mu_k``), >= 0.
     beta: Data heterogeneity (standard deviation of ``B_k``), >= 0.
     num_clients: Number of clients.
@@ -156,11 +174,7 @@ def create_synthetic_task(
     client statistics count training examples only.
   """
   options = _common.check_common_options(
-    client_batch_size=client_batch_size,
-    client_epochs=client_epochs,
-    max_client_examples=max_client_examples,
-    seed=seed,
-    eval_batch_size=eval_batch_size,
+    client_batch_size, client_epochs, max_client_examples, seed, eval_batch_size
   )
   options.update(
     alpha=_common.check_float('alpha', alpha, min_inclusive=True),
@@ -186,20 +200,13 @@ def create_synthetic_task(
     max_client_size=options['max_client_size'],
     seed=options['seed'],
   )
-  train_x, train_y, eval_x, eval_y = [], [], [], []
-  for x, y in zip(clients.features, clients.labels):
-    # Examples are i.i.d. within a client, so the last ones are a fair hold-out.
-    held_out = min(len(y) - 1, max(1, int(round(options['eval_fraction'] * len(y)))))
-    train_x.append(x[:-held_out])
-    train_y.append(y[:-held_out])
-    eval_x.append(x[-held_out:])
-    eval_y.append(y[-held_out:])
+  train, sizes, evaluation = _hold_out(clients, options['eval_fraction'])
   return _common.in_memory_task(
     'synthetic',
     options,
-    train=collections.OrderedDict(x=np.concatenate(train_x), y=np.concatenate(train_y)),
-    sizes=np.array([len(y) for y in train_y], np.int64),
-    evaluation=collections.OrderedDict(x=np.concatenate(eval_x), y=np.concatenate(eval_y)),
+    train=train,
+    sizes=sizes,
+    eval_data=_common.tf_dataset_from_arrays(evaluation),
     keras_model_fn=functools.partial(models.logistic_regression, NUM_FEATURES, NUM_CLASSES),
     num_classes=NUM_CLASSES,
   )
