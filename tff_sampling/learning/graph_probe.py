@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 from absl import logging
 import numpy as np
@@ -189,6 +190,58 @@ def local_sgd(
   )
 
 
+class ProbeTypes(NamedTuple):
+  """The TFF types of a probe of one model (`probe_types`)."""
+
+  weights: tff.Type  # W, the model weights.
+  data: tff.SequenceType  # B*, a client's training data.
+  client_data: tff.Type  # `signals.client_data` structs over B*.
+  read_meta: tff.Computation  # Reads a client's <slot, weight> (`signals.slot_client_data`).
+  inputs: tff.TensorType | None  # X = dtype[?, *input_shape], a batch of model inputs.
+  output_shape: tf.TensorShape | None  # The model's output for one example.
+
+  def federated_parameters(self) -> list[tff.FederatedType]:
+    """The probe's parameters: ``W@SERVER``, ``X@SERVER`` (if any), the client data @CLIENTS."""
+    server = [self.weights] if self.inputs is None else [self.weights, self.inputs]
+    clients = tff.FederatedType(self.client_data, tff.CLIENTS)
+    return [tff.FederatedType(t, tff.SERVER) for t in server] + [clients]
+
+
+def probe_types(model_fn, *, model_inputs: bool, check_inputs=None) -> ProbeTypes:
+  """The types of a probe of `model_fn`'s model, ``X`` and its output only with `model_inputs`.
+
+  `check_inputs`, if given, is called on the model's input spec before the
+  model runs (to raise a ValueError for inputs the probe cannot use).
+  """
+  with tf.Graph().as_default():  # Keep the probe model's variables out of the eager context.
+    model = model_fn()
+    batch_spec = model.input_spec
+    weights_type = tff.learning.models.weights_type_from_model(model)
+    inputs_type = output_shape = None
+    if model_inputs:
+      inputs_spec = model_inputs_spec(batch_spec)
+      if check_inputs is not None:
+        check_inputs(inputs_spec)
+      example_shape, output_shape = model_output_shape(model, inputs_spec)
+      inputs_type = tff.TensorType(
+        inputs_spec.dtype.as_numpy_dtype, [None] + example_shape.as_list()
+      )
+  data_type = tff.SequenceType(tff.types.tensorflow_to_type(batch_spec))
+  client_data_type, read_meta = signals.slot_client_data(data_type)
+  return ProbeTypes(weights_type, data_type, client_data_type, read_meta, inputs_type, output_shape)
+
+
+def on_fresh_model(model_fn, probe_fn, *args):
+  """``probe_fn(model, *args)`` in a `tf.function` on a fresh model; call in a computation."""
+  model = model_fn()
+
+  @tf.function
+  def run(*args):
+    return probe_fn(model, *args)
+
+  return run(*args)
+
+
 def build_graph_probe(
   model_fn: Callable[[], tff.learning.models.VariableModel],
   *,
@@ -242,84 +295,75 @@ def build_graph_probe(
   """
   learning_rate = check_client_learning_rate(client_learning_rate)
   sketch_size = check_positive_int('sketch_size', sketch_size)
+  types = probe_types(model_fn, model_inputs=with_embedding, check_inputs=_check_real_inputs)
+  embedding_size = types.output_shape.num_elements() if with_embedding else None
 
-  with tf.Graph().as_default():  # Keep the probe model's variables out of the eager context.
-    model = model_fn()
-    batch_spec = model.input_spec
-    weights_type = tff.learning.models.weights_type_from_model(model)
-    if with_embedding:
-      inputs_spec = model_inputs_spec(batch_spec)
-      if not inputs_spec.dtype.is_floating:
-        raise ValueError(
-          f'The functional graph feeds Gaussian noise to the model, whose input has '
-          f'dtype {inputs_spec.dtype.name}; it needs real-valued inputs. Use '
-          "kind='update_cosine' or the 'oracle' features for this model."
-        )
-      example_shape, output_shape = model_output_shape(model, inputs_spec)
-      embedding_size = output_shape.num_elements()
-      noise_type = tff.TensorType(
-        inputs_spec.dtype.as_numpy_dtype, [None] + example_shape.as_list()
-      )
-
-  data_type = tff.SequenceType(tff.types.tensorflow_to_type(batch_spec))
-  client_data_type, read_meta = signals.slot_client_data(data_type)
-
-  def train_and_probe(weights, dataset, noise):
-    """Local SGD from `weights`; returns (embedding or None, sketch)."""
-    model = model_fn()
-
-    @tf.function
-    def run(weights, dataset, noise):
-      update = local_sgd(model, weights, dataset, learning_rate)
-      finite = tf.reduce_all(tf.math.is_finite(update))
-      embedding = None
-      if noise is not None:
-        outputs = tf.cast(model.predict_on_batch(noise, training=False), tf.float32)
-        embedding = tf.reshape(tf.reduce_mean(outputs, axis=0), [embedding_size])
-        finite = tf.logical_and(finite, tf.reduce_all(tf.math.is_finite(embedding)))
-        embedding = tf.where(finite, embedding, tf.zeros_like(embedding))
-      sketch = signals.count_sketch_tf(
-        tf.where(finite, update, tf.zeros_like(update)), sketch_size, sketch_seed
-      )
-      return embedding, sketch
-
-    return run(weights, dataset, noise)
-
-  if not with_embedding:
-
-    @tff.tensorflow.computation(weights_type, data_type)
-    def client_sketch(weights, dataset):
-      return train_and_probe(weights, dataset, None)[1]
-
-    @tff.federated_computation(
-      tff.FederatedType(weights_type, tff.SERVER), tff.FederatedType(client_data_type, tff.CLIENTS)
+  def local_probe(model, weights, dataset, noise):
+    """Local SGD from `weights`, then (embedding or None, sketch); zeros if non-finite."""
+    update = local_sgd(model, weights, dataset, learning_rate)
+    finite = tf.reduce_all(tf.math.is_finite(update))
+    embedding = None
+    if noise is not None:
+      outputs = tf.cast(model.predict_on_batch(noise, training=False), tf.float32)
+      embedding = tf.reshape(tf.reduce_mean(outputs, axis=0), [embedding_size])
+      finite = tf.logical_and(finite, tf.reduce_all(tf.math.is_finite(embedding)))
+      embedding = tf.where(finite, embedding, tf.zeros_like(embedding))
+    sketch = signals.count_sketch_tf(
+      tf.where(finite, update, tf.zeros_like(update)), sketch_size, sketch_seed
     )
-    def sketch_probe(weights, data):
-      sketches = tff.federated_map(client_sketch, (tff.federated_broadcast(weights), data.data))
-      meta = tff.federated_map(read_meta, data.meta)
-      return tff.federated_zip(
-        collections.OrderedDict(
-          update_sketch=signals.gather_by_slot(meta.slot, sketches, sketch_size)
-        )
+    return embedding, sketch
+
+  if with_embedding:
+    return _embedding_probe(model_fn, types, local_probe, embedding_size, sketch_size)
+  return _sketch_probe(model_fn, types, local_probe, sketch_size)
+
+
+def _check_real_inputs(inputs_spec: tf.TensorSpec) -> None:
+  """A ValueError unless the model's inputs are real-valued (they receive Gaussian noise)."""
+  if not inputs_spec.dtype.is_floating:
+    raise ValueError(
+      f'The functional graph feeds Gaussian noise to the model, whose input has '
+      f'dtype {inputs_spec.dtype.name}; it needs real-valued inputs. Use '
+      "kind='update_cosine' or the 'oracle' features for this model."
+    )
+
+
+def _sketch_probe(model_fn, types: ProbeTypes, local_probe, sketch_size: int) -> tff.Computation:
+  """`build_graph_probe` without embeddings: ``<W, {…}> -> <update_sketch>``."""
+
+  @tff.tensorflow.computation(types.weights, types.data)
+  def client_sketch(weights, dataset):
+    return on_fresh_model(model_fn, local_probe, weights, dataset, None)[1]
+
+  @tff.federated_computation(*types.federated_parameters())
+  def sketch_probe(weights, data):
+    sketches = tff.federated_map(client_sketch, (tff.federated_broadcast(weights), data.data))
+    meta = tff.federated_map(types.read_meta, data.meta)
+    return tff.federated_zip(
+      collections.OrderedDict(
+        update_sketch=signals.gather_by_slot(meta.slot, sketches, sketch_size)
       )
+    )
 
-    return sketch_probe
+  return sketch_probe
 
-  @tff.tensorflow.computation(weights_type, data_type, noise_type)
+
+def _embedding_probe(
+  model_fn, types: ProbeTypes, local_probe, embedding_size: int, sketch_size: int
+) -> tff.Computation:
+  """`build_graph_probe` with embeddings: ``<W, X, {…}> -> <embedding, update_sketch>``."""
+
+  @tff.tensorflow.computation(types.weights, types.data, types.inputs)
   def client_probe(weights, dataset, noise):
-    embedding, sketch = train_and_probe(weights, dataset, noise)
+    embedding, sketch = on_fresh_model(model_fn, local_probe, weights, dataset, noise)
     return collections.OrderedDict(embedding=embedding, update_sketch=sketch)
 
-  @tff.federated_computation(
-    tff.FederatedType(weights_type, tff.SERVER),
-    tff.FederatedType(noise_type, tff.SERVER),
-    tff.FederatedType(client_data_type, tff.CLIENTS),
-  )
+  @tff.federated_computation(*types.federated_parameters())
   def probe(weights, noise, data):
     outputs = tff.federated_map(
       client_probe, (tff.federated_broadcast(weights), data.data, tff.federated_broadcast(noise))
     )
-    meta = tff.federated_map(read_meta, data.meta)
+    meta = tff.federated_map(types.read_meta, data.meta)
     return tff.federated_zip(
       collections.OrderedDict(
         embedding=signals.gather_by_slot(meta.slot, outputs.embedding, embedding_size),
@@ -347,6 +391,35 @@ def validation_inputs(task: Task, count: int) -> np.ndarray:
   if not parts:
     raise ValueError(f'Task {task.name!r} has no evaluation data to draw the noise moments from.')
   return np.concatenate(parts)
+
+
+def check_chunk_and_steps(chunk_size, client_steps) -> tuple[int, int | None]:
+  """`chunk_size` and `client_steps` (None, or the fixed local steps) checked as positive ints."""
+  chunk_size = check_positive_int('chunk_size', chunk_size)
+  if client_steps is not None:
+    client_steps = check_positive_int('client_steps', client_steps)
+  return chunk_size, client_steps
+
+
+def probe_population(task: Task, probe, server_values, seed, chunk_size, *, steps=None, passes=1):
+  """``probe(*server_values, data)`` for each chunk of clients; see `client_graph_features`.
+
+  Each client's round-0 stream is cut to `steps` batches if set, else repeated `passes` times.
+  """
+
+  def stream(client):
+    shuffle_seed = randomness.client_shuffle_seed(seed, 0, client)
+    if steps is not None:
+      return task.client_dataset(client, shuffle_seed, steps=steps)
+    dataset = task.client_dataset(client, shuffle_seed)
+    return dataset.repeat(passes) if passes > 1 else dataset
+
+  outputs = []
+  for start in range(0, task.num_clients, chunk_size):
+    clients = range(start, min(start + chunk_size, task.num_clients))
+    data = signals.selection_client_data([stream(c) for c in clients], [1.0] * len(clients))
+    outputs.append(probe(*server_values, data))
+  return outputs
 
 
 def client_graph_features(
@@ -411,6 +484,27 @@ def client_graph_features(
       ``'functional'``, epochs or batch size that differ from the task's, or
       invalid sizes.
   """
+  _check_feature_options(task, kind, client_epochs, client_batch_size)
+  chunk_size, client_steps = check_chunk_and_steps(chunk_size, client_steps)
+  functional = kind == 'functional'
+  noise = _probe_noise(task, seed, validation_examples, noise_batch_size) if functional else None
+  probe = build_graph_probe(
+    task.model_fn,
+    client_learning_rate=client_learning_rate,
+    sketch_size=sketch_size,
+    sketch_seed=sketch_seed,
+    with_embedding=functional,
+  )
+  server_values = (model_weights, noise) if functional else (model_weights,)
+  outputs = probe_population(task, probe, server_values, seed, chunk_size, steps=client_steps)
+  key = 'embedding' if functional else 'update_sketch'
+  features = np.concatenate([np.asarray(output[key], np.float64) for output in outputs])
+  _warn_zero_features(task, kind, features, client_learning_rate)
+  return features
+
+
+def _check_feature_options(task: Task, kind: str, client_epochs, client_batch_size) -> None:
+  """A ValueError for an unknown `kind`, or client epochs or batch size other than the task's."""
   if kind not in FEATURE_KINDS:
     raise ValueError(
       f'kind must be one of {list(FEATURE_KINDS)}, got {kind!r} (the oracle features '
@@ -423,38 +517,16 @@ def client_graph_features(
         f'which its client datasets already apply; build the task with {name}={value!r} '
         'or leave this argument out.'
       )
-  chunk_size = check_positive_int('chunk_size', chunk_size)
-  if client_steps is not None:
-    client_steps = check_positive_int('client_steps', client_steps)
-  functional = kind == 'functional'
-  noise = None
-  if functional:
-    noise = noise_batch(
-      validation_inputs(task, validation_examples),
-      noise_batch_size,
-      seed=samplers_base.round_rng(seed, 0, _NOISE_STREAM),
-    )
-  probe = build_graph_probe(
-    task.model_fn,
-    client_learning_rate=client_learning_rate,
-    sketch_size=sketch_size,
-    sketch_seed=sketch_seed,
-    with_embedding=functional,
-  )
-  key = 'embedding' if functional else 'update_sketch'
-  rows = []
-  for start in range(0, task.num_clients, chunk_size):
-    clients = range(start, min(start + chunk_size, task.num_clients))
-    data = signals.selection_client_data(
-      [
-        task.client_dataset(c, randomness.client_shuffle_seed(seed, 0, c), steps=client_steps)
-        for c in clients
-      ],
-      [1.0] * len(clients),
-    )
-    output = probe(model_weights, noise, data) if functional else probe(model_weights, data)
-    rows.append(np.asarray(output[key], np.float64))
-  features = np.concatenate(rows)
+
+
+def _probe_noise(task: Task, seed: int, validation_examples, noise_batch_size) -> np.ndarray:
+  """The noise batch of the functional features (see `client_graph_features`)."""
+  inputs = validation_inputs(task, validation_examples)
+  return noise_batch(inputs, noise_batch_size, seed=samplers_base.round_rng(seed, 0, _NOISE_STREAM))
+
+
+def _warn_zero_features(task: Task, kind: str, features: np.ndarray, client_learning_rate) -> None:
+  """Logs clients with all-zero features (every sketch is zero for a learning rate of 0)."""
   zero = np.flatnonzero(~features.any(axis=1))
   if zero.size and client_learning_rate > 0:
     logging.warning(
@@ -466,4 +538,3 @@ def client_graph_features(
       kind,
       task.client_ids[zero[0]],
     )
-  return features

@@ -16,8 +16,6 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-# TFF's own FedAvg client update (its module's builder; `build_model_delta_client_work`
-# wraps it), used here so that a client can train a model on a gated dataset.
 from tff_sampling import validation
 from tff_sampling.aggregators import secure_context
 from tff_sampling.learning import multi_model_assignment
@@ -80,64 +78,73 @@ def build_multi_model_process(
     ValueError: For an unknown sampling, no models, a learning-rate count other
       than ``S``, or a non-positive rate, ``m`` or bound.
   """
-  if sampling not in multi_model_types.SAMPLINGS:
-    raise ValueError(
-      f'sampling must be one of {", ".join(multi_model_types.SAMPLINGS)}, got {sampling!r}.'
-    )
+  config = _sampling_config(sampling)
   model_fns = tuple(model_fns)
-  num_models = len(model_fns)
-  if num_models == 0:
-    raise ValueError('model_fns is empty: give at least one model builder.')
-  if isinstance(client_learning_rates, (int, float, np.integer, np.floating)):
-    client_learning_rates = [client_learning_rates] * num_models
-  client_learning_rates = [
-    validation.positive_number('client_learning_rates', r) for r in client_learning_rates
-  ]
-  if len(client_learning_rates) != num_models:
-    raise ValueError(
-      f'{len(client_learning_rates)} client learning rates for {num_models} '
-      'models: give one rate, or one per model.'
-    )
+  learning_rates = _check_client_learning_rates(client_learning_rates, len(model_fns))
   server_learning_rate = validation.positive_number('server_learning_rate', server_learning_rate)
   m = validation.positive_number('expected_clients', expected_clients)
   norm_bound = validation.positive_number('norm_bound', norm_bound)
-  if (
-    isinstance(max_rescaling_steps, bool)
-    or not isinstance(max_rescaling_steps, (int, np.integer))
-    or max_rescaling_steps < 0
-  ):
-    raise ValueError(
-      f'max_rescaling_steps must be a non-negative integer, got {max_rescaling_steps!r}.'
-    )
+  _check_max_rescaling_steps(max_rescaling_steps)
 
-  config = multi_model_types.SAMPLINGS[sampling]
-  client_work = multi_model_client_work.build_client_work(
-    model_fns, client_learning_rates, config.signal
-  )
+  client_work = multi_model_client_work.build_client_work(model_fns, learning_rates, config.signal)
   aggregator = multi_model_assignment.build_assignment_aggregator(
-    num_models,
+    len(model_fns),
     config,
     expected_clients=m,
     max_rescaling_steps=int(max_rescaling_steps),
     seed=int(seed),
     norm_bound=norm_bound,
   )
-  # TFF's finalizer skips a non-finite aggregate by default; this process applies
-  # every one, as it always has (the clients already zero non-finite updates).
-  finalizers = [
-    tff.learning.templates.build_apply_optimizer_finalizer(
-      tff.learning.optimizers.build_sgdm(server_learning_rate),
-      weights_type,
-      should_reject_update=lambda *_: (False, collections.OrderedDict()),
-    )
-    for weights_type in client_work.weights_types
-  ]
+  finalizers = _sgd_finalizers(client_work.weights_types, server_learning_rate)
 
   @tff.tensorflow.computation
   def initial_models_fn():
     return tuple(tff.learning.models.ModelWeights.from_model(fn()) for fn in model_fns)
 
   return _compose(initial_models_fn, client_work, aggregator, finalizers)
+
+
+def _sampling_config(sampling: str) -> multi_model_types.Sampling:
+  """The `multi_model_types.Sampling` named `sampling`, or a ValueError."""
+  if sampling not in multi_model_types.SAMPLINGS:
+    raise ValueError(
+      f'sampling must be one of {", ".join(multi_model_types.SAMPLINGS)}, got {sampling!r}.'
+    )
+  return multi_model_types.SAMPLINGS[sampling]
+
+
+def _check_client_learning_rates(rates, num_models: int) -> list[float]:
+  """One positive rate per model, from one rate for all or a sequence (`num_models` > 0)."""
+  if num_models == 0:
+    raise ValueError('model_fns is empty: give at least one model builder.')
+  if isinstance(rates, (int, float, np.integer, np.floating)):
+    rates = [rates] * num_models
+  rates = [validation.positive_number('client_learning_rates', r) for r in rates]
+  if len(rates) != num_models:
+    raise ValueError(
+      f'{len(rates)} client learning rates for {num_models} '
+      'models: give one rate, or one per model.'
+    )
+  return rates
+
+
+def _check_max_rescaling_steps(value) -> None:
+  """A ValueError unless `value` is a non-negative integer."""
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+    raise ValueError(f'max_rescaling_steps must be a non-negative integer, got {value!r}.')
+
+
+def _sgd_finalizers(weights_types, server_learning_rate: float) -> list:
+  """TFF's SGD finalizer per model. TFF's skips a non-finite aggregate by default; this process
+  applies every one, as it always has (the clients already zero non-finite updates)."""
+  return [
+    tff.learning.templates.build_apply_optimizer_finalizer(
+      tff.learning.optimizers.build_sgdm(server_learning_rate),
+      weights_type,
+      should_reject_update=lambda *_: (False, collections.OrderedDict()),
+    )
+    for weights_type in weights_types
+  ]
 
 
 def _compose(

@@ -87,17 +87,7 @@ def build_assignment_aggregator(
 
   def aggregate(assignment: _Assignment, updates):
     sums = [tff.federated_sum(update.update) for update in updates]
-    counts = protocol.sum_counts(
-      tff.federated_map(
-        _client_counts,
-        (
-          assignment.info,
-          assignment.choice,
-          tff.federated_zip(tuple(update.non_finite for update in updates)),
-        ),
-      ),
-      secure,
-    )
+    counts = _sum_counts(assignment, updates, secure)
     measurements = collections.OrderedDict(
       cohort_size=assignment.cohort_size,
       uploads=counts.uploads,
@@ -229,6 +219,15 @@ def _client_counts(info, choice, non_finite_updates):
     non_finite_signals=info['non_finite'],
     non_finite_updates=tf.add_n(list(non_finite_updates)),
   )
+
+
+def _sum_counts(assignment: _Assignment, updates, secure: bool):
+  """The count measurements @SERVER: `_client_counts` summed over the clients."""
+  non_finite_updates = tff.federated_zip(tuple(update.non_finite for update in updates))
+  counts = tff.federated_map(
+    _client_counts, (assignment.info, assignment.choice, non_finite_updates)
+  )
+  return protocol.sum_counts(counts, secure)
 
 
 def _variance_measurements(

@@ -179,6 +179,17 @@ def build_loss_probe(
   return probe
 
 
+def sketch_computation(update_type, sketch_size: int, sketch_seed: int) -> tff.Computation:
+  """``U -> float32[sketch_size]``: the count sketch of a model update, flattened."""
+
+  @tff.tensorflow.computation(update_type)
+  def sketch(update):
+    flat = tf.concat([tf.reshape(tf.cast(t, tf.float32), [-1]) for t in tf.nest.flatten(update)], 0)
+    return count_sketch_tf(flat, sketch_size, sketch_seed)
+
+  return sketch
+
+
 def build_signals_client_work(
   model_fn: Callable[[], tff.learning.models.VariableModel],
   client_optimizer_fn: tff.learning.optimizers.Optimizer,
@@ -223,15 +234,7 @@ def build_signals_client_work(
   client_loss = (
     client_loss_computation(model_fn, weights_type, data_type) if client_losses else None
   )
-
-  if sketch_size is not None:
-
-    @tff.tensorflow.computation(update_type)
-    def sketch(update):
-      flat = tf.concat(
-        [tf.reshape(tf.cast(t, tf.float32), [-1]) for t in tf.nest.flatten(update)], 0
-      )
-      return count_sketch_tf(flat, sketch_size, sketch_seed)
+  sketch = sketch_computation(update_type, sketch_size, sketch_seed) if sketch_size else None
 
   @tff.federated_computation(
     inner.initialize.type_signature.result,
@@ -243,7 +246,7 @@ def build_signals_client_work(
     meta = tff.federated_map(read_meta, data.meta)
     update = inner_output.result.update
     signals = collections.OrderedDict()
-    if sketch_size is not None:
+    if sketch is not None:
       sketches = tff.federated_map(sketch, update)
       signals[contract.UPDATE_SKETCH] = gather_by_slot(meta.slot, sketches, sketch_size)
     if client_loss is not None:

@@ -4,6 +4,7 @@ on a public dataset, once; ``docs/lefl.md`` has the details."""
 from __future__ import annotations
 
 from collections.abc import Callable
+import functools
 
 from absl import logging
 import numpy as np
@@ -11,9 +12,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_sampling import communication
-from tff_sampling import randomness
 from tff_sampling.learning import graph_probe
-from tff_sampling.learning import signals
 from tff_sampling.task import Task
 
 MODEL_OUTPUTS = ('logits', 'probabilities')
@@ -123,57 +122,50 @@ def build_soft_label_probe(
       "'logits' for models whose loss takes logits (from_logits=True), "
       "'probabilities' for models that end in a softmax."
     )
-
-  with tf.Graph().as_default():  # Keep the probe model's variables out of the eager context.
-    model = model_fn()
-    batch_spec = model.input_spec
-    weights_type = tff.learning.models.weights_type_from_model(model)
-    inputs_spec = graph_probe.model_inputs_spec(batch_spec)
-    example_shape, output_shape = graph_probe.model_output_shape(model, inputs_spec)
-  public_type = tff.TensorType(inputs_spec.dtype.as_numpy_dtype, [None] + example_shape.as_list())
-
-  data_type = tff.SequenceType(tff.types.tensorflow_to_type(batch_spec))
-  client_data_type, read_meta = signals.slot_client_data(data_type)
-
-  def probabilities(model, public):
-    outputs = tf.cast(model.predict_on_batch(public, training=False), tf.float32)
-    return tf.nn.softmax(outputs, axis=-1) if model_outputs == 'logits' else outputs
-
-  @tff.tensorflow.computation(weights_type, data_type, public_type)
-  def client_soft_labels_fn(weights, dataset, public):
-    model = model_fn()
-
-    @tf.function
-    def run(weights, dataset, public):
-      update = graph_probe.local_sgd(model, weights, dataset, learning_rate)
-      local = probabilities(model, public)
-      finite = tf.logical_and(
-        tf.reduce_all(tf.math.is_finite(update)), tf.reduce_all(tf.math.is_finite(local))
-      )
-
-      def global_probabilities():
-        graph_probe.assign_model_weights(model, weights)
-        return probabilities(model, public)
-
-      soft_labels = tf.cond(finite, lambda: local, global_probabilities)
-      return tf.reshape(soft_labels, [-1])
-
-    return run(weights, dataset, public)
-
-  @tff.federated_computation(
-    tff.FederatedType(weights_type, tff.SERVER),
-    tff.FederatedType(public_type, tff.SERVER),
-    tff.FederatedType(client_data_type, tff.CLIENTS),
+  types = graph_probe.probe_types(model_fn, model_inputs=True)
+  local_soft_labels = functools.partial(
+    _local_soft_labels, learning_rate=learning_rate, model_outputs=model_outputs
   )
+
+  @tff.tensorflow.computation(types.weights, types.data, types.inputs)
+  def client_soft_labels_fn(weights, dataset, public):
+    return graph_probe.on_fresh_model(model_fn, local_soft_labels, weights, dataset, public)
+
+  @tff.federated_computation(*types.federated_parameters())
   def probe(weights, public, data):
     soft_labels = tff.federated_map(
       client_soft_labels_fn,
       (tff.federated_broadcast(weights), data.data, tff.federated_broadcast(public)),
     )
-    meta = tff.federated_map(read_meta, data.meta)
-    return _gather_flat_by_slot(meta.slot, soft_labels, output_shape)
+    meta = tff.federated_map(types.read_meta, data.meta)
+    return _gather_flat_by_slot(meta.slot, soft_labels, types.output_shape)
 
   return probe
+
+
+def _probabilities(model, inputs, model_outputs: str) -> tf.Tensor:
+  """The model's ``float32`` probabilities on `inputs` (a softmax of its logits, by default)."""
+  outputs = tf.cast(model.predict_on_batch(inputs, training=False), tf.float32)
+  return tf.nn.softmax(outputs, axis=-1) if model_outputs == 'logits' else outputs
+
+
+def _local_soft_labels(model, weights, dataset, public, *, learning_rate, model_outputs):
+  """A client's flattened soft labels after `graph_probe.local_sgd`; call in a `tf.function`.
+
+  The broadcast model's soft labels if the local model is non-finite.
+  """
+  update = graph_probe.local_sgd(model, weights, dataset, learning_rate)
+  local = _probabilities(model, public, model_outputs)
+  finite = tf.logical_and(
+    tf.reduce_all(tf.math.is_finite(update)), tf.reduce_all(tf.math.is_finite(local))
+  )
+
+  def global_probabilities():
+    graph_probe.assign_model_weights(model, weights)
+    return _probabilities(model, public, model_outputs)
+
+  soft_labels = tf.cond(finite, lambda: local, global_probabilities)
+  return tf.reshape(soft_labels, [-1])
 
 
 def _task_model_outputs(task: Task) -> str:
@@ -290,49 +282,40 @@ def client_soft_labels(
   """
   learning_rate = graph_probe.check_client_learning_rate(client_learning_rate)
   pretrain_epochs = graph_probe.check_positive_int('pretrain_epochs', pretrain_epochs)
-  chunk_size = graph_probe.check_positive_int('chunk_size', chunk_size)
-  if client_steps is not None:
-    client_steps = graph_probe.check_positive_int('client_steps', client_steps)
+  chunk_size, client_steps = graph_probe.check_chunk_and_steps(chunk_size, client_steps)
   inputs = check_public_inputs(task, public_inputs)
   model_outputs = _task_model_outputs(task)
   probe = build_soft_label_probe(
     task.model_fn, client_learning_rate=learning_rate, model_outputs=model_outputs
   )
-
-  def stream(client):
-    shuffle_seed = randomness.client_shuffle_seed(seed, 0, client)
-    if client_steps is not None:
-      return task.client_dataset(client, shuffle_seed, steps=pretrain_epochs * client_steps)
-    dataset = task.client_dataset(client, shuffle_seed)
-    return dataset.repeat(pretrain_epochs) if pretrain_epochs > 1 else dataset
-
-  rows = []
-  for start in range(0, task.num_clients, chunk_size):
-    clients = range(start, min(start + chunk_size, task.num_clients))
-    data = signals.selection_client_data([stream(c) for c in clients], [1.0] * len(clients))
-    rows.append(np.asarray(probe(model_weights, inputs, data), np.float32))
-  soft_labels = np.concatenate(rows)
-
+  steps = None if client_steps is None else pretrain_epochs * client_steps
+  outputs = graph_probe.probe_population(
+    task, probe, (model_weights, inputs), seed, chunk_size, steps=steps, passes=pretrain_epochs
+  )
+  soft_labels = np.concatenate([np.asarray(output, np.float32) for output in outputs])
   if learning_rate > 0:
-    keras_model = task.keras_model_fn(0)
-    model_weights.assign_weights_to(keras_model)
-    outputs = np.asarray(keras_model(inputs, training=False), np.float32)
-    global_labels = (
-      tf.nn.softmax(outputs, axis=-1).numpy() if model_outputs == 'logits' else outputs
-    )
-    unchanged = np.flatnonzero(
-      np.all(np.abs(soft_labels - global_labels).reshape(task.num_clients, -1) <= 1e-6, axis=1)
-    )
-    if unchanged.size:
-      logging.warning(
-        "%d of %d clients report the global model's soft labels (within 1e-6), e.g. %s: "
-        'no training data, a non-finite local model (lower the client learning rate), '
-        'or too little local training to move the model.',
-        unchanged.size,
-        task.num_clients,
-        task.client_ids[unchanged[0]],
-      )
+    _warn_unchanged_clients(task, model_weights, inputs, soft_labels, model_outputs)
   return soft_labels
+
+
+def _warn_unchanged_clients(task: Task, model_weights, inputs, soft_labels, model_outputs) -> None:
+  """Logs clients whose soft labels are within 1e-6 of the global model's."""
+  keras_model = task.keras_model_fn(0)
+  model_weights.assign_weights_to(keras_model)
+  outputs = np.asarray(keras_model(inputs, training=False), np.float32)
+  global_labels = tf.nn.softmax(outputs, axis=-1).numpy() if model_outputs == 'logits' else outputs
+  unchanged = np.flatnonzero(
+    np.all(np.abs(soft_labels - global_labels).reshape(task.num_clients, -1) <= 1e-6, axis=1)
+  )
+  if unchanged.size:
+    logging.warning(
+      "%d of %d clients report the global model's soft labels (within 1e-6), e.g. %s: "
+      'no training data, a non-finite local model (lower the client learning rate), '
+      'or too little local training to move the model.',
+      unchanged.size,
+      task.num_clients,
+      task.client_ids[unchanged[0]],
+    )
 
 
 def preprocessing_bits(
