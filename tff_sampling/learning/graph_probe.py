@@ -296,7 +296,7 @@ def build_graph_probe(
   learning_rate = check_client_learning_rate(client_learning_rate)
   sketch_size = check_positive_int('sketch_size', sketch_size)
   types = probe_types(model_fn, model_inputs=with_embedding, check_inputs=_check_real_inputs)
-  embedding_size = types.output_shape.num_elements() if with_embedding else None
+  embedding_size = None if types.output_shape is None else types.output_shape.num_elements()
 
   def local_probe(model, weights, dataset, noise):
     """Local SGD from `weights`, then (embedding or None, sketch); zeros if non-finite."""
@@ -313,7 +313,7 @@ def build_graph_probe(
     )
     return embedding, sketch
 
-  if with_embedding:
+  if embedding_size is not None:
     return _embedding_probe(model_fn, types, local_probe, embedding_size, sketch_size)
   return _sketch_probe(model_fn, types, local_probe, sketch_size)
 

@@ -246,7 +246,7 @@ def build_signals_client_work(
     meta = tff.federated_map(read_meta, data.meta)
     update = inner_output.result.update
     signals = collections.OrderedDict()
-    if sketch is not None:
+    if sketch_size:
       sketches = tff.federated_map(sketch, update)
       signals[contract.UPDATE_SKETCH] = gather_by_slot(meta.slot, sketches, sketch_size)
     if client_loss is not None:
