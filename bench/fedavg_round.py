@@ -11,8 +11,10 @@ at most 1.3x.
 
 The workload: `--clients` clients (default 32) holding `--examples` (default
 4,800) synthetic FEMNIST-shaped examples in total (28x28x1 float32 images in
-[0, 1], 10 labels), client sizes drawn from a seeded lognormal; the McMahan CNN
-of ``tasks.models.mcmahan_cnn``; batch 20, one local epoch, client SGD at 0.1,
+[0, 1], 10 labels), client sizes drawn from a seeded lognormal, or with `--leaf_dir`
+the first `--clients` writers of a LEAF FEMNIST directory with their own examples (62
+labels); `--model`: the McMahan CNN (default), the 2NN, an FFNN or logistic regression
+(``bench.fedavg_workload.MODELS``); batch 20, one local epoch, client SGD at 0.1,
 server SGD at 1.0.
 
 TFF is timed with both client loop implementations of
@@ -64,7 +66,6 @@ import tensorflow_federated as tff
 
 from bench import fedavg_workload
 from bench import stats
-from tasks import models
 
 BENCHMARK_NAME = 'fedavg_round'
 PLAIN_TF = 'plain_tf'
@@ -115,6 +116,18 @@ flags.register_validator(
   lambda values: bool(values) and all(v in {loop.value for loop in TffLoop} for v in values),
   message=f'--tff_loops takes a non-empty list of {[loop.value for loop in TffLoop]}.',
 )
+_MODEL = flags.DEFINE_enum(
+  'model',
+  'cnn',
+  list(fedavg_workload.MODELS),
+  'The model: the McMahan CNN or 2NN, an FFNN (784-128) or logistic regression.',
+)
+_LEAF_DIR = flags.DEFINE_string(
+  'leaf_dir',
+  '',
+  'A LEAF FEMNIST directory (train/, test/ JSON): its first --clients writers, in id order, '
+  'with their own examples (--examples is then unused), instead of synthetic data.',
+)
 _TARGET_RATIO = flags.DEFINE_float(
   'target_ratio', 1.3, 'Target for the median per-round ratio TFF / plain TF.'
 )
@@ -151,6 +164,8 @@ class BenchmarkConfig:
   server_learning_rate: float = 1.0
   seed: int = 0
   tff_loops: tuple[TffLoop, ...] = (TffLoop.REDUCE, TffLoop.ITERATOR)
+  model: str = 'cnn'
+  leaf_dir: str = ''  # Real FEMNIST writers from this LEAF directory instead of synthetic data.
   target_ratio: float = 1.3
   agreement_tolerance: float = 1e-3
   agreement_steps: int = 4
@@ -164,6 +179,8 @@ class BenchmarkConfig:
         f'total_examples ({self.total_examples}) must be at least num_clients '
         f'({self.num_clients}): every client needs one example.'
       )
+    if self.model not in fedavg_workload.MODELS:
+      raise ValueError(f'model must be one of {list(fedavg_workload.MODELS)}, got {self.model!r}.')
     if not self.tff_loops or len(set(self.tff_loops)) != len(self.tff_loops):
       raise ValueError(f'tff_loops must be non-empty and distinct, got {self.tff_loops!r}.')
     for name in (
@@ -178,10 +195,20 @@ class BenchmarkConfig:
   @property
   def tag(self) -> str:
     """Benchmark name with the workload, so CSV rows of different sizes never mix."""
-    return (
-      f'{BENCHMARK_NAME}/clients={self.num_clients},examples={self.total_examples},'
-      f'batch={self.batch_size}'
-    )
+    data = 'leaf_femnist' if self.leaf_dir else f'examples={self.total_examples}'
+    model = '' if self.model == 'cnn' else f',model={self.model}'
+    return f'{BENCHMARK_NAME}/clients={self.num_clients},{data},batch={self.batch_size}{model}'
+
+  @property
+  def num_classes(self) -> int:
+    return fedavg_workload.FEMNIST_CLASSES if self.leaf_dir else fedavg_workload.NUM_CLASSES
+
+  def client_arrays(self) -> list:
+    """The clients' examples: the LEAF directory's first writers, or synthetic."""
+    if self.leaf_dir:
+      return fedavg_workload.leaf_client_arrays(self.leaf_dir, self.num_clients)
+    sizes = fedavg_workload.client_sizes(self.num_clients, self.total_examples, self.seed)
+    return fedavg_workload.synthetic_client_arrays(sizes, self.seed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,9 +274,9 @@ class BenchmarkResult:
 def build_tff_process(
   element_spec, config: BenchmarkConfig, loop: TffLoop
 ) -> tff.learning.templates.LearningProcess:
-  """TFF's weighted FedAvg over the McMahan CNN (example weighting, SGD both sides)."""
+  """TFF's weighted FedAvg over the model (example weighting, SGD both sides)."""
   return tff.learning.algorithms.build_weighted_fed_avg(
-    fedavg_workload.tff_model_fn(element_spec, config.seed),
+    fedavg_workload.tff_model_fn(element_spec, config.seed, config.model, config.num_classes),
     client_optimizer_fn=tff.learning.optimizers.build_sgdm(config.client_learning_rate),
     server_optimizer_fn=tff.learning.optimizers.build_sgdm(config.server_learning_rate),
     loop_implementation=loop.loop_implementation,
@@ -293,10 +320,9 @@ def _tff_weights(process, state) -> list[np.ndarray]:
 
 def run_benchmark(config: BenchmarkConfig) -> BenchmarkResult:
   """Warms up and checks every implementation, then times `config.rounds` rounds each."""
-  sizes = fedavg_workload.client_sizes(config.num_clients, config.total_examples, config.seed)
-  datasets = fedavg_workload.client_datasets(
-    fedavg_workload.synthetic_client_arrays(sizes, config.seed), config.batch_size
-  )
+  arrays = config.client_arrays()
+  sizes = np.array([len(a['y']) for a in arrays], np.int64)
+  datasets = fedavg_workload.client_datasets(arrays, config.batch_size)
   check_datasets = [d.take(config.agreement_steps) for d in datasets]
   logging.info(
     '%d clients, %d examples, sizes %d..%d, %d SGD steps per round',
@@ -314,7 +340,7 @@ def run_benchmark(config: BenchmarkConfig) -> BenchmarkResult:
     logging.info('Building TFF process (%s)', loop.label)
     processes[loop.label] = build_tff_process(datasets[0].element_spec, config, loop)
   plain = fedavg_workload.PlainFedAvg(
-    models.mcmahan_cnn(fedavg_workload.NUM_CLASSES, config.seed),
+    fedavg_workload.MODELS[config.model](config.num_classes, config.seed),
     client_learning_rate=config.client_learning_rate,
     server_learning_rate=config.server_learning_rate,
   )
@@ -388,7 +414,8 @@ def format_table(result: BenchmarkResult) -> str:
   sizes = np.asarray(result.client_sizes)
   lines = [
     f'FedAvg round: {len(sizes)} clients, {sizes.sum()} examples '
-    f'(sizes {sizes.min()}..{sizes.max()}), McMahan CNN, batch {config.batch_size}, '
+    f'(sizes {sizes.min()}..{sizes.max()}{", LEAF FEMNIST" if config.leaf_dir else ""}), '
+    f'model {config.model}, batch {config.batch_size}, '
     f'{config.rounds} timed blocks; TFF/plain: median per-block ratio and bootstrap 95% CI',
     f'{"implementation":<24}{"median s":>10}{"min s":>10}{"max s":>10}{"TFF/plain":>11}'
     f'{"95% CI":>22}{"target":>8}  verdict',
@@ -521,6 +548,8 @@ def main(argv: Sequence[str]) -> None:
       server_learning_rate=_SERVER_LEARNING_RATE.value,
       seed=_SEED.value,
       tff_loops=tuple(loops),
+      model=_MODEL.value,
+      leaf_dir=_LEAF_DIR.value,
       target_ratio=_TARGET_RATIO.value,
       agreement_tolerance=_TOLERANCE.value,
       agreement_steps=_AGREEMENT_STEPS.value,

@@ -1,5 +1,5 @@
 """The workload of the FedAvg-round benchmark and the plain-TF loop it is compared with:
-client sizes and synthetic (or real) client arrays, the model for TFF, and `PlainFedAvg`, the
+client sizes and synthetic (or real LEAF FEMNIST) client arrays, the models, and `PlainFedAvg`, the
 same SGD steps and example-weighted average written as a plain TensorFlow loop."""
 
 from __future__ import annotations
@@ -11,9 +11,19 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tasks import leaf_json
 from tasks import models
 
 NUM_CLASSES = 10
+FEMNIST_CLASSES = 62
+# The benchmark's models: the McMahan CNN and the small models of the papers' FEMNIST runs
+# (the 2NN; LEFL's 784-128 FFNN; logistic regression, a dense layer on the pixels).
+MODELS: dict[str, Callable[[int, int], tf.keras.Model]] = {
+  'cnn': models.mcmahan_cnn,
+  '2nn': models.mcmahan_2nn,
+  'ffnn': models.image_ffnn,
+  'logreg': lambda num_classes, seed: models.image_ffnn(num_classes, seed, hidden=()),
+}
 
 
 IMAGE_SHAPE = (28, 28, 1)
@@ -63,6 +73,23 @@ def synthetic_client_arrays(
   return arrays
 
 
+def leaf_client_arrays(
+  directory: str, num_clients: int
+) -> list[collections.OrderedDict[str, np.ndarray]]:
+  """The training examples of the first `num_clients` writers (by id) of a LEAF FEMNIST
+  directory, shaped as `synthetic_client_arrays` (62 labels)."""
+  writers = leaf_json.read_leaf(directory, 'femnist')['train']
+  if num_clients > len(writers):
+    raise ValueError(
+      f'{directory} holds {len(writers)} writers, fewer than --clients={num_clients}; '
+      f'choose --clients <= {len(writers)}.'
+    )
+  return [
+    collections.OrderedDict(x=w['pixels'][..., np.newaxis], y=w['label'])
+    for w in list(writers.values())[:num_clients]
+  ]
+
+
 def client_datasets(
   arrays: Sequence[Mapping[str, np.ndarray]], batch_size: int
 ) -> list[tf.data.Dataset]:
@@ -76,12 +103,14 @@ def loss_fn() -> tf.keras.losses.Loss:
   return tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
-def tff_model_fn(element_spec, seed: int) -> Callable[[], tff.learning.models.VariableModel]:
-  """Builds the benchmark's TFF model: the McMahan CNN with seeded initial weights."""
+def tff_model_fn(
+  element_spec, seed: int, model: str = 'cnn', num_classes: int = NUM_CLASSES
+) -> Callable[[], tff.learning.models.VariableModel]:
+  """Builds the benchmark's TFF model: `MODELS[model]` with seeded initial weights."""
 
   def model_fn() -> tff.learning.models.VariableModel:
     return tff.learning.models.from_keras_model(
-      models.mcmahan_cnn(NUM_CLASSES, seed), loss=loss_fn(), input_spec=element_spec
+      MODELS[model](num_classes, seed), loss=loss_fn(), input_spec=element_spec
     )
 
   return model_fn

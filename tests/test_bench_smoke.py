@@ -7,6 +7,8 @@ tolerance. Plus fast checks of the pieces the numbers rest on.
 """
 
 import csv
+from dataclasses import replace as dataclasses_replace
+import json
 import math
 import re
 
@@ -30,6 +32,41 @@ _TOLERANCE = 1e-3
 def parsed_flags():
   if not flags.FLAGS.is_parsed():
     flags.FLAGS.mark_as_parsed()
+
+
+def _leaf_femnist(root, counts):
+  """A LEAF FEMNIST folder whose writer ``w<i>`` holds ``counts[i]`` training examples."""
+  rng = np.random.default_rng(0)
+  for split, sizes in (('train', counts), ('test', [1] * len(counts))):
+    users = [f'w{i}' for i in range(len(sizes))]
+    data = {
+      'users': users,
+      'num_samples': list(sizes),
+      'user_data': {
+        u: {'x': rng.uniform(size=(n, 784)).tolist(), 'y': rng.integers(0, 62, n).tolist()}
+        for u, n in zip(users, sizes)
+      },
+    }
+    (root / split).mkdir(parents=True)
+    (root / split / f'{split}.json').write_text(json.dumps(data))
+  return str(root)
+
+
+def test_real_writers_and_a_small_model(tmp_path):
+  leaf_dir = _leaf_femnist(tmp_path / 'leaf', [7, 3, 5])
+  config = fedavg_round.BenchmarkConfig(
+    rounds=1, num_clients=2, model='2nn', leaf_dir=leaf_dir, agreement_steps=1
+  )
+  assert config.tag == 'fedavg_round/clients=2,leaf_femnist,batch=20,model=2nn'
+  assert config.num_classes == 62
+  result = fedavg_round.run_benchmark(config)
+  np.testing.assert_array_equal(result.client_sizes, [7, 3])  # The first two writers, by id.
+  assert all(result.agreement_ok(label) for label in result.agreement)
+  assert 'model 2nn' in fedavg_round.format_table(result)
+  with pytest.raises(ValueError, match='holds 3 writers, fewer than --clients=4'):
+    dataclasses_replace(config, num_clients=4).client_arrays()
+  with pytest.raises(ValueError, match="model must be one of .*got 'vgg'"):
+    fedavg_round.BenchmarkConfig(model='vgg')
 
 
 def test_main_tiny_configuration(parsed_flags, tmp_path, capfd):
