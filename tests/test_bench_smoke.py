@@ -10,6 +10,7 @@ import csv
 from dataclasses import replace as dataclasses_replace
 import json
 import math
+import os
 import re
 
 from absl import flags
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 import tff_sqlite_fixtures
 
+from bench import client_data_transfer
 from bench import fedavg_round
 from bench import fedavg_workload
 from bench import fedgs as bench_fedgs
@@ -67,6 +69,23 @@ def test_real_writers_and_a_small_model(tmp_path):
     dataclasses_replace(config, num_clients=4).client_arrays()
   with pytest.raises(ValueError, match="model must be one of .*got 'vgg'"):
     fedavg_round.BenchmarkConfig(model='vgg')
+
+
+def test_client_files_read_in_the_worker_give_what_the_datasets_give(tmp_path):
+  arrays = fedavg_workload.leaf_client_arrays(_leaf_femnist(tmp_path / 'leaf', [7, 3, 25]), 3)
+  datasets = fedavg_workload.client_datasets(arrays, 20)
+  folder = tmp_path / 'files'
+  folder.mkdir()
+  prefixes = client_data_transfer.write_client_files(arrays, str(folder))
+  assert sorted(os.listdir(folder)) == sorted(
+    f'client_{i}_{key}' for i in range(3) for key in ('x', 'y')
+  )
+  sent = client_data_transfer.from_python(datasets[0].element_spec)(datasets)
+  read = client_data_transfer.from_files()(prefixes)
+  pixels = sum(np.sum(a['x'], dtype=np.float64) for a in arrays)
+  assert int(sent['examples']) == int(read['examples']) == 35
+  assert float(sent['pixel_sum']) == float(read['pixel_sum'])
+  assert float(read['pixel_sum']) == pytest.approx(pixels, rel=1e-12)
 
 
 def test_main_tiny_configuration(parsed_flags, tmp_path, capfd):
