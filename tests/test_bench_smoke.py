@@ -88,6 +88,18 @@ def test_client_files_read_in_the_worker_give_what_the_datasets_give(tmp_path):
   assert float(read['pixel_sum']) == pytest.approx(pixels, rel=1e-12)
 
 
+def test_fed_avg_reading_client_files_trains_the_same_weights(tmp_path):
+  arrays = fedavg_workload.leaf_client_arrays(_leaf_femnist(tmp_path / 'leaf', [7, 3, 25]), 3)
+  datasets = fedavg_workload.client_datasets(arrays, 20)
+  folder = tmp_path / 'files'
+  folder.mkdir()
+  prefixes = client_data_transfer.write_client_files(arrays, str(folder))
+  # Raises SystemExit unless both FedAvg sides train identical weights.
+  measures = client_data_transfer.round_measures('logreg', datasets, prefixes)
+  assert sorted(measures) == ['files', 'plain_tf', 'python']
+  assert all(measure() > 0 for measure in measures.values())
+
+
 def test_main_tiny_configuration(parsed_flags, tmp_path, capfd):
   csv_path = tmp_path / 'bench.csv'
   with flagsaver.flagsaver(
