@@ -93,15 +93,21 @@ def write_client_files(arrays: Sequence, folder: str) -> list[str]:
   return prefixes
 
 
+def _read_client(prefix) -> tf.data.Dataset:
+  """A client's batched dataset from the two files `write_client_files` wrote (in TF)."""
+  x = tf.io.parse_tensor(tf.io.read_file(prefix + 'x'), tf.float32)
+  y = tf.io.parse_tensor(tf.io.read_file(prefix + 'y'), tf.int32)
+  x.set_shape([None, *fedavg_workload.IMAGE_SHAPE])
+  y.set_shape([None])
+  return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(x=x, y=y)).batch(_BATCH_SIZE)
+
+
 def from_files() -> tff.Computation:
   """The call with each client's file prefix as its argument; the worker reads the files."""
 
   @tff.tensorflow.computation(tff.TensorType(np.str_))
   def client_totals(prefix):
-    x = tf.io.parse_tensor(tf.io.read_file(prefix + 'x'), tf.float32)
-    y = tf.io.parse_tensor(tf.io.read_file(prefix + 'y'), tf.int32)
-    dataset = tf.data.Dataset.from_tensor_slices(collections.OrderedDict(x=x, y=y))
-    return _totals(dataset.batch(_BATCH_SIZE))
+    return _totals(_read_client(prefix))
 
   @tff.federated_computation(tff.FederatedType(np.str_, tff.CLIENTS))
   def call(prefixes):
@@ -112,17 +118,7 @@ def from_files() -> tff.Computation:
 
 def read_batches() -> tff.Computation:
   """A client's batched dataset from its file prefix, read inside the worker."""
-
-  @tff.tensorflow.computation(tff.TensorType(np.str_))
-  def read(prefix):
-    x = tf.io.parse_tensor(tf.io.read_file(prefix + 'x'), tf.float32)
-    y = tf.io.parse_tensor(tf.io.read_file(prefix + 'y'), tf.int32)
-    x.set_shape([None, *fedavg_workload.IMAGE_SHAPE])
-    y.set_shape([None])
-    dataset = tf.data.Dataset.from_tensor_slices(collections.OrderedDict(x=x, y=y))
-    return dataset.batch(_BATCH_SIZE)
-
-  return read
+  return tff.tensorflow.computation(_read_client, tff.TensorType(np.str_))
 
 
 def fed_avg(model: str, element_spec) -> tff.learning.templates.LearningProcess:
