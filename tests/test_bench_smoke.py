@@ -71,12 +71,19 @@ def test_real_writers_and_a_small_model(tmp_path):
     fedavg_round.BenchmarkConfig(model='vgg')
 
 
-def test_client_files_read_in_the_worker_give_what_the_datasets_give(tmp_path):
+@pytest.fixture
+def client_files(tmp_path):
+  """Three writers' arrays, their batched datasets, and the folder and file prefixes of the
+  files `write_client_files` wrote for them."""
   arrays = fedavg_workload.leaf_client_arrays(_leaf_femnist(tmp_path / 'leaf', [7, 3, 25]), 3)
-  datasets = fedavg_workload.client_datasets(arrays, 20)
   folder = tmp_path / 'files'
   folder.mkdir()
   prefixes = client_data_transfer.write_client_files(arrays, str(folder))
+  return arrays, fedavg_workload.client_datasets(arrays, 20), folder, prefixes
+
+
+def test_client_files_read_in_the_worker_give_what_the_datasets_give(client_files):
+  arrays, datasets, folder, prefixes = client_files
   assert sorted(os.listdir(folder)) == sorted(
     f'client_{i}_{key}' for i in range(3) for key in ('x', 'y')
   )
@@ -88,12 +95,8 @@ def test_client_files_read_in_the_worker_give_what_the_datasets_give(tmp_path):
   assert float(read['pixel_sum']) == pytest.approx(pixels, rel=1e-12)
 
 
-def test_fed_avg_reading_client_files_trains_the_same_weights(tmp_path):
-  arrays = fedavg_workload.leaf_client_arrays(_leaf_femnist(tmp_path / 'leaf', [7, 3, 25]), 3)
-  datasets = fedavg_workload.client_datasets(arrays, 20)
-  folder = tmp_path / 'files'
-  folder.mkdir()
-  prefixes = client_data_transfer.write_client_files(arrays, str(folder))
+def test_fed_avg_reading_client_files_trains_the_same_weights(client_files):
+  _, datasets, _, prefixes = client_files
   # Raises SystemExit unless both FedAvg sides train identical weights.
   measures = client_data_transfer.round_measures('logreg', datasets, prefixes)
   assert sorted(measures) == ['files', 'plain_tf', 'python']
