@@ -11,9 +11,9 @@ at most 1.3x.
 
 The workload: `--clients` clients (default 32) holding `--examples` (default
 4,800) synthetic FEMNIST-shaped examples in total (28x28x1 float32 images in
-[0, 1], 10 labels), client sizes drawn from a seeded lognormal, or with `--leaf_dir`
+[0, 1], 10 labels), client sizes drawn from a seeded lognormal, or with `--fedavg_leaf_dir`
 the first `--clients` writers of a LEAF FEMNIST directory with their own examples (62
-labels); `--model`: the McMahan CNN (default), the 2NN, an FFNN or logistic regression
+labels); `--fedavg_model`: the McMahan CNN (default), the 2NN, an FFNN or logistic regression
 (``bench.fedavg_workload.MODELS``); batch 20, one local epoch, client SGD at 0.1,
 server SGD at 1.0.
 
@@ -117,13 +117,13 @@ flags.register_validator(
   message=f'--tff_loops takes a non-empty list of {[loop.value for loop in TffLoop]}.',
 )
 _MODEL = flags.DEFINE_enum(
-  'model',
+  'fedavg_model',
   'cnn',
   list(fedavg_workload.MODELS),
   'The model: the McMahan CNN or 2NN, an FFNN (784-128) or logistic regression.',
 )
 _LEAF_DIR = flags.DEFINE_string(
-  'leaf_dir',
+  'fedavg_leaf_dir',
   '',
   'A LEAF FEMNIST directory (train/, test/ JSON): its first --clients writers, in id order, '
   'with their own examples (--examples is then unused), instead of synthetic data.',

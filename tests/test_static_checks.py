@@ -6,7 +6,7 @@ They run as tests so that `./run test` (and CI) enforce them:
 * ``ruff format --check .``: every file of the repository is formatted by ruff;
 * ``mypy``: the library's annotations are consistent (TensorFlow and TFF,
   which ship no types, are ``Any``);
-* the ``bin`` modules the tests import can be imported in one process (pytest
+* the ``bin`` and ``bench`` modules the tests import can be imported in one process (pytest
   collects every test module in each worker, so two of them defining the same
   absl flag break the whole suite, not one test).
 
@@ -52,13 +52,14 @@ def test_mypy_on_the_library(tmp_path):
   assert 'Success: no issues found' in proc.stdout, proc.stdout
 
 
-def test_the_bin_modules_the_tests_import_define_each_flag_once(tmp_path):
+def test_the_bin_and_bench_modules_the_tests_import_define_each_flag_once(tmp_path):
   imported = set()
   for path in glob.glob(os.path.join(_REPO, 'tests', '*.py')):
     with open(path) as f:
-      imported.update(re.findall(r'^from bin import (\w+)', f.read(), flags=re.MULTILINE))
-  assert {'experiment_jobs', 'fedavg'} <= imported  # The check reads the imports it should.
-  code = ''.join(f'from bin import {name}\n' for name in sorted(imported))
+      imported.update(re.findall(r'^from (bin|bench) import (\w+)', f.read(), flags=re.MULTILINE))
+  # The check reads the imports it should.
+  assert {('bin', 'experiment_jobs'), ('bin', 'fedavg'), ('bench', 'fedavg_round')} <= imported
+  code = ''.join(f'from {package} import {name}\n' for package, name in sorted(imported))
   proc = subprocess.run(
     [sys.executable, '-c', code], cwd=_REPO, capture_output=True, text=True, timeout=600
   )
