@@ -9,8 +9,9 @@ Each row sets a measurement against a reference measured **in the same run**
 | section | measurement / reference | target |
 |---|---|---|
 | ``fedavg`` | TFF FedAvg round (``DATASET_ITERATOR``, and TFF's default ``DATASET_REDUCE``) / the same SGD steps as a plain-TF loop (`bench.fedavg_round`) | ≤ 1.2 |
+| ``natural`` | with ``--suite_leaf_dir``: a small model's (2NN, FFNN, logistic regression) FedAvg round over a LEAF FEMNIST folder's writers, clients read in TFF's worker as the program reads them, and fed from Python as before / the same SGD steps as a plain-TF loop (`bench.natural_round`) | ≤ 1.3 (worker) |
 | ``processes`` | our sampling processes' round / TFF FedAvg's round: FedAvg with per-client signals (`build_fed_avg_with_signals`) with and without sketches, and as all runs built it before this suite (sketch + losses); optimal-sampling FedAvg, secure sums (`bench.optimal_sampling_round`) | ≤ 1.05 |
-| ``program`` | a ``digits`` round of the program loop (`tff_sampling.program.train_model`: selection, the TFF round, evaluation, metrics, checkpoints every 10 rounds) / the bare ``process.next``; checkpointing every round / every 10 | informational |
+| ``program`` | a ``digits`` round of the program loop as the benchmark grid runs it (`tff_sampling.program.train_model`: FedAvg with signals, MD sampling under LDF availability, the TFF round, evaluation every 5 rounds, metrics, a checkpoint every 20) / the bare ``process.next`` on the same cohort size; checkpointing every round / every 20 (informational) | ≤ 1.1 |
 | ``samplers`` | server-side work / one TFF FedAvg round of the ``fedavg`` workload: exact and approximate probabilities on 10⁶ norms (`bench.probabilities`), clustered Algorithm 2 at N = 3,400 (`bench.clustered`), FedGS's per-round selection at N = 3,400 and its one-time 3DG (`bench.fedgs`), LEFL's one-time KL + k-means and per-round selection at N = 1,000 (`bench.lefl`) | per round < 0.05 |
 | ``workers`` | one round split over 2 local TFF workers / one process (`bench.workers`) | informational |
 | ``memory`` | peak memory increase of a 1,000-slot ``digits`` round in slices of 100 clients / in one call (`bench.memory`) | informational |
@@ -58,16 +59,19 @@ from bench import fedavg_workload
 from bench import fedgs as bench_fedgs
 from bench import lefl as bench_lefl
 from bench import memory as bench_memory
+from bench import natural_round
 from bench import optimal_sampling_round
 from bench import probabilities as bench_probabilities
 from bench import stats
 from bench import workers as bench_workers
 import tasks
+from tff_sampling import availability as tff_availability
 from tff_sampling import probabilities
 from tff_sampling import program
 from tff_sampling import samplers
 from tff_sampling.learning import fedavg
 from tff_sampling.learning import signals
+from tff_sampling.runtime import results
 from tff_sampling.runtime import tff_context
 from tff_sampling.samplers import base
 from tff_sampling.samplers import clustered_similarity
@@ -75,7 +79,7 @@ from tff_sampling.samplers import fedgs_problem
 from tff_sampling.samplers import fedgs_solvers
 from tff_sampling.samplers import lefl
 
-SECTIONS = ('fedavg', 'processes', 'program', 'samplers', 'workers', 'memory')
+SECTIONS = ('fedavg', 'natural', 'processes', 'program', 'samplers', 'workers', 'memory')
 
 _ONLY = flags.DEFINE_list('only', list(SECTIONS), f'Sections to run, of {list(SECTIONS)}.')
 _PAIRS = flags.DEFINE_integer(
@@ -91,9 +95,17 @@ _CSV = flags.DEFINE_string(
   'suite_csv', 'bench_results.csv', 'Append the rows to this CSV file ("" for none).'
 )
 _QUICK = flags.DEFINE_bool('quick', False, 'Tiny workloads (smoke test only).')
+_LEAF_DIR = flags.DEFINE_string(
+  'suite_leaf_dir',
+  None,
+  'A LEAF FEMNIST folder: the natural section times small models on its writers '
+  '(without it the section is left out, and says so).',
+)
 
 ROUND_TARGET = 1.2
 PROCESS_TARGET = 1.05
+LOOP_TARGET = 1.1  # The loop's round as the benchmark grid runs it / the bare round.
+SMALL_MODEL_TARGET = 1.3  # A small model's round on real writers / plain TF.
 SAMPLER_SHARE_TARGET = 0.05
 _ROUND = 'FedAvg round'
 
@@ -121,7 +133,7 @@ class Sizes:
       lefl_clients=40,
       memory_cohort=12,
       memory_slice=4,
-      program_rounds=3,
+      program_rounds=4,
     )
 
 
@@ -274,10 +286,24 @@ def process_rows(sizes: Sizes, pairs: int) -> list[Row]:
 
 
 def program_rows(rounds: int, pairs: int) -> list[Row]:
-  """The program loop's per-round work beyond the TFF round, on ``digits`` (10 clients)."""
+  """The program loop's round as the benchmark grid runs it, on ``digits`` (100 clients,
+  cohort 10), against the bare TFF round of a cohort of 10.
+
+  The loop: FedAvg with signals (no sketch), MD sampling under LDF availability,
+  evaluation every 5 rounds and at the last, a checkpoint every 20 (and at the last),
+  metrics to CSV and TensorBoard; each round's clients read inside TFF's worker
+  (`tff_sampling.program.client_feed`). Its seconds a round are those of rounds 2 to
+  `rounds` (round 1 compiles the run's computations, once a run). The bare round:
+  the same process's ``next`` on 10 clients' inputs built once, before timing.
+  """
   task = tasks.get_task('digits')
-  process = fedavg.build_fed_avg(task.model_fn, client_learning_rate=0.1)
-  data = [task.client_dataset(c, 0) for c in range(10)]
+  process = signals.build_fed_avg_with_signals(
+    task.model_fn, client_learning_rate=0.1, sketch_size=None
+  )
+  sizes = np.asarray(task.client_num_examples)
+  data = signals.selection_client_data(
+    [task.client_dataset(c, 0) for c in range(10)], [float(s) for s in sizes[:10]]
+  )
   state = process.initialize()
 
   def bare() -> float:
@@ -288,36 +314,44 @@ def program_rows(rounds: int, pairs: int) -> list[Row]:
 
   def loop(checkpoint_every: int) -> Callable[[], float]:
     def measure() -> float:
+      availability = tff_availability.build_availability(
+        'LDF', 0.5, client_sizes=sizes, client_labels=task.client_label_histograms, seed=0
+      )
       with tempfile.TemporaryDirectory(prefix='bench_program_') as directory:
         result = program.train_model(
           task,
           process,
-          samplers.UniformSampler(10, seed=0),
+          samplers.MDSampler(10, seed=0),
           program.RunConfig(
             output_dir=os.path.join(directory, 'run'),
             rounds=rounds,
+            eval_every=5,
             checkpoint_every=checkpoint_every,
             hparams={'bench': 1},
           ),
+          availability=availability,
         )
-      return result.seconds / rounds
+        # Round 1 compiles the run's computations once: left out, as in a long run.
+        first = results.load_run(os.path.join(directory, 'run')).column('round_seconds')[1]
+      return (result.seconds - first) / (rounds - 1)
 
     return measure
 
-  seconds = stats.interleave({'bare': bare, 'every 10': loop(10), 'every 1': loop(1)}, pairs)
+  seconds = stats.interleave({'bare': bare, 'every 20': loop(20), 'every 1': loop(1)}, pairs)
   return [
     Row(
       'program',
-      'digits: loop round (eval each round, checkpoint every 10) / process.next',
-      seconds['every 10'],
+      'digits: grid round (signals, MD, LDF, eval every 5, checkpoint every 20) / process.next',
+      seconds['every 20'],
       seconds['bare'],
       's',
+      LOOP_TARGET,
     ),
     Row(
       'program',
-      'digits: loop round, checkpoint every round / every 10',
+      'digits: grid round, checkpoint every round / every 20',
       seconds['every 1'],
-      seconds['every 10'],
+      seconds['every 20'],
       's',
     ),
   ]
@@ -503,14 +537,50 @@ def csv_rows(rows: Sequence[Row], machine: Machine) -> list[dict[str, str]]:
   return out
 
 
-def run_suite(sections: Sequence[str], sizes: Sizes, pairs: int, expensive_pairs: int) -> list[Row]:
-  """Runs the sections in a fixed order (secure sums last: they change TFF's context)."""
+def natural_rows(leaf_dir: str, pairs: int) -> list[Row]:
+  """Small models' FedAvg rounds on a LEAF folder's writers (`bench.natural_round`): the
+  program's round, clients read in TFF's worker, and the round fed from Python, each
+  against the same SGD steps in plain TF."""
+  seconds = natural_round.run(leaf_dir, natural_round.SMALL_MODELS, pairs)
+  rows = []
+  for model, sides in seconds.items():
+    for side, how, target in (
+      ('fed', 'clients read in the worker', SMALL_MODEL_TARGET),
+      ('python', 'datasets from Python', None),
+    ):
+      rows.append(
+        Row(
+          'natural',
+          f'FEMNIST writers, {model}: TFF round, {how} / plain-TF loop',
+          sides[side],
+          sides['plain_tf'],
+          's',
+          target,
+        )
+      )
+  return rows
+
+
+def run_suite(
+  sections: Sequence[str],
+  sizes: Sizes,
+  pairs: int,
+  expensive_pairs: int,
+  leaf_dir: str | None = None,
+) -> list[Row]:
+  """Runs the sections in a fixed order (secure sums last: they change TFF's context);
+  ``natural`` only with `leaf_dir`."""
   unknown = set(sections) - set(SECTIONS)
   if unknown or not sections:
     raise ValueError(f'Unknown or no sections {sorted(unknown)}; choose from {list(SECTIONS)}.')
   rows: list[Row] = []
   if 'fedavg' in sections:
     rows += fedavg_rows(sizes, pairs)
+  if 'natural' in sections:
+    if leaf_dir:
+      rows += natural_rows(leaf_dir, pairs)
+    else:
+      logging.info('The natural section needs --suite_leaf_dir (a LEAF FEMNIST folder): left out.')
   if 'workers' in sections:
     rows += worker_rows(sizes, pairs)
   if 'memory' in sections:
@@ -536,7 +606,7 @@ def main(argv: Sequence[str]) -> None:
   try:
     if _CSV.value:
       fedavg_round.append_csv(_CSV.value, [])  # Checks the file's columns before the run.
-    rows = run_suite(_ONLY.value, sizes, _PAIRS.value, _EXPENSIVE_PAIRS.value)
+    rows = run_suite(_ONLY.value, sizes, _PAIRS.value, _EXPENSIVE_PAIRS.value, _LEAF_DIR.value)
   except ValueError as e:
     raise app.UsageError(str(e)) from e
   print(format_table(rows, machine))

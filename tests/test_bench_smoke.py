@@ -10,7 +10,6 @@ import csv
 from dataclasses import replace as dataclasses_replace
 import json
 import math
-import os
 import re
 
 from absl import flags
@@ -19,11 +18,11 @@ import numpy as np
 import pytest
 import tff_sqlite_fixtures
 
-from bench import client_data_transfer
 from bench import fedavg_round
 from bench import fedavg_workload
 from bench import fedgs as bench_fedgs
 from bench import in_memory_clients
+from bench import natural_round
 from bench import seeds_per_call
 from tasks import models
 
@@ -71,36 +70,15 @@ def test_real_writers_and_a_small_model(tmp_path):
     fedavg_round.BenchmarkConfig(model='vgg')
 
 
-@pytest.fixture
-def client_files(tmp_path):
-  """Three writers' arrays, their batched datasets, and the folder and file prefixes of the
-  files `write_client_files` wrote for them."""
-  arrays = fedavg_workload.leaf_client_arrays(_leaf_femnist(tmp_path / 'leaf', [7, 3, 25]), 3)
-  folder = tmp_path / 'files'
-  folder.mkdir()
-  prefixes = client_data_transfer.write_client_files(arrays, str(folder))
-  return arrays, fedavg_workload.client_datasets(arrays, 20), folder, prefixes
-
-
-def test_client_files_read_in_the_worker_give_what_the_datasets_give(client_files):
-  arrays, datasets, folder, prefixes = client_files
-  assert sorted(os.listdir(folder)) == sorted(
-    f'client_{i}_{key}' for i in range(3) for key in ('x', 'y')
-  )
-  sent = client_data_transfer.from_python(datasets[0].element_spec)(datasets)
-  read = client_data_transfer.from_files()(prefixes)
-  pixels = sum(np.sum(a['x'], dtype=np.float64) for a in arrays)
-  assert int(sent['examples']) == int(read['examples']) == 35
-  assert float(sent['pixel_sum']) == float(read['pixel_sum'])
-  assert float(read['pixel_sum']) == pytest.approx(pixels, rel=1e-12)
-
-
-def test_fed_avg_reading_client_files_trains_the_same_weights(client_files):
-  _, datasets, _, prefixes = client_files
-  # Raises SystemExit unless both FedAvg sides train identical weights.
-  measures = client_data_transfer.round_measures('logreg', datasets, prefixes)
-  assert sorted(measures) == ['files', 'plain_tf', 'python']
-  assert all(measure() > 0 for measure in measures.values())
+def test_natural_rounds_read_in_the_worker_train_what_plain_tf_trains(tmp_path):
+  leaf_dir = _leaf_femnist(tmp_path / 'leaf', [7, 3, 25])
+  # Raises SystemExit unless the fed and python sides train identical weights and
+  # plain TF the same within the tolerance.
+  seconds = natural_round.run(leaf_dir, ['logreg'], pairs=2)
+  assert sorted(seconds['logreg']) == ['fed', 'plain_tf', 'python']
+  assert all(len(v) == 2 and np.all(v > 0) for v in seconds['logreg'].values())
+  with pytest.raises(ValueError, match=r"Unknown models \['cnn'\]; choose among 2nn"):
+    natural_round.run(leaf_dir, ['cnn'], pairs=2)
 
 
 def test_main_tiny_configuration(parsed_flags, tmp_path, capfd):

@@ -61,10 +61,14 @@ def _client_member(process: tff.templates.MeasuredProcess):
 
 def takes_client_input(process: tff.templates.MeasuredProcess) -> bool:
   """Whether `process.next` takes the client-input struct rather than plain datasets."""
-  member = _client_member(process)
+  return is_client_input(_client_member(process))
+
+
+def is_client_input(client_type: tff.Type) -> bool:
+  """Whether `client_type` (one client's data) is the client-input struct ``<data, meta>``."""
   return (
-    isinstance(member, tff.StructType)
-    and tuple(name for name, _ in tff.structure.iter_elements(member)) == CLIENT_INPUT_FIELDS
+    isinstance(client_type, tff.StructType)
+    and tuple(name for name, _ in tff.structure.iter_elements(client_type)) == CLIENT_INPUT_FIELDS
   )
 
 

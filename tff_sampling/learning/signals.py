@@ -22,10 +22,11 @@ META_TYPE = tff.StructWithPythonType(
 )
 
 
-def client_data(dataset: tf.data.Dataset, slot: int, weight: float) -> collections.OrderedDict:
-  """One client's input to the signals client work (see the module docstring)."""
+def client_data(dataset: tf.data.Dataset, slot, weight) -> collections.OrderedDict:
+  """One client's input to the signals client work (see the module docstring); `slot`
+  and `weight` are numbers or scalar tensors (inside a TFF computation)."""
   meta = tf.data.Dataset.from_tensors(
-    collections.OrderedDict(slot=np.int32(slot), weight=np.float32(weight))
+    collections.OrderedDict(slot=tf.cast(slot, tf.int32), weight=tf.cast(weight, tf.float32))
   )
   return collections.OrderedDict(data=dataset, meta=meta)
 

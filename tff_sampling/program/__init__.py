@@ -3,11 +3,14 @@
 Per round ``r = 1, 2, …``::
 
     selection  = sampler.select(sampler_state, r, available)     # server side
-    datasets   = [task.client_dataset(c, shuffle_seed(seed, r, c)) for c in selection]
-    output     = process.next(process_state, datasets)           # one TFF call
+    references = [(client_id(c), shuffle_seed(seed, r, c)) for c in selection]
+    output     = fed_next(process_state, references)            # one TFF call
     sampler_state = sampler.observe(sampler_state, selection, signals)
 
-(a power-of-choice sampler first asks a *loss probe* computation for its
+(``fed_next`` is ``process.next`` behind the task's client feed, `client_feed`:
+TFF's worker builds each client's stream, ``task.client_dataset(c, seed)``, from
+its reference; where it cannot, the loop sends those datasets from Python. A
+power-of-choice sampler first asks a *loss probe* computation for its
 candidates' losses; processes built on `tff_sampling.learning.signals` get
 each dataset together with its slot and the sampler's weight, and return the
 per-client ``signals`` that `observe` receives: `tff_sampling.contract`.
@@ -35,11 +38,13 @@ Output directory layout::
     <output_dir>/checkpoints/     program_state_<round>/ (SavedModel format)
     <output_dir>/selection_counts.csv  client_id, num_examples, selection_count
                                   (as of the last checkpoint)
+    <output_dir>/client_data/     while the run lasts, if the task's clients are
+                                  in memory and large: their examples as records
 
 Modules: `config` (`RunConfig`, `RunResult`), `loop`
 (`train_model` for one `tff.learning` process, `run_rounds` for any
 `Trainer`), `trainer` (`Trainer`: what the loop leaves to the process's side;
-`SingleModel`), `evaluation` (`CentralEvaluator`), `progress` (the
+`SingleModel`), `client_feed` (clients' data read inside TFF's worker), `evaluation` (`CentralEvaluator`), `progress` (the
 progress line), `checks` (divergence, a sampler's weights against a plain
 process); the selection analysis is `tff_sampling.selection_stats`, the
 run directory (resume, managers, files) `tff_sampling.runtime.run_dir`.

@@ -190,6 +190,13 @@ class _Rounds:
       progress.ProgressReleaseManager(self.config.rounds), *self.release_managers
     )
     self.trainer.start(state['process'], getattr(self.sampler, 'probe_signal', None))
+    try:
+      return self._train(state, resumed_from)
+    finally:
+      self.trainer.stop()
+
+  def _train(self, state, resumed_from: int | None) -> RunResult:
+    """Trains the rounds after `state`'s (the trainer started)."""
     if self.config.client_learning_rate_decay is not None:
       # η₀, the process's own rate, read from a fresh state (a resumed state holds a decayed one).
       initial_hparams = self.trainer.process.get_hparams(self.trainer.process.initialize())
@@ -288,7 +295,7 @@ class _Rounds:
     available, redraws = self._active_clients(round_num)
     selection = self._select(round_num, state, available)
     data = self.trainer.client_data(round_num, selection)
-    next_fn = self.trainer.process.next
+    next_fn = self.trainer.round_computation
     output = (
       next_fn(state['process'], data)
       if self.pool is None

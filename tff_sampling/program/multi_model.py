@@ -174,6 +174,7 @@ class MultiModel:
     self, tasks: Sequence[Task], process: tff.templates.MeasuredProcess, config: program.RunConfig
   ):
     self.tasks, self.process, self.config = list(tasks), process, config
+    self.round_computation = process.next  # Clients get datasets from Python.
     self.examples = check_population(tasks)
     self.shares = multi_model_types.data_shares(self.examples)
     self._parameters: list[int] = []
@@ -215,6 +216,9 @@ class MultiModel:
       self._parameters,
       [d.name for d in tf.config.list_logical_devices()],
     )
+
+  def stop(self) -> None:
+    pass  # `start` wrote nothing.
 
   def probe(self, round_num: int, state: Any):
     raise NotImplementedError('A multi-model process offers no probe (refused in start).')

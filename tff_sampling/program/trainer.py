@@ -15,6 +15,8 @@ from __future__ import annotations
 import collections
 from collections.abc import Mapping, Sequence
 import dataclasses
+import os
+import shutil
 from typing import Any, NamedTuple, Protocol
 
 from absl import logging
@@ -27,11 +29,15 @@ from tff_sampling import contract
 from tff_sampling import randomness
 from tff_sampling.learning import signals as signals_lib
 from tff_sampling.program import checks
+from tff_sampling.program import client_feed
 from tff_sampling.program import evaluation
 from tff_sampling.program.config import RunConfig
 from tff_sampling.program.config import UplinkFn
 from tff_sampling.samplers import base as samplers_base
 from tff_sampling.task import Task
+
+# The folder of a run's directory holding the clients' record files while the run lasts.
+FEED_FOLDER = 'client_data'
 
 
 class RoundOutput(NamedTuple):
@@ -72,7 +78,12 @@ class Clients(NamedTuple):
 class Trainer(Protocol):
   """What `run_rounds` trains (see the module docstring)."""
 
-  process: tff.templates.MeasuredProcess  # Its ``next`` runs once per round.
+  process: tff.templates.MeasuredProcess
+
+  @property
+  def round_computation(self) -> tff.Computation:
+    """What runs once per round on ``(state, client_data(...))``: ``process.next``, or
+    that composed with the task's client feed (after `start`)."""
 
   @property
   def clients(self) -> Clients:
@@ -91,7 +102,11 @@ class Trainer(Protocol):
     """`state` with the clients' learning rate set (ValueError where it cannot be)."""
 
   def start(self, state: Any, probe_signal: str | None) -> None:
-    """Builds the probe (if asked) and the evaluators; logs what is trained."""
+    """Builds the probe (if asked), the evaluators and what feeds the clients' data
+    (in the run's directory, if anything); logs what is trained."""
+
+  def stop(self) -> None:
+    """Removes what `start` wrote for the run's duration (when the run ends, however)."""
 
   def probe(self, round_num: int, state: Any) -> contract.Probe:
     """The round's pre-selection probe of the current model (after `start` built it)."""
@@ -126,6 +141,13 @@ class SingleModel:
     self._parameters = 0
     self._loss_probe: tff.Computation | None = None  # Built by `start`.
     self._evaluate: evaluation.CentralEvaluator | None = None  # Built by `start`.
+    self._feed: client_feed.ClientFeed | None = None  # Built by `start`.
+
+  @property
+  def round_computation(self) -> tff.Computation:
+    if self._feed is None:
+      return self.process.next
+    return self._feed.compose(self.process.next)
 
   @property
   def clients(self) -> Clients:
@@ -167,12 +189,18 @@ class SingleModel:
     return self.process.set_hparams(state, dict(hparams, client_work=client_work))
 
   def start(self, state: Any, probe_signal: str | None) -> None:
+    if not self.config.workers:  # Remote workers cannot read this machine's data.
+      self._feed = client_feed.ClientFeed.build(
+        self.task, self.config.client_steps, os.path.join(self.config.output_dir, FEED_FOLDER)
+      )
     if probe_signal is not None:  # contract.LOSS, the only probe (checked).
       self._loss_probe = signals_lib.build_loss_probe(
         self.task.model_fn,
         self.process.get_model_weights.type_signature.result,
         self.task.element_spec,
       )
+      if self._feed is not None:
+        self._loss_probe = self._feed.compose(self._loss_probe)
     # Built last: Keras flips the class of every functional model to its
     # graph-mode (v1) engine whenever a model is built inside a TFF computation,
     # and back when one is built eagerly, so the evaluator's model must come
@@ -186,13 +214,15 @@ class SingleModel:
       self.task.num_clients,
     )
 
+  def stop(self) -> None:
+    self._feed = None
+    shutil.rmtree(os.path.join(self.config.output_dir, FEED_FOLDER), ignore_errors=True)
+
   def probe(self, round_num: int, state: Any) -> contract.Probe:
     weights = self.model_weights(state)
 
     def losses(clients: np.ndarray) -> np.ndarray:
-      data = signals_lib.selection_client_data(
-        self._datasets(round_num, clients), [1.0] * len(clients)
-      )
+      data = self._client_inputs(round_num, clients, [1.0] * len(clients))
       assert self._loss_probe is not None  # `start` built it.
       return np.asarray(self._loss_probe(weights, data))
 
@@ -202,15 +232,25 @@ class SingleModel:
     assert self._evaluate is not None  # `start` built it.
     return self._evaluate(model_weights)
 
-  def _datasets(self, round_num: int, clients: np.ndarray) -> list[tf.data.Dataset]:
+  def _seeds(self, round_num: int, clients: np.ndarray) -> list[int]:
+    return [randomness.client_shuffle_seed(self.config.seed, round_num, int(c)) for c in clients]
+
+  def _datasets(self, round_num: int, clients: np.ndarray) -> list[Any]:
+    """Each client's training stream for the round (its reference, with a feed)."""
+    seeds = self._seeds(round_num, clients)
+    if self._feed is not None:
+      return self._feed.references(clients, seeds)
     return [
-      self.task.client_dataset(
-        int(c),
-        randomness.client_shuffle_seed(self.config.seed, round_num, int(c)),
-        steps=self.config.client_steps,
-      )
-      for c in clients
+      self.task.client_dataset(int(c), seed, steps=self.config.client_steps)
+      for c, seed in zip(clients, seeds)
     ]
+
+  def _client_inputs(self, round_num: int, clients: np.ndarray, weights: Sequence[float]) -> list:
+    """The signals' client input for the round: slot ``k`` gets client ``clients[k]``'s
+    stream and ``weights[k]`` (their references, with a feed)."""
+    if self._feed is not None:
+      return self._feed.references(clients, self._seeds(round_num, clients), weights)
+    return signals_lib.selection_client_data(self._datasets(round_num, clients), weights)
 
   def client_data(self, round_num: int, selection: samplers_base.Selection) -> list[Any]:
     if not self._client_input:
@@ -225,9 +265,7 @@ class SingleModel:
     weights = selection.weights
     if weights is None:  # The sampler leaves weighting to FedAvg: example counts.
       weights = np.asarray(self.task.client_num_examples)[selection.clients]
-    return signals_lib.selection_client_data(
-      self._datasets(round_num, selection.clients), [float(w) for w in weights]
-    )
+    return self._client_inputs(round_num, selection.clients, [float(w) for w in weights])
 
   def round_output(
     self, output: tff.learning.templates.LearningProcessOutput, cohort_size: int

@@ -1,0 +1,145 @@
+"""Tests for tff_sampling/program/client_feed.py: clients' data read inside TFF's worker.
+
+The feed must change nothing observable: the same streams as `Task.client_dataset`,
+and the same metrics, round for round, as a run that sends datasets from Python.
+"""
+
+import os
+import types
+
+import fault_harness
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tff_sampling import program
+from tff_sampling import randomness
+from tff_sampling import samplers
+from tff_sampling.learning import fedavg
+from tff_sampling.learning import signals
+from tff_sampling.program import client_feed
+from tff_sampling.program import trainer as trainer_lib
+
+
+def _elements(dataset):
+  return [tf.nest.map_structure(np.asarray, e) for e in dataset]
+
+
+def _assert_same_stream(a, b):
+  a, b = _elements(a), _elements(b)
+  assert len(a) == len(b) > 0
+  for x, y in zip(a, b):
+    tf.nest.map_structure(np.testing.assert_array_equal, x, y)
+
+
+def _record_feed(task, steps, folder):
+  return client_feed.ClientFeed(task, steps, client_feed.RecordFiles(task, str(folder)).dataset)
+
+
+@pytest.mark.parametrize('source', ['embedded', 'records'])
+@pytest.mark.parametrize('steps', [None, 7])
+def test_the_feed_gives_the_tasks_streams(small_digits_task, tmp_path, steps, source):
+  if source == 'embedded':
+    feed = client_feed.ClientFeed.build(small_digits_task, steps, str(tmp_path))
+    assert not list(tmp_path.iterdir())  # The small population needs no files.
+  else:
+    feed = _record_feed(small_digits_task, steps, tmp_path)
+  assert feed is not None
+  for client in (0, 7, 19):
+    seed = randomness.client_shuffle_seed(3, 2, client)
+    # A new dataset each time: iterating one again would reshuffle it.
+    expected = [small_digits_task.client_dataset(client, seed, steps=steps) for _ in range(2)]
+    _assert_same_stream(feed.stream(small_digits_task.client_ids[client], seed), expected[0])
+    weighted = feed.client_input(small_digits_task.client_ids[client], seed, 4, 2.5)
+    _assert_same_stream(weighted['data'], expected[1])
+    assert _elements(weighted['meta']) == [{'slot': 4, 'weight': 2.5}]
+
+
+def test_a_large_in_memory_population_is_read_from_record_files(
+  small_digits_task, tmp_path, monkeypatch
+):
+  monkeypatch.setattr(client_feed, 'MAX_EMBEDDED_BYTES', 1000)
+  feed = client_feed.ClientFeed.build(small_digits_task, None, str(tmp_path / 'records'))
+  embedded = client_feed.ClientFeed(small_digits_task, None).size
+  assert feed is not None and feed.size < embedded / 10  # The data is not in the trace.
+  x, y = sorted(os.listdir(tmp_path / 'records'))
+  examples = int(np.sum(small_digits_task.client_num_examples))
+  assert os.path.getsize(tmp_path / 'records' / x) == examples * 64 * 4  # float32 8x8 images
+  assert os.path.getsize(tmp_path / 'records' / y) == examples * 4  # int32 labels
+
+
+@pytest.mark.parametrize(
+  'spec', [tf.TensorSpec([], tf.string), tf.TensorSpec([None, 4], tf.float32)], ids=str
+)
+def test_records_refuse_strings_and_varying_shapes(tmp_path, spec):
+  task = types.SimpleNamespace(train_data=types.SimpleNamespace(element_type_structure={'x': spec}))
+  with pytest.raises(ValueError, match='is not a record'):
+    client_feed.RecordFiles(task, str(tmp_path))
+  assert not list(tmp_path.iterdir())
+
+
+def _run(task, process, sampler, path, **kwargs):
+  config = program.RunConfig(
+    output_dir=str(path), rounds=20, seed=0, hparams={'seed': 0}, eval_every=5, **kwargs
+  )
+  return program.train_model(task, process, sampler, config)
+
+
+_RUNS = {
+  # A plain TFF process under uniform sampling, with a client learning-rate decay.
+  'fedavg_uniform': (
+    lambda task: fedavg.build_fed_avg(task.model_fn, client_learning_rate=0.1),
+    lambda: samplers.UniformSampler(4, seed=0),
+    {'client_learning_rate_decay': 0.95},
+  ),
+  # The signals' client input (slot, weight), the loss probe, fixed local steps.
+  'signals_power_of_choice': (
+    lambda task: signals.build_fed_avg_with_signals(
+      task.model_fn, client_learning_rate=0.1, sketch_size=None
+    ),
+    lambda: samplers.PowerOfChoiceSampler(3, num_candidates=8, seed=0),
+    {'client_steps': 3},
+  ),
+}
+
+
+@pytest.mark.parametrize('records', [False, True])
+@pytest.mark.parametrize('name', sorted(_RUNS))
+def test_a_fed_run_has_the_same_metrics_as_one_sent_from_python(
+  small_digits_task, tmp_path, monkeypatch, name, records
+):
+  build_process, build_sampler, options = _RUNS[name]
+  process = build_process(small_digits_task)
+  if records:
+    monkeypatch.setattr(client_feed, 'MAX_EMBEDDED_BYTES', 0)
+  built = []
+  build = client_feed.ClientFeed.build
+
+  def recording_build(*args):
+    built.append(build(*args))
+    if records:  # The files exist while the run lasts.
+      assert os.listdir(os.path.join(args[2]))
+    return built[-1]
+
+  monkeypatch.setattr(client_feed.ClientFeed, 'build', recording_build)
+  fed = _run(small_digits_task, process, build_sampler(), tmp_path / 'fed', **options)
+  assert len(built) == 1 and built[0] is not None  # The run was fed.
+  assert trainer_lib.FEED_FOLDER not in os.listdir(tmp_path / 'fed')  # Removed at the end.
+
+  monkeypatch.setattr(client_feed.ClientFeed, 'build', lambda *args: None)
+  sent = _run(small_digits_task, process, build_sampler(), tmp_path / 'sent', **options)
+  rows = fault_harness.metrics_rows(tmp_path / 'fed')
+  assert len(rows) == 21 and rows == fault_harness.metrics_rows(tmp_path / 'sent')
+  for a, b in zip(fed.model_weights.trainable, sent.model_weights.trainable):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_runs_of_one_process_on_one_task_share_the_feed_and_its_composition(
+  small_digits_task, tmp_path
+):
+  folder = str(tmp_path)
+  feed = client_feed.ClientFeed.build(small_digits_task, None, folder)
+  assert feed is client_feed.ClientFeed.build(small_digits_task, None, folder)
+  assert feed is not client_feed.ClientFeed.build(small_digits_task, 3, folder)
+  process = fedavg.build_fed_avg(small_digits_task.model_fn, client_learning_rate=0.1)
+  assert feed.compose(process.next) is feed.compose(process.next)
