@@ -31,6 +31,7 @@ bootstrap intervals.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+import os
 import tempfile
 
 from absl import app
@@ -135,8 +136,12 @@ def run(leaf_dir: str, models: Sequence[str], pairs: int) -> dict[str, dict[str,
     raise ValueError(f'Unknown models {unknown}; choose among {", ".join(SMALL_MODELS)}.')
   with tempfile.TemporaryDirectory(prefix='natural_round_') as folder:
     task = femnist_task(leaf_dir, folder)
+    feed = client_feed.ClientFeed.build(task, None, os.path.join(folder, 'records'))
+    if feed is None:
+      raise RuntimeError('The round loop would send these clients from Python: nothing to time.')
     return {
-      model: stats.interleave(model_measures(task, model), pairs, warmup=1) for model in models
+      model: stats.interleave(model_measures(task, model, feed), pairs, warmup=1)
+      for model in models
     }
 
 

@@ -10,7 +10,7 @@ Each row sets a measurement against a reference measured **in the same run**
 |---|---|---|
 | ``fedavg`` | TFF FedAvg round (``DATASET_ITERATOR``, and TFF's default ``DATASET_REDUCE``) / the same SGD steps as a plain-TF loop (`bench.fedavg_round`) | ≤ 1.2 |
 | ``natural`` | with ``--suite_leaf_dir``: a small model's (2NN, FFNN, logistic regression) FedAvg round over a LEAF FEMNIST folder's writers, clients read in TFF's worker as the program reads them, and fed from Python as before / the same SGD steps as a plain-TF loop (`bench.natural_round`) | ≤ 1.3 (worker) |
-| ``processes`` | our sampling processes' round / TFF FedAvg's round: FedAvg with per-client signals (`build_fed_avg_with_signals`) with and without sketches, and as all runs built it before this suite (sketch + losses); optimal-sampling FedAvg, secure sums (`bench.optimal_sampling_round`) | ≤ 1.05 |
+| ``processes`` | power-of-choice's loss probe (`build_loss_probe`: each client's mean loss under the global model, forward passes only) / TFF FedAvg's round on the same clients (≤ 0.4); our sampling processes' round / TFF FedAvg's round: FedAvg with per-client signals (`build_fed_avg_with_signals`) with and without sketches, and as all runs built it before this suite (sketch + losses); optimal-sampling FedAvg, secure sums (`bench.optimal_sampling_round`) | ≤ 1.05 |
 | ``program`` | a ``digits`` round of the program loop as the benchmark grid runs it (`tff_sampling.program.train_model`: FedAvg with signals, MD sampling under LDF availability, the TFF round, evaluation every 5 rounds, metrics, a checkpoint every 20) / the bare ``process.next`` on the same cohort size; checkpointing every round / every 20 (informational) | ≤ 1.1 |
 | ``samplers`` | server-side work / one TFF FedAvg round of the ``fedavg`` workload: exact and approximate probabilities on 10⁶ norms (`bench.probabilities`), clustered Algorithm 2 at N = 3,400 (`bench.clustered`), FedGS's per-round selection at N = 3,400 and its one-time 3DG (`bench.fedgs`), LEFL's one-time KL + k-means and per-round selection at N = 1,000 (`bench.lefl`) | per round < 0.05 |
 | ``workers`` | one round split over 2 local TFF workers / one process (`bench.workers`) | informational |
@@ -45,7 +45,6 @@ import datetime
 import functools
 import os
 import platform
-import tempfile
 import time
 
 from absl import app
@@ -62,16 +61,12 @@ from bench import memory as bench_memory
 from bench import natural_round
 from bench import optimal_sampling_round
 from bench import probabilities as bench_probabilities
+from bench import program_round
 from bench import stats
 from bench import workers as bench_workers
-import tasks
-from tff_sampling import availability as tff_availability
 from tff_sampling import probabilities
-from tff_sampling import program
-from tff_sampling import samplers
 from tff_sampling.learning import fedavg
 from tff_sampling.learning import signals
-from tff_sampling.runtime import results
 from tff_sampling.runtime import tff_context
 from tff_sampling.samplers import base
 from tff_sampling.samplers import clustered_similarity
@@ -106,6 +101,7 @@ ROUND_TARGET = 1.2
 PROCESS_TARGET = 1.05
 LOOP_TARGET = 1.1  # The loop's round as the benchmark grid runs it / the bare round.
 SMALL_MODEL_TARGET = 1.3  # A small model's round on real writers / plain TF.
+PROBE_TARGET = 0.4  # The loss probe's forward passes / the training round, same clients.
 SAMPLER_SHARE_TARGET = 0.05
 _ROUND = 'FedAvg round'
 
@@ -257,8 +253,24 @@ def process_rows(sizes: Sizes, pairs: int) -> list[Row]:
     measures[label] = _round(
       signals.build_fed_avg_with_signals(model_fn, client_learning_rate=0.1, **kwargs), signal_data
     )
+  plain = fedavg.build_fed_avg(model_fn, client_learning_rate=0.1)
+  probe = signals.build_loss_probe(
+    model_fn, plain.get_model_weights.type_signature.result, datasets[0].element_spec
+  )
+  weights = plain.get_model_weights(plain.initialize())
+  measures['probe'] = stats.timed(lambda: probe(weights, signal_data))
   seconds = stats.interleave(measures, pairs)
   rows = [
+    Row(
+      'processes',
+      "power-of-choice's loss probe of the cohort / TFF FedAvg round of the cohort",
+      seconds['probe'],
+      seconds['plain'],
+      's',
+      PROBE_TARGET,
+    )
+  ]
+  rows += [
     Row(
       'processes',
       f'FedAvg with signals, {label} / TFF FedAvg',
@@ -286,58 +298,9 @@ def process_rows(sizes: Sizes, pairs: int) -> list[Row]:
 
 
 def program_rows(rounds: int, pairs: int) -> list[Row]:
-  """The program loop's round as the benchmark grid runs it, on ``digits`` (100 clients,
-  cohort 10), against the bare TFF round of a cohort of 10.
-
-  The loop: FedAvg with signals (no sketch), MD sampling under LDF availability,
-  evaluation every 5 rounds and at the last, a checkpoint every 20 (and at the last),
-  metrics to CSV and TensorBoard; each round's clients read inside TFF's worker
-  (`tff_sampling.program.client_feed`). Its seconds a round are those of rounds 2 to
-  `rounds` (round 1 compiles the run's computations, once a run). The bare round:
-  the same process's ``next`` on 10 clients' inputs built once, before timing.
-  """
-  task = tasks.get_task('digits')
-  process = signals.build_fed_avg_with_signals(
-    task.model_fn, client_learning_rate=0.1, sketch_size=None
-  )
-  sizes = np.asarray(task.client_num_examples)
-  data = signals.selection_client_data(
-    [task.client_dataset(c, 0) for c in range(10)], [float(s) for s in sizes[:10]]
-  )
-  state = process.initialize()
-
-  def bare() -> float:
-    start = time.perf_counter()
-    for _ in range(rounds):
-      process.next(state, data)
-    return (time.perf_counter() - start) / rounds
-
-  def loop(checkpoint_every: int) -> Callable[[], float]:
-    def measure() -> float:
-      availability = tff_availability.build_availability(
-        'LDF', 0.5, client_sizes=sizes, client_labels=task.client_label_histograms, seed=0
-      )
-      with tempfile.TemporaryDirectory(prefix='bench_program_') as directory:
-        result = program.train_model(
-          task,
-          process,
-          samplers.MDSampler(10, seed=0),
-          program.RunConfig(
-            output_dir=os.path.join(directory, 'run'),
-            rounds=rounds,
-            eval_every=5,
-            checkpoint_every=checkpoint_every,
-            hparams={'bench': 1},
-          ),
-          availability=availability,
-        )
-        # Round 1 compiles the run's computations once: left out, as in a long run.
-        first = results.load_run(os.path.join(directory, 'run')).column('round_seconds')[1]
-      return (result.seconds - first) / (rounds - 1)
-
-    return measure
-
-  seconds = stats.interleave({'bare': bare, 'every 20': loop(20), 'every 1': loop(1)}, pairs)
+  """The loop's round as the benchmark grid runs it against the bare TFF round
+  (`bench.program_round`)."""
+  seconds = stats.interleave(program_round.measures(rounds), pairs)
   return [
     Row(
       'program',
@@ -346,6 +309,13 @@ def program_rows(rounds: int, pairs: int) -> list[Row]:
       seconds['bare'],
       's',
       LOOP_TARGET,
+    ),
+    Row(
+      'program',
+      'digits: grid round, clients sent from Python (as before the feed) / process.next',
+      seconds['python'],
+      seconds['bare'],
+      's',
     ),
     Row(
       'program',

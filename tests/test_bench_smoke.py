@@ -190,8 +190,13 @@ def test_suite_quick_run_prints_every_section_and_writes_the_csv(parsed_flags, t
   from bench import run as bench_run
 
   csv_path = tmp_path / 'suite.csv'
+  leaf_dir = _leaf_femnist(tmp_path / 'leaf', [7, 3, 25])
   with flagsaver.flagsaver(
-    quick=True, suite_pairs=2, suite_expensive_pairs=2, suite_csv=str(csv_path)
+    quick=True,
+    suite_pairs=2,
+    suite_expensive_pairs=2,
+    suite_csv=str(csv_path),
+    suite_leaf_dir=leaf_dir,
   ):
     bench_run.main(['run'])
   table = capfd.readouterr().out

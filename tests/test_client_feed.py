@@ -32,18 +32,18 @@ def _assert_same_stream(a, b):
     tf.nest.map_structure(np.testing.assert_array_equal, x, y)
 
 
-def _record_feed(task, steps, folder):
-  return client_feed.ClientFeed(task, steps, client_feed.RecordFiles(task, str(folder)).dataset)
+def _files_feed(task, steps, folder):
+  return client_feed.ClientFeed(task, steps, client_feed.ClientFiles(task, str(folder)).dataset)
 
 
-@pytest.mark.parametrize('source', ['embedded', 'records'])
+@pytest.mark.parametrize('source', ['embedded', 'files'])
 @pytest.mark.parametrize('steps', [None, 7])
 def test_the_feed_gives_the_tasks_streams(small_digits_task, tmp_path, steps, source):
   if source == 'embedded':
     feed = client_feed.ClientFeed.build(small_digits_task, steps, str(tmp_path))
     assert not list(tmp_path.iterdir())  # The small population needs no files.
   else:
-    feed = _record_feed(small_digits_task, steps, tmp_path)
+    feed = _files_feed(small_digits_task, steps, tmp_path)
   assert feed is not None
   for client in (0, 7, 19):
     seed = randomness.client_shuffle_seed(3, 2, client)
@@ -55,26 +55,26 @@ def test_the_feed_gives_the_tasks_streams(small_digits_task, tmp_path, steps, so
     assert _elements(weighted['meta']) == [{'slot': 4, 'weight': 2.5}]
 
 
-def test_a_large_in_memory_population_is_read_from_record_files(
-  small_digits_task, tmp_path, monkeypatch
-):
+def test_a_large_in_memory_population_is_read_from_files(small_digits_task, tmp_path, monkeypatch):
   monkeypatch.setattr(client_feed, 'MAX_EMBEDDED_BYTES', 1000)
-  feed = client_feed.ClientFeed.build(small_digits_task, None, str(tmp_path / 'records'))
+  folder = tmp_path / 'files'
+  feed = client_feed.ClientFeed.build(small_digits_task, None, str(folder))
   embedded = client_feed.ClientFeed(small_digits_task, None).size
   assert feed is not None and feed.size < embedded / 10  # The data is not in the trace.
-  x, y = sorted(os.listdir(tmp_path / 'records'))
-  examples = int(np.sum(small_digits_task.client_num_examples))
-  assert os.path.getsize(tmp_path / 'records' / x) == examples * 64 * 4  # float32 8x8 images
-  assert os.path.getsize(tmp_path / 'records' / y) == examples * 4  # int32 labels
+  sizes = small_digits_task.client_num_examples
+  assert sorted(os.listdir(folder)) == sorted(f'{i}_{k}.bin' for i in range(20) for k in (0, 1))
+  for i in (0, 19):  # float32 8x8 images, int32 labels
+    assert os.path.getsize(folder / f'{i}_0.bin') == sizes[i] * 64 * 4
+    assert os.path.getsize(folder / f'{i}_1.bin') == sizes[i] * 4
 
 
 @pytest.mark.parametrize(
   'spec', [tf.TensorSpec([], tf.string), tf.TensorSpec([None, 4], tf.float32)], ids=str
 )
-def test_records_refuse_strings_and_varying_shapes(tmp_path, spec):
+def test_files_refuse_strings_and_varying_shapes(tmp_path, spec):
   task = types.SimpleNamespace(train_data=types.SimpleNamespace(element_type_structure={'x': spec}))
-  with pytest.raises(ValueError, match='is not a record'):
-    client_feed.RecordFiles(task, str(tmp_path))
+  with pytest.raises(ValueError, match='cannot be written as raw values'):
+    client_feed.ClientFiles(task, str(tmp_path))
   assert not list(tmp_path.iterdir())
 
 
@@ -103,21 +103,21 @@ _RUNS = {
 }
 
 
-@pytest.mark.parametrize('records', [False, True])
+@pytest.mark.parametrize('files', [False, True])
 @pytest.mark.parametrize('name', sorted(_RUNS))
 def test_a_fed_run_has_the_same_metrics_as_one_sent_from_python(
-  small_digits_task, tmp_path, monkeypatch, name, records
+  small_digits_task, tmp_path, monkeypatch, name, files
 ):
   build_process, build_sampler, options = _RUNS[name]
   process = build_process(small_digits_task)
-  if records:
+  if files:
     monkeypatch.setattr(client_feed, 'MAX_EMBEDDED_BYTES', 0)
   built = []
   build = client_feed.ClientFeed.build
 
   def recording_build(*args):
     built.append(build(*args))
-    if records:  # The files exist while the run lasts.
+    if files:  # The files exist while the run lasts.
       assert os.listdir(os.path.join(args[2]))
     return built[-1]
 

@@ -382,3 +382,44 @@ def test_sync_run_works_with_and_without_a_running_event_loop():
     return sync.run(answer())
 
   assert asyncio.run(inside_a_loop()) == 42
+
+
+def _events(folder):
+  """(step, tag, value) of every scalar event written under `folder`, sorted."""
+  import tensorflow as tf
+
+  events = []
+  for name in os.listdir(folder):
+    for event in tf.compat.v1.train.summary_iterator(os.path.join(folder, name)):
+      for value in event.summary.value:
+        number = tf.make_ndarray(value.tensor) if value.HasField('tensor') else value.simple_value
+        events.append((event.step, value.tag, float(np.asarray(number))))
+  return sorted(events)
+
+
+def test_tensorboard_scalars_written_in_one_call_are_tffs_events(tmp_path):
+  import collections
+
+  from tff_sampling.runtime import run_dir
+  from tff_sampling.runtime import sync
+
+  rounds = [
+    collections.OrderedDict(
+      round_seconds=0.25,
+      cohort_size=np.int64(7),
+      uplink=collections.OrderedDict(round_bits=12_345_678_901, cumulative_bits=np.int64(3)),
+      train=collections.OrderedDict(loss=np.float32(1.5), accuracy=0.1 * key),
+    )
+    for key in (1, 2)
+  ]
+  rounds[1]['eval'] = collections.OrderedDict(loss=np.float64(2.0 / 3.0))  # A second set of names.
+  ours = run_dir._FlushingTensorBoardReleaseManager(str(tmp_path / 'ours'))
+  theirs = tff.program.TensorBoardReleaseManager(str(tmp_path / 'tff'))
+  for key, metrics in enumerate(rounds, start=1):
+    sync.run(ours.release(metrics, key))
+    sync.run(theirs.release(metrics, key))
+  ours.flush()
+  theirs._summary_writer.flush()
+  expected = _events(tmp_path / 'tff')
+  assert len(expected) == 2 * 6 + 1 and (1, 'uplink/round_bits', 12345678848.0) in expected
+  assert _events(tmp_path / 'ours') == expected

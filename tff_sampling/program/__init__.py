@@ -39,12 +39,13 @@ Output directory layout::
     <output_dir>/selection_counts.csv  client_id, num_examples, selection_count
                                   (as of the last checkpoint)
     <output_dir>/client_data/     while the run lasts, if the task's clients are
-                                  in memory and large: their examples as records
+                                  in memory and large: their examples in files
 
 Modules: `config` (`RunConfig`, `RunResult`), `loop`
 (`train_model` for one `tff.learning` process, `run_rounds` for any
 `Trainer`), `trainer` (`Trainer`: what the loop leaves to the process's side;
-`SingleModel`), `client_feed` (clients' data read inside TFF's worker), `evaluation` (`CentralEvaluator`), `progress` (the
+`SingleModel`), `client_feed` (clients' data read inside TFF's worker), `evaluation`
+(`CentralEvaluator`), `progress` (the
 progress line), `checks` (divergence, a sampler's weights against a plain
 process); the selection analysis is `tff_sampling.selection_stats`, the
 run directory (resume, managers, files) `tff_sampling.runtime.run_dir`.

@@ -16,8 +16,8 @@ Where the raw examples come from (`ClientFeed.build`):
   most `MAX_EMBEDDED_BYTES`): a database the worker queries (TFF's SQLite files),
   or a small in-memory population embedded in the computation;
 * otherwise (a larger in-memory population, which would travel with every call)
-  files of fixed-length records, one per feature, written once into a folder of
-  the run's directory (`RecordFiles`); a client reads its own byte range;
+  files of each client's raw values, one per feature, written once into a folder
+  of the run's directory (`ClientFiles`); a client reads its own;
 * neither, when the examples have features of varying shape or of strings, or when
   the round runs on remote workers, which cannot see this machine's files: the
   round loop then sends datasets from Python, as before (`build` returns None).
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable, Sequence
-import contextlib
 import os
 
 from absl import logging
@@ -39,19 +38,17 @@ from tff_sampling import contract
 from tff_sampling.learning import signals as signals_lib
 from tff_sampling.task import Task
 
-# Above this size of a traced feed, each call would carry the data: records instead.
+# Above this size of a traced feed, each call would carry the data: files instead.
 MAX_EMBEDDED_BYTES = 2**20
 # Feeds and composed computations kept for reuse: TFF compiles a computation once per
 # object, so runs of one process on one task (seeds, resumes) share one compilation.
 _KEPT = 8
 
 
-class RecordFiles:
-  """A population's raw examples as one file of fixed-length records per feature.
-
-  Client ``i`` holds records ``offsets[i]:offsets[i + 1]`` of every file, in the
-  order of its ``create_tf_dataset_for_client``.
-  """
+class ClientFiles:
+  """A population's raw examples in files: one per client and feature, holding the
+  client's values of that feature, in the order of its ``create_tf_dataset_for_client``,
+  as little-endian bytes."""
 
   def __init__(self, task: Task, folder: str):
     """Writes `task`'s clients' raw examples into `folder` (created).
@@ -59,51 +56,38 @@ class RecordFiles:
     Raises:
       ValueError: If a feature has strings or a shape not fully known.
     """
-    spec = task.train_data.element_type_structure
-    self._specs = tf.nest.flatten(spec)
-    self._structure = spec
+    self._structure = task.train_data.element_type_structure
+    self._specs = tf.nest.flatten(self._structure)
     for s in self._specs:
       if s.dtype == tf.string or not s.shape.is_fully_defined():
-        raise ValueError(f'A feature of shape {s.shape} and type {s.dtype.name} is not a record.')
+        raise ValueError(
+          f'A feature of shape {s.shape} and type {s.dtype.name} cannot be written as raw values.'
+        )
     os.makedirs(folder, exist_ok=True)
-    self._paths = [os.path.join(folder, f'feature_{k}.bin') for k in range(len(self._specs))]
-    counts = []
-    with contextlib.ExitStack() as stack:
-      files = [stack.enter_context(open(path, 'wb')) for path in self._paths]
-      for client_id in task.client_ids:
-        raw = task.train_data.create_tf_dataset_for_client(client_id)
-        examples = [tf.nest.flatten(e) for e in raw.as_numpy_iterator()]
-        counts.append(len(examples))
-        for k, (file, spec) in enumerate(zip(files, self._specs)):
-          little_endian = np.dtype(spec.dtype.as_numpy_dtype).newbyteorder('<')
-          values = np.asarray([e[k] for e in examples], little_endian).reshape(-1)
-          file.write(values.tobytes())
+    self._folder = folder
+    for position, client_id in enumerate(task.client_ids):
+      raw = task.train_data.create_tf_dataset_for_client(client_id)
+      examples = [tf.nest.flatten(e) for e in raw.as_numpy_iterator()]
+      for k, spec in enumerate(self._specs):
+        little_endian = np.dtype(spec.dtype.as_numpy_dtype).newbyteorder('<')
+        values = np.asarray([e[k] for e in examples], little_endian)
+        with open(os.path.join(folder, f'{position}_{k}.bin'), 'wb') as f:
+          f.write(values.tobytes())
     self._ids = tuple(task.client_ids)
-    self._offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
   def dataset(self, client) -> tf.data.Dataset:
-    """Client `client`'s (a string tensor) raw examples, read from the files (in TF)."""
+    """Client `client`'s (a string tensor) raw examples, read from its files (in TF)."""
     matches = tf.equal(client, tf.constant(self._ids))
     with tf.control_dependencies(
       [tf.debugging.Assert(tf.reduce_any(matches), ['Unknown client id:', client])]
     ):
-      position = tf.argmax(tf.cast(matches, tf.int32))
-    offsets = tf.constant(self._offsets)
-    start, count = offsets[position], offsets[position + 1] - offsets[position]
+      position = tf.strings.as_string(tf.argmax(tf.cast(matches, tf.int32)))
+    prefix = tf.strings.join([self._folder + os.sep, position])
     features = []
-    for spec, path in zip(self._specs, self._paths):
-      size = spec.dtype.size * int(np.prod(spec.shape.as_list(), dtype=np.int64))
-      records = tf.data.FixedLengthRecordDataset(path, size, header_bytes=start * size).take(count)
-      features.append(records.map(_decoder(spec)))
-    zipped = tf.data.Dataset.zip(tuple(features))
-    return zipped.map(lambda *values: tf.nest.pack_sequence_as(self._structure, list(values)))
-
-
-def _decoder(spec: tf.TensorSpec) -> Callable[[tf.Tensor], tf.Tensor]:
-  def decode(record):
-    return tf.reshape(tf.io.decode_raw(record, spec.dtype, little_endian=True), spec.shape)
-
-  return decode
+    for k, spec in enumerate(self._specs):
+      values = tf.io.decode_raw(tf.io.read_file(prefix + f'_{k}.bin'), spec.dtype)
+      features.append(tf.reshape(values, [-1, *spec.shape.as_list()]))
+    return tf.data.Dataset.from_tensor_slices(tf.nest.pack_sequence_as(self._structure, features))
 
 
 class ClientFeed:
@@ -151,7 +135,7 @@ class ClientFeed:
   @classmethod
   def build(cls, task: Task, steps: int | None, folder: str) -> ClientFeed | None:
     """The feed (module docstring), or None (logged) where datasets from Python remain
-    the way; record files, if needed, go into `folder`.
+    the way; files, if needed, go into `folder`.
 
     A feed on the task's own dataset function is the same object for the same task
     object and steps while it is among the last kept.
@@ -165,7 +149,7 @@ class ClientFeed:
       return feed
     _FEEDS.pop((id(task), steps))
     try:
-      return cls(task, steps, RecordFiles(task, folder).dataset)
+      return cls(task, steps, ClientFiles(task, folder).dataset)
     except ValueError as e:
       logging.info('Clients get datasets from Python: %s', e)
       return None
