@@ -30,7 +30,6 @@ from collections.abc import Iterable, Mapping
 import csv
 import errno
 import fcntl
-import functools
 import json
 import os
 import shutil
@@ -38,7 +37,6 @@ from typing import Any
 
 from absl import logging
 import numpy as np
-import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_sampling.runtime import results
@@ -331,59 +329,16 @@ class RunDirectory:
 
 
 class _FlushingTensorBoardReleaseManager(tff.program.TensorBoardReleaseManager):
-  """TFF's TensorBoard release manager, with the flush it lacks, writing a round's
-  scalars in one TF call.
+  """TFF's TensorBoard release manager, with the flush it lacks.
 
   TFF's manager never flushes its summary writer, so a stopped or killed run
   would lose the events of rounds already checkpointed (which a resume does
-  not release again). Its writer is private in TFF 0.87. And it writes each value
-  with its own eager ``tf.summary.scalar``, about 0.1 ms each, a few ms for a
-  round's metrics: a release of numeric scalars only is written here through one
-  ``tf.function`` per set of names, with the same tags, steps and values; any
-  other release goes to TFF's.
+  not release again). Its writer is private in TFF 0.87; flushing it is all
+  this adds.
   """
-
-  def __init__(self, summary_dir: str):
-    super().__init__(summary_dir)
-    self._writes: dict[tuple[str, ...], Any] = {}
 
   def flush(self) -> None:
     self._summary_writer.flush()  # pylint: disable=protected-access
-
-  async def release(self, value, key: int) -> None:
-    names, values = _scalar_metrics(value)
-    if names is None:
-      return await super().release(value, key)
-    if names not in self._writes:
-      self._writes[names] = tf.function(functools.partial(_write_scalars, names))
-    with self._summary_writer.as_default():  # pylint: disable=protected-access
-      self._writes[names](tf.constant(key, tf.int64), values)
-
-
-def _scalar_metrics(value) -> tuple[tuple[str, ...] | None, list]:
-  """The '/'-joined names and float32 values of `value`'s leaves, or (None, []) if a
-  leaf is not a numeric scalar."""
-  names, values = [], []
-  for path, leaf in _leaves(value, ''):
-    array = np.asarray(leaf)
-    if array.shape or array.dtype.kind not in 'biuf':
-      return None, []
-    names.append(path)
-    values.append(tf.constant(array, tf.float32))
-  return tuple(names), values
-
-
-def _leaves(value, prefix: str) -> Iterable[tuple[str, Any]]:
-  if not isinstance(value, Mapping):
-    yield prefix, value
-    return
-  for name, child in value.items():
-    yield from _leaves(child, f'{prefix}/{name}' if prefix else str(name))
-
-
-def _write_scalars(names: tuple[str, ...], step, values) -> None:
-  for name, value in zip(names, values):
-    tf.summary.scalar(name, value, step=step)
 
 
 def _holder(marker: str) -> str:
