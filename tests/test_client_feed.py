@@ -68,6 +68,16 @@ def test_a_large_in_memory_population_is_read_from_files(small_digits_task, tmp_
     assert os.path.getsize(folder / f'{i}_1.bin') == sizes[i] * 4
 
 
+def test_no_files_beyond_the_size_a_run_may_write(small_digits_task, tmp_path, monkeypatch):
+  monkeypatch.setattr(client_feed, 'MAX_EMBEDDED_BYTES', 1000)
+  examples = int(np.sum(small_digits_task.client_num_examples))
+  monkeypatch.setattr(client_feed, 'MAX_FILE_BYTES', examples * (64 + 1) * 4 - 1)
+  assert client_feed.ClientFeed.build(small_digits_task, None, str(tmp_path / 'files')) is None
+  assert not (tmp_path / 'files').exists()
+  monkeypatch.setattr(client_feed, 'MAX_FILE_BYTES', examples * (64 + 1) * 4)
+  assert client_feed.ClientFeed.build(small_digits_task, None, str(tmp_path / 'files'))
+
+
 @pytest.mark.parametrize(
   'spec', [tf.TensorSpec([], tf.string), tf.TensorSpec([None, 4], tf.float32)], ids=str
 )

@@ -18,9 +18,10 @@ Where the raw examples come from (`ClientFeed.build`):
 * otherwise (a larger in-memory population, which would travel with every call)
   files of each client's raw values, one per feature, written once into a folder
   of the run's directory (`ClientFiles`); a client reads its own;
-* neither, when the examples have features of varying shape or of strings, or when
-  the round runs on remote workers, which cannot see this machine's files: the
-  round loop then sends datasets from Python, as before (`build` returns None).
+* neither, when the examples have features of varying shape or of strings or hold
+  more than `MAX_FILE_BYTES`, or when the round runs on remote workers, which cannot
+  see this machine's files: the round loop then sends datasets from Python, as
+  before (`build` returns None).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from tff_sampling.task import Task
 
 # Above this size of a traced feed, each call would carry the data: files instead.
 MAX_EMBEDDED_BYTES = 2**20
+# At most this much of the clients' examples is written into a run's directory.
+MAX_FILE_BYTES = 512 * 2**20
 # Feeds and composed computations kept for reuse: TFF compiles a computation once per
 # object, so runs of one process on one task (seeds, resumes) share one compilation.
 _KEPT = 8
@@ -54,7 +57,8 @@ class ClientFiles:
     """Writes `task`'s clients' raw examples into `folder` (created).
 
     Raises:
-      ValueError: If a feature has strings or a shape not fully known.
+      ValueError: If a feature has strings or a shape not fully known, or the
+        examples hold more than `MAX_FILE_BYTES`.
     """
     self._structure = task.train_data.element_type_structure
     self._specs = tf.nest.flatten(self._structure)
@@ -63,6 +67,13 @@ class ClientFiles:
         raise ValueError(
           f'A feature of shape {s.shape} and type {s.dtype.name} cannot be written as raw values.'
         )
+    example_bytes = sum(s.dtype.size * s.shape.num_elements() for s in self._specs)
+    total = int(np.sum(task.client_num_examples)) * example_bytes
+    if total > MAX_FILE_BYTES:
+      raise ValueError(
+        f'The clients hold {total / 2**20:.0f} MiB, more than the {MAX_FILE_BYTES / 2**20:.0f} '
+        'MiB a run writes of them.'
+      )
     os.makedirs(folder, exist_ok=True)
     self._folder = folder
     for position, client_id in enumerate(task.client_ids):
