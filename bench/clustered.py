@@ -50,6 +50,7 @@ from scipy.cluster import hierarchy
 from sklearn import metrics
 
 from bench import stats
+from tff_sampling.runtime import tff_context
 from tff_sampling.samplers import clustered_similarity
 from tff_sampling.samplers import clustered_variance
 from tff_sampling.samplers import sketches
@@ -359,4 +360,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(tff_context.binary_main(main))

@@ -66,6 +66,7 @@ import tensorflow_federated as tff
 
 from bench import fedavg_workload
 from bench import stats
+from tff_sampling.runtime import tff_context
 
 BENCHMARK_NAME = 'fedavg_round'
 PLAIN_TF = 'plain_tf'
@@ -571,4 +572,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(tff_context.binary_main(main))

@@ -41,6 +41,7 @@ from absl import flags
 import numpy as np
 
 from bench import stats
+from tff_sampling.runtime import tff_context
 from tff_sampling.samplers import fedgs_problem
 from tff_sampling.samplers import fedgs_solvers
 
@@ -372,4 +373,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(tff_context.binary_main(main))

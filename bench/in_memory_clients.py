@@ -40,6 +40,7 @@ from bench import stats
 from tasks import emnist
 from tasks import registry
 from tff_sampling.learning import fedavg
+from tff_sampling.runtime import tff_context
 
 _CACHE_DIR = flags.DEFINE_string('imc_cache_dir', None, 'Directory holding emnist_all.sqlite.')
 _CLIENTS = flags.DEFINE_integer(
@@ -107,4 +108,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(tff_context.binary_main(main))

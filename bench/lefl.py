@@ -40,6 +40,7 @@ from absl import flags
 import numpy as np
 
 from bench import stats
+from tff_sampling.runtime import tff_context
 from tff_sampling.samplers import base
 from tff_sampling.samplers import lefl
 
@@ -210,4 +211,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(tff_context.binary_main(main))

@@ -39,6 +39,7 @@ import psutil
 
 import tasks
 from tff_sampling.learning import fedavg
+from tff_sampling.runtime import tff_context
 from tff_sampling.runtime import workers as workers_lib
 
 _COHORT = flags.DEFINE_integer('mem_cohort', 1000, 'Client slots in the round.', lower_bound=1)
@@ -171,4 +172,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(tff_context.binary_main(main))

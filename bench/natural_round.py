@@ -47,6 +47,7 @@ import tasks
 from tasks import tff_sqlite
 from tff_sampling import randomness
 from tff_sampling.program import client_feed
+from tff_sampling.runtime import tff_context
 from tff_sampling.task import Task
 
 SMALL_MODELS = ('2nn', 'ffnn', 'logreg')
@@ -161,4 +162,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(tff_context.binary_main(main))

@@ -34,6 +34,7 @@ import tensorflow as tf
 
 from bench import stats
 from tff_sampling import probabilities
+from tff_sampling.runtime import tff_context
 
 # Flag names carry a prefix: other binaries define `seed`, `rounds`, ... in the
 # same process when the tests import them all.
@@ -171,4 +172,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(tff_context.binary_main(main))

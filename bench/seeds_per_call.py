@@ -44,6 +44,7 @@ import numpy as np
 from bench import stats
 from bin import experiment_config
 from tff_sampling.runtime import results
+from tff_sampling.runtime import tff_context
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _DEFAULT_CELL = os.path.join('docs', 'benchmark', 'natural_LDF')
@@ -198,4 +199,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(tff_context.binary_main(main))

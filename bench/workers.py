@@ -33,6 +33,7 @@ import psutil
 from bench import fedavg_round
 from bench import fedavg_workload
 from bench import stats
+from tff_sampling.runtime import tff_context
 from tff_sampling.runtime import workers as workers_lib
 
 _TIMED_ROUNDS = flags.DEFINE_integer('wk_timed_rounds', 5, 'Timed rounds per row.', lower_bound=1)
@@ -166,4 +167,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(tff_context.binary_main(main))

@@ -64,3 +64,21 @@ def test_the_bin_and_bench_modules_the_tests_import_define_each_flag_once(tmp_pa
     [sys.executable, '-c', code], cwd=_REPO, capture_output=True, text=True, timeout=600
   )
   assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+# Drivers that run no TFF computation themselves: they start the binaries as subprocesses
+# and stop them on SIGTERM/SIGINT with their own handling (tested in their modules).
+_DRIVERS = {'bin/experiment.py', 'bin/benchmark_grid.py'}
+
+
+def test_every_binary_and_benchmark_stops_its_tff_workers_with_it():
+  """`app.run(tff_context.binary_main(main))`: a SIGTERM leaves no TFF worker behind."""
+  plain = []
+  for path in sorted(glob.glob(os.path.join(_REPO, 'bin', '*.py'))) + sorted(
+    glob.glob(os.path.join(_REPO, 'bench', '*.py'))
+  ):
+    name = os.path.relpath(path, _REPO)
+    with open(path) as f:
+      calls = re.findall(r'^\s*app\.run\((.*)\)\s*$', f.read(), re.MULTILINE)
+    plain += [name for call in calls if 'binary_main(' not in call and name not in _DRIVERS]
+  assert not plain, f'Wrap main in tff_context.binary_main: {plain}'
