@@ -36,7 +36,7 @@ from tff_sampling.program.config import UplinkFn
 from tff_sampling.samplers import base as samplers_base
 from tff_sampling.task import Task
 
-# The folder of a run's directory holding the clients' record files while the run lasts.
+# The folder of a run's directory holding the clients' example files while the run lasts.
 FEED_FOLDER = 'client_data'
 
 
