@@ -118,6 +118,7 @@ class Sizes:
   memory_cohort: int = 1000
   memory_slice: int = 100
   program_rounds: int = 20
+  natural_models: tuple[str, ...] = natural_round.SMALL_MODELS
 
   @classmethod
   def quick(cls) -> Sizes:
@@ -130,6 +131,7 @@ class Sizes:
       memory_cohort=12,
       memory_slice=4,
       program_rounds=4,
+      natural_models=('logreg',),
     )
 
 
@@ -507,11 +509,11 @@ def csv_rows(rows: Sequence[Row], machine: Machine) -> list[dict[str, str]]:
   return out
 
 
-def natural_rows(leaf_dir: str, pairs: int) -> list[Row]:
+def natural_rows(leaf_dir: str, models: Sequence[str], pairs: int) -> list[Row]:
   """Small models' FedAvg rounds on a LEAF folder's writers (`bench.natural_round`): the
   program's round, clients read in TFF's worker, and the round fed from Python, each
   against the same SGD steps in plain TF."""
-  seconds = natural_round.run(leaf_dir, natural_round.SMALL_MODELS, pairs)
+  seconds = natural_round.run(leaf_dir, models, pairs)
   rows = []
   for model, sides in seconds.items():
     for side, how, target in (
@@ -548,7 +550,7 @@ def run_suite(
     rows += fedavg_rows(sizes, pairs)
   if 'natural' in sections:
     if leaf_dir:
-      rows += natural_rows(leaf_dir, pairs)
+      rows += natural_rows(leaf_dir, sizes.natural_models, pairs)
     else:
       logging.info('The natural section needs --suite_leaf_dir (a LEAF FEMNIST folder): left out.')
   if 'workers' in sections:

@@ -215,6 +215,7 @@ def test_norms_above_the_bound_are_clipped_and_counted():
   assert output.measurements['clipped_norms'] == 1
 
 
+@pytest.mark.slow
 def test_unbiased_with_the_stated_variance():
   # Monte Carlo over 400 rounds (the Bernoulli draws depend on (seed, round)).
   # Per coordinate, the mean of R draws deviates from the weighted mean by
@@ -539,6 +540,7 @@ def test_discretisation_and_modular_secure_sum_return_the_sum():
     np.testing.assert_allclose(result, _oracle(_VECTORS), rtol=_RTOL, atol=_ATOL)
 
 
+@pytest.mark.slow
 def test_distributed_dp_sum_without_noise_returns_the_sum_to_its_quantisation():
   from tensorflow_federated.python.aggregators import distributed_dp
 

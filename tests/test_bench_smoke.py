@@ -186,6 +186,7 @@ def test_fedgs_main_tiny_configuration(parsed_flags, capsys):
   assert 'solver: optimal on 2/2' in table
 
 
+@pytest.mark.slow
 def test_suite_quick_run_prints_every_section_and_writes_the_csv(parsed_flags, tmp_path, capfd):
   from bench import run as bench_run
 
@@ -268,6 +269,7 @@ def test_suite_row_verdicts_table_and_csv_columns(tmp_path):
     bench_run.run_suite(['fedavg', 'gpu'], bench_run.Sizes.quick(), 2, 2)
 
 
+@pytest.mark.slow
 def test_seeds_per_call_quick(parsed_flags, capfd):
   with flagsaver.flagsaver(spc_quick=True):
     seeds_per_call.main(['seeds_per_call'])  # Raises if the two sides trained differently.

@@ -45,6 +45,7 @@ def test_uplink_counts_what_each_kind_uploads():
   assert sampled == communication.Uplink(model_uploads=2, extra_scalars=77)
 
 
+@pytest.mark.slow
 def test_binary_runs_each_kind_and_uploads_about_m(tmp_path):
   outcome = fh.run_binary(
     'benchmark',
@@ -80,6 +81,7 @@ def test_binary_runs_each_kind_and_uploads_about_m(tmp_path):
   assert np.all(active < 100)
 
 
+@pytest.mark.slow
 def test_every_sampler_kind_runs_in_process(tmp_path):
   # The samplers the quick grid leaves out: sketches, a loss probe, pre-processing.
   outcome = fh.run_binary(
@@ -111,6 +113,7 @@ def _method(row):
   return re.match(r'\| \d+\. (\S+) ', row).group(1)
 
 
+@pytest.mark.slow
 def test_quick_grid_writes_its_page_inside_its_runs_dir_only(tmp_path):
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   quick = os.path.join(repo, 'docs', 'benchmark', 'quick')
@@ -201,6 +204,7 @@ def test_quick_grid_writes_its_page_inside_its_runs_dir_only(tmp_path):
   )
 
 
+@pytest.mark.slow
 def test_sigterm_stops_the_grid_and_every_process_it_started(tmp_path):
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   grid = subprocess.Popen(
@@ -242,6 +246,7 @@ def test_sigterm_stops_the_grid_and_every_process_it_started(tmp_path):
   assert alive == []
 
 
+@pytest.mark.slow
 def test_the_committed_benchmark_page_is_what_its_raw_metrics_give():
   """docs/benchmark.md regenerates exactly from the raw metrics committed in docs/benchmark/
   (the grid's cells in progress included); it must exist once any cell has run."""

@@ -34,6 +34,7 @@ def _run_module(module, *args):
   )
 
 
+@pytest.mark.slow
 def test_fedavg_two_rounds_subprocess(tmp_path):
   proc = _run_module(
     'bin.fedavg',
@@ -54,6 +55,7 @@ def test_fedavg_two_rounds_subprocess(tmp_path):
   assert run.hparams['task.num_clients'] == 100  # The task's options are recorded too.
 
 
+@pytest.mark.slow
 def test_demo_two_rounds_subprocess(tmp_path):
   proc = _run_module(
     'bin.demo',
@@ -274,6 +276,7 @@ def test_availability_flag_limits_every_round(tmp_path):
   assert run.hparams['availability'] == 'LN' and run.hparams['availability_beta'] == 0.5
 
 
+@pytest.mark.slow
 def test_fedgs_binary_table_over_modes_and_methods(tmp_path, capfd):
   outcome = fh.run_binary(
     'fedgs',

@@ -115,6 +115,7 @@ _RUNS = {
 
 @pytest.mark.parametrize('files', [False, True])
 @pytest.mark.parametrize('name', sorted(_RUNS))
+@pytest.mark.slow
 def test_a_fed_run_has_the_same_metrics_as_one_sent_from_python(
   small_digits_task, tmp_path, monkeypatch, name, files
 ):

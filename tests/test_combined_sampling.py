@@ -60,6 +60,7 @@ def _within(estimates, expected):
   return np.abs(estimates.mean(axis=0) - expected) <= _Z * standard_error
 
 
+@pytest.mark.slow
 def test_md_then_optimal_uploads_is_unbiased_for_the_full_update():
   estimates, uploads = _combined_estimates(lambda selection: selection.weights)
   assert np.all(_within(estimates, _FULL_UPDATE)), (estimates.mean(axis=0), _FULL_UPDATE)
@@ -69,6 +70,7 @@ def test_md_then_optimal_uploads_is_unbiased_for_the_full_update():
   assert uploads.max() <= 6
 
 
+@pytest.mark.slow
 def test_the_check_detects_a_biased_pairing():
   # MD already draws ∝ n_k; weighting the draws by n_k again counts size twice, a
   # bias of the sampler stage that the upload stage keeps. The same test must see it.

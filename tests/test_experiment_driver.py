@@ -65,6 +65,7 @@ def _driver(*args):
   )
 
 
+@pytest.mark.slow
 def test_tune_evaluate_export_report_and_rerun(tmp_path):
   folder = tmp_path / 'docs' / 'experiments' / 'driver_check'
   folder.mkdir(parents=True)
@@ -260,9 +261,9 @@ def _config(folder, *edits):
   return config
 
 
-def _assert_same_as_alone(config, runs_dir, alone, seed):
-  """Asserts that the driver's uniform run at rate 0.3 and `seed` in `runs_dir` is the run that
-  one call of the binary trains alone, in a new process, into `alone`."""
+def _assert_same_as_alone(config, runs_dir, alone, seed, method='uniform'):
+  """Asserts that the driver's run of `method` at rate 0.3 and `seed` in `runs_dir` is the run
+  that one call of the binary trains alone, in a new process, into `alone`."""
   spec = experiment_config.load(str(config))
   single = subprocess.run(
     [
@@ -270,8 +271,8 @@ def _assert_same_as_alone(config, runs_dir, alone, seed):
       '-m',
       f'bin.{spec.binary}',
       *spec.binary_flags,
-      f'--{spec.method_flag}=uniform',
-      *experiment_config.run_name_flags(spec, 'uniform'),
+      f'--{spec.method_flag}={method}',
+      *experiment_config.run_name_flags(spec, method),
       f'--seed={seed}',
       '--seeds=1',
       '--client_learning_rate=0.3',
@@ -284,8 +285,8 @@ def _assert_same_as_alone(config, runs_dir, alone, seed):
     stdin=subprocess.DEVNULL,
   )
   assert single.returncode == 0, single.stderr[-2000:]
-  (driven_path,) = glob.glob(str(runs_dir / 'lr0.3' / f'*_uniform_seed{seed}'))
-  (alone_path,) = glob.glob(str(alone / f'*_uniform_seed{seed}'))
+  (driven_path,) = glob.glob(str(runs_dir / 'lr0.3' / f'*_{method}_seed{seed}'))
+  (alone_path,) = glob.glob(str(alone / f'*_{method}_seed{seed}'))
   driven, reference = results.load_run(driven_path), results.load_run(alone_path)
   np.testing.assert_array_equal(driven.selection_counts, reference.selection_counts)
   measured = [c for c in reference.metrics if 'seconds' not in c]
@@ -296,6 +297,7 @@ def _assert_same_as_alone(config, runs_dir, alone, seed):
     )
 
 
+@pytest.mark.slow
 def test_a_run_the_binary_refuses_stops_the_driver_at_once_saying_why(tmp_path):
   # clients_per_round above the population: the binary refuses it before training (the
   # driver's check of the flags cannot know the task's size), and would every time.
@@ -313,6 +315,7 @@ def test_a_run_the_binary_refuses_stops_the_driver_at_once_saying_why(tmp_path):
   assert not (folder / 'runs.jsonl.gz').exists()
 
 
+@pytest.mark.slow
 def test_a_crashed_call_trains_again_from_its_checkpoint_and_the_run_is_unchanged(tmp_path):
   config = _config(
     tmp_path / 'crash',
@@ -321,7 +324,7 @@ def test_a_crashed_call_trains_again_from_its_checkpoint_and_the_run_is_unchange
     ('--tuning_seed=7\n', ''),
     ('--claims=full>uniform:final,full<uniform:rounds_to_0.2\n', ''),
     ('--seeds=2', '--seeds=1'),
-    ('--rounds=2', '--rounds=40'),
+    ('--rounds=2', '--rounds=20'),
     ('--checkpoint_every=2', '--checkpoint_every=1'),
   )
   runs_dir = tmp_path / 'runs'
@@ -391,10 +394,15 @@ def test_batches_group_consecutive_seeds_of_one_method_and_rate():
     experiment_jobs.batches(jobs, 0)
 
 
-def test_a_call_of_several_seeds_trains_the_runs_of_single_calls(tmp_path):
+@pytest.mark.slow
+def test_a_call_trains_several_seeds_as_single_calls_would_and_a_divergence_ends_it(tmp_path):
+  # At client rate 1e30 every uniform run diverges in round 1, and the binary stops at the
+  # first one; full participation at 0.3 trains its three seeds in one call.
   config = _config(
     tmp_path / 'batched',
-    ('--learning_rates=0.3,0.05', '--learning_rates=0.3'),
+    ('--learning_rates=0.3,0.05', '--learning_rates=uniform:1e30,full:0.3'),
+    ('--tuning_seed=7\n', ''),
+    ('--claims=full>uniform:final,full<uniform:rounds_to_0.2\n', ''),
     ('--seeds=2', '--seeds=3'),
   )
   runs_dir = tmp_path / 'runs'
@@ -403,39 +411,27 @@ def test_a_call_of_several_seeds_trains_the_runs_of_single_calls(tmp_path):
   )
   assert done.returncode == 0, done.stderr[-2000:]
   assert '0 of 6 runs done; 6 to train.' in done.stdout
-  for method in ('uniform', 'full'):
-    assert (runs_dir / 'logs' / f'lr0.3_{method}_seed0-2.log').is_file()
-    for seed in (0, 1, 2):
-      assert f'lr0.3_{method}_seed{seed}: finished in ' in done.stdout
-      assert f'(call lr0.3_{method}_seed0-2)' in done.stdout
+  for seed in (0, 1, 2):
+    assert f'lr0.3_full_seed{seed}: finished in ' in done.stdout
+  assert done.stdout.count('(call lr0.3_full_seed0-2)') == 3
+
+  # Each divergence ended its call; the seeds after it trained in a new call.
+  diverged = sorted(line for line in done.stdout.splitlines() if 'diverged in round 1' in line)
+  assert len(diverged) == 3, done.stdout
+  assert diverged[0].startswith('lr1e+30_uniform_seed0: ')
+  assert '(call lr1e+30_uniform_seed0-2)' in diverged[0]
+  assert diverged[1].startswith('lr1e+30_uniform_seed1: ')
+  assert '(call lr1e+30_uniform_seed1-2)' in diverged[1]
+  assert diverged[2].startswith('lr1e+30_uniform_seed2: ') and '(call' not in diverged[2]
+  assert sorted(os.listdir(runs_dir / 'logs')) == [
+    'lr0.3_full_seed0-2.log',
+    'lr1e+30_uniform_seed0-2.log',
+    'lr1e+30_uniform_seed1-2.log',
+    'lr1e+30_uniform_seed2.log',
+  ]
 
   # Seed 1, trained second in its call, equals seed 1 trained alone in a new process.
-  _assert_same_as_alone(config, runs_dir, tmp_path / 'alone', seed=1)
-
-
-def test_a_diverged_run_ends_its_call_and_the_later_seeds_train_in_a_new_one(tmp_path):
-  # At client rate 1e30 every run diverges in round 1; the binary stops at the first one.
-  config = _config(
-    tmp_path / 'diverging',
-    ('--learning_rates=0.3,0.05', '--learning_rates=uniform:1e30,full:0.05'),
-    ('--tuning_seed=7\n', ''),
-    ('--claims=full>uniform:final,full<uniform:rounds_to_0.2\n', ''),
-  )
-  done = _driver(f'--config={config}', f'--runs_dir={tmp_path / "runs"}', '--seeds_per_call=2')
-  assert done.returncode == 0, done.stderr[-2000:]
-  diverged = sorted(line for line in done.stdout.splitlines() if 'diverged in round 1' in line)
-  assert len(diverged) == 2, done.stdout
-  assert (
-    diverged[0].startswith('lr1e+30_uniform_seed0: ')
-    and '(call lr1e+30_uniform_seed0-1)' in (diverged[0])
-  )
-  assert diverged[1].startswith('lr1e+30_uniform_seed1: ') and '(call' not in diverged[1]
-  assert 'lr0.05_full_seed1: finished in ' in done.stdout
-  assert sorted(os.listdir(tmp_path / 'runs' / 'logs')) == [
-    'lr0.05_full_seed0-1.log',
-    'lr1e+30_uniform_seed0-1.log',
-    'lr1e+30_uniform_seed1.log',
-  ]
+  _assert_same_as_alone(config, runs_dir, tmp_path / 'alone', seed=1, method='full')
 
 
 @pytest.mark.parametrize('folder', COMMITTED, ids=[os.path.basename(f) for f in COMMITTED])

@@ -114,6 +114,7 @@ _SECURE_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_secure_sums_outside_the_test_context_say_what_to_call():
   proc = subprocess.run(
     [sys.executable, '-c', _SECURE_SCRIPT], cwd=_REPO, capture_output=True, text=True, timeout=600

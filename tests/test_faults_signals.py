@@ -245,6 +245,7 @@ def _interrupted(
   [(signal.SIGTERM, ()), (signal.SIGINT, ('--local_workers=1',))],
   ids=['SIGTERM-one_process', 'SIGINT-local_workers'],
 )
+@pytest.mark.slow
 def test_sigterm_and_sigint_stop_everything_with_one_line(tmp_path, signum, flags):
   run_dir = str(tmp_path / 'run')
   binary, seconds = _interrupted(run_dir, signum, *flags)
@@ -267,6 +268,7 @@ def test_sigterm_and_sigint_stop_everything_with_one_line(tmp_path, signum, flag
 @pytest.mark.parametrize(
   'flags', [(), ('--local_workers=1',)], ids=['one_process', 'local_workers']
 )
+@pytest.mark.slow
 def test_sigkill_leaves_no_worker_and_the_rerun_resumes(tmp_path, flags):
   run_dir = str(tmp_path / 'run')
   binary, _ = _interrupted(run_dir, signal.SIGKILL, *flags, after=_SECOND_ROUND)
@@ -287,6 +289,7 @@ def test_sigkill_leaves_no_worker_and_the_rerun_resumes(tmp_path, flags):
   assert list(finished.rounds) == list(range(last + 3))
 
 
+@pytest.mark.slow
 def test_unreachable_worker_fails_fast_naming_the_address(tmp_path):
   binary = _Binary(str(tmp_path / 'run'), '--workers=127.0.0.1:1', rounds=2)
   code = binary.wait()

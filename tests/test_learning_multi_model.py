@@ -84,6 +84,7 @@ def _keras_losses(tasks):
   return losses
 
 
+@pytest.mark.slow
 def test_full_participation_with_one_model_is_tffs_fedavg(suite):
   # S = 1 and m = N: every client has p = 1 and weight d_i, so the step is
   # FedAvg's example-weighted mean of the updates, whichever signal is used.
@@ -158,6 +159,7 @@ def _mean_steps(process, suite, shares, rounds):
 
 
 @pytest.mark.parametrize('sampling', ['optimal', 'random', 'round_robin'])
+@pytest.mark.slow
 def test_the_step_is_unbiased_for_full_participation(suite, sampling):
   # E[step_s] = Σ_i d_{i,s} U_{i,s}. Over K = 60 draws from fixed models, the
   # mean step projected on the target direction and on a fixed random one
@@ -185,6 +187,7 @@ def test_the_step_is_unbiased_for_full_participation(suite, sampling):
   )
 
 
+@pytest.mark.slow
 def test_each_model_is_chosen_as_often_as_its_probabilities_say(suite):
   # Loss signals from fixed models: p_{s|i} is fixed, so uploads of model s
   # over K rounds are a sum of independent Bernoullis with mean K Σ_i p_{s|i}.

@@ -111,6 +111,7 @@ def cache_dir(tmp_path_factory):
   'name,options',
   [('emnist', dict(only_digits=True)), ('cifar100', dict(model='vgg')), ('shakespeare', dict())],
 )
+@pytest.mark.slow
 def test_lefl_on_tff_tasks(cache_dir, tmp_path, name, options):
   task = tasks.get_task(name, cache_dir=cache_dir, client_batch_size=2, **options)
   sampler, bits = _lefl_sampler(

@@ -105,6 +105,7 @@ def test_suites_and_their_errors():
     suites.create_suite('mnist')
 
 
+@pytest.mark.slow
 def test_binary_runs_every_sampling_and_prints_the_report(tmp_path, capfd):
   common = dict(
     suite='digits_noniid',

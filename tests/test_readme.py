@@ -48,6 +48,7 @@ def test_readme_has_snippets():
 
 
 @pytest.mark.parametrize('page,index', _all_snippets())
+@pytest.mark.slow
 def test_snippet_runs(page, index, tmp_path):
   code = re.sub(
     r"'/tmp/(my_\w+)'", lambda m: repr(str(tmp_path / m.group(1))), _snippets(page)[index]

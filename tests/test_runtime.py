@@ -101,6 +101,7 @@ _REPORT_CHILD_WORKERS = (
 )
 
 
+@pytest.mark.slow
 def test_no_worker_outlives_a_program():
   # Library use without `use_secure_sum_simulation`: TFF's own default context
   # starts the worker; without the atexit hook it survives its parent.
@@ -194,6 +195,7 @@ def test_quiet_library_logs_keeps_own_info_and_library_warnings():
   assert logger.filter(record(logging.INFO, '/work/tff_sampling/program/loop.py'))
 
 
+@pytest.mark.slow
 def test_a_worker_that_ignores_the_shutdown_does_not_hang_the_exit():
   """TFF's own shutdown waits for its worker with no time limit; after a long
   run a worker was seen ignoring SIGINT, hanging the exit forever. Simulated

@@ -20,6 +20,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -46,6 +48,7 @@ def test_ruff_format_of_the_repository(tmp_path):
   assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_mypy_on_the_library(tmp_path):
   proc = _run('mypy', '--cache-dir', str(tmp_path / 'mypy'), tmp_path=tmp_path)
   assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]

@@ -281,6 +281,7 @@ def test_femnist_models_suite_is_two_model_sizes_on_the_same_writers(cache_dir):
     suites.create_suite('femnist_models', num_models=3, num_clients=2, cache_dir=cache_dir)
 
 
+@pytest.mark.slow
 def test_leaf_multi_model_suite_shares_one_population(cache_dir):
   from tasks import multi_model as suites
   from tff_sampling.learning import multi_model

@@ -29,6 +29,7 @@ def test_notebook_is_committed_without_outputs(path):
 
 
 @pytest.mark.parametrize('path', NOTEBOOKS, ids=[os.path.basename(p) for p in NOTEBOOKS])
+@pytest.mark.slow
 def test_notebook_runs(path, tmp_path):
   notebook = nbformat.read(path, as_version=4)
   # Run where the notebook lives, as a reader would; it writes only to a temporary directory.
