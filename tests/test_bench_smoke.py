@@ -24,6 +24,7 @@ from bench import fedgs as bench_fedgs
 from bench import in_memory_clients
 from bench import natural_round
 from bench import seeds_per_call
+from bench import shakespeare_round
 from tasks import models
 
 _TOLERANCE = 1e-3
@@ -79,6 +80,22 @@ def test_natural_rounds_read_in_the_worker_train_what_plain_tf_trains(tmp_path):
   assert all(len(v) == 2 and np.all(v > 0) for v in seconds['logreg'].values())
   with pytest.raises(ValueError, match=r"Unknown models \['cnn'\]; choose among 2nn"):
     natural_round.run(leaf_dir, ['cnn'], pairs=2)
+
+
+@pytest.mark.slow
+def test_a_shakespeare_round_read_in_the_worker_trains_what_plain_tf_trains(tmp_path):
+  play = tmp_path / 'play.txt'
+  speeches = [
+    f'ROLE {r}:\n' + 'To be, or not to be, that is the question. ' * (r + 1) for r in range(3)
+  ]
+  play.write_text('\n\n'.join(speeches * 2) + '\n')
+  # Raises SystemExit unless TFF and plain TF train the same weights within the tolerance.
+  seconds, steps = shakespeare_round.run(str(play), cohort=2, pairs=2)
+  assert sorted(seconds) == ['fed', 'plain_tf']
+  assert all(len(v) == 2 and np.all(v > 0) for v in seconds.values())
+  assert steps > 2  # Every sequence of the two roles, in batches of 8.
+  with pytest.raises(ValueError, match="cohort=4 exceeds the play's 3 roles"):
+    shakespeare_round.run(str(play), cohort=4, pairs=2)
 
 
 def test_main_tiny_configuration(parsed_flags, tmp_path, capfd):
