@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from tff_sampling.analysis import evidence
 from tff_sampling.runtime import results
@@ -247,3 +248,72 @@ def test_a_paired_difference_finds_a_shift_hidden_by_the_spread_between_seeds():
   low_m, high_m = evidence.t_interval(list(method.values()))
   low_b, high_b = evidence.t_interval(list(baseline.values()))
   assert low_m < high_b and low_b < high_m  # The unpaired intervals overlap.
+
+
+def _difference(values):
+  return evidence.paired_difference(dict(enumerate(values)), dict.fromkeys(range(len(values)), 0.0))
+
+
+def test_holm_adjusted_p_values_by_hand():
+  # Sorted 0.01, 0.03, 0.04 of 3: 3 x 0.01, max(0.03, 2 x 0.03), max(0.06, 1 x 0.04).
+  adjusted = evidence.holm_adjusted([0.01, 0.04, 0.03, math.nan])
+  np.testing.assert_allclose(adjusted[:3], [0.03, 0.06, 0.06])
+  assert math.isnan(adjusted[3])
+  assert evidence.holm_adjusted([0.5, 0.9]) == [1.0, 1.0]  # Capped at 1.
+
+
+def test_decisive_tests_are_scipys_t_tests():
+  x = [0.01, 0.02, 0.03, 0.05, 0.02]
+  p, outcome = evidence.decisive_test(_difference(x), evidence.Direction.HIGHER)
+  assert p == pytest.approx(stats.ttest_1samp(x, 0.0).pvalue, rel=1e-9)
+  assert outcome == evidence.Verdict.REPRODUCED
+  _, outcome = evidence.decisive_test(_difference(x), evidence.Direction.LOWER)
+  assert outcome == evidence.Verdict.CONTRADICTED
+  # Equivalence within ±0.04: two one-sided tests, each at half the level.
+  p, outcome = evidence.decisive_test(_difference(x), evidence.Direction.EQUAL, 0.04)
+  one_sided = max(
+    stats.ttest_1samp(x, -0.04, alternative='greater').pvalue,
+    stats.ttest_1samp(x, 0.04, alternative='less').pvalue,
+  )
+  assert (p, outcome) == (pytest.approx(2 * one_sided, rel=1e-9), evidence.Verdict.REPRODUCED)
+  assert evidence.decisive_test(_difference([0.1]), evidence.Direction.HIGHER)[1] is None
+
+
+def test_a_decisive_test_decides_exactly_as_the_interval():
+  rng = np.random.default_rng(5)
+  for case in range(600):
+    n = int(rng.integers(2, 9))
+    values = rng.normal(rng.normal(0.0, 0.02), rng.uniform(0.001, 0.05), size=n)
+    direction = list(evidence.Direction)[case % 3]
+    margin = 0.02 if direction == evidence.Direction.EQUAL else 0.0
+    difference = _difference(values)
+    alone = evidence.verdict(difference, direction, margin)
+    p, outcome = evidence.decisive_test(difference, direction, margin)
+    decisive = alone in (evidence.Verdict.REPRODUCED, evidence.Verdict.CONTRADICTED)
+    assert decisive == (p < 0.05), (case, values, direction, alone, p)
+    if decisive:
+      assert outcome == alone
+    # A family of one is the claim alone.
+    assert evidence.holm_verdicts([difference], [direction], [margin]) == [alone]
+
+
+def test_holm_keeps_only_the_verdicts_the_family_supports():
+  strong = _difference([0.10, 0.11, 0.09, 0.12, 0.10])  # p far below 0.05 / 3.
+  weak = _difference([0.01, 0.03, 0.0, 0.02, 0.015])  # Decisive alone, p between 0.01 and 0.05.
+  p_weak, _ = evidence.decisive_test(weak, evidence.Direction.HIGHER)
+  assert 0.05 / 3 < p_weak < 0.05
+  assert evidence.verdict(weak, evidence.Direction.HIGHER) == evidence.Verdict.REPRODUCED
+  flat = _difference([0.01, -0.01, 0.02, -0.02, 0.0])
+  verdicts = evidence.holm_verdicts(
+    [strong, weak, flat],
+    [evidence.Direction.HIGHER] * 2 + [evidence.Direction.EQUAL],
+    [0, 0, 0.001],
+  )
+  assert verdicts == [
+    evidence.Verdict.REPRODUCED,
+    evidence.Verdict.NO_DIFFERENCE,
+    evidence.Verdict.UNDECIDED,
+  ]
+  assert evidence.holm_verdicts([_difference([0.2])], [evidence.Direction.HIGHER], [0]) == [
+    evidence.Verdict.TOO_FEW
+  ]

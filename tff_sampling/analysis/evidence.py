@@ -15,7 +15,11 @@ seed's own luck. For every claim this module gives
   detected`` (it covers 0; the interval's width says what was ruled out). A
   claim of equivalence ("as good as") is reproduced only if the whole interval
   lies within ± a margin fixed beforehand, contradicted if it lies wholly
-  outside, and ``undecided`` otherwise.
+  outside, and ``undecided`` otherwise;
+* the same verdicts for an experiment's claims taken together (`holm_verdicts`):
+  each verdict is the outcome of a test (`decisive_test`), and Holm's step-down
+  adjustment of the family's p-values keeps the chance of any wrong decisive
+  verdict among them at 5%.
 
 Summaries read only evaluated rounds: nothing is interpolated between two
 evaluations.
@@ -271,3 +275,71 @@ def verdict(difference: PairedDifference, direction: str, margin: float = 0.0) -
   if high < 0:
     return Verdict.REPRODUCED if direction == Direction.LOWER else Verdict.CONTRADICTED
   return Verdict.NO_DIFFERENCE
+
+
+def decisive_test(
+  difference: PairedDifference, direction: str, margin: float = 0.0
+) -> tuple[float, Verdict | None]:
+  """The test behind `verdict`'s decisive outcomes: its p-value and the outcome it decides.
+
+  `verdict` decides with the two-sided `CONFIDENCE` t interval; as tests (level
+  ``1 − CONFIDENCE``), ``higher`` and ``lower`` claims are the paired t-test of a zero mean
+  difference, decided by the sign of the mean; an ``equal`` claim is two one-sided tests
+  against ``−margin`` and ``+margin`` (the interval within the margin, *reproduced*), or a
+  one-sided test beyond the nearer margin (the interval wholly outside, *contradicted*),
+  each side at half the level, whichever has the smaller p-value. So ``p < 1 − CONFIDENCE``
+  exactly when `verdict` is decisive (up to ties at an interval's end).
+
+  Returns:
+    ``(p, outcome)``; ``(nan, None)`` with fewer than two pairs.
+  """
+  if difference.n < 2:
+    return math.nan, None
+  x = np.asarray(difference.differences, np.float64)
+  se = float(x.std(ddof=1)) / math.sqrt(x.size)
+
+  def beyond(t_numerator: float) -> float:  # P(T >= t_numerator / se), one-sided.
+    if se == 0.0:
+      return 0.0 if t_numerator > 0 else 1.0
+    return float(stats.t.sf(t_numerator / se, x.size - 1))
+
+  mean = difference.mean
+  if direction == Direction.EQUAL:
+    within = min(1.0, 2.0 * max(beyond(mean + margin), beyond(margin - mean)))
+    outside = min(1.0, 2.0 * min(beyond(mean - margin), beyond(-margin - mean)))
+    if within <= outside:
+      return within, Verdict.REPRODUCED
+    return outside, Verdict.CONTRADICTED
+  p = min(1.0, 2.0 * beyond(abs(mean))) if mean != 0.0 else 1.0
+  claimed_side = mean > 0 if direction == Direction.HIGHER else mean < 0
+  return p, Verdict.REPRODUCED if claimed_side else Verdict.CONTRADICTED
+
+
+def holm_adjusted(p_values: Sequence[float]) -> list[float]:
+  """Holm's step-down adjusted p-values (NaN entries stay NaN and do not count)."""
+  finite = [(p, i) for i, p in enumerate(p_values) if not math.isnan(p)]
+  adjusted = [math.nan] * len(p_values)
+  running = 0.0
+  for rank, (p, i) in enumerate(sorted(finite)):
+    running = max(running, min(1.0, (len(finite) - rank) * p))
+    adjusted[i] = running
+  return adjusted
+
+
+def holm_verdicts(
+  differences: Sequence[PairedDifference], directions: Sequence[str], margins: Sequence[float]
+) -> list[Verdict]:
+  """`verdict` for each claim of a family, decided on Holm-adjusted p-values (`decisive_test`):
+  a decisive outcome stands if its adjusted p-value is below ``1 − CONFIDENCE``; otherwise
+  ``no difference detected`` (``undecided`` for an ``equal`` claim)."""
+  tests = [decisive_test(d, r, m) for d, r, m in zip(differences, directions, margins)]
+  adjusted = holm_adjusted([p for p, _ in tests])
+  out = []
+  for (_, outcome), p, difference, direction in zip(tests, adjusted, differences, directions):
+    if difference.n < 2:
+      out.append(Verdict.TOO_FEW)
+    elif p < 1.0 - CONFIDENCE:
+      out.append(outcome)
+    else:
+      out.append(Verdict.UNDECIDED if direction == Direction.EQUAL else Verdict.NO_DIFFERENCE)
+  return out

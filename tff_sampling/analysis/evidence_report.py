@@ -156,6 +156,7 @@ VERDICT_HEADERS = [
   'difference [95% CI]',
   'CI width',
   'verdict',
+  'Holm-adjusted',
 ]
 
 
@@ -163,18 +164,27 @@ def verdict_rows(
   spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, MethodRuns]
 ) -> list[list[str]]:
   """One row per claim (`VERDICT_HEADERS`): means, the paired difference with its 95%
-  interval, the verdict."""
-  rows = []
+  interval, the verdict, and the verdict with the experiment's claims as one family (Holm)."""
+  measured = []
   for claim in spec.claims:
     method, method_censored = censored_values(spec, chosen[claim.method].runs, claim.metric)
     baseline, baseline_censored = censored_values(spec, chosen[claim.baseline].runs, claim.metric)
-    diff = evidence.paired_difference(method, baseline)
-    outcome = evidence.censored_verdict(
-      evidence.verdict(diff, claim.direction, claim.margin),
-      claim.direction,
+    measured.append((method, method_censored, baseline, baseline_censored))
+  differences = [evidence.paired_difference(m[0], m[2]) for m in measured]
+  in_family = evidence.holm_verdicts(
+    differences, [c.direction for c in spec.claims], [c.margin for c in spec.claims]
+  )
+  rows = []
+  for claim, values, diff, family_outcome in zip(spec.claims, measured, differences, in_family):
+    method, method_censored, baseline, baseline_censored = values
+    censoring = dict(
       method_censored=bool(method_censored & set(diff.seeds)),
       baseline_censored=bool(baseline_censored & set(diff.seeds)),
     )
+    outcome = evidence.censored_verdict(
+      evidence.verdict(diff, claim.direction, claim.margin), claim.direction, **censoring
+    )
+    family_outcome = evidence.censored_verdict(family_outcome, claim.direction, **censoring)
     scale = _scale(claim.metric)
     if diff.n >= 2:
       interval = f'{diff.mean / scale:+.4g} [{diff.low / scale:+.4g}, {diff.high / scale:+.4g}]'
@@ -193,6 +203,7 @@ def verdict_rows(
         interval,
         width,
         f'**{outcome}**',
+        str(family_outcome),
       ]
     )
   return rows
@@ -404,7 +415,12 @@ _VERDICT_RULES = (
   'the side the claim states (for `=`: '
   'it lies within ± the margin); *contradicted*: it lies wholly on the other side (for `=`: '
   'wholly outside the margin); *no difference detected*: it covers 0; *undecided*: (`=`) '
-  'it straddles the margin, or a censored value decides it or could hide a difference.'
+  'it straddles the margin, or a censored value decides it or could hide a difference. '
+  '*Holm-adjusted*: the same verdict with all the claims of this experiment as one family: '
+  "each interval's test (the paired t-test; for `=`, the tests against the margins) gives a "
+  "p-value, Holm's step-down adjustment multiplies the smallest by the number of claims, the "
+  'next by one fewer, and so on, and a verdict stays decisive only if its adjusted p-value is '
+  'below 0.05, so that the chance of any wrong decisive verdict in the family stays at 5%.'
 )
 
 
