@@ -54,29 +54,32 @@ def _files(root):
   return {os.path.relpath(os.path.join(d, f), root) for d, _, fs in os.walk(root) for f in fs}
 
 
-def _driver(*args):
-  return subprocess.run(
-    [sys.executable, '-m', 'bin.experiment', *args],
-    cwd=REPO,
-    capture_output=True,
-    text=True,
-    timeout=900,
-    stdin=subprocess.DEVNULL,
-  )
+@pytest.fixture
+def driver(capsys, monkeypatch):
+  """``driver(**flags)`` runs bin.experiment's ``main`` in this process and returns how it
+  ended (`fault_harness.Outcome`: exit status, ``sys.exit`` message) and what it printed
+  (``.out``, ``.err``). It runs from the repository root, where its binary calls
+  (``python -m bin.<binary>``, processes of their own as in a real run) find ``bin``."""
+  monkeypatch.chdir(REPO)
+
+  def run(**flag_values):
+    capsys.readouterr()
+    outcome = fh.run_binary('experiment', **flag_values)
+    return outcome, capsys.readouterr()
+
+  return run
 
 
 @pytest.mark.slow
-def test_tune_evaluate_export_report_and_rerun(tmp_path):
+def test_tune_evaluate_export_report_and_rerun(tmp_path, driver):
   folder = tmp_path / 'docs' / 'experiments' / 'driver_check'
   folder.mkdir(parents=True)
   config = folder / experiment_config.CONFIG_FILENAME
   config.write_text(CONFIG)
   runs_dir = tmp_path / 'runs'
-  done = _driver(
-    f'--config={config}', f'--runs_dir={runs_dir}', '--parallel=2', '--seeds_per_call=2'
-  )
-  assert done.returncode == 0, done.stderr[-2000:]
-  assert '0 of 4 runs done; 4 to train.' in done.stdout  # Tuning: 2 methods x 2 rates.
+  outcome, done = driver(config=config, runs_dir=runs_dir, parallel=2, seeds_per_call=2)
+  assert outcome.exit_code == 0, (outcome, done.err[-2000:])
+  assert '0 of 4 runs done; 4 to train.' in done.out  # Tuning: 2 methods x 2 rates.
 
   # The chosen rate is the one whose tuning run has the higher mean of its last 2
   # evaluations, read here straight from the run directories.
@@ -89,7 +92,7 @@ def test_tune_evaluate_export_report_and_rerun(tmp_path):
       accuracy = results.load_run(run_path).column('eval/accuracy')
       scores[rate] = accuracy[-2:].mean()
     chosen[method] = max(scores, key=lambda r: (scores[r], r))
-  assert f'Learning rates: uniform {chosen["uniform"]:g}, full {chosen["full"]:g}' in done.stdout
+  assert f'Learning rates: uniform {chosen["uniform"]:g}, full {chosen["full"]:g}' in done.out
   for method, rate in chosen.items():
     for seed in (0, 1):
       assert glob.glob(str(runs_dir / f'lr{rate:g}' / f'*_{method}_seed{seed}'))
@@ -111,17 +114,17 @@ def test_tune_evaluate_export_report_and_rerun(tmp_path):
 
   # A rerun trains nothing and leaves the runs as they were.
   before = {p: os.path.getmtime(p) for p in glob.glob(str(runs_dir / 'lr*' / '*' / 'metrics.csv'))}
-  again = _driver(f'--config={config}', f'--runs_dir={runs_dir}')
-  assert again.returncode == 0, again.stderr[-2000:]
-  assert again.stdout.count('runs done; 0 to train.') == 2
+  outcome, again = driver(config=config, runs_dir=runs_dir)
+  assert outcome.exit_code == 0, (outcome, again.err[-2000:])
+  assert again.out.count('runs done; 0 to train.') == 2
   assert before == {p: os.path.getmtime(p) for p in before}
 
   # A new machine (an empty runs directory) resumes from the committed raw metrics: nothing
   # finished is trained again and the file comes out the same, byte for byte.
   committed = (folder / 'runs.jsonl.gz').read_bytes()
-  fresh = _driver(f'--config={config}', f'--runs_dir={tmp_path / "new_machine"}')
-  assert fresh.returncode == 0, fresh.stderr[-2000:]
-  assert fresh.stdout.count('runs done; 0 to train.') == 2
+  outcome, fresh = driver(config=config, runs_dir=tmp_path / 'new_machine')
+  assert outcome.exit_code == 0, (outcome, fresh.err[-2000:])
+  assert fresh.out.count('runs done; 0 to train.') == 2
   assert not (tmp_path / 'new_machine').exists()
   assert (folder / 'runs.jsonl.gz').read_bytes() == committed
 
@@ -135,28 +138,25 @@ def test_tune_evaluate_export_report_and_rerun(tmp_path):
   assert evidence_spec.missing_runs(spec, tuning_only) == [
     f'{m} at {chosen[m]:g}, seed {s}' for s in (0, 1) for m in ('uniform', 'full')
   ]
-  partial = _driver(f'--config={config}', f'--runs_dir={tmp_path / "new_machine"}', '--dry_run')
-  assert partial.returncode == 0, partial.stderr[-2000:]
-  assert '4 of 4 runs done; 0 to train.' in partial.stdout
-  assert '0 of 4 runs done; 4 to train.' in partial.stdout
-  assert partial.stdout.count('--seed=7') == 0
-  again_all = _driver(
-    f'--config={config}',
-    f'--runs_dir={tmp_path / "new_machine"}',
-    '--dry_run',
-    '--noreuse_raw_metrics',
+  outcome, partial = driver(config=config, runs_dir=tmp_path / 'new_machine', dry_run=True)
+  assert outcome.exit_code == 0, (outcome, partial.err[-2000:])
+  assert '4 of 4 runs done; 0 to train.' in partial.out
+  assert '0 of 4 runs done; 4 to train.' in partial.out
+  assert partial.out.count('--seed=7') == 0
+  outcome, again_all = driver(
+    config=config, runs_dir=tmp_path / 'new_machine', dry_run=True, reuse_raw_metrics=False
   )
-  assert again_all.returncode == 0, again_all.stderr[-2000:]
-  assert '0 of 4 runs done; 4 to train.' in again_all.stdout
-  assert again_all.stdout.count('--seed=7') == 4
+  assert outcome.exit_code == 0, (outcome, again_all.err[-2000:])
+  assert '0 of 4 runs done; 4 to train.' in again_all.out
+  assert again_all.out.count('--seed=7') == 4
   assert not (tmp_path / 'new_machine').exists()
   (folder / 'runs.jsonl.gz').write_bytes(committed)
 
   # A configuration edited after its runs started is refused, naming the setting.
   config.write_text(CONFIG.replace('--rounds=2', '--rounds=3'))
-  edited = _driver(f'--config={config}', f'--runs_dir={runs_dir}')
-  assert edited.returncode != 0
-  assert 'was trained with rounds=2, but the configuration says --rounds=3' in edited.stderr
+  edited, _ = driver(config=config, runs_dir=runs_dir)
+  assert edited.exit_code != 0
+  assert 'was trained with rounds=2, but the configuration says --rounds=3' in edited.message
   config.write_text(CONFIG)
 
   # The report from the raw metrics equals the report from the run directories.
@@ -184,16 +184,14 @@ def test_tune_evaluate_export_report_and_rerun(tmp_path):
   (sibling / experiment_config.CONFIG_FILENAME).write_text(
     CONFIG.replace('--learning_rates=0.3,0.05', '--learning_rates_from=driver_check')
   )
-  borrowed = _driver(
-    f'--config={sibling / experiment_config.CONFIG_FILENAME}',
-    f'--runs_dir={tmp_path / "borrow_runs"}',
-    '--dry_run',
+  outcome, borrowed = driver(
+    config=sibling / experiment_config.CONFIG_FILENAME,
+    runs_dir=tmp_path / 'borrow_runs',
+    dry_run=True,
   )
-  assert borrowed.returncode == 0, borrowed.stderr[-2000:]
-  assert f'Learning rates: uniform {chosen["uniform"]:g}, full {chosen["full"]:g}' in (
-    borrowed.stdout
-  )
-  assert borrowed.stdout.count('--client_learning_rate=') == 4  # 2 methods x 2 seeds, no tuning.
+  assert outcome.exit_code == 0, (outcome, borrowed.err[-2000:])
+  assert f'Learning rates: uniform {chosen["uniform"]:g}, full {chosen["full"]:g}' in (borrowed.out)
+  assert borrowed.out.count('--client_learning_rate=') == 4  # 2 methods x 2 seeds, no tuning.
 
 
 def _timed_run(spec, method, seconds):
@@ -298,19 +296,21 @@ def _assert_same_as_alone(config, runs_dir, alone, seed, method='uniform'):
 
 
 @pytest.mark.slow
-def test_a_run_the_binary_refuses_stops_the_driver_at_once_saying_why(tmp_path):
+def test_a_run_the_binary_refuses_stops_the_driver_at_once_saying_why(tmp_path, driver):
   # clients_per_round above the population: the binary refuses it before training (the
   # driver's check of the flags cannot know the task's size), and would every time.
   config = _config(tmp_path / 'bad', ('--clients_per_round=5', '--clients_per_round=50'))
   folder = config.parent
-  done = _driver(f'--config={config}', f'--runs_dir={tmp_path / "runs"}')
-  assert done.returncode == 1
+  outcome, done = driver(config=config, runs_dir=tmp_path / 'runs')
+  assert outcome.exit_code == 1
   log = tmp_path / 'runs' / 'logs' / 'lr0.3_uniform_seed7.log'
-  (error,) = [line for line in done.stderr.splitlines() if line.startswith('Error: ')]
+  # Its exit message (stderr in a process of its own) is the one error line.
+  stderr = done.err + outcome.message
+  (error,) = [line for line in stderr.splitlines() if line.startswith('Error: ')]
   assert error.startswith(
     'Error: Run lr0.3_uniform_seed7 failed (exit 1): clients_per_round='
   ) and error.endswith(f'[log: {log}]'), error
-  assert 'training again' not in done.stdout  # Not retried: it would be refused again.
+  assert 'training again' not in done.out  # Not retried: it would be refused again.
   assert log.read_text().count('Error: ') == 1
   assert not (folder / 'runs.jsonl.gz').exists()
 
@@ -395,7 +395,9 @@ def test_batches_group_consecutive_seeds_of_one_method_and_rate():
 
 
 @pytest.mark.slow
-def test_a_call_trains_several_seeds_as_single_calls_would_and_a_divergence_ends_it(tmp_path):
+def test_a_call_trains_several_seeds_as_single_calls_would_and_a_divergence_ends_it(
+  tmp_path, driver
+):
   # At client rate 1e30 every uniform run diverges in round 1, and the binary stops at the
   # first one; full participation at 0.3 trains its three seeds in one call.
   config = _config(
@@ -406,18 +408,16 @@ def test_a_call_trains_several_seeds_as_single_calls_would_and_a_divergence_ends
     ('--seeds=2', '--seeds=3'),
   )
   runs_dir = tmp_path / 'runs'
-  done = _driver(
-    f'--config={config}', f'--runs_dir={runs_dir}', '--parallel=2', '--seeds_per_call=3'
-  )
-  assert done.returncode == 0, done.stderr[-2000:]
-  assert '0 of 6 runs done; 6 to train.' in done.stdout
+  outcome, done = driver(config=config, runs_dir=runs_dir, parallel=2, seeds_per_call=3)
+  assert outcome.exit_code == 0, (outcome, done.err[-2000:])
+  assert '0 of 6 runs done; 6 to train.' in done.out
   for seed in (0, 1, 2):
-    assert f'lr0.3_full_seed{seed}: finished in ' in done.stdout
-  assert done.stdout.count('(call lr0.3_full_seed0-2)') == 3
+    assert f'lr0.3_full_seed{seed}: finished in ' in done.out
+  assert done.out.count('(call lr0.3_full_seed0-2)') == 3
 
   # Each divergence ended its call; the seeds after it trained in a new call.
-  diverged = sorted(line for line in done.stdout.splitlines() if 'diverged in round 1' in line)
-  assert len(diverged) == 3, done.stdout
+  diverged = sorted(line for line in done.out.splitlines() if 'diverged in round 1' in line)
+  assert len(diverged) == 3, done.out
   assert diverged[0].startswith('lr1e+30_uniform_seed0: ')
   assert '(call lr1e+30_uniform_seed0-2)' in diverged[0]
   assert diverged[1].startswith('lr1e+30_uniform_seed1: ')
