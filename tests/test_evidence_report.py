@@ -1,7 +1,11 @@
 """The tables of an experiment's results.md (`evidence_report`), checked by hand."""
 
-import numpy as np
+import types
 
+import numpy as np
+import pytest
+
+from tff_sampling.analysis import evidence
 from tff_sampling.analysis import evidence_report
 from tff_sampling.analysis import evidence_spec
 from tff_sampling.runtime import results
@@ -64,3 +68,42 @@ def test_extra_columns_are_averaged_per_run_and_over_seeds():
   column = [c.strip() for c in header.split('|')[1:-1]].index(label)
   assert summary[('fedgs (lr 0.1)', '2')][column - 2] == '3.500 ± 2.121'
   assert summary[('uniform (lr 0.1)', '1')][column - 2] == '3.000'
+
+
+def _diverging(accuracy, at, rounds=20):
+  """Evaluated every 5 rounds from 0 with `accuracy`; its training loss infinite at round `at`."""
+  steps = np.arange(at + 1)
+  metrics = {
+    'eval/accuracy': np.full(steps.size, np.nan),
+    'eval/loss': np.full(steps.size, np.nan),
+    'train/loss': np.ones(steps.size),
+    'round_seconds': np.ones(steps.size),
+    'uplink/cumulative_bits': steps * 1e6,
+  }
+  for i, value in enumerate(accuracy):
+    metrics['eval/accuracy'][5 * i] = value
+    metrics['eval/loss'][5 * i] = 2.0 - value
+  metrics['train/loss'][at] = np.inf
+  hparams = dict(sampling='uniform', seed=0, client_learning_rate=0.1, rounds=rounds)
+  return results.Run(path='diverged', hparams=hparams, metrics=metrics, rounds=steps)
+
+
+def test_a_diverged_run_scores_as_failed():
+  # Evaluated at rounds 0, 5, 10 (0.2, 0.5, 0.6); diverged in round 12 of 20.
+  run = _diverging([0.2, 0.5, 0.6], at=12)
+  assert evidence_spec.diverged(run) == 12
+  failed = evidence_report.failed_run(run)
+  np.testing.assert_array_equal(failed.rounds, [*range(12), 12, 20])
+  assert evidence.final_mean(run, 2) == pytest.approx(0.55)  # What the rule replaces.
+  assert evidence.final_mean(failed, 2) == 0.0
+  # Trapezoids over 0-5-10-12-20: (1.75 + 2.75 + 0.6 + 0) / 20.
+  assert evidence.curve_mean(failed) == pytest.approx(5.1 / 20)
+  assert evidence.to_target(failed, 0.5, bits=False) == (5.0, False)  # Reached before.
+  assert evidence.to_target(failed, 0.7, bits=False) == (20.0, True)  # Never: censored at 20.
+  assert evidence.to_target(failed, 0.7, bits=True) == (12e6, True)  # Uploads as they stood.
+  assert evidence.lowest(failed) == pytest.approx(1.4)  # The lowest loss it reached.
+  spec = types.SimpleNamespace(final_k=2)
+  assert evidence_report.metric_values(spec, {0: run}, evidence_spec.FINAL) == {0: 0.0}
+  healthy = _diverging([0.2, 0.5, 0.6], at=19)
+  healthy.metrics['train/loss'][19] = 1.0
+  assert evidence_report.failed_run(healthy) is healthy

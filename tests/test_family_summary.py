@@ -96,6 +96,7 @@ def test_summary_by_hand():
     '-0.5 [-6.853, +5.853]',
     '12.71',
     '**no difference detected**',
+    'no difference detected',  # Holm, the experiment's one claim as its family.
   ]
   # LN pairs seed 0 only (uniform lacks seed 1): 1.8 − 3.0, no interval.
   assert verdicts['[LN](fam_LN/results.md)'][4:7] == ['1', '-1.2', '—']

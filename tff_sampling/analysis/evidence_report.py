@@ -74,9 +74,11 @@ def reported_runs(
 def metric_values(
   spec: evidence_spec.ExperimentSpec, runs: Mapping[int, results.Run], metric: str
 ) -> dict[int, float]:
-  """Seed -> the run's value of a claim metric (NaN where a target is never reached)."""
+  """Seed -> the run's value of a claim metric (NaN where a target is never reached); a
+  diverged run scores as failed (`failed_run`)."""
   values = {}
   for seed, run in runs.items():
+    run = failed_run(run)
     if metric == evidence_spec.FINAL:
       values[seed] = evidence.final_mean(run, spec.final_k)
     elif metric == evidence_spec.CURVE:
@@ -90,6 +92,33 @@ def metric_values(
     else:
       raise ValueError(f'Unknown metric {metric!r}.')
   return values
+
+
+def failed_run(run: results.Run) -> results.Run:
+  """`run`, or for a run that diverged, the run a failure scores as.
+
+  From the round it diverged in to its configured last round (``hparams['rounds']``) the
+  model is lost: accuracy 0 at that round and at the last, and no other evaluation. So its
+  final accuracy is 0, its curve falls to 0 there and stays, and a target it had not reached
+  is never reached (censored at the last round, uploads as they stood). Its lowest loss is
+  the lowest it reached: a minimum reached is not undone.
+  """
+  at = evidence_spec.diverged(run)
+  if at is None:
+    return run
+  last = max(int(run.hparams.get('rounds', at)), at)
+  keep = run.rounds < at
+  rounds = np.concatenate([run.rounds[keep], np.unique([at, last])])
+  added = rounds.size - int(keep.sum())
+  metrics = {}
+  for name, values in run.metrics.items():
+    tail = np.full(added, np.nan)
+    if name == evidence.ACCURACY_COLUMN:
+      tail[:] = 0.0
+    elif name == results.BITS_COLUMN:
+      tail[:] = run.last_finite(results.BITS_COLUMN)
+    metrics[name] = np.concatenate([np.asarray(values, np.float64)[keep], tail])
+  return dataclasses.replace(run, rounds=rounds, metrics=metrics)
 
 
 def metric_name(spec: evidence_spec.ExperimentSpec, metric: str) -> str:
@@ -132,7 +161,9 @@ def censored_values(
   prefix = evidence_spec.BITS_TO if bits else evidence_spec.ROUNDS_TO
   values, censored = {}, set()
   for seed, run in runs.items():
-    values[seed], was_censored = evidence.to_target(run, float(metric[len(prefix) :]), bits=bits)
+    values[seed], was_censored = evidence.to_target(
+      failed_run(run), float(metric[len(prefix) :]), bits=bits
+    )
     if was_censored:
       censored.add(seed)
   return values, censored
@@ -411,7 +442,9 @@ _VERDICT_RULES = (
   'Paired over the seeds both methods have: the mean of the per-seed differences '
   '`method − baseline` and its two-sided 95% t-interval. A run that never reaches a target '
   'counts with its last round (or its total bits), a lower bound marked ≥; a verdict that such '
-  'a bound could have produced is *undecided*. *reproduced*: the interval excludes 0 on '
+  'a bound could have produced is *undecided*. A run that diverged scores as failed: accuracy '
+  '0 from the round it diverged in to its last round, so a target it had not reached is never '
+  'reached (its lowest loss stays the lowest it reached). *reproduced*: the interval excludes 0 on '
   'the side the claim states (for `=`: '
   'it lies within ± the margin); *contradicted*: it lies wholly on the other side (for `=`: '
   'wholly outside the margin); *no difference detected*: it covers 0; *undecided*: (`=`) '
