@@ -112,3 +112,47 @@ def test_links_are_found():
   targets = _links('README.md')
   assert 'docs/algorithms.md' in targets
   assert any(t.startswith('docs/optimal_sampling.md#') for t in targets)
+
+
+_INTERVAL = re.compile(r'([+−-]?\d+(?:\.\d+)?) \[([+−-]?\d+(?:\.\d+)?), ([+−-]?\d+(?:\.\d+)?)\]')
+
+
+def _numbers(match):
+  return [float(x.replace('−', '-')) for x in match.groups()]
+
+
+def _decimals(text):
+  return len(text.partition('.')[2])
+
+
+def _report_intervals(page):
+  """The `difference [95% CI]` cells of every results.md the experiment page links to, or
+  that sits beside it (``<page>/results.md``)."""
+  folder = os.path.dirname(os.path.join(_REPO, page))
+  linked = set(re.findall(r'\(([\w.\-]+)/results\.md\)', _read(page)))
+  own = os.path.splitext(os.path.basename(page))[0]
+  linked |= {own} if os.path.exists(os.path.join(folder, own, 'results.md')) else set()
+  intervals = []
+  for name in sorted(linked):
+    intervals += _INTERVAL.findall(
+      _read(os.path.relpath(os.path.join(folder, name, 'results.md'), _REPO))
+    )
+  return intervals
+
+
+def test_the_readme_verdicts_quote_the_reports():
+  """Every interval in the README's verdict table is one of its experiment's results.md,
+  rounded as the README prints it: a number there cannot drift from its source."""
+  table = _read('README.md').split("| experiment | paper's claim | verdict", 1)[1].split('\n\n')[0]
+  checked, missing = 0, []
+  for row in table.splitlines()[2:]:
+    page = re.search(r'\]\((docs/experiments/[\w.\-]+\.md)', row).group(1)
+    sources = [[float(x.replace('−', '-')) for x in m] for m in _report_intervals(page)]
+    for match in _INTERVAL.finditer(row.rsplit(' | ', 1)[-1]):
+      quoted = _numbers(match)
+      tolerance = 0.5 * 10.0 ** -min(_decimals(x) for x in match.groups()) + 1e-9
+      checked += 1
+      if not any(all(abs(q - s) <= tolerance for q, s in zip(quoted, src)) for src in sources):
+        missing.append(f'{page}: {match.group(0)}')
+  assert checked >= 20, checked
+  assert not missing, 'README intervals not in the reports: ' + '; '.join(missing)
