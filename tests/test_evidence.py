@@ -317,3 +317,20 @@ def test_holm_keeps_only_the_verdicts_the_family_supports():
   assert evidence.holm_verdicts([_difference([0.2])], [evidence.Direction.HIGHER], [0]) == [
     evidence.Verdict.TOO_FEW
   ]
+
+
+def test_seeds_to_decide_by_hand():
+  # Differences with mean 0.01 and sample sd 0.02: the half-width t(0.975, n-1) * 0.02 / sqrt(n)
+  # first drops below 0.01 at n = 18 (t = 2.110: 0.00995; at n = 17, t = 2.120: 0.01028).
+  x = 0.01 + 0.02 * np.array([1.0, -1.0, 1.0, -1.0]) * np.sqrt(3.0 / 4.0)
+  difference = _difference(x)
+  assert float(np.std(x, ddof=1)) == pytest.approx(0.02)
+  assert evidence.seeds_to_decide(difference, evidence.Direction.HIGHER) == 18
+  # Equivalence within ±0.03: room 0.02; the half-width is 0.0210 at n = 6 (t(0.975, 5) =
+  # 2.571) and 0.0185 at n = 7 (t(0.975, 6) = 2.447).
+  assert evidence.seeds_to_decide(difference, evidence.Direction.EQUAL, 0.03) == 7
+  assert evidence.seeds_to_decide(difference, evidence.Direction.HIGHER, most=17) is None
+  assert evidence.seeds_to_decide(_difference([0.01, -0.01]), evidence.Direction.HIGHER) is None
+  # Already decided: as many seeds as it has, or fewer.
+  strong = _difference([0.10, 0.11, 0.09, 0.12, 0.10])
+  assert evidence.seeds_to_decide(strong, evidence.Direction.HIGHER) <= 5

@@ -97,6 +97,9 @@ def test_summary_by_hand():
     '12.71',
     '**no difference detected**',
     'no difference detected',  # Holm, the experiment's one claim as its family.
+    # Seeds to decide: sd 0.7071; t(0.975, 9) · 0.7071 / √10 = 0.506 > 0.5, t(0.975, 10) · 0.7071
+    # / √11 = 0.475 < 0.5.
+    '11',
   ]
   # LN pairs seed 0 only (uniform lacks seed 1): 1.8 − 3.0, no interval.
   assert verdicts['[LN](fam_LN/results.md)'][4:7] == ['1', '-1.2', '—']

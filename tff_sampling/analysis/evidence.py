@@ -343,3 +343,27 @@ def holm_verdicts(
     else:
       out.append(Verdict.UNDECIDED if direction == Direction.EQUAL else Verdict.NO_DIFFERENCE)
   return out
+
+
+def seeds_to_decide(
+  difference: PairedDifference, direction: str, margin: float = 0.0, most: int = 100
+) -> int | None:
+  """The fewest seeds whose interval would decide the claim if the observed mean and spread
+  of the differences held: a plan for extending an experiment, not a verdict.
+
+  Decided means the `CONFIDENCE` t interval (half-width ``t · sd / √n``) excludes 0 for a
+  ``higher`` or ``lower`` claim; for an ``equal`` claim, lies within ± `margin` (if the mean
+  is inside it) or wholly outside (if the mean is outside). None with fewer than two pairs,
+  a mean exactly on the boundary, or more than `most` seeds needed.
+  """
+  if difference.n < 2:
+    return None
+  sd = float(np.std(difference.differences, ddof=1))
+  mean = difference.mean
+  room = abs(abs(mean) - margin) if direction == Direction.EQUAL else abs(mean)
+  if room == 0.0:
+    return None
+  for n in range(2, most + 1):
+    if float(stats.t.ppf(0.5 + CONFIDENCE / 2.0, n - 1)) * sd / math.sqrt(n) < room:
+      return n
+  return None

@@ -188,6 +188,7 @@ VERDICT_HEADERS = [
   'CI width',
   'verdict',
   'Holm-adjusted',
+  'seeds to decide',
 ]
 
 
@@ -216,6 +217,12 @@ def verdict_rows(
       evidence.verdict(diff, claim.direction, claim.margin), claim.direction, **censoring
     )
     family_outcome = evidence.censored_verdict(family_outcome, claim.direction, **censoring)
+    plan = MISSING
+    if outcome in (evidence.Verdict.NO_DIFFERENCE, evidence.Verdict.UNDECIDED) and not any(
+      censoring.values()
+    ):
+      needed = evidence.seeds_to_decide(diff, claim.direction, claim.margin)
+      plan = str(needed) if needed is not None else '> 100'
     scale = _scale(claim.metric)
     if diff.n >= 2:
       interval = f'{diff.mean / scale:+.4g} [{diff.low / scale:+.4g}, {diff.high / scale:+.4g}]'
@@ -235,6 +242,7 @@ def verdict_rows(
         width,
         f'**{outcome}**',
         str(family_outcome),
+        plan,
       ]
     )
   return rows
@@ -453,7 +461,10 @@ _VERDICT_RULES = (
   "each interval's test (the paired t-test; for `=`, the tests against the margins) gives a "
   "p-value, Holm's step-down adjustment multiplies the smallest by the number of claims, the "
   'next by one fewer, and so on, and a verdict stays decisive only if its adjusted p-value is '
-  'below 0.05, so that the chance of any wrong decisive verdict in the family stays at 5%.'
+  'below 0.05, so that the chance of any wrong decisive verdict in the family stays at 5%. '
+  '*seeds to decide* (claims not decided, no censored value): the fewest seeds whose interval '
+  'would decide the claim if the observed mean and spread of the differences held; a plan for '
+  'extending the experiment, not a verdict.'
 )
 
 
