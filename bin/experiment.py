@@ -439,7 +439,7 @@ def evaluate(
     )
   print('Learning rates: ' + ', '.join(f'{m} {r:g}' for m, r in tuning.chosen.items()))
   train_jobs(
-    [experiment_jobs.Job(m, tuning.chosen[m], s) for s in spec.reported_seeds for m in spec.methods]
+    [experiment_jobs.Job(m, tuning.chosen[m], s) for s in spec.trained_seeds for m in spec.methods]
   )
 
 

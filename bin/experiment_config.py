@@ -91,6 +91,14 @@ def _registry() -> flags.FlagValues:
   flags.DEFINE_integer('tuning_seed', 100, 'Seed of the tuning runs.', flag_values=fv)
   flags.DEFINE_integer('seeds', 5, 'Reported seeds 0..seeds-1.', flag_values=fv)
   flags.DEFINE_integer(
+    'extended_seeds',
+    0,
+    'A sequential extension, fixed before its runs: seeds seeds..extended_seeds-1 are trained '
+    'too, and the report gives every verdict at --seeds and again at --extended_seeds '
+    '(0: none).',
+    flag_values=fv,
+  )
+  flags.DEFINE_integer(
     'final_k', 3, 'Final accuracy: mean of the last k evaluations.', flag_values=fv
   )
   flags.DEFINE_list('targets', [], 'Accuracy targets.', flag_values=fv)
@@ -184,6 +192,7 @@ def load(path: str) -> evidence_spec.ExperimentSpec:
       learning_rates=learning_rates,
       tuning_seed=fv.tuning_seed,
       seeds=fv.seeds,
+      extended_seeds=fv.extended_seeds,
       final_k=fv.final_k,
       targets=_floats('targets', fv.targets),
       claims=tuple(evidence_spec.parse_claim(c) for c in fv.claims),

@@ -12,6 +12,7 @@ import pytest
 
 from bin import experiment_config
 from tff_sampling.analysis import evidence
+from tff_sampling.analysis import evidence_report
 from tff_sampling.analysis import evidence_spec
 from tff_sampling.runtime import results
 from tff_sampling.runtime import run_dir
@@ -105,13 +106,14 @@ def test_required_flags_and_missing_files(tmp_path):
     experiment_config.load(str(tmp_path / 'nowhere.flags'))
 
 
-def run_csv(accuracies, losses=None):
-  """Rows 0..n-1 evaluated every round; round 0 has no training metrics."""
-  lines = ['key,eval/accuracy,train/loss,round_seconds']
+def run_csv(accuracies, losses=None, bits=False):
+  """Rows 0..n-1 evaluated every round; round 0 has no training metrics; with `bits`, r bits
+  uploaded by round r."""
+  lines = ['key,eval/accuracy,train/loss,round_seconds' + (',uplink/cumulative_bits' * bits)]
   for r, a in enumerate(accuracies):
     loss = '' if r == 0 else (losses[r] if losses else 1.0)
     seconds = '' if r == 0 else 1.0
-    lines.append(f'{r},{a},{loss},{seconds}')
+    lines.append(f'{r},{a},{loss},{seconds}' + (f',{r}' * bits))
   return '\n'.join(lines) + '\n'
 
 
@@ -464,3 +466,44 @@ def test_a_grid_trains_task_by_task_tuning_cell_first(tmp_path):
     experiment_config.grid_configs(str(grid), ['b_IDL', 'c_IDL'])
   with pytest.raises(ValueError, match='No cell configuration'):
     experiment_config.grid_configs(str(tmp_path / 'empty'))
+
+
+def test_a_sequential_extension_trains_more_seeds_and_reports_both_looks(tmp_path):
+  config = (
+    CONFIG.replace('--learning_rates=0.2,0.1', '--learning_rates=0.1')
+    .replace('--seeds=5', '--seeds=2\n--extended_seeds=4')
+    .replace(',optimal=uniform:auc@0.02,optimal<uniform:bits_to_0.5', '')
+    .replace('--targets=0.5\n', '')
+  )
+  spec = experiment_config.load(write_config(tmp_path, config))
+  assert list(spec.reported_seeds) == [0, 1] and list(spec.trained_seeds) == [0, 1, 2, 3]
+  # Final accuracy (mean of the last 2 evaluations): optimal ahead by 0.05, 0.15 on seeds 0-1
+  # (t(0.975, 1) = 12.7: no difference detected), then by 0.1, 0.1 (n = 4: [+0.035, +0.165]).
+  runs = [
+    results.load_run(
+      fault_harness.write_run(
+        tmp_path / 'lr0.1',
+        f'{method}_seed{seed}',
+        {'sampling': method, 'seed': seed, 'client_learning_rate': 0.1, 'rounds': 2},
+        run_csv([0.1, 0.4, 0.5 + (gain if method == 'optimal' else 0.0)], bits=True),
+      )
+    )
+    for seed, gain in enumerate([0.1, 0.3, 0.2, 0.2])
+    for method in ('optimal', 'uniform')
+  ]
+  assert evidence_spec.missing_runs(spec, runs[:4]) == [
+    f'{m} at 0.1, seed {s}' for s in (2, 3) for m in ('optimal', 'uniform')
+  ]
+  assert evidence_spec.missing_runs(spec, runs) == []
+  report = evidence_report.results_markdown(spec, runs, command='cmd')
+  first, extended = report.split('## Verdicts with the sequential extension to 4 seeds')
+  final = re.compile(r'`optimal>uniform:final` .*?\|\s+(\d) \|.*?\*\*(.+?)\*\*')
+  assert final.search(first).groups() == ('2', 'no difference detected')
+  assert final.search(extended).groups() == ('4', 'reproduced')
+  # An extension only adds seeds, and never the tuning seed.
+  with pytest.raises(ValueError, match='extended_seeds must be 0 .* above seeds=2, got 2'):
+    experiment_config.load(write_config(tmp_path, config.replace('=4', '=2'), folder='not_more'))
+  with pytest.raises(ValueError, match='The tuning seed 50 is a reported seed'):
+    experiment_config.load(
+      write_config(tmp_path, CONFIG + '--extended_seeds=60\n', folder='over_tuning')
+    )

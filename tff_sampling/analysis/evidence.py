@@ -338,7 +338,7 @@ def holm_verdicts(
   for (_, outcome), p, difference, direction in zip(tests, adjusted, differences, directions):
     if difference.n < 2:
       out.append(Verdict.TOO_FEW)
-    elif p < 1.0 - CONFIDENCE:
+    elif outcome is not None and p < 1.0 - CONFIDENCE:
       out.append(outcome)
     else:
       out.append(Verdict.UNDECIDED if direction == Direction.EQUAL else Verdict.NO_DIFFERENCE)

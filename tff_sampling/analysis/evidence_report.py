@@ -55,8 +55,10 @@ def reported_runs(
   spec: evidence_spec.ExperimentSpec,
   runs: Sequence[results.Run],
   tuning: evidence_spec.TuningResult,
+  seeds: range | None = None,
 ) -> dict[str, MethodRuns]:
-  """Method -> its runs on the reported seeds at its chosen rate."""
+  """Method -> its runs on `seeds` (default: the reported seeds) at its chosen rate."""
+  seeds = spec.reported_seeds if seeds is None else seeds
   chosen: dict[str, MethodRuns] = {m: MethodRuns(m, tuning.chosen[m], {}) for m in spec.methods}
   for run in runs:
     method = evidence_spec.run_method(run, spec)
@@ -64,7 +66,7 @@ def reported_runs(
     if (
       method in chosen
       and isinstance(seed, int)
-      and seed in spec.reported_seeds
+      and seed in seeds
       and evidence_spec.run_rate(run) == chosen[method].rate
     ):
       chosen[method].runs[int(seed)] = run
@@ -216,7 +218,7 @@ def verdict_rows(
     outcome = evidence.censored_verdict(
       evidence.verdict(diff, claim.direction, claim.margin), claim.direction, **censoring
     )
-    family_outcome = evidence.censored_verdict(family_outcome, claim.direction, **censoring)
+    in_family_outcome = evidence.censored_verdict(family_outcome, claim.direction, **censoring)
     plan = MISSING
     if outcome in (evidence.Verdict.NO_DIFFERENCE, evidence.Verdict.UNDECIDED) and not any(
       censoring.values()
@@ -241,7 +243,7 @@ def verdict_rows(
         interval,
         width,
         f'**{outcome}**',
-        str(family_outcome),
+        in_family_outcome,
         plan,
       ]
     )
@@ -408,11 +410,13 @@ def _settings_section(spec: evidence_spec.ExperimentSpec) -> list[str]:
   ]
 
 
-def _incomplete(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, MethodRuns]) -> list[str]:
-  """The line that names the reported runs missing or unfinished, if there are any."""
-  missing = [
-    f'{m.method} seed {s}' for m in chosen.values() for s in spec.reported_seeds if s not in m.runs
-  ]
+def _incomplete(
+  spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, MethodRuns], seeds: range | None = None
+) -> list[str]:
+  """The line that names the runs of `seeds` (default: the reported seeds) missing or
+  unfinished, if there are any."""
+  seeds = spec.reported_seeds if seeds is None else seeds
+  missing = [f'{m.method} seed {s}' for m in chosen.values() for s in seeds if s not in m.runs]
   unfinished = [
     f'{r.name} ({m.method}, seed {s}: round {int(r.rounds[-1])} of {r.hparams.get("rounds")})'
     for m in chosen.values()
@@ -510,6 +514,25 @@ def _reported_sections(
   ]
 
 
+def _extension_section(
+  spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, MethodRuns]
+) -> list[str]:
+  """The verdicts again over every trained seed, a sequential extension fixed beforehand."""
+  return [
+    f'## Verdicts with the sequential extension to {spec.extended_seeds} seeds',
+    '',
+    f'The configuration fixed, before these runs, an extension from {spec.seeds} to '
+    f'{spec.extended_seeds} seeds (`--extended_seeds`), planned from the first {spec.seeds} '
+    "seeds' spread (the *seeds to decide* above). The verdicts above stay those of the first "
+    f'{spec.seeds} seeds; these are over all {spec.extended_seeds}, a second look at the same '
+    'claims, decided by the same rules.',
+    '',
+    verdict_table(spec, chosen) if spec.claims else '(no claims)',
+    '',
+    *_incomplete(spec, chosen, spec.trained_seeds),
+  ]
+
+
 def results_markdown(
   spec: evidence_spec.ExperimentSpec, runs: Sequence[results.Run], *, command: str
 ) -> str:
@@ -536,6 +559,8 @@ def results_markdown(
     ]
   else:
     parts += _reported_sections(spec, reported_runs(spec, runs, tuning))
+    if spec.extended_seeds:
+      parts += _extension_section(spec, reported_runs(spec, runs, tuning, spec.trained_seeds))
   if spec.tuned:
     parts += _tuning_section(spec, tuning)
   return '\n'.join(parts + _settings_section(spec))

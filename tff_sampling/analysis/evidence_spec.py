@@ -153,6 +153,7 @@ class ExperimentSpec:
   fixed_rates: tuple[tuple[str, float], ...] = ()
   extend_grid: int = 0
   rates_from: str = ''
+  extended_seeds: int = 0
 
   def __post_init__(self):
     if not self.methods:
@@ -185,11 +186,17 @@ class ExperimentSpec:
         f'seeds must be >= 1 (0 only for a tuning-only experiment, with a grid of rates), got '
         f'{self.seeds}.'
       )
+    if self.extended_seeds and self.extended_seeds <= self.seeds:
+      raise ValueError(
+        f'extended_seeds must be 0 (no extension) or above seeds={self.seeds}, got '
+        f'{self.extended_seeds}.'
+      )
     if self.claims and self.tuning_only:
       raise ValueError('A tuning-only experiment (seeds=0) reports nothing: drop its claims.')
-    if self.tuning_seed in range(self.seeds) and self.tuned:
+    if self.tuning_seed in self.trained_seeds and self.tuned:
       raise ValueError(
-        f'The tuning seed {self.tuning_seed} is a reported seed (0-{self.seeds - 1}); '
+        f'The tuning seed {self.tuning_seed} is a reported seed '
+        f'(0-{self.trained_seeds.stop - 1}); '
         'tune on another seed.'
       )
     for target in self.targets:
@@ -216,7 +223,14 @@ class ExperimentSpec:
 
   @property
   def reported_seeds(self) -> range:
+    """The seeds the verdicts are first given on (``--seeds``)."""
     return range(self.seeds)
+
+  @property
+  def trained_seeds(self) -> range:
+    """Every seed trained at the chosen rates: the reported ones, then those of a sequential
+    extension fixed before its runs (``--extended_seeds``), whose verdicts are given again."""
+    return range(max(self.seeds, self.extended_seeds))
 
 
 def rate_directory(rate: float) -> str:
@@ -417,7 +431,7 @@ def missing_runs(spec: ExperimentSpec, runs: Sequence[results.Run]) -> list[str]
   if tuning is not None and grid_done:  # Past the grid's edges: only the whole grid tells.
     wanted += [(m, r, spec.tuning_seed) for m, r in tuning.pending.items()]
     if not tuning.pending:
-      wanted += [(m, tuning.chosen[m], s) for s in spec.reported_seeds for m in spec.methods]
+      wanted += [(m, tuning.chosen[m], s) for s in spec.trained_seeds for m in spec.methods]
   missing = [
     f'{m} at {r:g}, seed {s}' for m, r, s in wanted if (m, rate_directory(r), s) not in done
   ]
