@@ -107,6 +107,19 @@ def test_tune_evaluate_export_report_and_rerun(tmp_path, driver):
     assert list(counts('uniform', seed)) == list(counts('full', seed))
   assert list(counts('uniform', 0)) != list(counts('uniform', 1))
 
+  # Each method's two evaluation seeds trained in one call (--seeds_per_call=2), and each run's
+  # end names it. Seed 1, trained second in its call, equals seed 1 trained alone in a new
+  # process.
+  for method, rate in chosen.items():
+    call = f'lr{rate:g}_{method}_seed0-1'
+    assert (runs_dir / 'logs' / f'{call}.log').is_file()
+    for seed in (0, 1):
+      assert f'lr{rate:g}_{method}_seed{seed}: finished in ' in done.out
+    assert done.out.count(f'(call {call})') == 2
+  _assert_same_as_alone(
+    config, runs_dir, tmp_path / 'alone', seed=1, method='full', rate=chosen['full']
+  )
+
   # Only the runs directory and the raw metrics file were written.
   assert _files(folder) == {'experiment.flags', 'runs.jsonl.gz'}
   archived = raw_metrics.read(folder / 'runs.jsonl.gz')
@@ -259,8 +272,8 @@ def _config(folder, *edits):
   return config
 
 
-def _assert_same_as_alone(config, runs_dir, alone, seed, method='uniform'):
-  """Asserts that the driver's run of `method` at rate 0.3 and `seed` in `runs_dir` is the run
+def _assert_same_as_alone(config, runs_dir, alone, seed, method='uniform', rate=0.3):
+  """Asserts that the driver's run of `method` at `rate` and `seed` in `runs_dir` is the run
   that one call of the binary trains alone, in a new process, into `alone`."""
   spec = experiment_config.load(str(config))
   single = subprocess.run(
@@ -273,7 +286,7 @@ def _assert_same_as_alone(config, runs_dir, alone, seed, method='uniform'):
       *experiment_config.run_name_flags(spec, method),
       f'--seed={seed}',
       '--seeds=1',
-      '--client_learning_rate=0.3',
+      f'--client_learning_rate={rate:g}',
       f'--root_output_dir={alone}',
     ],
     cwd=REPO,
@@ -283,7 +296,7 @@ def _assert_same_as_alone(config, runs_dir, alone, seed, method='uniform'):
     stdin=subprocess.DEVNULL,
   )
   assert single.returncode == 0, single.stderr[-2000:]
-  (driven_path,) = glob.glob(str(runs_dir / 'lr0.3' / f'*_{method}_seed{seed}'))
+  (driven_path,) = glob.glob(str(runs_dir / f'lr{rate:g}' / f'*_{method}_seed{seed}'))
   (alone_path,) = glob.glob(str(alone / f'*_{method}_seed{seed}'))
   driven, reference = results.load_run(driven_path), results.load_run(alone_path)
   np.testing.assert_array_equal(driven.selection_counts, reference.selection_counts)
@@ -395,25 +408,22 @@ def test_batches_group_consecutive_seeds_of_one_method_and_rate():
 
 
 @pytest.mark.slow
-def test_a_call_trains_several_seeds_as_single_calls_would_and_a_divergence_ends_it(
-  tmp_path, driver
-):
-  # At client rate 1e30 every uniform run diverges in round 1, and the binary stops at the
-  # first one; full participation at 0.3 trains its three seeds in one call.
+def test_a_divergence_ends_its_call_and_the_later_seeds_train_in_a_new_call(tmp_path, driver):
+  # At client rate 1e30 every run diverges in round 1, and the binary stops at the first one;
+  # the seeds after it train in a new call, itself of several seeds. (That a seed trained
+  # second in a call equals the seed trained alone: test_tune_evaluate_export_report_and_rerun.)
   config = _config(
-    tmp_path / 'batched',
-    ('--learning_rates=0.3,0.05', '--learning_rates=uniform:1e30,full:0.3'),
+    tmp_path / 'diverging',
+    ('--methods=uniform,full', '--methods=uniform'),
+    ('--learning_rates=0.3,0.05', '--learning_rates=uniform:1e30'),
     ('--tuning_seed=7\n', ''),
     ('--claims=full>uniform:final,full<uniform:rounds_to_0.2\n', ''),
     ('--seeds=2', '--seeds=3'),
   )
   runs_dir = tmp_path / 'runs'
-  outcome, done = driver(config=config, runs_dir=runs_dir, parallel=2, seeds_per_call=3)
+  outcome, done = driver(config=config, runs_dir=runs_dir, seeds_per_call=3)
   assert outcome.exit_code == 0, (outcome, done.err[-2000:])
-  assert '0 of 6 runs done; 6 to train.' in done.out
-  for seed in (0, 1, 2):
-    assert f'lr0.3_full_seed{seed}: finished in ' in done.out
-  assert done.out.count('(call lr0.3_full_seed0-2)') == 3
+  assert '0 of 3 runs done; 3 to train.' in done.out
 
   # Each divergence ended its call; the seeds after it trained in a new call.
   diverged = sorted(line for line in done.out.splitlines() if 'diverged in round 1' in line)
@@ -424,14 +434,10 @@ def test_a_call_trains_several_seeds_as_single_calls_would_and_a_divergence_ends
   assert '(call lr1e+30_uniform_seed1-2)' in diverged[1]
   assert diverged[2].startswith('lr1e+30_uniform_seed2: ') and '(call' not in diverged[2]
   assert sorted(os.listdir(runs_dir / 'logs')) == [
-    'lr0.3_full_seed0-2.log',
     'lr1e+30_uniform_seed0-2.log',
     'lr1e+30_uniform_seed1-2.log',
     'lr1e+30_uniform_seed2.log',
   ]
-
-  # Seed 1, trained second in its call, equals seed 1 trained alone in a new process.
-  _assert_same_as_alone(config, runs_dir, tmp_path / 'alone', seed=1, method='full')
 
 
 @pytest.mark.parametrize('folder', COMMITTED, ids=[os.path.basename(f) for f in COMMITTED])
