@@ -114,28 +114,18 @@ def _method(row):
 
 
 @pytest.mark.slow
-def test_quick_grid_writes_its_page_inside_its_runs_dir_only(tmp_path):
+def test_quick_grid_writes_its_page_inside_its_runs_dir_only(tmp_path, capsys):
+  # The grid's main runs in this process (its bin.experiment drivers and their binary calls
+  # are processes of their own, as in a real run); its exit message is what it would print
+  # on stderr.
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   quick = os.path.join(repo, 'docs', 'benchmark', 'quick')
   before = fh.TreeSnapshot(quick)
   runs_dir = tmp_path / 'quick'
-  done = subprocess.run(
-    [
-      sys.executable,
-      '-m',
-      'bin.benchmark_grid',
-      '--quick',
-      f'--runs_dir={runs_dir}',
-      '--parallel=2',
-      '--seeds_per_call=2',
-    ],
-    cwd=repo,
-    capture_output=True,
-    text=True,
-    timeout=1200,
-    stdin=subprocess.DEVNULL,
+  done = fh.run_binary(
+    'benchmark_grid', quick='true', runs_dir=runs_dir, parallel=2, seeds_per_call=2
   )
-  assert done.returncode == 0, done.stderr[-3000:]
+  assert done.exit_code == 0, (done, capsys.readouterr().err[-3000:])
   # Each method's two reported seeds were trained by one call (its log's name says so).
   logs = set(os.listdir(runs_dir / 'digits_LN' / 'logs'))
   spec = experiment_config.load(os.path.join(quick, 'digits_LN', 'experiment.flags'))
@@ -152,42 +142,24 @@ def test_quick_grid_writes_its_page_inside_its_runs_dir_only(tmp_path):
   assert '(baseline)' in page and 'accuracy at' in page
   assert (runs_dir / 'configs' / 'digits_LN' / 'accuracy_bits.png').is_file()
   # The report stage alone regenerates the same page from the raw metrics.
-  again = subprocess.run(
-    [
-      sys.executable,
-      '-m',
-      'bin.benchmark_grid',
-      '--quick',
-      f'--runs_dir={runs_dir}',
-      '--stage=report',
-    ],
-    cwd=repo,
-    capture_output=True,
-    text=True,
-    timeout=600,
-    stdin=subprocess.DEVNULL,
-  )
-  assert again.returncode == 0, again.stderr[-2000:]
+  again = fh.run_binary('benchmark_grid', quick='true', runs_dir=runs_dir, stage='report')
+  assert again.exit_code == 0, again
   assert (runs_dir / 'benchmark.md').read_text() == page
+
   # --stage=check passes on that page, and fails in one line once the page is edited by hand.
-  check = [
-    sys.executable,
-    '-m',
-    'bin.benchmark_grid',
-    '--quick',
-    f'--runs_dir={runs_dir}',
-    '--stage=check',
-  ]
-  passed = subprocess.run(
-    check, cwd=repo, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL
-  )
-  assert passed.returncode == 0, passed.stderr[-2000:]
+  def check():
+    """The check stage's outcome; nothing else may have gone to stderr."""
+    capsys.readouterr()
+    outcome = fh.run_binary('benchmark_grid', quick='true', runs_dir=runs_dir, stage='check')
+    assert capsys.readouterr().err.strip() == '', outcome
+    return outcome
+
+  passed = check()
+  assert passed.exit_code == 0, passed
   (runs_dir / 'benchmark.md').write_text(page.replace('(baseline)', '(the baseline)', 1))
-  failed = subprocess.run(
-    check, cwd=repo, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL
-  )
-  assert failed.returncode == 1
-  assert failed.stderr.strip() == (
+  failed = check()
+  assert failed.exit_code == 1
+  assert failed.message.strip() == (
     f'Error: Not what the raw metrics give: '
     f'{runs_dir / "benchmark.md"}; rewrite with --stage=report.'
   )
@@ -195,11 +167,9 @@ def test_quick_grid_writes_its_page_inside_its_runs_dir_only(tmp_path):
   (runs_dir / 'benchmark.md').write_text(page)
   plot = runs_dir / 'configs' / 'digits_LN' / 'accuracy_bits.png'
   plot.write_bytes(plot.read_bytes() + b'\0')
-  failed = subprocess.run(
-    check, cwd=repo, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL
-  )
-  assert failed.returncode == 1
-  assert failed.stderr.strip() == (
+  failed = check()
+  assert failed.exit_code == 1
+  assert failed.message.strip() == (
     f'Error: Not what the raw metrics give: {plot}; rewrite with --stage=report.'
   )
 
@@ -250,13 +220,5 @@ def test_sigterm_stops_the_grid_and_every_process_it_started(tmp_path):
 def test_the_committed_benchmark_page_is_what_its_raw_metrics_give():
   """docs/benchmark.md regenerates exactly from the raw metrics committed in docs/benchmark/
   (the grid's cells in progress included); it must exist once any cell has run."""
-  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  done = subprocess.run(
-    [sys.executable, '-m', 'bin.benchmark_grid', '--stage=check'],
-    cwd=repo,
-    capture_output=True,
-    text=True,
-    timeout=600,
-    stdin=subprocess.DEVNULL,
-  )
-  assert done.returncode == 0, done.stderr[-2000:]
+  done = fh.run_binary('benchmark_grid', stage='check')
+  assert done.exit_code == 0, done
