@@ -92,7 +92,7 @@ def test_a_diverged_run_scores_as_failed():
   # Evaluated at rounds 0, 5, 10 (0.2, 0.5, 0.6); diverged in round 12 of 20.
   run = _diverging([0.2, 0.5, 0.6], at=12)
   assert evidence_spec.diverged(run) == 12
-  failed = evidence_report.failed_run(run)
+  failed = evidence_spec.failed_run(run)
   np.testing.assert_array_equal(failed.rounds, [*range(12), 12, 20])
   assert evidence.final_mean(run, 2) == pytest.approx(0.55)  # What the rule replaces.
   assert evidence.final_mean(failed, 2) == 0.0
@@ -106,4 +106,4 @@ def test_a_diverged_run_scores_as_failed():
   assert evidence_report.metric_values(spec, {0: run}, evidence_spec.FINAL) == {0: 0.0}
   healthy = _diverging([0.2, 0.5, 0.6], at=19)
   healthy.metrics['train/loss'][19] = 1.0
-  assert evidence_report.failed_run(healthy) is healthy
+  assert evidence_spec.failed_run(healthy) is healthy

@@ -77,10 +77,10 @@ def metric_values(
   spec: evidence_spec.ExperimentSpec, runs: Mapping[int, results.Run], metric: str
 ) -> dict[int, float]:
   """Seed -> the run's value of a claim metric (NaN where a target is never reached); a
-  diverged run scores as failed (`failed_run`)."""
+  diverged run scores as failed (`evidence_spec.failed_run`)."""
   values = {}
   for seed, run in runs.items():
-    run = failed_run(run)
+    run = evidence_spec.failed_run(run)
     if metric == evidence_spec.FINAL:
       values[seed] = evidence.final_mean(run, spec.final_k)
     elif metric == evidence_spec.CURVE:
@@ -94,33 +94,6 @@ def metric_values(
     else:
       raise ValueError(f'Unknown metric {metric!r}.')
   return values
-
-
-def failed_run(run: results.Run) -> results.Run:
-  """`run`, or for a run that diverged, the run a failure scores as.
-
-  From the round it diverged in to its configured last round (``hparams['rounds']``) the
-  model is lost: accuracy 0 at that round and at the last, and no other evaluation. So its
-  final accuracy is 0, its curve falls to 0 there and stays, and a target it had not reached
-  is never reached (censored at the last round, uploads as they stood). Its lowest loss is
-  the lowest it reached: a minimum reached is not undone.
-  """
-  at = evidence_spec.diverged(run)
-  if at is None:
-    return run
-  last = max(int(run.hparams.get('rounds', at)), at)
-  keep = run.rounds < at
-  rounds = np.concatenate([run.rounds[keep], np.unique([at, last])])
-  added = rounds.size - int(keep.sum())
-  metrics = {}
-  for name, values in run.metrics.items():
-    tail = np.full(added, np.nan)
-    if name == evidence.ACCURACY_COLUMN:
-      tail[:] = 0.0
-    elif name == results.BITS_COLUMN:
-      tail[:] = run.last_finite(results.BITS_COLUMN)
-    metrics[name] = np.concatenate([np.asarray(values, np.float64)[keep], tail])
-  return dataclasses.replace(run, rounds=rounds, metrics=metrics)
 
 
 def metric_name(spec: evidence_spec.ExperimentSpec, metric: str) -> str:
@@ -164,7 +137,7 @@ def censored_values(
   values, censored = {}, set()
   for seed, run in runs.items():
     values[seed], was_censored = evidence.to_target(
-      failed_run(run), float(metric[len(prefix) :]), bits=bits
+      evidence_spec.failed_run(run), float(metric[len(prefix) :]), bits=bits
     )
     if was_censored:
       censored.add(seed)

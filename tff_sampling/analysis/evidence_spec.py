@@ -291,6 +291,33 @@ def diverged(run: results.Run) -> int | None:
   return int(run.rounds[rows[0]]) if rows.size else None
 
 
+def failed_run(run: results.Run) -> results.Run:
+  """`run`, or for a run that diverged, the run a failure scores as.
+
+  From the round it diverged in to its configured last round (``hparams['rounds']``) the
+  model is lost: accuracy 0 at that round and at the last, and no other evaluation. So its
+  final accuracy is 0, its curve falls to 0 there and stays, and a target it had not reached
+  is never reached (censored at the last round, uploads as they stood). Its lowest loss is
+  the lowest it reached: a minimum reached is not undone.
+  """
+  at = diverged(run)
+  if at is None:
+    return run
+  last = max(int(run.hparams.get('rounds', at)), at)
+  keep = run.rounds < at
+  rounds = np.concatenate([run.rounds[keep], np.unique([at, last])])
+  added = rounds.size - int(keep.sum())
+  metrics = {}
+  for name, values in run.metrics.items():
+    tail = np.full(added, np.nan)
+    if name == evidence.ACCURACY_COLUMN:
+      tail[:] = 0.0
+    elif name == results.BITS_COLUMN:
+      tail[:] = run.last_finite(results.BITS_COLUMN)
+    metrics[name] = np.concatenate([np.asarray(values, np.float64)[keep], tail])
+  return dataclasses.replace(run, rounds=rounds, metrics=metrics)
+
+
 def finished(run: results.Run) -> bool:
   """Whether `run` trained all its rounds or diverged (training it again would diverge again)."""
   return diverged(run) is not None or int(run.rounds[-1]) >= int(run.hparams.get('rounds', 0))
