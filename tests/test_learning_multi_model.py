@@ -56,6 +56,25 @@ def _state(process, tasks, round_num=0):
   return state
 
 
+@pytest.fixture(scope='module')
+def full_participation_steps(suite):
+  """`_full_participation_steps` of the module's suite: deterministic, so computed once (read
+  only, as the tests share it)."""
+  steps = _full_participation_steps(suite)
+  for step in steps:
+    step.flags.writeable = False
+  return steps
+
+
+@pytest.fixture(scope='module')
+def keras_losses(suite):
+  """`_keras_losses` of the module's suite: deterministic, so computed once (read only, as the
+  tests share it)."""
+  losses = _keras_losses(suite)
+  losses.flags.writeable = False
+  return losses
+
+
 def _full_participation_steps(tasks):
   """Σ_i d_{i,s} U_{i,s} per model, from TFF's FedAvg over every client (server lr 1)."""
   steps = []
@@ -85,12 +104,13 @@ def _keras_losses(tasks):
 
 
 @pytest.mark.slow
-def test_full_participation_with_one_model_is_tffs_fedavg(suite):
+def test_full_participation_with_one_model_is_tffs_fedavg(suite, full_participation_steps):
   # S = 1 and m = N: every client has p = 1 and weight d_i, so the step is
   # FedAvg's example-weighted mean of the updates, whichever signal is used.
+  # (Model 0's FedAvg step does not depend on the other models.)
   tasks = suite[:1]
   shares = _shares(tasks)
-  (expected,) = _full_participation_steps(tasks)
+  expected = full_participation_steps[0]
   for sampling in ('optimal', 'optimal_loss', 'optimal_secure'):
     process = multi_model.build_multi_model_process(
       [tasks[0].model_fn], sampling=sampling, expected_clients=N, client_learning_rates=LR
@@ -107,11 +127,11 @@ def test_full_participation_with_one_model_is_tffs_fedavg(suite):
 @pytest.mark.parametrize(
   'sampling,steps', [('optimal_loss', None), ('optimal_loss_secure', 0), ('optimal_loss_secure', 1)]
 )
-def test_loss_signal_probabilities_match_numpy(suite, sampling, steps):
+def test_loss_signal_probabilities_match_numpy(suite, keras_losses, sampling, steps):
   # The process's α and Σp come from the probabilities it drew with; the
   # NumPy functions on the Keras losses give the same numbers.
   shares = _shares(suite)
-  signal = shares * _keras_losses(suite)
+  signal = shares * keras_losses
   m = 3.0
   if steps is None:
     p = probabilities.multi_model_probabilities(signal, m)
@@ -160,14 +180,14 @@ def _mean_steps(process, suite, shares, rounds):
 
 @pytest.mark.parametrize('sampling', ['optimal', 'random', 'round_robin'])
 @pytest.mark.slow
-def test_the_step_is_unbiased_for_full_participation(suite, sampling):
+def test_the_step_is_unbiased_for_full_participation(suite, full_participation_steps, sampling):
   # E[step_s] = Σ_i d_{i,s} U_{i,s}. Over K = 60 draws from fixed models, the
   # mean step projected on the target direction and on a fixed random one
   # must be within 4.5 standard errors (two-sided p < 1e-5 each under a
   # normal approximation). Round robin is unbiased over its rotation: K is a
   # multiple of S.
   shares = _shares(suite)
-  targets = _full_participation_steps(suite)
+  targets = full_participation_steps
   process = multi_model.build_multi_model_process(
     [t.model_fn for t in suite], sampling=sampling, expected_clients=3, client_learning_rates=LR
   )
@@ -188,12 +208,12 @@ def test_the_step_is_unbiased_for_full_participation(suite, sampling):
 
 
 @pytest.mark.slow
-def test_each_model_is_chosen_as_often_as_its_probabilities_say(suite):
+def test_each_model_is_chosen_as_often_as_its_probabilities_say(suite, keras_losses):
   # Loss signals from fixed models: p_{s|i} is fixed, so uploads of model s
   # over K rounds are a sum of independent Bernoullis with mean K Σ_i p_{s|i}.
   shares = _shares(suite)
   m = 3.0
-  p = probabilities.multi_model_probabilities(shares * _keras_losses(suite), m)
+  p = probabilities.multi_model_probabilities(shares * keras_losses, m)
   process = multi_model.build_multi_model_process(
     [t.model_fn for t in suite],
     sampling='optimal_loss',
