@@ -46,6 +46,7 @@ from tff_sampling import comparisons
 from tff_sampling.analysis import fedgs_tables
 from tff_sampling.analysis import plotting
 from tff_sampling.comparisons import fedgs
+from tff_sampling.samplers import fedgs_problem
 
 # The paper's settings: Synthetic(0.5, 0.5) with 30 clients, 20% per round,
 # batch 10, η = 0.1; FashionMNIST-style (here `digits`, two labels per client)
@@ -98,6 +99,20 @@ _GRAPH_EPSILON = flags.DEFINE_float(
   "fedgs: the 3DG's edge threshold ε on the similarities normalised to [0, 1] (in [0, 1]).",
 )
 _GRAPH_SIGMA2 = flags.DEFINE_float('graph_sigma2', 0.01, "fedgs: the 3DG's σ² (> 0).")
+_GRAPH_KERNEL = flags.DEFINE_enum(
+  'graph_kernel',
+  'linear',
+  list(fedgs_problem.KERNELS),
+  "fedgs: the 3DG's edge weight, exp(-V/σ²) (linear: the paper) or exp(-V²/σ²) (squared: the "
+  "authors' published code, with --graph_epsilon=0.01 --graph_sigma2=0.1).",
+)
+_DISPERSION_SCALE = flags.DEFINE_enum(
+  'dispersion_scale',
+  'clients',
+  list(fedgs_problem.DISPERSION_SCALES),
+  'fedgs: the dispersion term α sᵀHs over N (N-1) (clients: the paper) or over M (M-1), the '
+  "cohort's mean pairwise distance (cohort: the authors' published code).",
+)
 _SOLVER = flags.DEFINE_enum(
   'solver',
   'auto',
@@ -143,6 +158,8 @@ def fedgs_methods() -> fedgs.FedGSMethods:
     graph=_GRAPH.value,
     graph_epsilon=_GRAPH_EPSILON.value,
     graph_sigma2=_GRAPH_SIGMA2.value,
+    graph_kernel=_GRAPH_KERNEL.value,
+    dispersion_scale=_DISPERSION_SCALE.value,
     solver=_SOLVER.value,
     solver_time_limit=_SOLVER_TIME_LIMIT.value,
     sketch_size=_SKETCH_SIZE.value,

@@ -10,7 +10,9 @@ models' losses, a forward pass); each then trains at most one model with
 probability ``p_{s|i}`` so that ``--expected_clients`` train on average, and
 uploads only that update, weighted ``d_{i,s} / p_{s|i}``. ``optimal_secure``
 gets ``p`` with secure sums only (``--max_rescaling_steps`` rescaling steps);
-``random`` and ``round_robin`` are the baselines (`tff_sampling.learning.multi_model`).
+``random`` and ``round_robin`` are the baselines (`tff_sampling.learning.multi_model`);
+``random_train_all`` and ``round_robin_train_all`` make the same draws after every client
+trained every model, as ``optimal`` does: its compute, their selection.
 
 Suites (`tasks.multi_model`): ``digits_noniid`` (offline: ``S`` digits tasks
 with Dirichlet α from 0.05 to 10), ``femnist_noniid`` (the same on the real

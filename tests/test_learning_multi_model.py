@@ -250,6 +250,41 @@ def test_a_model_without_data_on_a_client_is_never_trained_there(suite):
     )
 
 
+@pytest.mark.parametrize('baseline', ['random', 'round_robin'])
+def test_training_every_model_first_does_not_change_a_baseline(suite, baseline):
+  # `<baseline>_train_all` trains every client-model pair, as optimal does, then makes the
+  # baseline's draw: the same uploads, weights and model steps as the baseline, which trains
+  # only the pair it drew (a trained update nobody uploads never reaches the server).
+  shares = _shares(suite)
+  data = _data(suite, shares)
+  outputs, maps = {}, {}
+  for sampling in (baseline, f'{baseline}_train_all'):
+    process = multi_model.build_multi_model_process(
+      [t.model_fn for t in suite], sampling=sampling, expected_clients=3, client_learning_rates=LR
+    )
+    maps[sampling] = _intrinsic_uris(process.next).count('federated_map')
+    outputs[sampling] = [process.next(_state(process, suite, round_num=r), data) for r in range(3)]
+  # The baseline's clients train in one map (the drawn model); with train_all, one training map
+  # per model runs before the draw (and TFF's zip of their results adds maps of its own).
+  assert maps[f'{baseline}_train_all'] >= maps[baseline] + len(suite)
+  for r, (alone, trained_all) in enumerate(
+    zip(outputs[baseline], outputs[f'{baseline}_train_all'])
+  ):
+    np.testing.assert_array_equal(
+      alone.measurements['uploads'], trained_all.measurements['uploads']
+    )
+    assert np.sum(alone.measurements['uploads']) > 0, r
+    # Neither uploads a signal: the bits accounted are the same.
+    assert (
+      alone.measurements['extra_scalars_per_client']
+      == trained_all.measurements['extra_scalars_per_client']
+    )
+    for s in range(len(suite)):
+      np.testing.assert_allclose(
+        _flat(alone.state['models'][s]), _flat(trained_all.state['models'][s]), atol=1e-6
+      )
+
+
 def _intrinsic_uris(computation):
   uris = []
 

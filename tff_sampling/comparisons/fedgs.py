@@ -33,6 +33,10 @@ class FedGSMethods:
     alpha: fedgs: weight α of the graph-dispersion term.
     graph: fedgs: features of the 3DG, one of `GRAPHS`.
     graph_epsilon, graph_sigma2: fedgs: the 3DG's edge threshold ε and σ².
+    graph_kernel: fedgs: the 3DG's edge weight, ``'linear'`` ``exp(-V/σ²)`` (the
+      paper) or ``'squared'`` ``exp(-V²/σ²)`` (the authors' code).
+    dispersion_scale: fedgs: the dispersion term over ``N (N-1)`` (``'clients'``,
+      the paper) or ``M (M-1)`` (``'cohort'``, the authors' code).
     solver, solver_time_limit: fedgs: how each selection is optimised, and its
       wall-clock limit in seconds.
     sketch_size: Length of the update sketches (``update_cosine`` graph).
@@ -48,6 +52,8 @@ class FedGSMethods:
   graph: str = 'oracle'
   graph_epsilon: float = 0.1
   graph_sigma2: float = 0.01
+  graph_kernel: str = 'linear'
+  dispersion_scale: str = 'clients'
   solver: str = 'auto'
   solver_time_limit: float = 1.0
   sketch_size: int = 1024
@@ -100,12 +106,14 @@ class FedGSMethods:
           fedgs_problem.similarity_from_features(self.graph_features(task, seed)),
           epsilon=self.graph_epsilon,
           sigma2=self.graph_sigma2,
+          kernel=self.graph_kernel,
         )
       return samplers.FedGSSampler(
         m,
         seed=seed,
         distances=graphs[key],
         alpha=self.alpha,
+        dispersion_scale=self.dispersion_scale,
         time_limit_s=self.solver_time_limit,
         method=self.solver,
       )

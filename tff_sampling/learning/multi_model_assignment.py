@@ -53,7 +53,7 @@ def build_assignment_aggregator(
   for the secure samplings (`protocol.sum_counts`, `protocol.sum_floats`).
   """
   m, steps, secure = expected_clients, max_rescaling_steps, config.secure
-  uses_signal = config.signal != 'none'
+  uses_signal = config.from_signal
   client_signal = _client_signal_computation(norm_bound)
   client_choice = _client_choice_computation(num_models, config.assignment, seed)
   extra_scalars = 4 + num_models + 1  # Cohort count, 3 flags, upload bits, Σp.

@@ -16,8 +16,13 @@ import tensorflow_federated as tff
 class Sampling:
   """What a sampling name means: the clients' signal and how models are assigned."""
 
-  signal: str  # 'update_norm', 'loss' or 'none'.
+  signal: str  # 'update_norm' (every client trains every model first), 'loss' or 'none'.
   assignment: str  # 'exact', 'approximate', 'random' or 'round_robin'.
+
+  @property
+  def from_signal(self) -> bool:
+    """Whether the probabilities come from the clients' signals."""
+    return self.assignment in ('exact', 'approximate')
 
   @property
   def secure(self) -> bool:
@@ -32,6 +37,10 @@ SAMPLINGS = collections.OrderedDict(
   optimal_loss_secure=Sampling('loss', 'approximate'),
   random=Sampling('none', 'random'),
   round_robin=Sampling('none', 'round_robin'),
+  # The same draws as random / round_robin after every client trained every model, as the
+  # update-norm samplings do: optimal's compute, the baselines' selection and uploads.
+  random_train_all=Sampling('update_norm', 'random'),
+  round_robin_train_all=Sampling('update_norm', 'round_robin'),
 )
 
 

@@ -60,6 +60,8 @@ class FedGSSampler(base.Sampler):
     time_limit_s: float = 1.0,
     epsilon: float = 0.1,
     sigma2: float = 0.01,
+    kernel: str = 'linear',
+    dispersion_scale: str = 'clients',
     method: str = 'auto',
     max_solver_clients: int = fedgs_solvers.DEFAULT_MAX_SOLVER_CLIENTS,
   ):
@@ -74,6 +76,10 @@ class FedGSSampler(base.Sampler):
       time_limit_s: Wall-clock limit of each round's optimisation.
       epsilon: The 3DG's edge threshold ``ε``.
       sigma2: The 3DG's ``σ²``.
+      kernel: The 3DG's edge weight, ``exp(-V/σ²)`` or ``exp(-V²/σ²)``
+        (`fedgs_problem.graph_distances`).
+      dispersion_scale: The dispersion term over ``N (N-1)`` (``'clients'``,
+        the paper) or ``M (M-1)`` (``'cohort'``; `fedgs_problem.scaled_alpha`).
       method: Each round's optimiser, ``'auto'``, ``'solver'`` or
         ``'heuristic'`` (see `select_clients_with_report`).
       max_solver_clients: Most available clients for which the solver runs.
@@ -92,11 +98,16 @@ class FedGSSampler(base.Sampler):
     self.max_solver_clients = int(max_solver_clients)
     self.clients_per_round = int(clients_per_round)
     self.alpha = fedgs_problem.validate_alpha(alpha)
+    fedgs_problem.scaled_alpha(self.alpha, dispersion_scale, 2, 2)  # Validates the scale.
+    self.dispersion_scale = dispersion_scale
     self.time_limit_s = float(time_limit_s)
     self._seed = int(seed)
     if features is not None:
       self._distances = fedgs_problem.graph_distances(
-        fedgs_problem.similarity_from_features(features), epsilon=epsilon, sigma2=sigma2
+        fedgs_problem.similarity_from_features(features),
+        epsilon=epsilon,
+        sigma2=sigma2,
+        kernel=kernel,
       )
     else:
       assert distances is not None  # Exactly one of the two is given.
@@ -136,12 +147,14 @@ class FedGSSampler(base.Sampler):
     reproducible), each 0 or 1 but the objective.
     """
     del probe  # Selects without one.
+    n = state.distances.shape[0]
+    size = min(self.clients_per_round, int(np.count_nonzero(available)))
     report = fedgs_solvers.select_clients_with_report(
       state.distances,
       state.counts,
       available,
       self.clients_per_round,
-      alpha=self.alpha,
+      alpha=fedgs_problem.scaled_alpha(self.alpha, self.dispersion_scale, n, size),
       time_limit_s=self.time_limit_s,
       seed=(self._seed, int(round_num)),
       method=self.method,

@@ -50,8 +50,11 @@ def validate_square(matrix: np.ndarray, name: str) -> np.ndarray:
   return m
 
 
+KERNELS = {'linear': 1, 'squared': 2}  # Edge weight exp(-V^p / σ²): the power p of V.
+
+
 def graph_distances(
-  similarity: np.ndarray, *, epsilon: float = 0.1, sigma2: float = 0.01
+  similarity: np.ndarray, *, epsilon: float = 0.1, sigma2: float = 0.01, kernel: str = 'linear'
 ) -> np.ndarray:
   """Returns the normalised shortest-path matrix ``H`` of the 3DG (§3a).
 
@@ -61,6 +64,8 @@ def graph_distances(
       off-diagonal entries.
     epsilon: The paper's ``ε``: pairs with normalised ``V_ij < ε`` get no edge.
     sigma2: The paper's ``σ²`` (> 0): edge weight ``exp(-V_ij / σ²)``.
+    kernel: ``'linear'``, the paper's ``exp(-V_ij / σ²)``, or ``'squared'``,
+      ``exp(-V_ij² / σ²)`` (the authors' published code, with ``σ² = 0.1``).
 
   Returns:
     ``float64[N, N]`` symmetric, zero diagonal, entries in ``[0, 1]``; small
@@ -68,8 +73,10 @@ def graph_distances(
 
   Raises:
     ValueError: If `similarity` is not a finite symmetric square matrix or
-      `sigma2` is not positive.
+      `sigma2` is not positive, or `kernel` is unknown.
   """
+  if kernel not in KERNELS:
+    raise ValueError(f'kernel={kernel!r} is unknown; choose from {", ".join(KERNELS)}.')
   v = validate_square(similarity, 'similarity')
   if not np.all(np.isfinite(v)):
     raise ValueError('similarity must be finite.')
@@ -83,7 +90,9 @@ def graph_distances(
   lo, hi = v[off].min(), v[off].max()
   # A constant V carries no information: all pairs equally similar.
   normalised = np.ones_like(v) if hi == lo else (v - lo) / (hi - lo)
-  weights = np.where(normalised >= epsilon, np.exp(-normalised / sigma2), np.inf)
+  weights = np.where(
+    normalised >= epsilon, np.exp(-(normalised ** KERNELS[kernel]) / sigma2), np.inf
+  )
   weights[~off] = np.inf  # R_ii = 0 needs no edge: a path to oneself is empty.
   # null_value=inf: finite weights, 0.0 (underflow) included, are explicit edges.
   graph = csgraph.csgraph_from_dense(weights, null_value=np.inf)
@@ -125,6 +134,27 @@ def validate_alpha(alpha) -> float:
   if not (math.isfinite(alpha) and alpha >= 0):
     raise ValueError(f'alpha must be finite and non-negative, got {alpha!r}.')
   return float(alpha)
+
+
+# The dispersion term's scale: the paper's α sᵀHs / (N (N-1)), or α sᵀHs / (M (M-1)), the mean
+# distance between the cohort's clients (the authors' published code).
+DISPERSION_SCALES = ('clients', 'cohort')
+
+
+def scaled_alpha(alpha: float, scale: str, num_clients: int, size: int) -> float:
+  """The α that gives the paper's objective the dispersion scale `scale`.
+
+  ``'cohort'`` divides ``sᵀHs`` by ``M (M-1)`` instead of ``N (N-1)``: the
+  same programme with ``α N (N-1) / (M (M-1))`` (``α`` when ``M ≤ 1``, where
+  no pair exists).
+  """
+  if scale not in DISPERSION_SCALES:
+    raise ValueError(
+      f'dispersion_scale={scale!r} is unknown; choose from {", ".join(DISPERSION_SCALES)}.'
+    )
+  if scale == 'clients' or size <= 1:
+    return alpha
+  return alpha * num_clients * (num_clients - 1) / (size * (size - 1))
 
 
 def count_scores(counts: np.ndarray, num_picked: int) -> np.ndarray:
