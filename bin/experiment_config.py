@@ -101,6 +101,14 @@ def _registry() -> flags.FlagValues:
   flags.DEFINE_integer(
     'final_k', 3, 'Final accuracy: mean of the last k evaluations.', flag_values=fv
   )
+  flags.DEFINE_enum(
+    'tune_on',
+    'final',
+    list(evidence_spec.TUNE_ON),
+    "What chooses a method's rate on the tuning seed: the highest final accuracy, or the lowest "
+    'evaluation loss (best_loss; for claims on the loss).',
+    flag_values=fv,
+  )
   flags.DEFINE_list('targets', [], 'Accuracy targets.', flag_values=fv)
   flags.DEFINE_list(
     'claims', [], 'Claims <method><op><baseline>:<metric>[@margin].', flag_values=fv
@@ -194,6 +202,7 @@ def load(path: str) -> evidence_spec.ExperimentSpec:
       seeds=fv.seeds,
       extended_seeds=fv.extended_seeds,
       final_k=fv.final_k,
+      tune_on=fv.tune_on,
       targets=_floats('targets', fv.targets),
       claims=tuple(evidence_spec.parse_claim(c) for c in fv.claims),
       label_key=fv.label_key or fv.method_flag or 'sampling',

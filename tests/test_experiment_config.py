@@ -159,6 +159,42 @@ def test_tune_picks_the_best_rate_and_leaves_diverged_runs_out(tmp_path):
     evidence_spec.tune(spec, [results.load_run(d) for d in made[:2]])
 
 
+def test_tuning_on_the_lowest_loss_picks_the_rate_of_the_lowest_loss(tmp_path):
+  # Final accuracy (final_k = 2) prefers 0.2 for optimal; the lowest evaluation loss prefers
+  # 0.1 (0.5 < 0.8), and a tie in loss goes to the larger rate (uniform: 0.2).
+  config = write_config(tmp_path, CONFIG + '--tune_on=best_loss\n')
+  spec = experiment_config.load(config)
+  assert spec.tune_on == 'best_loss'
+  made = []
+  for (method, rate), (accuracy, loss) in {
+    ('optimal', 0.2): ([0.1, 0.5, 0.7], [2.0, 0.9, 0.8]),
+    ('optimal', 0.1): ([0.1, 0.4, 0.6], [2.0, 0.5, 0.7]),
+    ('uniform', 0.2): ([0.1, 0.3, 0.3], [2.0, 1.0, 1.5]),
+    ('uniform', 0.1): ([0.1, 0.4, 0.4], [2.0, 1.5, 1.0]),
+  }.items():
+    rows = ['key,eval/accuracy,eval/loss,train/loss,round_seconds']
+    rows += [
+      f'{r},{a},{l},{"" if r == 0 else 1.0},{"" if r == 0 else 1.0}'
+      for r, (a, l) in enumerate(zip(accuracy, loss))
+    ]
+    made.append(
+      fault_harness.write_run(
+        tmp_path / f'lr{rate:g}',
+        f'{method}_seed50',
+        {'sampling': method, 'seed': 50, 'client_learning_rate': rate, 'rounds': 2},
+        '\n'.join(rows) + '\n',
+      )
+    )
+  runs = [results.load_run(d) for d in made]
+  tuning = evidence_spec.tune(spec, runs)
+  assert tuning.chosen == {'optimal': 0.1, 'uniform': 0.2}
+  assert tuning.scores[('optimal', 0.1)] == pytest.approx(0.5)
+  by_accuracy = evidence_spec.tune(dataclasses.replace(spec, tune_on='final'), runs)
+  assert by_accuracy.chosen == {'optimal': 0.2, 'uniform': 0.1}
+  with pytest.raises(ValueError, match="tune_on must be one of final, best_loss, got 'loss'"):
+    dataclasses.replace(spec, tune_on='loss')
+
+
 def test_a_tuning_only_experiment_wants_the_grid_and_nothing_else(tmp_path):
   text = CONFIG.replace('--seeds=5', '--seeds=0').replace(
     '--claims=optimal>uniform:final,optimal=uniform:auc@0.02,optimal<uniform:bits_to_0.5\n', ''

@@ -317,7 +317,8 @@ def per_seed_table(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, Meth
 
 
 def tuning_table(spec: evidence_spec.ExperimentSpec, tuning: evidence_spec.TuningResult) -> str:
-  """The tuning seed's final accuracy per method and rate; the chosen rate in bold."""
+  """The tuning seed's scores (`TuningResult.scores`) per method and rate; the chosen rate in
+  bold."""
   rates = sorted({r for tried in tuning.tried.values() for r in tried}, reverse=True)
   rows = []
   for method in spec.methods:
@@ -354,8 +355,14 @@ def _tuning_section(
   return [
     f'## Tuning (seed {spec.tuning_seed})',
     '',
-    f'Final accuracy (mean of the last {spec.final_k} evaluations) of the tuning runs; the '
-    'chosen rate is in bold (the highest; a diverged run is out; ties go to the larger rate).'
+    (
+      'Lowest evaluation loss of the tuning runs (the measure of the claims); the chosen rate '
+      'is in bold (the lowest'
+      if spec.tune_on == evidence_spec.BEST_LOSS
+      else f'Final accuracy (mean of the last {spec.final_k} evaluations) of the tuning runs; the '
+      'chosen rate is in bold (the highest'
+    )
+    + '; a diverged run is out; ties go to the larger rate).'
     + (
       f' The grid is {", ".join(f"{r:g}" for r in spec.learning_rates)}; a method whose best '
       'rate was at its edge was also run past it at the same ratio, up to '

@@ -29,6 +29,9 @@ from tff_sampling.runtime import results
 FINAL = 'final'
 CURVE = 'auc'
 BEST_LOSS = 'best_loss'
+# What a tuning run is scored by (the higher the better): its final accuracy, or the negated
+# lowest evaluation loss (for an experiment whose claims are on the loss).
+TUNE_ON = ('final', BEST_LOSS)
 ROUNDS_TO = 'rounds_to_'
 BITS_TO = 'bits_to_'
 _CLAIM = re.compile(
@@ -154,6 +157,7 @@ class ExperimentSpec:
   extend_grid: int = 0
   rates_from: str = ''
   extended_seeds: int = 0
+  tune_on: str = 'final'
 
   def __post_init__(self):
     if not self.methods:
@@ -181,6 +185,8 @@ class ExperimentSpec:
       raise ValueError(f'extend_grid must be >= 0, got {self.extend_grid}.')
     if self.final_k < 1:
       raise ValueError(f'final_k must be >= 1, got {self.final_k}.')
+    if self.tune_on not in TUNE_ON:
+      raise ValueError(f'tune_on must be one of {", ".join(TUNE_ON)}, got {self.tune_on!r}.')
     if self.seeds < (0 if self.tuned else 1):
       raise ValueError(
         f'seeds must be >= 1 (0 only for a tuning-only experiment, with a grid of rates), got '
@@ -337,7 +343,8 @@ class TuningResult:
 
   Attributes:
     scores: (method, rate) -> mean of the last ``final_k`` evaluations of a
-      finished run; NaN for a run that diverged (`diverged_at` says when);
+      finished run (with ``tune_on='best_loss'``: its lowest evaluation loss,
+      the lower the better); NaN for a run that diverged (`diverged_at` says when);
       absent for a run that is missing or still training.
     diverged_at: (method, rate) -> round of divergence, for diverged runs.
     chosen: method -> the rate with the highest score (ties: the larger rate).
@@ -356,10 +363,12 @@ class TuningResult:
   pending: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
 
-def _best(method: str, rates: Sequence[float], scores: Mapping[tuple[str, float], float]):
-  """The rate of the highest finite score (ties: the larger rate), or None."""
+def _best(
+  method: str, rates: Sequence[float], scores: Mapping[tuple[str, float], float], sign: float
+):
+  """The rate of the highest finite ``sign × score`` (ties: the larger rate), or None."""
   candidates = [
-    (scores[(method, rate)], rate)
+    (sign * scores[(method, rate)], rate)
     for rate in rates
     if math.isfinite(scores.get((method, rate), math.nan))
   ]
@@ -403,12 +412,17 @@ def tune(spec: ExperimentSpec, runs: Sequence[results.Run]) -> TuningResult:
       diverged_at[key] = at
       scores[key] = math.nan
     elif finished(run):
-      scores[key] = evidence.final_mean(run, spec.final_k)
+      scores[key] = (
+        evidence.lowest(run)
+        if spec.tune_on == BEST_LOSS
+        else evidence.final_mean(run, spec.final_k)
+      )
     # An unfinished tuning run (still training) does not score yet.
   chosen, tried, pending = {}, {}, {}
+  sign = -1.0 if spec.tune_on == BEST_LOSS else 1.0
   for method in spec.methods:
     rates = sorted(spec.learning_rates, reverse=True)
-    best = _best(method, rates, scores)
+    best = _best(method, rates, scores, sign)
     unscored = [rate for rate in rates if (method, rate) not in scores]
     if unscored and best is not None:  # The grid is not all in: the choice is provisional.
       pending[method] = unscored[0]
@@ -420,7 +434,7 @@ def tune(spec: ExperimentSpec, runs: Sequence[results.Run]) -> TuningResult:
         pending[method] = step
         break
       rates = sorted([*rates, step], reverse=True)
-      best = _best(method, rates, scores)
+      best = _best(method, rates, scores, sign)
     if best is None:
       raise ValueError(
         f'Method {method!r} has no finished tuning run that did not diverge; run '
