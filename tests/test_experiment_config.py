@@ -174,8 +174,8 @@ def test_tuning_on_the_lowest_loss_picks_the_rate_of_the_lowest_loss(tmp_path):
   }.items():
     rows = ['key,eval/accuracy,eval/loss,train/loss,round_seconds']
     rows += [
-      f'{r},{a},{l},{"" if r == 0 else 1.0},{"" if r == 0 else 1.0}'
-      for r, (a, l) in enumerate(zip(accuracy, loss))
+      f'{r},{a},{x},{"" if r == 0 else 1.0},{"" if r == 0 else 1.0}'
+      for r, (a, x) in enumerate(zip(accuracy, loss))
     ]
     made.append(
       fault_harness.write_run(

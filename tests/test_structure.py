@@ -25,6 +25,7 @@ LAYERS = (
     'selection_stats',
     'task',
     'availability',
+    'devices',
   ),
   ('runtime', 'aggregators'),
   ('samplers',),

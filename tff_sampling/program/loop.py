@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow_federated as tff
 
 from tff_sampling import communication
+from tff_sampling import devices as devices_lib
 from tff_sampling import selection_stats
 from tff_sampling.program import checks
 from tff_sampling.program import progress
@@ -24,6 +25,7 @@ from tff_sampling.program.config import Availability
 from tff_sampling.program.config import RunConfig
 from tff_sampling.program.config import RunResult
 from tff_sampling.program.config import UplinkFn
+from tff_sampling.program.trainer import RoundOutput
 from tff_sampling.program.trainer import SingleModel
 from tff_sampling.program.trainer import Trainer
 from tff_sampling.runtime import results
@@ -46,6 +48,7 @@ def train_model(
   preprocessing_bits: communication.PreprocessingBits | None = None,
   client_weighting: tff.learning.ClientWeighting | None = None,
   release_managers: Sequence[tff.program.ReleaseManager] = (),
+  devices: devices_lib.SystemModel | None = None,
 ) -> RunResult:
   """Trains (or resumes) the run `config` describes.
 
@@ -78,6 +81,12 @@ def train_model(
     release_managers: Where each round's metrics also go (keyed by round),
       beside the run directory's ``metrics.csv``, TensorBoard and the
       progress line (e.g. a `tff.program.MemoryReleaseManager`).
+    devices: The clients' devices (`tff_sampling.devices.SystemModel`): each
+      round keeps the selected clients that finish first (within its deadline,
+      not dropped out) and releases the round's simulated seconds under
+      ``system/`` (``round_seconds``, ``cumulative_seconds``, ``selected``,
+      ``dropped``). A kept client's weight is rescaled so that the kept
+      weights sum to what the selection's did.
 
   Returns:
     An `RunResult`.
@@ -97,6 +106,7 @@ def train_model(
     availability=availability,
     preprocessing_bits=preprocessing_bits,
     release_managers=release_managers,
+    devices=devices,
   )
 
 
@@ -108,6 +118,7 @@ def run_rounds(
   availability: Availability | None = None,
   preprocessing_bits: communication.PreprocessingBits | None = None,
   release_managers: Sequence[tff.program.ReleaseManager] = (),
+  devices: devices_lib.SystemModel | None = None,
 ) -> RunResult:
   """Runs (or resumes) the rounds of `trainer`'s process; see `train_model`.
 
@@ -120,13 +131,22 @@ def run_rounds(
     availability: Which clients are active each round (needs a sampler).
     preprocessing_bits: What a one-time pre-processing round cost.
     release_managers: Where each round's metrics also go.
+    devices: The clients' devices (needs a sampler; see `train_model`).
 
   Returns:
     An `RunResult`.
   """
   if sampler is None and availability is not None:
     raise ValueError('availability needs a sampler to select among the active clients.')
+  if sampler is None and devices is not None:
+    raise ValueError('devices need a sampler: a process that samples by itself keeps every client.')
   trainer.check(sampler)  # Before anything is written.
+  num_clients = len(trainer.clients.num_examples)
+  if devices is not None and devices.num_clients != num_clients:
+    raise ValueError(
+      f'The system model has {devices.num_clients} devices for a population of {num_clients} '
+      'clients; give one device a client.'
+    )
   # Before any worker starts: switching TFF's context stops the workers it ran.
   tff_context.use_secure_sum_simulation()  # Secure-sum aggregators need it; harmless otherwise.
   pool = None
@@ -145,9 +165,11 @@ def run_rounds(
     pool or contextlib.nullcontext(),
     run_dir.RunDirectory(config.output_dir, config.keep_checkpoints) as directory,
   ):
-    return _Rounds(
+    rounds = _Rounds(
       directory, release_managers, trainer, sampler, config, availability, preprocessing_bits, pool
-    ).run()
+    )
+    rounds.devices = devices
+    return rounds.run()
 
 
 class _Rounds:
@@ -171,6 +193,7 @@ class _Rounds:
     self.clients = trainer.clients
     self.population = samplers_base.Population(num_examples=np.asarray(self.clients.num_examples))
     self._initial_client_learning_rate = 0.0  # η₀ of a decaying rate, read by `run`.
+    self.devices: devices_lib.SystemModel | None = None
 
   def _initial_state(self) -> collections.OrderedDict:
     state: collections.OrderedDict[str, Any] = collections.OrderedDict(
@@ -181,6 +204,9 @@ class _Rounds:
     state['process'] = self.trainer.initial_state()
     if self.sampler is not None:
       state['sampler'] = self.sampler.initialize(self.population)
+    if self.devices is not None:
+      # Whole microseconds: a checkpoint keeps an int64 exactly (a float64 comes back float32).
+      state['cumulative_microseconds'] = np.int64(0)
     return state
 
   def run(self) -> RunResult:
@@ -294,15 +320,14 @@ class _Rounds:
       )
     available, redraws = self._active_clients(round_num)
     selection = self._select(round_num, state, available)
-    data = self.trainer.client_data(round_num, selection)
-    next_fn = self.trainer.round_computation
-    output = (
-      next_fn(state['process'], data)
-      if self.pool is None
-      else self.pool.run(next_fn, state['process'], data)
-    )
-    result = self.trainer.round_output(output, len(selection.clients))
-    state = collections.OrderedDict(state, round=np.int64(round_num), process=output.state)
+    system = None
+    if self.devices is not None:
+      selection, system, elapsed = self._keep(
+        round_num, selection, int(state['cumulative_microseconds'])
+      )
+      state = collections.OrderedDict(state, cumulative_microseconds=np.int64(elapsed))
+    process_state, result = self._train_cohort(round_num, state['process'], selection)
+    state = collections.OrderedDict(state, round=np.int64(round_num), process=process_state)
     state['cumulative_bits'] = np.int64(int(state['cumulative_bits']) + result.round_bits)
     released: collections.OrderedDict[str, Any] = collections.OrderedDict(
       round_seconds=time.monotonic() - round_start
@@ -321,6 +346,8 @@ class _Rounds:
       round_bits=result.round_bits,
       cumulative_bits=int(state['cumulative_bits']),
     )
+    if system is not None:
+      released['system'] = system
     released.update(result.released)
     model_weights = self.trainer.model_weights(state['process'])
     if round_num % self.config.eval_every == 0 or round_num == self.config.rounds:
@@ -337,6 +364,42 @@ class _Rounds:
           state['selection_counts'],
         )
     return state, released
+
+  def _train_cohort(self, round_num: int, process_state, selection: samplers_base.Selection):
+    """The process state after round `round_num` on the `selection`'s clients, and what the
+    loop needs of its output (a round whose every client was dropped trains nothing)."""
+    if len(selection.clients) == 0:
+      empty = RoundOutput(communication.Uplink(0), 0, collections.OrderedDict(), {})
+      return process_state, empty
+    data = self.trainer.client_data(round_num, selection)
+    next_fn = self.trainer.round_computation
+    output = (
+      next_fn(process_state, data)
+      if self.pool is None
+      else self.pool.run(next_fn, process_state, data)
+    )
+    return output.state, self.trainer.round_output(output, len(selection.clients))
+
+  def _keep(self, round_num: int, selection: samplers_base.Selection, elapsed: int):
+    """The selected clients that reach the server under the system model (weights rescaled
+    to the selection's total), the round's ``system/`` metrics, and the simulated
+    microseconds elapsed after it (`elapsed` before it)."""
+    assert self.devices is not None
+    timed = self.devices.round(self.config.seed, round_num, selection.clients)
+    weights = selection.weights
+    if weights is not None:
+      kept_total = float(np.sum(weights[timed.kept]))
+      scale = float(np.sum(weights)) / kept_total if kept_total > 0 else 1.0
+      weights = (np.asarray(weights[timed.kept], np.float64) * scale).astype(np.float32)
+    kept = selection._replace(clients=selection.clients[timed.kept], weights=weights)
+    elapsed += round(timed.seconds * 1e6)
+    metrics = collections.OrderedDict(
+      round_seconds=timed.seconds,
+      cumulative_seconds=elapsed / 1e6,
+      selected=len(selection.clients),
+      dropped=int(np.count_nonzero(~timed.kept)),
+    )
+    return kept, metrics, elapsed
 
   def _selection_metrics(
     self, selection: samplers_base.Selection, available: np.ndarray, redraws: int

@@ -1,0 +1,114 @@
+"""The round loop under a system model (`tff_sampling.devices.SystemModel`): over-commitment,
+drop-outs and a deadline keep the right clients, the simulated seconds are the hand-computed
+ones, and a resumed run repeats them."""
+
+import csv
+import os
+
+import numpy as np
+import pytest
+
+from tff_sampling import devices
+from tff_sampling import learning
+from tff_sampling import program
+from tff_sampling import samplers
+from tff_sampling.runtime import results
+
+MODEL_BITS = 2e6
+SELECTED, TARGET, DROPOUT = 8, 5, 0.2
+
+
+class _Recording(samplers.UniformSampler):
+  """Uniform selection of `SELECTED` clients that records each round's choice."""
+
+  def __init__(self):
+    super().__init__(SELECTED, seed=3)
+    self.chosen = {}
+
+  def select(self, state, round_num, available, **kwargs):
+    selection = super().select(state, round_num, available, **kwargs)
+    self.chosen[round_num] = np.array(selection.clients)
+    return selection
+
+
+def _system(task):
+  n = task.num_clients
+  return devices.SystemModel(
+    profiles=devices.LogNormalDevices().draw(n, seed=0),
+    examples_trained=np.asarray(task.client_num_examples, np.float64),
+    model_bits=MODEL_BITS,
+    target=TARGET,
+    dropout=DROPOUT,
+  )
+
+
+@pytest.fixture(scope='module')
+def process(small_digits_task):
+  return learning.build_fed_avg(small_digits_task.model_fn, client_learning_rate=0.1)
+
+
+def _run(task, process, path, rounds, system, sampler=None):
+  sampler = sampler or _Recording()
+  config = program.RunConfig(
+    output_dir=str(path), rounds=rounds, seed=0, hparams={'seed': 0}, checkpoint_every=2
+  )
+  program.train_model(task, process, sampler, config, devices=system)
+  with open(os.path.join(path, 'metrics.csv')) as f:
+    rows = [r for r in csv.DictReader(f) if r['key'] != '0']
+  return sampler, rows
+
+
+def test_each_round_keeps_the_first_finishers_and_lasts_until_the_last_kept(
+  small_digits_task, process, tmp_path
+):
+  system = _system(small_digits_task)
+  sampler, rows = _run(small_digits_task, process, tmp_path / 'run', 4, system)
+  profiles, elapsed, counts = system.profiles, 0.0, np.zeros(small_digits_task.num_clients)
+  for row in rows:
+    round_num = int(row['key'])
+    clients = sampler.chosen[round_num]
+    # By hand: download + examples × seconds per example + upload, per selected client.
+    finish = (
+      MODEL_BITS / profiles.download_bits_per_second[clients]
+      + system.examples_trained[clients] * profiles.seconds_per_example[clients]
+      + MODEL_BITS / profiles.upload_bits_per_second[clients]
+    )
+    dropped = devices.dropped_out(0, round_num, clients, DROPOUT)
+    arriving = np.sort(finish[~dropped])
+    kept = arriving[:TARGET]
+    expected = kept[-1] if kept.size else 0.0
+    assert float(row['system/round_seconds']) == pytest.approx(expected, rel=1e-6), round_num
+    elapsed += expected
+    assert float(row['system/cumulative_seconds']) == pytest.approx(elapsed, rel=1e-6)
+    assert int(row['system/selected']) == SELECTED
+    assert int(row['system/dropped']) == SELECTED - kept.size == SELECTED - int(row['cohort_size'])
+    counts[clients[~dropped][np.argsort(finish[~dropped], kind='stable')][:TARGET]] += 1
+  # Only the kept clients trained: the run's selection counts are theirs.
+  np.testing.assert_array_equal(results.load_run(str(tmp_path / 'run')).selection_counts, counts)
+  assert sum(int(r['system/dropped']) for r in rows) >= 4 * (SELECTED - TARGET)  # Over-commitment.
+
+
+def test_a_resumed_run_repeats_the_simulated_time(small_digits_task, process, tmp_path):
+  system = _system(small_digits_task)
+  _, full = _run(small_digits_task, process, tmp_path / 'full', 4, system)
+  _run(small_digits_task, process, tmp_path / 'part', 2, system)
+  _, resumed = _run(small_digits_task, process, tmp_path / 'part', 4, system)
+  columns = [c for c in full[0] if c.startswith('system/') or c.startswith('eval/')]
+  assert [[r[c] for c in columns] for r in resumed] == [[r[c] for c in columns] for r in full]
+
+
+def test_a_system_model_for_another_population_is_refused_before_writing(
+  small_digits_task, process, tmp_path
+):
+  system = _system(small_digits_task)
+  other = devices.SystemModel(
+    profiles=devices.LogNormalDevices().draw(3, seed=0),
+    examples_trained=np.ones(3),
+    model_bits=MODEL_BITS,
+  )
+  with pytest.raises(ValueError, match='3 devices for a population of 20 clients'):
+    _run(small_digits_task, process, tmp_path / 'bad', 2, other)
+  assert not (tmp_path / 'bad').exists()
+  with pytest.raises(ValueError, match='dropout must be a probability in \\[0, 1\\), got 1.5'):
+    devices.SystemModel(system.profiles, system.examples_trained, MODEL_BITS, dropout=1.5)
+  assert devices.overcommitted(10, 0.3) == 13 and devices.overcommitted(5, 0.0) == 5
