@@ -10,6 +10,7 @@ chosen task does not accept is an error naming the task that does (see
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+import os
 from typing import Any
 
 from absl import flags
@@ -67,6 +68,32 @@ AVAILABILITY = flags.DEFINE_list(
   'Which clients are active each round: MODE or MODE-β, e.g. LN or LN-0.5 (IDL: '
   f'everyone), of {", ".join(availability_lib.AVAILABILITY_MODES)}; every sampler '
   'selects among them. bin.fedgs takes a comma-separated list; other binaries one.',
+)
+DEVICES = flags.DEFINE_string(
+  'devices',
+  'none',
+  "Clients' devices: none (rounds take no simulated time), lognormal (log-normal compute speed "
+  'and bandwidths, drawn per seed; docs/devices.md), or a CSV file of per-client '
+  'seconds_per_example, download_bits_per_second, upload_bits_per_second.',
+)
+DEVICE_TARGET = flags.DEFINE_integer(
+  'device_target',
+  None,
+  'With --devices: updates the server waits for each round, the first to arrive (default: '
+  'every selected client). Over-commit by selecting more, e.g. --clients_per_round=13 '
+  '--device_target=10.',
+  lower_bound=1,
+)
+DEADLINE_SECONDS = flags.DEFINE_float(
+  'deadline_seconds',
+  None,
+  'With --devices: the longest a round waits, in simulated seconds (> 0); later clients are '
+  'dropped.',
+)
+DROPOUT = flags.DEFINE_float(
+  'dropout',
+  0.0,
+  'With --devices: probability that a selected client drops out mid-round, in [0, 1).',
 )
 AVAILABILITY_BETA = flags.DEFINE_float(
   'availability_beta',
@@ -189,6 +216,13 @@ flag_checks.check_number('eval_fraction', low=0.0, high=1.0, low_open=True, high
 flag_checks.check_number('synthetic_alpha', low=0.0)
 flag_checks.check_number('synthetic_beta', low=0.0)
 flag_checks.check_number('unbalance_removal_probability', low=0.0, high=1.0)
+flag_checks.check_number('deadline_seconds', low=0.0, low_open=True, hint='simulated seconds')
+flag_checks.check_number('dropout', low=0.0, high=1.0, high_open=True, hint='a probability')
+flags.register_validator(
+  'devices',
+  lambda value: value in ('none', 'lognormal') or os.path.isfile(value),
+  message='--devices must be none, lognormal, or an existing CSV file of per-client values.',
+)
 flag_checks.check_int_list('mlp_hidden')
 flag_checks.check_int_list('size_group_clients', example='10,20')
 flag_checks.check_int_list('size_group_examples', example='100,500')
@@ -284,6 +318,9 @@ def availability_spec() -> comparisons.AvailabilitySpec:
 def run_settings() -> comparisons.ComparisonSettings:
   """The `ComparisonSettings` of the flags."""
   return cf.run_settings(
+    devices=comparisons.DeviceSpec(
+      DEVICES.value, DEVICE_TARGET.value, DEADLINE_SECONDS.value, DROPOUT.value
+    ),
     client_steps=CLIENT_STEPS.value,
     workers=tuple(WORKERS.value),
     local_workers=LOCAL_WORKERS.value,

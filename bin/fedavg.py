@@ -48,6 +48,7 @@ def main(argv: Sequence[str]) -> None:
       sampler,
       settings.run_config(name, seed, hparams),
       availability=availability.build(task, seed),
+      devices=settings.devices.build(task, seed, settings.client_steps),
     )
   print(f'{name}: round {result.final_round}, {dict(result.eval_metrics)}', flush=True)
 

@@ -112,3 +112,33 @@ def test_a_system_model_for_another_population_is_refused_before_writing(
   with pytest.raises(ValueError, match='dropout must be a probability in \\[0, 1\\), got 1.5'):
     devices.SystemModel(system.profiles, system.examples_trained, MODEL_BITS, dropout=1.5)
   assert devices.overcommitted(10, 0.3) == 13 and devices.overcommitted(5, 0.0) == 5
+
+
+def test_the_binaries_take_the_system_model_from_their_flags(tmp_path):
+  from absl.testing import flagsaver
+
+  from bin import fedavg
+
+  with flagsaver.as_parsed(
+    rounds='2',
+    clients_per_round='6',
+    root_output_dir=str(tmp_path),
+    experiment_name='timed',
+    devices='lognormal',
+    device_target='4',
+    dropout='0.1',
+  ):
+    fedavg.main(['fedavg'])
+  run = results.load_run(tmp_path / 'timed')
+  np.testing.assert_array_equal(run.metrics['system/selected'][1:], [6, 6])
+  np.testing.assert_array_equal(
+    run.metrics['cohort_size'][1:], 6 - run.metrics['system/dropped'][1:]
+  )
+  assert np.all(run.metrics['cohort_size'][1:] <= 4)
+  seconds = run.metrics['system/round_seconds'][1:]
+  assert np.all(seconds > 0)
+  # The cumulative time is kept in whole microseconds (exact across a resume).
+  np.testing.assert_allclose(
+    run.metrics['system/cumulative_seconds'][1:], np.cumsum(seconds), rtol=0, atol=2e-6
+  )
+  assert run.hparams['devices'] == 'lognormal' and run.hparams['device_target'] == 4

@@ -3,9 +3,9 @@ settings, never by flags. It may import the program, learning, samplers and runt
 
 A binary turns its flags into these settings and calls one function here:
 
-* `settings`: `AvailabilitySpec` (client availability), `ComparisonSettings` (what every
-  run of a comparison shares: output root, rounds, recorded hyper-parameters
-  and their defaults), `Comparison` (methods × seeds and their run names);
+* `settings`: `AvailabilitySpec` (client availability), `DeviceSpec` (devices),
+  `ComparisonSettings` (what every run of a comparison shares: output root, rounds,
+  recorded hyper-parameters and their defaults), `Comparison` (methods × seeds and their run names);
 * `sweep`: `run_comparison` and
   `load_comparison` (a sweep, or its finished runs), `run_hparams` (what a
   run records in ``hparams.json``);
@@ -17,6 +17,7 @@ from tff_sampling.comparisons.settings import PAPER_AVAILABILITY_BETA
 from tff_sampling.comparisons.settings import AvailabilitySpec
 from tff_sampling.comparisons.settings import Comparison
 from tff_sampling.comparisons.settings import ComparisonSettings
+from tff_sampling.comparisons.settings import DeviceSpec
 from tff_sampling.comparisons.settings import parse_availability
 from tff_sampling.comparisons.sweep import load_comparison
 from tff_sampling.comparisons.sweep import run_comparison
@@ -28,6 +29,7 @@ __all__ = [
   'Comparison',
   'PAPER_AVAILABILITY_BETA',
   'ComparisonSettings',
+  'DeviceSpec',
   'load_comparison',
   'parse_availability',
   'run_comparison',

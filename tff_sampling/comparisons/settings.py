@@ -1,4 +1,4 @@
-"""Typed settings of a comparison: client availability, shared run settings, a sweep.
+"""Typed settings of a comparison: client availability, devices, shared run settings, a sweep.
 
 Frozen dataclasses that the binaries fill from their flags and the rest of
 `tff_sampling.comparisons` reads; nothing here reads a flag.
@@ -11,8 +11,11 @@ import dataclasses
 from typing import Any
 
 from absl import logging
+import numpy as np
 
 from tff_sampling import availability as availability_lib
+from tff_sampling import communication
+from tff_sampling import devices as devices_lib
 from tff_sampling import program
 from tff_sampling.runtime import run_dir
 from tff_sampling.task import Task
@@ -93,6 +96,58 @@ def parse_availability(
 
 
 @dataclasses.dataclass(frozen=True)
+class DeviceSpec:
+  """The clients' devices in every run (`tff_sampling.devices`).
+
+  Attributes:
+    profiles: ``'none'`` (no system model: rounds take no simulated time),
+      ``'lognormal'`` (`devices.LogNormalDevices`, drawn per seed), or the path
+      of a CSV file of per-client values (`devices.read_profiles`).
+    target: Updates the server waits for each round (``None``: every selected
+      client); select more clients than this to over-commit.
+    deadline_seconds: The longest a round waits (``None``: no deadline).
+    dropout: Probability that a selected client drops out mid-round.
+  """
+
+  profiles: str = 'none'
+  target: int | None = None
+  deadline_seconds: float | None = None
+  dropout: float = 0.0
+
+  def build(
+    self, task: Task, seed: int, client_steps: int | None
+  ) -> devices_lib.SystemModel | None:
+    """The system model of `task`'s run with seed `seed` (``None`` without one). A client
+    trains on its examples × the task's epochs, or `client_steps` × its batch size; it
+    downloads and uploads the model's float32 parameters."""
+    if self.profiles == 'none':
+      return None
+    n = task.num_clients
+    if self.profiles == 'lognormal':
+      profiles = devices_lib.LogNormalDevices().draw(n, seed)
+    else:
+      profiles = devices_lib.read_profiles(self.profiles, n)
+    options = task.options
+    if client_steps is not None:
+      work = np.full(n, float(client_steps * options.get('client_batch_size', 1)))
+    else:
+      examples = np.asarray(task.client_num_examples, np.float64)
+      cap = options.get('max_client_examples')
+      if cap:
+        examples = np.minimum(examples, cap)
+      work = examples * options.get('client_epochs', 1)
+    parameters = communication.count_parameters(task.initial_model_weights(seed))
+    return devices_lib.SystemModel(
+      profiles,
+      work,
+      model_bits=float(communication.BITS_PER_FLOAT32 * parameters),
+      target=self.target,
+      deadline_seconds=self.deadline_seconds,
+      dropout=self.dropout,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
 class ComparisonSettings:
   """What every run of a comparison shares.
 
@@ -103,6 +158,7 @@ class ComparisonSettings:
     reset: Delete a run's earlier output first (only a directory this project
       created for a run); otherwise an existing run resumes.
     workers, local_workers, clients_per_call: As `program.RunConfig`'s.
+    devices: The clients' devices (`DeviceSpec`).
     hparams: Hyper-parameters every run records (e.g. each flag that changes results).
     defaults: The defaults of those of `hparams` that are flags: a run written
       before one was recorded resumes only with it at its default (`run_dir.HParams`).
@@ -118,6 +174,7 @@ class ComparisonSettings:
   workers: tuple[str, ...] = ()
   local_workers: int = 0
   clients_per_call: int | None = None
+  devices: DeviceSpec = DeviceSpec()
   hparams: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 

@@ -93,6 +93,7 @@ def run_comparison(
       config,
       uplink_fn=uplink_fn,
       availability=availability.build(task, seed),
+      devices=settings.devices.build(task, seed, settings.client_steps),
       preprocessing_bits=preprocessing_bits and preprocessing_bits(method, seed),
     )
     groups.setdefault(method, []).append(results.load_run(config.output_dir))
