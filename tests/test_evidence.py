@@ -4,6 +4,7 @@ Every expected number is computed by hand (t quantiles from tables:
 t(0.975, 4) = 2.776445, t(0.975, 2) = 4.302653).
 """
 
+import dataclasses
 import math
 
 import numpy as np
@@ -67,6 +68,21 @@ def test_accuracy_at_bits_is_the_last_evaluation_within_the_budget():
   assert evidence.accuracy_at_bits(RUN, 99) == pytest.approx(0.3)  # Round 10 cost 100.
   assert evidence.accuracy_at_bits(RUN, 50) == pytest.approx(0.3)
   assert evidence.accuracy_at_bits(RUN, 0) == pytest.approx(0.1)  # Round 0 uploads nothing.
+
+
+def test_simulated_seconds_to_target_and_its_censoring():
+  # Round r ends at 1.5 r simulated seconds: 0.3 is reached at round 5 (7.5 s); 0.9 never, so
+  # it is censored at the run's total, 15 s.
+  seconds = np.arange(11) * 1.5
+  run = dataclasses.replace(
+    RUN, metrics={**RUN.metrics, evidence.SECONDS_COLUMN: np.where(seconds > 0, seconds, np.nan)}
+  )
+  assert evidence.seconds_to_target(run, 0.3) == 7.5
+  assert math.isnan(evidence.seconds_to_target(run, 0.9))
+  assert evidence.to_target(run, 0.3, seconds=True) == (7.5, False)
+  assert evidence.to_target(run, 0.9, seconds=True) == (15.0, True)
+  with pytest.raises(ValueError, match='bits or seconds, not both'):
+    evidence.to_target(run, 0.3, bits=True, seconds=True)
 
 
 def test_to_target_is_censored_at_the_end_when_never_reached():

@@ -1,5 +1,6 @@
 """The tables of an experiment's results.md (`evidence_report`), checked by hand."""
 
+import dataclasses
 import types
 
 import numpy as np
@@ -107,3 +108,49 @@ def test_a_diverged_run_scores_as_failed():
   healthy = _diverging([0.2, 0.5, 0.6], at=19)
   healthy.metrics['train/loss'][19] = 1.0
   assert evidence_spec.failed_run(healthy) is healthy
+
+
+def test_simulated_time_gets_its_column_claim_and_plot(tmp_path):
+  # Runs under a system model carry system/cumulative_seconds: fedgs reaches 0.5 at round 2
+  # after 3 s (seed 0) and 5 s (seed 1); uniform after 6 s and 9 s. Paired differences −3, −4:
+  # mean −3.5.
+  spec = evidence_spec.ExperimentSpec(
+    name='e',
+    title='e',
+    binary='fedgs',
+    binary_flags=(),
+    methods=('fedgs', 'uniform'),
+    baseline='uniform',
+    learning_rates=(0.1,),
+    tuning_seed=100,
+    seeds=2,
+    final_k=1,
+    targets=(0.5,),
+    claims=(evidence_spec.parse_claim('fedgs<uniform:seconds_to_0.5'),),
+    fixed_rates=(('fedgs', 0.1), ('uniform', 0.1)),
+  )
+  runs = []
+  for method, seed, total in (
+    ('fedgs', 0, 3.0),
+    ('fedgs', 1, 5.0),
+    ('uniform', 0, 6.0),
+    ('uniform', 1, 9.0),
+  ):
+    run = _run(method, seed, [1, 1])
+    run.metrics[evidence.SECONDS_COLUMN] = np.array([np.nan, total / 2, total])
+    runs.append(run)
+  text = evidence_report.results_markdown(spec, runs, command='cmd')
+  verdict = next(line for line in text.splitlines() if '`fedgs<uniform:seconds_to_0.5`' in line)
+  assert 'simulated seconds to 50%' in verdict and '-3.5 [' in verdict
+  assert 'simulated seconds to 50%' in text.split('## Summaries over seeds')[1]
+  assert '![accuracy vs simulated seconds](accuracy_seconds.png)' in text
+  files = evidence_report.report_files(spec, runs, tmp_path, command='cmd')
+  assert str(tmp_path / 'accuracy_seconds.png') in files
+  # Without simulated time, neither the column nor the plot.
+  plain = [_run('fedgs', 0, [1, 1]), _run('uniform', 0, [1, 1])]
+  spec = dataclasses.replace(spec, seeds=1, claims=())
+  text = evidence_report.results_markdown(spec, plain, command='cmd')
+  assert 'simulated seconds' not in text
+  assert str(tmp_path / 'accuracy_seconds.png') not in evidence_report.report_files(
+    spec, plain, tmp_path, command='cmd'
+  )

@@ -21,6 +21,9 @@ ROUNDS_PLOT_FILENAME = 'accuracy_rounds.png'
 
 
 BITS_PLOT_FILENAME = 'accuracy_bits.png'
+SECONDS_PLOT_FILENAME = 'accuracy_seconds.png'
+# Simulated seconds since round 1, under a system model (`tff_sampling.devices`).
+SECONDS_COLUMN = 'system/cumulative_seconds'
 
 
 def make_curve_figure(
@@ -78,13 +81,16 @@ def _draw_curves(
   y_column: str,
   colours: Mapping[str, str],
 ) -> None:
-  on_bits = x_column != results.ROUND_COLUMN
+  on_bits = x_column == results.BITS_COLUMN
+  on_seconds = x_column == SECONDS_COLUMN
   shown = []
   for label, runs in groups.items():
     # Only evaluated rounds are drawn: on the bits axis, a round's mean accuracy sits at
     # that round's mean cumulative bits (no interpolation; every curve ends at its last
     # evaluation).
     x, mean, std = results.aggregate(runs, results.ROUND_COLUMN, y_column, ddof=run_groups.DDOF)
+    if on_seconds:  # Round 0 takes no time: it starts the axis at 0.
+      x = np.nan_to_num(results.mean_at_rounds(runs, x_column, x), nan=0.0)
     if on_bits:  # Round 0 uploads nothing; a log axis cannot show 0 bits.
       x = results.mean_at_rounds(runs, x_column, x)
       keep = np.isfinite(x) & (x > 0)
@@ -104,6 +110,8 @@ def _draw_curves(
       # minor labels are the only ones.
       axes.xaxis.set_minor_formatter(ticker.NullFormatter())
     axes.set_xlabel('cumulative uploaded bits')
+  elif on_seconds:
+    axes.set_xlabel('simulated seconds')
   else:
     axes.set_xlabel('round')
   axes.set_ylabel(y_column)
@@ -129,12 +137,32 @@ def plot_files(
   """Accuracy vs rounds and accuracy vs uploaded bits, as the PNGs to write into `output_dir`
   (one panel per value of `panels`, if given: see `make_curve_figure`), by absolute path.
 
+  With simulated time in every run (`timed`), accuracy vs simulated seconds too.
+
   Raises:
     KeyError: If a run lacks the accuracy or bits column.
   """
+  columns = [results.ROUND_COLUMN, results.BITS_COLUMN]
+  paths = list(plot_paths(output_dir))
+  if timed(groups):
+    columns.append(SECONDS_COLUMN)
+    paths.append(os.path.join(output_dir, SECONDS_PLOT_FILENAME))
   return {
     os.path.abspath(path): plotting.png_bytes(
       make_curve_figure(groups, x_column, title=title, panels=panels)
     )
-    for x_column, path in zip((results.ROUND_COLUMN, results.BITS_COLUMN), plot_paths(output_dir))
+    for x_column, path in zip(columns, paths)
   }
+
+
+def timed(groups: Mapping[str, Sequence[results.Run]]) -> bool:
+  """Whether every run has simulated time (`SECONDS_COLUMN`)."""
+  runs = [run for group in groups.values() for run in group]
+  return bool(runs) and all(SECONDS_COLUMN in run.metrics for run in runs)
+
+
+def seconds_plot_markdown(groups: Mapping[str, Sequence[results.Run]]) -> list[str]:
+  """The report's lines showing the accuracy vs simulated seconds plot, if there is one."""
+  if not timed(groups):
+    return []
+  return [f'![accuracy vs simulated seconds]({SECONDS_PLOT_FILENAME})', '']

@@ -41,6 +41,8 @@ from tff_sampling.runtime import results
 
 ACCURACY_COLUMN = 'eval/accuracy'
 LOSS_COLUMN = 'eval/loss'
+# Simulated seconds since round 1, under a system model (`tff_sampling.devices`).
+SECONDS_COLUMN = 'system/cumulative_seconds'
 CONFIDENCE = 0.95
 
 # The paper's claimed direction of ``method − baseline``.
@@ -127,6 +129,13 @@ def bits_to_target(run: results.Run, target: float, column: str = ACCURACY_COLUM
   return math.nan if found is None else float(found)
 
 
+def seconds_to_target(run: results.Run, target: float, column: str = ACCURACY_COLUMN) -> float:
+  """Simulated seconds (`SECONDS_COLUMN`, under a system model) at `rounds_to_target`; NaN if
+  never."""
+  found = results.bits_to_target(run, target, column, bits_column=SECONDS_COLUMN)
+  return math.nan if found is None else float(found)
+
+
 def accuracy_at_bits(run: results.Run, budget: float, column: str = ACCURACY_COLUMN) -> float:
   """`column` at the last evaluation whose cumulative uploaded bits are within `budget`.
 
@@ -146,20 +155,34 @@ def accuracy_at_bits(run: results.Run, budget: float, column: str = ACCURACY_COL
 
 
 def to_target(
-  run: results.Run, target: float, *, bits: bool, column: str = ACCURACY_COLUMN
+  run: results.Run,
+  target: float,
+  *,
+  bits: bool = False,
+  seconds: bool = False,
+  column: str = ACCURACY_COLUMN,
 ) -> tuple[float, bool]:
-  """Rounds (or uploaded bits) to `target`, censored at the run's end if never reached.
+  """Rounds (or uploaded bits, or simulated seconds) to `target`, censored at the run's end
+  if never reached.
 
   Returns:
     ``(value, censored)``: the first evaluated round with ``column >= target``
-    (or the cumulative bits then) and False; or, if the run never reaches it,
-    its last round (or its total bits), a lower bound of the true value, and True.
+    (or the cumulative bits or seconds then) and False; or, if the run never
+    reaches it, its last round (or its total bits or seconds), a lower bound of
+    the true value, and True.
   """
-  found = bits_to_target(run, target, column) if bits else rounds_to_target(run, target, column)
+  if bits and seconds:
+    raise ValueError('to_target counts bits or seconds, not both.')
+  cost = results.BITS_COLUMN if bits else SECONDS_COLUMN if seconds else None
+  if cost is None:
+    found = rounds_to_target(run, target, column)
+  else:
+    reached = results.bits_to_target(run, target, column, bits_column=cost)
+    found = math.nan if reached is None else float(reached)
   if math.isfinite(found):
     return found, False
-  if bits:
-    return run.last_finite(results.BITS_COLUMN), True
+  if cost is not None:
+    return run.last_finite(cost), True
   return float(run.rounds[-1]), True
 
 

@@ -91,6 +91,9 @@ def metric_values(
       values[seed] = evidence.rounds_to_target(run, float(metric[len(evidence_spec.ROUNDS_TO) :]))
     elif metric.startswith(evidence_spec.BITS_TO):
       values[seed] = evidence.bits_to_target(run, float(metric[len(evidence_spec.BITS_TO) :]))
+    elif metric.startswith(evidence_spec.SECONDS_TO):
+      target = float(metric[len(evidence_spec.SECONDS_TO) :])
+      values[seed] = evidence.seconds_to_target(run, target)
     else:
       raise ValueError(f'Unknown metric {metric!r}.')
   return values
@@ -105,6 +108,9 @@ def metric_name(spec: evidence_spec.ExperimentSpec, metric: str) -> str:
     return 'lowest evaluation loss'
   if metric.startswith(evidence_spec.ROUNDS_TO):
     return f'rounds to {tables.target_text(float(metric[len(evidence_spec.ROUNDS_TO) :]))}'
+  if metric.startswith(evidence_spec.SECONDS_TO):
+    target = tables.target_text(float(metric[len(evidence_spec.SECONDS_TO) :]))
+    return f'simulated seconds to {target}'
   return f'uploaded Gbit to {tables.target_text(float(metric[len(evidence_spec.BITS_TO) :]))}'
 
 
@@ -114,13 +120,11 @@ def _scale(metric: str) -> float:
 
 def format_value(value: float, metric: str) -> str:
   if not math.isfinite(value):
-    return (
-      'never' if metric.startswith((evidence_spec.ROUNDS_TO, evidence_spec.BITS_TO)) else MISSING
-    )
+    return 'never' if metric.startswith(evidence_spec.TO_TARGET) else MISSING
   value /= _scale(metric)
   if metric.startswith(evidence_spec.ROUNDS_TO):
     return f'{value:.1f}'
-  if metric.startswith(evidence_spec.BITS_TO):
+  if metric.startswith((evidence_spec.BITS_TO, evidence_spec.SECONDS_TO)):
     return f'{value:.4g}'
   return f'{value:.4f}'
 
@@ -130,14 +134,14 @@ def censored_values(
 ) -> tuple[dict[int, float], set[int]]:
   """Seed -> value of a claim metric, with a never-reached target censored at the run's
   end (`evidence.to_target`); and the censored seeds."""
-  if not metric.startswith((evidence_spec.ROUNDS_TO, evidence_spec.BITS_TO)):
+  if not metric.startswith(evidence_spec.TO_TARGET):
     return metric_values(spec, runs, metric), set()
-  bits = metric.startswith(evidence_spec.BITS_TO)
-  prefix = evidence_spec.BITS_TO if bits else evidence_spec.ROUNDS_TO
+  prefix = next(p for p in evidence_spec.TO_TARGET if metric.startswith(p))
+  bits, seconds = prefix == evidence_spec.BITS_TO, prefix == evidence_spec.SECONDS_TO
   values, censored = {}, set()
   for seed, run in runs.items():
     values[seed], was_censored = evidence.to_target(
-      evidence_spec.failed_run(run), float(metric[len(prefix) :]), bits=bits
+      evidence_spec.failed_run(run), float(metric[len(prefix) :]), bits=bits, seconds=seconds
     )
     if was_censored:
       censored.add(seed)
@@ -240,8 +244,12 @@ def summary_metrics(spec: evidence_spec.ExperimentSpec) -> list[str]:
 def summary_table(spec: evidence_spec.ExperimentSpec, chosen: Mapping[str, MethodRuns]) -> str:
   """Per method: mean ± sample std over seeds of every summary."""
   metrics = summary_metrics(spec)
+  timed = any(
+    evidence.SECONDS_COLUMN in r.metrics for m in chosen.values() for r in m.runs.values()
+  )
   for target in spec.targets:
     metrics += [f'{evidence_spec.ROUNDS_TO}{target:g}', f'{evidence_spec.BITS_TO}{target:g}']
+    metrics += [f'{evidence_spec.SECONDS_TO}{target:g}'] if timed else []
   rows = []
   for m in chosen.values():
     row = [m.label, str(len(m.runs))]
@@ -487,6 +495,7 @@ def _reported_sections(
     '',
     f'![accuracy vs cumulative uploaded bits]({curves.BITS_PLOT_FILENAME})',
     '',
+    *curves.seconds_plot_markdown({m.label: list(m.runs.values()) for m in chosen.values()}),
     'The curves join the evaluated rounds only (mean over seeds, ± one standard deviation); '
     "on the bits axis each point is a round's mean accuracy at that round's mean cumulative "
     'uploaded bits, so every curve ends at its last evaluation.',

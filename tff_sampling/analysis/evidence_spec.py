@@ -34,6 +34,8 @@ BEST_LOSS = 'best_loss'
 TUNE_ON = ('final', BEST_LOSS)
 ROUNDS_TO = 'rounds_to_'
 BITS_TO = 'bits_to_'
+SECONDS_TO = 'seconds_to_'  # Simulated seconds, under a system model (`tff_sampling.devices`).
+TO_TARGET = (ROUNDS_TO, BITS_TO, SECONDS_TO)
 _CLAIM = re.compile(
   r'^(?P<method>[A-Za-z0-9_.-]+)(?P<op>[<>=])(?P<baseline>[A-Za-z0-9_.-]+)'
   r':(?P<metric>[A-Za-z0-9_.]+)(@(?P<margin>[0-9.eE+-]+))?$'
@@ -72,7 +74,7 @@ class Claim:
 
   @property
   def target(self) -> float | None:
-    for prefix in (ROUNDS_TO, BITS_TO):
+    for prefix in TO_TARGET:
       if self.metric.startswith(prefix):
         return float(self.metric[len(prefix) :])
     return None
@@ -97,12 +99,10 @@ def parse_claim(text: str) -> Claim:
   if direction != evidence.Direction.EQUAL and match['margin']:
     raise ValueError(f'Claim {text!r}: a margin belongs to an equality claim (=) only.')
   metric = match['metric']
-  if metric not in (FINAL, CURVE, BEST_LOSS) and not (
-    metric.startswith(ROUNDS_TO) or metric.startswith(BITS_TO)
-  ):
+  if metric not in (FINAL, CURVE, BEST_LOSS) and not metric.startswith(TO_TARGET):
     raise ValueError(
       f'Claim {text!r}: metric {metric!r} is not {FINAL}, {CURVE}, {BEST_LOSS}, '
-      f'{ROUNDS_TO}<target> or {BITS_TO}<target>.'
+      f'{ROUNDS_TO}<target>, {BITS_TO}<target> or {SECONDS_TO}<target>.'
     )
   return Claim(match['method'], match['baseline'], metric, direction, margin)
 
@@ -318,8 +318,8 @@ def failed_run(run: results.Run) -> results.Run:
     tail = np.full(added, np.nan)
     if name == evidence.ACCURACY_COLUMN:
       tail[:] = 0.0
-    elif name == results.BITS_COLUMN:
-      tail[:] = run.last_finite(results.BITS_COLUMN)
+    elif name in (results.BITS_COLUMN, evidence.SECONDS_COLUMN):
+      tail[:] = run.last_finite(name)
     metrics[name] = np.concatenate([np.asarray(values, np.float64)[keep], tail])
   return dataclasses.replace(run, rounds=rounds, metrics=metrics)
 
