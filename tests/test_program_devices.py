@@ -23,12 +23,16 @@ class _Recording(samplers.UniformSampler):
 
   def __init__(self):
     super().__init__(SELECTED, seed=3)
-    self.chosen = {}
+    self.chosen, self.seconds = {}, []
 
   def select(self, state, round_num, available, **kwargs):
     selection = super().select(state, round_num, available, **kwargs)
     self.chosen[round_num] = np.array(selection.clients)
     return selection
+
+  def observe(self, state, selection, signals):
+    self.seconds.append(np.asarray(signals['seconds']))
+    return super().observe(state, selection, signals)
 
 
 def _system(task):
@@ -83,6 +87,8 @@ def test_each_round_keeps_the_first_finishers_and_lasts_until_the_last_kept(
     assert int(row['system/selected']) == SELECTED
     assert int(row['system/dropped']) == SELECTED - kept.size == SELECTED - int(row['cohort_size'])
     counts[clients[~dropped][np.argsort(finish[~dropped], kind='stable')][:TARGET]] += 1
+    # The sampler observes each kept client's seconds (Oort reads them).
+    np.testing.assert_allclose(np.sort(sampler.seconds[round_num - 1]), kept, rtol=1e-12)
   # Only the kept clients trained: the run's selection counts are theirs.
   np.testing.assert_array_equal(results.load_run(str(tmp_path / 'run')).selection_counts, counts)
   assert sum(int(r['system/dropped']) for r in rows) >= 4 * (SELECTED - TARGET)  # Over-commitment.

@@ -34,6 +34,8 @@ import tensorflow_federated as tff
 SIGNALS = 'signals'
 UPDATE_SKETCH = 'update_sketch'
 LOSS = 'loss'
+# Not from the process: under a system model the round loop adds each kept client's seconds.
+SECONDS = 'seconds'
 CLIENT_INPUT_FIELDS = ('data', 'meta')
 
 # Client indices -> one value per client (e.g. the global model's loss on each).
@@ -46,6 +48,7 @@ __all__ = [
   'LOSS',
   'PROBES',
   'Probe',
+  'SECONDS',
   'SIGNALS',
   'UPDATE_SKETCH',
   'check_sampler_process',

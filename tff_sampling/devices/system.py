@@ -62,7 +62,7 @@ class SystemModel:
     trains and uploads a model-sized update: who is kept, and how long the round lasts."""
     clients = np.asarray(clients, dtype=np.int64)
     if clients.size == 0:
-      return timing.RoundTime(np.zeros(0, bool), 0.0)
+      return timing.RoundTime(np.zeros(0, bool), 0.0, np.zeros(0))
     seconds = timing.client_seconds(
       self.profiles,
       clients,

@@ -68,10 +68,12 @@ class RoundTime(NamedTuple):
       `target` to finish (ties by cohort order).
     seconds: The round's length: when the last kept client finished, or the deadline when
       fewer than `target` finished by then.
+    finish: ``float64[K]``: when each selected client would have finished.
   """
 
   kept: np.ndarray
   seconds: float
+  finish: np.ndarray
 
 
 def keep_first(
@@ -105,7 +107,7 @@ def keep_first(
     seconds = float(deadline)
   else:  # Everyone who did not drop out, or nobody: the server waited for the last one.
     seconds = float(finish[order[-1]]) if order.size else 0.0
-  return RoundTime(kept, seconds)
+  return RoundTime(kept, seconds, finish)
 
 
 def round_seconds(seconds: ClientSeconds, kept: np.ndarray, uploaded: np.ndarray) -> float:

@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow_federated as tff
 
 from tff_sampling import communication
+from tff_sampling import contract
 from tff_sampling import devices as devices_lib
 from tff_sampling import selection_stats
 from tff_sampling.program import checks
@@ -322,11 +323,13 @@ class _Rounds:
     selection = self._select(round_num, state, available)
     system = None
     if self.devices is not None:
-      selection, system, elapsed = self._keep(
+      selection, system, elapsed, kept_seconds = self._keep(
         round_num, selection, int(state['cumulative_microseconds'])
       )
       state = collections.OrderedDict(state, cumulative_microseconds=np.int64(elapsed))
     process_state, result = self._train_cohort(round_num, state['process'], selection)
+    if system is not None:  # Each kept client's seconds, for a sampler that reads them (Oort).
+      result = result._replace(signals={**result.signals, contract.SECONDS: kept_seconds})
     state = collections.OrderedDict(state, round=np.int64(round_num), process=process_state)
     state['cumulative_bits'] = np.int64(int(state['cumulative_bits']) + result.round_bits)
     released: collections.OrderedDict[str, Any] = collections.OrderedDict(
@@ -383,7 +386,7 @@ class _Rounds:
   def _keep(self, round_num: int, selection: samplers_base.Selection, elapsed: int):
     """The selected clients that reach the server under the system model (weights rescaled
     to the selection's total), the round's ``system/`` metrics, and the simulated
-    microseconds elapsed after it (`elapsed` before it)."""
+    microseconds elapsed after it (`elapsed` before it), and each kept client's seconds."""
     assert self.devices is not None
     timed = self.devices.round(self.config.seed, round_num, selection.clients)
     weights = selection.weights
@@ -399,7 +402,7 @@ class _Rounds:
       selected=len(selection.clients),
       dropped=int(np.count_nonzero(~timed.kept)),
     )
-    return kept, metrics, elapsed
+    return kept, metrics, elapsed, timed.finish[timed.kept]
 
   def _selection_metrics(
     self, selection: samplers_base.Selection, available: np.ndarray, redraws: int

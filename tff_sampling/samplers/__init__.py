@@ -3,7 +3,7 @@
 `base` holds the interface (`Sampler`: ``initialize``, ``select``, ``observe``; a round's
 `Selection`; the `Population`); one module per sampler (`uniform`, `md`, `clustered` with
 its `clustered_size` / `clustered_similarity` / `clustered_variance` / `sketches` parts,
-`power_of_choice`, `target`, `fedgs` with `fedgs_problem` / `fedgs_solvers`, `lefl`); and
+`power_of_choice`, `target`, `oort`, `fedgs` with `fedgs_problem` / `fedgs_solvers`, `lefl`); and
 `weighting`, a sampler's aggregation weights with a plain TFF process. The samplers run on
 the server between TFF calls (NumPy, SciPy, SCIP for FedGS); the package imports only
 `contract` (the signals they read), `randomness`, `selection_stats` and `validation`: never
@@ -23,6 +23,9 @@ from tff_sampling.samplers.lefl import LeflState
 from tff_sampling.samplers.lefl import cluster_clients
 from tff_sampling.samplers.lefl import kl_matrix
 from tff_sampling.samplers.md import MDSampler
+from tff_sampling.samplers.oort import OortConfig
+from tff_sampling.samplers.oort import OortSampler
+from tff_sampling.samplers.oort import OortState
 from tff_sampling.samplers.power_of_choice import PowerOfChoiceSampler
 from tff_sampling.samplers.target import TargetSampler
 from tff_sampling.samplers.uniform import UniformSampler
@@ -35,6 +38,9 @@ __all__ = [
   'LeflSampler',
   'LeflState',
   'MDSampler',
+  'OortConfig',
+  'OortSampler',
+  'OortState',
   'Population',
   'PowerOfChoiceSampler',
   'Sampler',
