@@ -19,6 +19,7 @@ def _state(utility, last_round, seconds=None, exploration=0.9, threshold=30.0, h
     exploration=np.array(exploration),
     threshold=np.array(threshold),
     exploited_utility=np.asarray(history, np.float64),
+    rounds=np.array(0, np.int64),
     num_examples=np.full(n, 10, np.int64),
   )
 
@@ -83,8 +84,9 @@ def test_observe_records_utility_duration_round_and_moves_epsilon():
   np.testing.assert_array_equal(after.selections, [1, 0, 1])
   assert float(after.exploration) == 0.45  # 0.9 × 0.5.
   assert float(sampler.observe(after, selection, {'loss': [1.0, 1.0]}).exploration) == 0.3
-  # Nobody was exploited in round 1: the pacer's history holds 0.
-  np.testing.assert_allclose(after.exploited_utility, [0.0])
+  # Nobody was exploited in round 1: the pacer's history (40 rounds) ends with 0.
+  assert after.exploited_utility.shape == (40,) and after.exploited_utility[-1] == 0.0
+  assert np.isnan(after.exploited_utility[:-1]).all() and int(after.rounds) == 1
 
 
 def test_pacer_relaxes_a_flat_utility_and_tightens_a_jump():

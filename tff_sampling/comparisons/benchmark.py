@@ -14,7 +14,8 @@ A method is a sampler name, optionally followed by ``+optimal``:
 Samplers (`SAMPLERS`): ``uniform``; ``md``; ``clustered_size`` and
 ``clustered_similarity`` (Fraboni et al.); ``power_of_choice`` (``d = 2m``
 candidates drawn ∝ size) and ``power_of_choice_all`` (``d = |A_t|``); ``fedgs``
-(oracle 3DG); ``lefl``; ``full`` (every available client: the reference;
+(oracle 3DG); ``lefl``; ``oort`` (Lai et al.: utility from the clients' losses, and under
+a system model their durations); ``full`` (every available client: the reference;
 ``full+optimal`` is optimal client sampling as Chen et al. ran it with the
 whole population as the cohort).
 """
@@ -46,6 +47,7 @@ SAMPLERS = (
   'power_of_choice_all',
   'fedgs',
   'lefl',
+  'oort',
   'full',
 )
 OPTIMAL_UPLOADS = '+optimal'
@@ -152,6 +154,8 @@ class BenchmarkMethods:
       count = task.num_clients if sampler == 'full' else self.cohort(method)
       if sampler in ('uniform', 'full'):
         return samplers.UniformSampler(count, seed=seed)
+      if sampler == 'oort':
+        return samplers.OortSampler(count, seed=seed)
       if sampler in ('md', 'clustered_size', 'clustered_similarity'):
         return clustered.ClusteredMethods(
           count, self.client_learning_rate, sketch_size=self.sketch_size
@@ -184,21 +188,22 @@ class BenchmarkMethods:
   ) -> Callable[[str, int], tff.learning.templates.LearningProcess]:
     """``(method, seed) -> process``: FedAvg with the sampler's weights, built once per kind.
 
-    Sketches only for clustered_similarity; `OptimalSamplingFactory` as the model
-    aggregator for ``+optimal``.
+    Sketches only for clustered_similarity, the clients' losses only for oort;
+    `OptimalSamplingFactory` as the model aggregator for ``+optimal``.
     """
-    processes: dict[tuple[bool, bool], tff.learning.templates.LearningProcess] = {}
+    processes: dict[tuple[bool, bool, bool], tff.learning.templates.LearningProcess] = {}
 
     def make_process(method: str, seed: int) -> tff.learning.templates.LearningProcess:
       del seed  # The same for every seed.
       sampler, optimal = parse_method(method)
-      key = (sampler == 'clustered_similarity', optimal)
+      key = (sampler == 'clustered_similarity', optimal, sampler == 'oort')
       if key not in processes:
         processes[key] = signals.build_fed_avg_with_signals(
           task.model_fn,
           client_learning_rate=self.client_learning_rate,
           server_learning_rate=self.server_learning_rate,
           sketch_size=self.sketch_size if key[0] else None,
+          client_losses=key[2],
           model_aggregator=(
             OptimalSamplingFactory(
               self.clients_per_round, max_rescaling_steps=self.max_rescaling_steps

@@ -77,8 +77,10 @@ class OortState(NamedTuple):
     selections: ``int64[N]``: rounds it was kept in.
     exploration: ``float64[]``: ``ε`` after the last round.
     threshold: ``float64[]``: the pacer's percentile after the last round.
-    exploited_utility: ``float64[R]``: the mean utility of each past round's exploited
-      clients (the pacer's history; ``R`` rounds observed so far).
+    exploited_utility: ``float64[2W]``: the mean utility of the last ``2W`` rounds'
+      exploited clients, oldest first (the pacer's history; NaN before round 1). Fixed
+      in size, as a checkpoint needs.
+    rounds: ``int64[]``: rounds observed so far.
     num_examples: ``int64[N]``: the clients' examples (``|B_i|`` of the utility).
   """
 
@@ -89,6 +91,7 @@ class OortState(NamedTuple):
   exploration: np.ndarray
   threshold: np.ndarray
   exploited_utility: np.ndarray
+  rounds: np.ndarray
   num_examples: np.ndarray
 
 
@@ -118,7 +121,8 @@ class OortSampler(base.Sampler):
       selections=np.zeros(n, np.int64),
       exploration=np.array(float(self.config.exploration)),
       threshold=np.array(float(self.config.threshold)),
-      exploited_utility=np.zeros(0),
+      exploited_utility=np.full(2 * self.config.pacer_window, np.nan),
+      rounds=np.array(0, np.int64),
       num_examples=np.asarray(population.num_examples, np.int64).copy(),
     )
 
@@ -219,7 +223,7 @@ class OortSampler(base.Sampler):
     """Records each kept client's utility (examples × its loss), duration and round; moves
     ``ε`` and the pacer."""
     clients = np.asarray(selection.clients, np.int64)
-    round_num = state.exploited_utility.size + 1  # Every round is observed, in order.
+    round_num = int(state.rounds) + 1  # Every round is observed, in order.
     loss = np.asarray(signals.get(contract.LOSS, np.zeros(clients.size)), np.float64)
     utility, seconds = state.utility.copy(), state.seconds.copy()
     last_round, selections = state.last_round.copy(), state.selections.copy()
@@ -230,7 +234,7 @@ class OortSampler(base.Sampler):
     last_round[clients] = round_num
     np.add.at(selections, clients, 1)
     mean_exploited = float(utility[exploited].sum() / (exploited.size + 1e-4))
-    history = np.append(state.exploited_utility, mean_exploited)
+    history = np.append(state.exploited_utility[1:], mean_exploited)
     exploration = max(float(state.exploration) * self.config.decay, self.config.exploration_min)
     return OortState(
       utility,
@@ -240,6 +244,7 @@ class OortSampler(base.Sampler):
       np.array(exploration),
       np.array(self._paced(float(state.threshold), history, round_num + 1)),
       history,
+      np.array(round_num, np.int64),
       state.num_examples,
     )
 
@@ -247,7 +252,7 @@ class OortSampler(base.Sampler):
     """The pacer at the start of `next_round`: every ``W`` rounds, a flat exploited utility
     (within 10% of the ``W`` rounds before) relaxes ``T``; a jump (5 × or more) tightens it."""
     w, step = self.config.pacer_window, self.config.pacer_step
-    if next_round < 2 * w or next_round % w or history.size < 2 * w:
+    if next_round < 2 * w or next_round % w or np.isnan(history[-2 * w :]).any():
       return threshold
     before, now = history[-2 * w : -w].sum(), history[-w:].sum()
     if abs(now - before) <= 0.1 * before:
