@@ -104,6 +104,8 @@ def benchmark_methods() -> benchmark.BenchmarkMethods:
     fedgs_solver=_FEDGS_SOLVER.value,
     fedgs_solver_time_limit=_FEDGS_SOLVER_TIME_LIMIT.value,
     public_inputs=public_inputs,
+    devices=ef.device_spec(),
+    rounds=cf.ROUNDS.value,
   )
 
 

@@ -315,12 +315,17 @@ def availability_spec() -> comparisons.AvailabilitySpec:
   return specs[0]
 
 
+def device_spec() -> comparisons.DeviceSpec:
+  """The clients' devices of the flags (``--devices`` and its settings)."""
+  return comparisons.DeviceSpec(
+    DEVICES.value, DEVICE_TARGET.value, DEADLINE_SECONDS.value, DROPOUT.value
+  )
+
+
 def run_settings() -> comparisons.ComparisonSettings:
   """The `ComparisonSettings` of the flags."""
   return cf.run_settings(
-    devices=comparisons.DeviceSpec(
-      DEVICES.value, DEVICE_TARGET.value, DEADLINE_SECONDS.value, DROPOUT.value
-    ),
+    devices=device_spec(),
     client_steps=CLIENT_STEPS.value,
     workers=tuple(WORKERS.value),
     local_workers=LOCAL_WORKERS.value,

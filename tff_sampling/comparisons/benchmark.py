@@ -15,7 +15,8 @@ Samplers (`SAMPLERS`): ``uniform``; ``md``; ``clustered_size`` and
 ``clustered_similarity`` (Fraboni et al.); ``power_of_choice`` (``d = 2m``
 candidates drawn ∝ size) and ``power_of_choice_all`` (``d = |A_t|``); ``fedgs``
 (oracle 3DG); ``lefl``; ``oort`` (Lai et al.: utility from the clients' losses, and under
-a system model their durations); ``full`` (every available client: the reference;
+a system model their durations); ``tifl`` (Chai et al.: tiers by the latency the system
+model gives each client); ``full`` (every available client: the reference;
 ``full+optimal`` is optimal client sampling as Chen et al. ran it with the
 whole population as the cohort).
 """
@@ -35,6 +36,7 @@ from tff_sampling.aggregators import OptimalSamplingFactory
 from tff_sampling.comparisons import clustered
 from tff_sampling.comparisons import fedgs
 from tff_sampling.comparisons import lefl
+from tff_sampling.comparisons import settings
 from tff_sampling.learning import signals
 from tff_sampling.task import Task
 
@@ -48,6 +50,7 @@ SAMPLERS = (
   'fedgs',
   'lefl',
   'oort',
+  'tifl',
   'full',
 )
 OPTIMAL_UPLOADS = '+optimal'
@@ -106,6 +109,8 @@ class BenchmarkMethods:
     sketch_size: clustered_similarity: length of the update sketches.
     public_inputs: lefl: ``(task, seed) -> float32[P, …]`` public unlabeled inputs.
     lefl_allocation: lefl: ``'proportional'`` (equal cohort) or ``'per_cluster'``.
+    devices: The clients' devices (tifl tiers them by the latency they give each client).
+    rounds: The run's rounds (tifl's credits).
   """
 
   clients_per_round: int
@@ -120,6 +125,8 @@ class BenchmarkMethods:
   sketch_size: int = 1024
   public_inputs: Callable[[Task, int], np.ndarray] | None = None
   lefl_allocation: str = 'proportional'
+  devices: settings.DeviceSpec = settings.DeviceSpec()
+  rounds: int = 1
 
   def __post_init__(self):
     if not 0 < self.clients_per_round < self.training_cohort:
@@ -156,6 +163,12 @@ class BenchmarkMethods:
         return samplers.UniformSampler(count, seed=seed)
       if sampler == 'oort':
         return samplers.OortSampler(count, seed=seed)
+      if sampler == 'tifl':
+        system = self.devices.build(task, seed, self.client_steps)
+        if system is None:
+          raise ValueError('tifl tiers clients by their latency: give a system model (--devices).')
+        latency = system.expected_seconds()
+        return samplers.TiflSampler(count, latency, seed=seed, rounds=self.rounds)
       if sampler in ('md', 'clustered_size', 'clustered_similarity'):
         return clustered.ClusteredMethods(
           count, self.client_learning_rate, sketch_size=self.sketch_size
@@ -188,7 +201,7 @@ class BenchmarkMethods:
   ) -> Callable[[str, int], tff.learning.templates.LearningProcess]:
     """``(method, seed) -> process``: FedAvg with the sampler's weights, built once per kind.
 
-    Sketches only for clustered_similarity, the clients' losses only for oort;
+    Sketches only for clustered_similarity, the clients' losses only for oort and tifl;
     `OptimalSamplingFactory` as the model aggregator for ``+optimal``.
     """
     processes: dict[tuple[bool, bool, bool], tff.learning.templates.LearningProcess] = {}
@@ -196,7 +209,7 @@ class BenchmarkMethods:
     def make_process(method: str, seed: int) -> tff.learning.templates.LearningProcess:
       del seed  # The same for every seed.
       sampler, optimal = parse_method(method)
-      key = (sampler == 'clustered_similarity', optimal, sampler == 'oort')
+      key = (sampler == 'clustered_similarity', optimal, sampler in ('oort', 'tifl'))
       if key not in processes:
         processes[key] = signals.build_fed_avg_with_signals(
           task.model_fn,

@@ -57,6 +57,18 @@ class SystemModel:
   def num_clients(self) -> int:
     return self.profiles.size
 
+  def expected_seconds(self) -> np.ndarray:
+    """``float64[N]``: each client's round without drop-outs or a deadline (download,
+    training, upload): what profiling the clients would measure (TiFL's tiers)."""
+    seconds = timing.client_seconds(
+      self.profiles,
+      np.arange(self.num_clients),
+      np.asarray(self.examples_trained, dtype=np.float64),
+      download_bits=self.model_bits,
+      upload_bits=self.model_bits,
+    )
+    return seconds.until_trained + seconds.upload
+
   def round(self, seed: int, round_num: int, clients: np.ndarray) -> timing.RoundTime:
     """Times round `round_num` for the selected `clients`, each of which downloads the model,
     trains and uploads a model-sized update: who is kept, and how long the round lasts."""

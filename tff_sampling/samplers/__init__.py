@@ -3,12 +3,11 @@
 `base` holds the interface (`Sampler`: ``initialize``, ``select``, ``observe``; a round's
 `Selection`; the `Population`); one module per sampler (`uniform`, `md`, `clustered` with
 its `clustered_size` / `clustered_similarity` / `clustered_variance` / `sketches` parts,
-`power_of_choice`, `target`, `oort`, `fedgs` with `fedgs_problem` / `fedgs_solvers`, `lefl`); and
-`weighting`, a sampler's aggregation weights with a plain TFF process. The samplers run on
-the server between TFF calls (NumPy, SciPy, SCIP for FedGS); the package imports only
-`contract` (the signals they read), `randomness`, `selection_stats` and `validation`: never
-TFF processes or the round loop.
-"""
+`power_of_choice`, `target`, `fedgs` with `fedgs_problem` / `fedgs_solvers`, `lefl`, and the
+system-aware `oort` and `tifl`); and `weighting`, a sampler's aggregation weights with a
+plain TFF process. The samplers run on the server between TFF calls (NumPy, SciPy, SCIP for
+FedGS); the package imports only `contract` (the signals they read), `randomness`,
+`selection_stats` and `validation`: never TFF processes or the round loop."""
 
 from tff_sampling.samplers import weighting
 from tff_sampling.samplers.base import Population
@@ -28,6 +27,8 @@ from tff_sampling.samplers.oort import OortSampler
 from tff_sampling.samplers.oort import OortState
 from tff_sampling.samplers.power_of_choice import PowerOfChoiceSampler
 from tff_sampling.samplers.target import TargetSampler
+from tff_sampling.samplers.tifl import TiflSampler
+from tff_sampling.samplers.tifl import TiflState
 from tff_sampling.samplers.uniform import UniformSampler
 from tff_sampling.selection_stats import label_distribution_kl  # Analysis (LEFL's metric).
 
@@ -46,6 +47,8 @@ __all__ = [
   'Sampler',
   'Selection',
   'TargetSampler',
+  'TiflSampler',
+  'TiflState',
   'UniformSampler',
   'cluster_clients',
   'kl_matrix',
