@@ -300,6 +300,7 @@ def train(
   os.makedirs(os.path.join(runs_dir, 'logs'), exist_ok=True)
   running: list[_Call] = []
   failures: dict[experiment_jobs.Job, int] = {}
+  run_seconds: list[float] = []  # Each trained run's share of its call's seconds.
   # A stop signal is noted, and acted on between two steps of the loop: a binary being
   # started is then always in `running`, which the `finally` stops.
   stop_signals: list[int] = []
@@ -326,6 +327,15 @@ def train(
         left, ended = _finish(spec, call, runs_dir, failures)
         todo = left + todo
         if ended:
+          share = (time.monotonic() - call.started) / len(call.jobs)
+          run_seconds += [share] * (len(call.jobs) - len(left))
+          remaining = len(todo) + sum(len(c.jobs) for c in running)
+          print(
+            experiment_jobs.progress_line(
+              run_seconds, len(run_seconds), remaining, _PARALLEL.value
+            ),
+            flush=True,
+          )
           on_finished()
   finally:
     _stop(running)

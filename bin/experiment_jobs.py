@@ -13,6 +13,8 @@ import glob
 import math
 import os
 
+import numpy as np
+
 from bin import experiment_config
 from tff_sampling.analysis import evidence_report
 from tff_sampling.analysis import evidence_spec
@@ -173,3 +175,16 @@ def read_failure(output: str) -> Failure:
     if line.startswith('Error: ') or 'Flags parsing error' in line:
       return Failure(line, refused=True)
   return Failure(lines[-1] if lines else '', refused=False)
+
+
+def progress_line(run_seconds: Sequence[float], trained: int, remaining: int, parallel: int) -> str:
+  """What the driver prints after a run ends: runs trained and to go, and an estimate of the
+  time left: the median seconds of the runs trained so far × the rounds of `parallel` runs
+  still to go."""
+  median = float(np.median(run_seconds))
+  left = median * math.ceil(remaining / max(parallel, 1))
+  hours, rest = divmod(round(left), 3600)
+  return (
+    f'{trained} run(s) trained, {remaining} to go; about {hours}:{rest // 60:02d} left at '
+    f'{median:.0f} s a run, {parallel} at a time.'
+  )

@@ -116,6 +116,8 @@ def test_tune_evaluate_export_report_and_rerun(tmp_path, driver):
     for seed in (0, 1):
       assert f'lr{rate:g}_{method}_seed{seed}: finished in ' in done.out
     assert done.out.count(f'(call {call})') == 2
+  # After each ended call, runs trained and to go and the time left (no run is left at last).
+  assert re.search(r'\d run\(s\) trained, 0 to go; about 0:00 left at \d+ s a run', done.out)
   _assert_same_as_alone(
     config, runs_dir, tmp_path / 'alone', seed=1, method='full', rate=chosen['full']
   )
@@ -382,6 +384,16 @@ def test_a_crashed_call_trains_again_from_its_checkpoint_and_the_run_is_unchange
 
   # The run equals one trained without a fault.
   _assert_same_as_alone(config, runs_dir, tmp_path / 'alone', seed=0)
+
+
+def test_the_progress_line_estimates_the_time_left_from_the_runs_so_far():
+  # Median of 100, 300, 200 s = 200 s; 5 runs to go, 2 at a time: 3 more rounds of runs,
+  # 600 s = 0:10.
+  line = experiment_jobs.progress_line([100.0, 300.0, 200.0], 3, 5, 2)
+  assert line == '3 run(s) trained, 5 to go; about 0:10 left at 200 s a run, 2 at a time.'
+  # 7,300 s left: 2 hours and 1 minute (whole minutes, rounded down).
+  assert 'about 2:01 left' in experiment_jobs.progress_line([3650.0], 1, 2, 1)
+  assert 'about 0:00 left' in experiment_jobs.progress_line([50.0], 4, 0, 1)
 
 
 def test_batches_group_consecutive_seeds_of_one_method_and_rate():
