@@ -37,7 +37,8 @@ def _rows(text, heading):
   }
 
 
-def test_extra_columns_are_averaged_per_run_and_over_seeds():
+def _spec(**changes):
+  """FedGS against uniform at one fixed rate, 2 seeds, no claims; `changes` replaced."""
   spec = evidence_spec.ExperimentSpec(
     name='e',
     title='e',
@@ -51,9 +52,13 @@ def test_extra_columns_are_averaged_per_run_and_over_seeds():
     final_k=1,
     targets=(),
     claims=(),
-    extra_columns=(ACTIVE,),
     fixed_rates=(('fedgs', 0.1), ('uniform', 0.1)),
   )
+  return dataclasses.replace(spec, **changes)
+
+
+def test_extra_columns_are_averaged_per_run_and_over_seeds():
+  spec = _spec(extra_columns=(ACTIVE,))
   # Per run, the mean over the rounds that record it: seed 0 (4 + 6) / 2 = 5, seed 1 (2 + 2) / 2
   # = 2; over the seeds 3.5 ± sqrt(((5 − 3.5)² + (2 − 3.5)²) / 1) = 2.121. Uniform is missing
   # seed 1.
@@ -114,21 +119,7 @@ def test_simulated_time_gets_its_column_claim_and_plot(tmp_path):
   # Runs under a system model carry system/cumulative_seconds: fedgs reaches 0.5 at round 2
   # after 3 s (seed 0) and 5 s (seed 1); uniform after 6 s and 9 s. Paired differences −3, −4:
   # mean −3.5.
-  spec = evidence_spec.ExperimentSpec(
-    name='e',
-    title='e',
-    binary='fedgs',
-    binary_flags=(),
-    methods=('fedgs', 'uniform'),
-    baseline='uniform',
-    learning_rates=(0.1,),
-    tuning_seed=100,
-    seeds=2,
-    final_k=1,
-    targets=(0.5,),
-    claims=(evidence_spec.parse_claim('fedgs<uniform:seconds_to_0.5'),),
-    fixed_rates=(('fedgs', 0.1), ('uniform', 0.1)),
-  )
+  spec = _spec(targets=(0.5,), claims=(evidence_spec.parse_claim('fedgs<uniform:seconds_to_0.5'),))
   runs = []
   for method, seed, total in (
     ('fedgs', 0, 3.0),

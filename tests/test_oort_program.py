@@ -1,21 +1,10 @@
 """Oort and TiFL through `bin.benchmark` and the round loop: alone and with optimal uploads,
 under the system model, and a resumed run repeats the uninterrupted one."""
 
-import csv
-import os
-
 import fault_harness as fh
 import pytest
 
 from tff_sampling.runtime import results
-
-
-def _rows(path):
-  with open(os.path.join(path, 'metrics.csv')) as f:
-    rows = list(csv.DictReader(f))
-  for row in rows:
-    row.pop('round_seconds')
-  return rows
 
 
 def _benchmark(root, rounds, sampling, devices='lognormal'):
@@ -57,6 +46,6 @@ def test_oort_runs_alone_and_with_optimal_uploads_and_resumes_exactly(tmp_path):
   # Stopped after round 2 and resumed: the same rounds 3 and 4 (Oort's state is checkpointed).
   assert _benchmark(tmp_path / 'part', 2, 'oort').exit_code == 0
   assert _benchmark(tmp_path / 'part', 4, 'oort').exit_code == 0
-  assert _rows(tmp_path / 'part' / 'digits_IDL_oort_seed0') == _rows(
+  assert fh.metrics_rows(tmp_path / 'part' / 'digits_IDL_oort_seed0') == fh.metrics_rows(
     tmp_path / 'full' / 'digits_IDL_oort_seed0'
   )
