@@ -166,11 +166,17 @@ def run_rounds(
     pool or contextlib.nullcontext(),
     run_dir.RunDirectory(config.output_dir, config.keep_checkpoints) as directory,
   ):
-    rounds = _Rounds(
-      directory, release_managers, trainer, sampler, config, availability, preprocessing_bits, pool
-    )
-    rounds.devices = devices
-    return rounds.run()
+    return _Rounds(
+      directory,
+      release_managers,
+      trainer,
+      sampler,
+      config,
+      availability,
+      preprocessing_bits,
+      pool,
+      devices,
+    ).run()
 
 
 class _Rounds:
@@ -186,6 +192,7 @@ class _Rounds:
     availability: Availability | None,
     preprocessing_bits: communication.PreprocessingBits | None,
     pool,
+    devices: devices_lib.SystemModel | None = None,
   ):
     self.directory, self.release_managers = directory, release_managers
     self.trainer, self.sampler, self.config = trainer, sampler, config
@@ -194,7 +201,7 @@ class _Rounds:
     self.clients = trainer.clients
     self.population = samplers_base.Population(num_examples=np.asarray(self.clients.num_examples))
     self._initial_client_learning_rate = 0.0  # η₀ of a decaying rate, read by `run`.
-    self.devices: devices_lib.SystemModel | None = None
+    self.devices = devices
 
   def _initial_state(self) -> collections.OrderedDict:
     state: collections.OrderedDict[str, Any] = collections.OrderedDict(
