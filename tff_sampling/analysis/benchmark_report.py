@@ -225,6 +225,22 @@ def _reached(values: np.ndarray, scale: float = 1.0, digits: str = '.1f') -> str
   return text if finite.size == values.size else f'{text} ({finite.size}/{values.size})'
 
 
+def _holm_words(ranked: Sequence[Row], baseline_label: str) -> dict[str, str]:
+  """``'<label> final'`` / ``'<label> budget'`` -> the Holm-adjusted word of each difference
+  against the baseline, the cell's 2 (n − 1) comparisons as one family."""
+  keyed = [
+    (f'{row.label} {kind}', difference)
+    for row in ranked
+    if row.label != baseline_label
+    for kind, difference in (('final', row.final_difference), ('budget', row.budget_difference))
+  ]
+  higher = evidence.Direction.HIGHER
+  verdicts = evidence.holm_verdicts(
+    [d for _, d in keyed], [higher] * len(keyed), [0.0] * len(keyed)
+  )
+  return {key: _MARKS[_WORDS[v]] for (key, _), v in zip(keyed, verdicts)}
+
+
 def cell_table(cell: Cell) -> str:
   """The ranking of one cell as a pipe table."""
   ranked, budget = rows(cell)
@@ -232,6 +248,7 @@ def cell_table(cell: Cell) -> str:
   baseline_label = evidence_report.reported_runs(
     cell.spec, cell.runs, evidence_spec.tune(cell.spec, cell.runs)
   )[cell.spec.baseline].label
+  holm = _holm_words(ranked, baseline_label)
   table = []
   for rank, row in enumerate(ranked, 1):
     is_baseline = row.label == baseline_label
@@ -243,6 +260,7 @@ def cell_table(cell: Cell) -> str:
         _difference(row.final_difference, is_baseline),
         _mean_sd(row.at_budget),
         _difference(row.budget_difference, is_baseline),
+        '—' if is_baseline else f'{holm[row.label + " final"]}/{holm[row.label + " budget"]}',
         _reached(row.rounds_to_target),
         _reached(row.bits_to_target, 1e9, '.4g'),
         f'{row.total_bits / 1e9:.4g}',
@@ -257,6 +275,7 @@ def cell_table(cell: Cell) -> str:
     f'vs {cell.spec.baseline} [95% CI]',
     f'accuracy at {budget / 1e9:.4g} Gbit',
     f'vs {cell.spec.baseline} [95% CI]',
+    'Holm (final/budget)',
     f'rounds to {to}',
     f'Gbit to {to}',
     'total Gbit',
@@ -461,10 +480,13 @@ def benchmark_markdown(
     'baseline, with their 95% t-interval: *ahead* or *behind* when the interval excludes 0, '
     '*no difference detected* when it covers 0. The intervals are not corrected for '
     'multiplicity: a cell of n methods holds 2(n - 1) of them, and about one in twenty would '
-    'exclude 0 by chance if no method differed, so read a lone *ahead* or *behind* with '
-    'that in mind. *accuracy at B Gbit*: the accuracy at the last evaluation a run reached '
-    'within the bits the baseline uploads in its whole run (one evaluation, where final '
-    'accuracy averages the last few). *s/round*: the median '
+    'exclude 0 by chance if no method differed. *Holm (final/budget)* gives the same two '
+    "verdicts with the cell's 2(n - 1) comparisons as one family (Holm's step-down adjustment "
+    'of the paired t-tests, so that the chance of any wrong *ahead* or *behind* in the cell '
+    'stays at 5%): `+` ahead, `−` behind, `=` no difference detected. *accuracy at B Gbit*: '
+    'the accuracy at the last evaluation a run reached within the bits the baseline uploads '
+    'in its whole run (one evaluation, where final accuracy averages the last few). '
+    '*s/round*: the median '
     "wall-clock seconds of a simulated round, clients' training included, on the machine that "
     "trained the run; a cell's runs may span sessions and machines, so read it as a rough "
     'guide. The server-side work of each sampler alone is benchmarked in '
