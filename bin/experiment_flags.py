@@ -10,7 +10,6 @@ chosen task does not accept is an error naming the task that does (see
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-import os
 from typing import Any
 
 from absl import flags
@@ -218,11 +217,6 @@ flag_checks.check_number('synthetic_beta', low=0.0)
 flag_checks.check_number('unbalance_removal_probability', low=0.0, high=1.0)
 flag_checks.check_number('deadline_seconds', low=0.0, low_open=True, hint='simulated seconds')
 flag_checks.check_number('dropout', low=0.0, high=1.0, high_open=True, hint='a probability')
-flags.register_validator(
-  'devices',
-  lambda value: value in ('none', 'lognormal') or os.path.isfile(value),
-  message='--devices must be none, lognormal, or an existing CSV file of per-client values.',
-)
 flag_checks.check_int_list('mlp_hidden')
 flag_checks.check_int_list('size_group_clients', example='10,20')
 flag_checks.check_int_list('size_group_examples', example='100,500')

@@ -480,10 +480,7 @@ def benchmark_markdown(
     'baseline, with their 95% t-interval: *ahead* or *behind* when the interval excludes 0, '
     '*no difference detected* when it covers 0. The intervals are not corrected for '
     'multiplicity: a cell of n methods holds 2(n - 1) of them, and about one in twenty would '
-    'exclude 0 by chance if no method differed. *Holm (final/budget)* gives the same two '
-    "verdicts with the cell's 2(n - 1) comparisons as one family (Holm's step-down adjustment "
-    'of the paired t-tests, so that the chance of any wrong *ahead* or *behind* in the cell '
-    'stays at 5%): `+` ahead, `−` behind, `=` no difference detected. *accuracy at B Gbit*: '
+    "exclude 0 by chance if no method differed. *Holm (final/budget)*: the same two verdicts, the cell's 2(n - 1) comparisons as one family (Holm's step-down adjustment of the paired t-tests: any wrong *ahead* or *behind* in the cell has 5% chance at most), `+` ahead, `−` behind, `=` no difference detected. *accuracy at B Gbit*: "  # noqa: E501
     'the accuracy at the last evaluation a run reached within the bits the baseline uploads '
     'in its whole run (one evaluation, where final accuracy averages the last few). '
     '*s/round*: the median '

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 import dataclasses
+import os
 from typing import Any
 
 from absl import logging
@@ -125,8 +126,13 @@ class DeviceSpec:
     n = task.num_clients
     if self.profiles == 'lognormal':
       profiles = devices_lib.LogNormalDevices().draw(n, seed)
-    else:
+    elif os.path.isfile(self.profiles):
       profiles = devices_lib.read_profiles(self.profiles, n)
+    else:
+      raise ValueError(
+        f'--devices={self.profiles}: give none, lognormal, or an existing CSV file of '
+        'per-client values.'
+      )
     options = task.options
     if client_steps is not None:
       work = np.full(n, float(client_steps * options.get('client_batch_size', 1)))
