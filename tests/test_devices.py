@@ -4,6 +4,7 @@ computations."""
 import numpy as np
 import pytest
 
+from tff_sampling import communication
 from tff_sampling import devices
 
 
@@ -53,19 +54,32 @@ def test_keep_first_with_overcommitment_deadline_and_dropouts():
 
 
 def test_two_phase_round_pays_uploads_only_for_the_uploaders():
-  seconds = devices.ClientSeconds(
-    download=np.array([1.0, 1.0, 2.0]),
-    train=np.array([3.0, 5.0, 1.0]),
-    upload=np.array([4.0, 1.0, 9.0]),
-  )
-  kept = np.array([True, True, True])
-  # Every kept client trains (the last has its update at 6 s); only client 1 uploads (1 s).
-  assert devices.round_seconds(seconds, kept, np.array([False, True, False])) == 7.0
+  upload = np.array([4.0, 1.0, 9.0])
+  # The kept clients' norms are in at 6 s; only client 1 uploads (1 s).
+  assert devices.round_seconds(6.0, upload, np.array([False, True, False])) == 7.0
   # Client 2's slow upload (9 s) counts only if it uploads.
-  assert devices.round_seconds(seconds, kept, np.array([False, True, True])) == 15.0
-  assert devices.round_seconds(seconds, kept, np.zeros(3, bool)) == 6.0
-  with pytest.raises(ValueError, match='not kept cannot upload'):
-    devices.round_seconds(seconds, np.array([True, False, True]), np.array([False, True, False]))
+  assert devices.round_seconds(6.0, upload, np.array([False, True, True])) == 15.0
+  assert devices.round_seconds(6.0, upload, np.zeros(3, bool)) == 6.0
+  with pytest.raises(ValueError, match='3 upload times for 2 upload flags'):
+    devices.round_seconds(6.0, upload, np.array([False, True]))
+
+
+def test_two_phase_round_keeps_the_first_to_have_their_update():
+  profiles = devices.DeviceProfiles(
+    seconds_per_example=np.array([1.0, 1.0, 1.0]),
+    download_bits_per_second=np.array([10.0, 10.0, 10.0]),
+    upload_bits_per_second=np.array([1.0, 10.0, 5.0]),
+  )
+  # Trained at 1 + 3 = 4 s, 1 + 5 = 6 s, 1 + 2 = 3 s; uploads of 10 bits take 10, 1 and 2 s.
+  system = devices.SystemModel(profiles, np.array([3.0, 5.0, 2.0]), model_bits=10.0, target=2)
+  clients = np.arange(3)
+  # One phase: done at 14, 7 and 5 s: clients 1 and 2 are kept, the round lasts 7 s.
+  one_phase = system.round(0, 1, clients)
+  assert one_phase.kept.tolist() == [False, True, True] and one_phase.seconds == 7.0
+  # Two phases: trained first are clients 2 (3 s) and 0 (4 s); uploads come after.
+  two_phase = system.round(0, 1, clients, uploads_after_training=True)
+  assert two_phase.kept.tolist() == [True, False, True] and two_phase.seconds == 4.0
+  np.testing.assert_allclose(system.upload_seconds(np.array([0, 2])), [10.0, 2.0])
 
 
 def test_dropouts_depend_on_seed_round_and_client_only():
@@ -128,3 +142,20 @@ def test_read_profiles(tmp_path):
   path.write_text('seconds_per_example,download_bits_per_second,upload_bits_per_second\n0,1,1\n')
   with pytest.raises(ValueError, match='seconds_per_example of client 0 is 0.0; every value'):
     devices.read_profiles(str(path), 1)
+
+
+def test_uploaded_slots_match_fingerprints_as_a_multiset():
+  slots = np.array([7, 3, 9, 3, 5])
+  np.testing.assert_array_equal(
+    communication.uploaded_slots(slots, np.array([9, 7])), [True, False, True, False, False]
+  )
+  # Two slots share fingerprint 3 (identical updates): as many as uploaded, in slot order.
+  np.testing.assert_array_equal(
+    communication.uploaded_slots(slots, np.array([3, 5])), [False, True, False, False, True]
+  )
+  np.testing.assert_array_equal(
+    communication.uploaded_slots(slots, np.array([3, 3])), [False, True, False, True, False]
+  )
+  assert not communication.uploaded_slots(slots, np.zeros(0, np.int64)).any()
+  with pytest.raises(ValueError, match='1 upload.s. with fingerprint 4 but 0 cohort slot'):
+    communication.uploaded_slots(slots, np.array([4]))

@@ -301,6 +301,12 @@ def test_best_loss_claims_parse():
   assert claim.metric == evidence_spec.BEST_LOSS and claim.direction == evidence.Direction.LOWER
 
 
+def test_claims_name_a_sampler_followed_by_optimal_uploads():
+  claim = evidence_spec.parse_claim('oort+optimal<oort:seconds_to_0.5')
+  assert (claim.method, claim.baseline) == ('oort+optimal', 'oort')
+  assert claim.metric == 'seconds_to_0.5' and claim.direction == evidence.Direction.LOWER
+
+
 def test_method_flag_compares_values_of_another_flag(tmp_path):
   text = (
     CONFIG.replace('--binary=demo', '--binary=fedgs\n--method_flag=alpha')

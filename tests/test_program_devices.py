@@ -148,3 +148,56 @@ def test_the_binaries_take_the_system_model_from_their_flags(tmp_path):
     run.metrics['system/cumulative_seconds'][1:], np.cumsum(seconds), rtol=0, atol=2e-6
   )
   assert run.hparams['devices'] == 'lognormal' and run.hparams['device_target'] == 4
+
+
+def test_optimal_uploads_pay_upload_time_only_for_the_uploaders(small_digits_task, tmp_path):
+  from tff_sampling import aggregators
+  from tff_sampling.learning import signals
+
+  process = signals.build_fed_avg_with_signals(
+    small_digits_task.model_fn,
+    client_learning_rate=0.1,
+    sketch_size=None,
+    update_fingerprints=True,
+    model_aggregator=aggregators.OptimalSamplingFactory(2, report_uploaders=True),
+  )
+  system = _system(small_digits_task)
+  sampler, rows = _run(small_digits_task, process, tmp_path / 'run', 4, system)
+  profiles, uploads = system.profiles, []
+  for row in rows:
+    round_num = int(row['key'])
+    clients = sampler.chosen[round_num]
+    # Two phases: the first TARGET clients to have their update are kept (no upload yet).
+    trained = (
+      MODEL_BITS / profiles.download_bits_per_second[clients]
+      + system.examples_trained[clients] * profiles.seconds_per_example[clients]
+    )
+    dropped = devices.dropped_out(0, round_num, clients, DROPOUT)
+    order = np.flatnonzero(~dropped)[np.argsort(trained[~dropped], kind='stable')][:TARGET]
+    phase = trained[order].max() if order.size else 0.0
+    # A kept client's seconds include an upload only if it uploaded.
+    observed = sampler.seconds[round_num - 1]
+    upload = MODEL_BITS / profiles.upload_bits_per_second[clients[np.sort(order)]]
+    uploaded = ~np.isclose(observed, trained[np.sort(order)], rtol=1e-9)
+    np.testing.assert_allclose(observed[uploaded], (trained[np.sort(order)] + upload)[uploaded])
+    assert uploaded.sum() == int(float(row['process/aggregator/uploads']))
+    expected = phase + (upload[uploaded].max() if uploaded.any() else 0.0)
+    assert float(row['system/round_seconds']) == pytest.approx(expected, rel=1e-6), round_num
+    uploads.append(uploaded.sum() / max(order.size, 1))
+  # m = 2 of 5 kept: not every kept client uploads.
+  assert min(uploads) < 1
+
+
+def test_optimal_uploads_that_say_only_how_many_cannot_be_timed(small_digits_task, tmp_path):
+  from tff_sampling import aggregators
+  from tff_sampling.learning import signals
+
+  process = signals.build_fed_avg_with_signals(
+    small_digits_task.model_fn,
+    client_learning_rate=0.1,
+    sketch_size=None,
+    model_aggregator=aggregators.OptimalSamplingFactory(2),
+  )
+  with pytest.raises(ValueError, match='report_uploaders=True'):
+    _run(small_digits_task, process, tmp_path / 'bad', 2, _system(small_digits_task))
+  assert not (tmp_path / 'bad').exists()

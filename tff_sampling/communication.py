@@ -91,3 +91,26 @@ def uplink_from_measurements(process_metrics: Mapping[str, Any], cohort_size: in
     model_uploads=int(aggregator['uploads']),
     extra_scalars=int(aggregator['extra_scalars_per_client']) * int(cohort_size),
   )
+
+
+def uploaded_slots(slot_fingerprints: np.ndarray, uploader_fingerprints: np.ndarray) -> np.ndarray:
+  """``bool[K]``: which cohort slots uploaded, from each slot's update fingerprint and the
+  uploaders' (a multiset, in any order; `tff_sampling.aggregators.protocol.update_fingerprint`).
+
+  Slots with identical updates (e.g. clients that trained on nothing) share a fingerprint;
+  as many of them as uploaded are marked, in slot order.
+
+  Raises:
+    ValueError: If an uploader's fingerprint matches no slot not already marked.
+  """
+  slots = np.asarray(slot_fingerprints, np.int64).reshape(-1)
+  uploaded = np.zeros(slots.shape, dtype=bool)
+  values, counts = np.unique(np.asarray(uploader_fingerprints, np.int64), return_counts=True)
+  for value, count in zip(values, counts):
+    matches = np.flatnonzero(slots == value)
+    if matches.size < count:
+      raise ValueError(
+        f'{count} upload(s) with fingerprint {value} but {matches.size} cohort slot(s) with it.'
+      )
+    uploaded[matches[:count]] = True
+  return uploaded

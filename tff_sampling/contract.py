@@ -25,6 +25,7 @@ offers, once, before a run writes anything.
 from __future__ import annotations
 
 import collections
+import enum
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -34,6 +35,8 @@ import tensorflow_federated as tff
 SIGNALS = 'signals'
 UPDATE_SKETCH = 'update_sketch'
 LOSS = 'loss'
+# The slot's update fingerprint: which slots uploaded under optimal uploads (the round loop's).
+UPDATE_FINGERPRINT = 'update_fingerprint'
 # Not from the process: under a system model the round loop adds each kept client's seconds.
 SECONDS = 'seconds'
 CLIENT_INPUT_FIELDS = ('data', 'meta')
@@ -50,11 +53,14 @@ __all__ = [
   'Probe',
   'SECONDS',
   'SIGNALS',
+  'UPDATE_FINGERPRINT',
   'UPDATE_SKETCH',
+  'Uploads',
   'check_sampler_process',
   'emitted_signals',
   'split_signals',
   'takes_client_input',
+  'uploads',
 ]
 
 
@@ -83,6 +89,31 @@ def emitted_signals(process: tff.templates.MeasuredProcess) -> frozenset[str]:
   except (AttributeError, TypeError, ValueError):
     return frozenset()
   return frozenset(name for name, _ in tff.structure.iter_elements(signals))
+
+
+class Uploads(enum.StrEnum):
+  """What a process's round says of who uploaded (`uploads`)."""
+
+  EVERY_CLIENT = 'every_client'  # Every trained client uploads (no ``aggregator/uploads``).
+  PER_SLOT = 'per_slot'  # Some do, and the round says which (update and uploader fingerprints).
+  COUNT_ONLY = 'count_only'  # Some do, and the round says how many only.
+
+
+def uploads(process: tff.templates.MeasuredProcess) -> Uploads:
+  """Whether `process`'s clients all upload, and if not, whether its round says which: the
+  aggregator's ``uploads`` and ``uploader_fingerprints`` measurements, and the
+  `UPDATE_FINGERPRINT` signal (``OptimalSamplingFactory(report_uploaders=True)`` in a process
+  built with ``update_fingerprints=True``)."""
+  try:
+    aggregator = process.next.type_signature.result.metrics.member.aggregator
+    names = {name for name, _ in tff.structure.iter_elements(aggregator)}
+  except (AttributeError, TypeError, ValueError):
+    return Uploads.EVERY_CLIENT
+  if 'uploads' not in names:
+    return Uploads.EVERY_CLIENT
+  if 'uploader_fingerprints' in names and UPDATE_FINGERPRINT in emitted_signals(process):
+    return Uploads.PER_SLOT
+  return Uploads.COUNT_ONLY
 
 
 def split_signals(metrics: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, np.ndarray]]:

@@ -33,13 +33,6 @@ def _all_finite(value) -> tf.Tensor:
   return tf.reduce_all([tf.reduce_all(tf.math.is_finite(t)) for t in tf.nest.flatten(value)])
 
 
-def _fingerprint(value) -> tf.Tensor:
-  """An int64 fingerprint of the update's bytes (row fingerprint of the concatenation)."""
-  flat = tf.concat([tf.reshape(tf.cast(t, tf.float32), [-1]) for t in tf.nest.flatten(value)], 0)
-  digest = tf.fingerprint(tf.expand_dims(flat, 0))  # [1, 8] uint8
-  return tf.reshape(tf.bitcast(digest, tf.int64), [])
-
-
 class _ClientPhase(NamedTuple):
   """What `OptimalSamplingFactory._client_phase` returns."""
 
@@ -55,6 +48,7 @@ class _UploadPhase(NamedTuple):
   result: Any  # V@SERVER, G.
   upload_count: Any  # int32@SERVER.
   inner: Any  # The inner process's MeasuredProcessOutput.
+  uploaders: Any  # int64[?]@SERVER, the uploaders' update fingerprints (or None).
 
 
 class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
@@ -87,6 +81,10 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
   * ``extra_scalars_per_client``: scalars each cohort client uploaded besides
     its model update (see the module docstring).
   * ``inner``: the inner factory's measurements.
+  * ``uploader_fingerprints`` (with ``report_uploaders``): ``int64[uploads]``, each
+    uploaded update's fingerprint (`protocol.update_fingerprint`), in no set order:
+    which clients uploaded, as the server of the protocol sees it (the round loop
+    times a round's uploads from it; ``docs/devices.md``).
   """
 
   def __init__(
@@ -101,6 +99,7 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
     weight_bound: float = 1e6,
     inner_factory: tff.aggregators.UnweightedAggregationFactory | None = None,
     scalar_sums: protocol.ScalarSums | None = None,
+    report_uploaders: bool = False,
   ):
     """Configures the protocol.
 
@@ -120,6 +119,7 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
         must return a sum (`tff_sampling.aggregators.inner_factories`).
       scalar_sums: Sums the protocol's and the measurements' client scalars
         (default: picked by `secure`, which must agree if also given).
+      report_uploaders: Also measure ``uploader_fingerprints``.
 
     Raises:
       ValueError: For a non-positive `expected_clients`, a negative
@@ -161,6 +161,7 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
       inner_factory = tff.aggregators.SumFactory()
     inner_factories.check_sum_factory(inner_factory)
     self._inner_factory = inner_factory
+    self._report_uploaders = bool(report_uploaders)
 
   @property
   def extra_scalars_per_client(self) -> int:
@@ -288,14 +289,15 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
       value_type, client.info.type_signature.member, _FLOAT_TYPE, tff.TensorType(np.int64, [2])
     )
     def client_upload(value, info, probability, round_seed):
-      seed = tf.stack([round_seed[0] * 1_000_003 + round_seed[1], _fingerprint(value)])
+      fingerprint = protocol.update_fingerprint(value)
+      seed = tf.stack([round_seed[0] * 1_000_003 + round_seed[1], fingerprint])
       uniform = tf.random.stateless_uniform([], seed=seed, dtype=tf.float32)
       upload = (uniform < probability) & (probability > 0.0) & tf.equal(info['non_finite'], 0)
       factor = tf.where(upload, info['weight'] / tf.where(upload, probability, 1.0), 0.0)
       weighted = tf.nest.map_structure(
         lambda t: tf.where(upload, tf.cast(factor, t.dtype) * t, tf.zeros_like(t)), value
       )
-      return weighted, tf.cast(upload, _COUNT)
+      return weighted, tf.cast(upload, _COUNT), fingerprint
 
     @tff.tensorflow.computation(value_type, _FLOAT_TYPE)
     def server_divide(total, weight_sum):
@@ -312,7 +314,8 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
     )
     inner_output = inner_process.next(state['inner'], uploads[0])
     result = tff.federated_map(server_divide, (inner_output.result, client.weight_sum))
-    return _UploadPhase(result, self._scalar_sums.counts(uploads[1]), inner_output)
+    uploaders = protocol.gather_flagged(uploads[2], uploads[1]) if self._report_uploaders else None
+    return _UploadPhase(result, self._scalar_sums.counts(uploads[1]), inner_output, uploaders)
 
   def _measurements(
     self, client: _ClientPhase, phases: protocol.FederatedProbabilities, upload: _UploadPhase
@@ -374,23 +377,24 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
         (term_sums.scaled_variance, term_sums.share_squared, client.cohort_size),
       )
 
-    return tff.federated_zip(
-      collections.OrderedDict(
-        uploads=upload.upload_count,
-        expected_uploads=expected_uploads,
-        cohort_size=client.counts.cohort_size,
-        rescaling_steps=phases.rescaling_steps,
-        improvement_factor=improvement,
-        full_participation=tff.federated_map(
-          tff.tensorflow.computation(lambda f: tf.cast(f, _COUNT), _FLOAT_TYPE),
-          phases.full_participation,
-        ),
-        clipped_norms=client.counts.clipped_norms,
-        clipped_weights=client.counts.clipped_weights,
-        non_finite_updates=client.counts.non_finite_updates,
-        extra_scalars_per_client=tff.federated_value(
-          np.int32(self.extra_scalars_per_client), tff.SERVER
-        ),
-        inner=upload.inner.measurements,
-      )
+    measurements = collections.OrderedDict(
+      uploads=upload.upload_count,
+      expected_uploads=expected_uploads,
+      cohort_size=client.counts.cohort_size,
+      rescaling_steps=phases.rescaling_steps,
+      improvement_factor=improvement,
+      full_participation=tff.federated_map(
+        tff.tensorflow.computation(lambda f: tf.cast(f, _COUNT), _FLOAT_TYPE),
+        phases.full_participation,
+      ),
+      clipped_norms=client.counts.clipped_norms,
+      clipped_weights=client.counts.clipped_weights,
+      non_finite_updates=client.counts.non_finite_updates,
+      extra_scalars_per_client=tff.federated_value(
+        np.int32(self.extra_scalars_per_client), tff.SERVER
+      ),
+      inner=upload.inner.measurements,
     )
+    if upload.uploaders is not None:
+      measurements['uploader_fingerprints'] = upload.uploaders
+    return tff.federated_zip(measurements)

@@ -31,6 +31,33 @@ FLOAT_TYPE = tff.TensorType(FLOAT)
 COUNT_TYPE = tff.TensorType(COUNT)
 
 
+def update_fingerprint(value) -> tf.Tensor:
+  """An int64 fingerprint of an update's bytes (TF's row fingerprint of its float32 values,
+  flattened and concatenated): the upload coin's seed, and how the server tells uploaders."""
+  flat = tf.concat([tf.reshape(tf.cast(t, tf.float32), [-1]) for t in tf.nest.flatten(value)], 0)
+  digest = tf.fingerprint(tf.expand_dims(flat, 0))  # [1, 8] uint8
+  return tf.reshape(tf.bitcast(digest, tf.int64), [])
+
+
+def gather_flagged(values, flags):
+  """The int64 client `values` whose int32 `flag` is non-zero, concatenated at the server
+  (``int64[?]@SERVER``, in no set order: a multiset, which reveals those values)."""
+  vector_type = tff.TensorType(np.int64, [None])
+  pair_type = (tff.TensorType(np.int64), COUNT_TYPE)
+
+  @tff.tensorflow.computation(vector_type, pair_type)
+  def accumulate(accumulator, pair):
+    return tf.concat([accumulator, tf.boolean_mask([pair[0]], [pair[1] > 0])], 0)
+
+  return tff.federated_aggregate(
+    tff.federated_zip((values, flags)),
+    zero=np.zeros([0], np.int64),
+    accumulate=accumulate,
+    merge=tff.tensorflow.computation(lambda a, b: tf.concat([a, b], 0), vector_type, vector_type),
+    report=tff.tensorflow.computation(lambda a: a, vector_type),
+  )
+
+
 class ScalarSums:
   """How the protocol sums its client scalars: in the clear, with ``tff.federated_sum``.
 

@@ -37,7 +37,7 @@ BITS_TO = 'bits_to_'
 SECONDS_TO = 'seconds_to_'  # Simulated seconds, under a system model (`tff_sampling.devices`).
 TO_TARGET = (ROUNDS_TO, BITS_TO, SECONDS_TO)
 _CLAIM = re.compile(
-  r'^(?P<method>[A-Za-z0-9_.-]+)(?P<op>[<>=])(?P<baseline>[A-Za-z0-9_.-]+)'
+  r'^(?P<method>[A-Za-z0-9_.+-]+)(?P<op>[<>=])(?P<baseline>[A-Za-z0-9_.+-]+)'
   r':(?P<metric>[A-Za-z0-9_.]+)(@(?P<margin>[0-9.eE+-]+))?$'
 )
 _OPS = {

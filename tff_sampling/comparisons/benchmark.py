@@ -202,8 +202,10 @@ class BenchmarkMethods:
     """``(method, seed) -> process``: FedAvg with the sampler's weights, built once per kind.
 
     Sketches only for clustered_similarity, the clients' losses only for oort and tifl;
-    `OptimalSamplingFactory` as the model aggregator for ``+optimal``.
+    `OptimalSamplingFactory` as the model aggregator for ``+optimal`` (saying who uploaded
+    when the devices time each upload).
     """
+    timed = self.devices.profiles != 'none'
     processes: dict[tuple[bool, bool, bool], tff.learning.templates.LearningProcess] = {}
 
     def make_process(method: str, seed: int) -> tff.learning.templates.LearningProcess:
@@ -217,9 +219,12 @@ class BenchmarkMethods:
           server_learning_rate=self.server_learning_rate,
           sketch_size=self.sketch_size if key[0] else None,
           client_losses=key[2],
+          update_fingerprints=optimal and timed,
           model_aggregator=(
             OptimalSamplingFactory(
-              self.clients_per_round, max_rescaling_steps=self.max_rescaling_steps
+              self.clients_per_round,
+              max_rescaling_steps=self.max_rescaling_steps,
+              report_uploaders=timed,
             )
             if optimal
             else None

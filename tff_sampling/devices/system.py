@@ -69,9 +69,16 @@ class SystemModel:
     )
     return seconds.until_trained + seconds.upload
 
-  def round(self, seed: int, round_num: int, clients: np.ndarray) -> timing.RoundTime:
+  def round(
+    self, seed: int, round_num: int, clients: np.ndarray, *, uploads_after_training: bool = False
+  ) -> timing.RoundTime:
     """Times round `round_num` for the selected `clients`, each of which downloads the model,
-    trains and uploads a model-sized update: who is kept, and how long the round lasts."""
+    trains and uploads a model-sized update: who is kept, and how long the round lasts.
+
+    With `uploads_after_training` (optimal uploads) the server keeps the first clients to
+    have their update, and the times are those of the training phase: `upload_seconds` and
+    `timing.round_seconds` add the uploads once the round says who uploaded.
+    """
     clients = np.asarray(clients, dtype=np.int64)
     if clients.size == 0:
       return timing.RoundTime(np.zeros(0, bool), 0.0, np.zeros(0))
@@ -84,11 +91,15 @@ class SystemModel:
     )
     target = clients.size if self.target is None else min(self.target, clients.size)
     return timing.keep_first(
-      seconds.until_trained + seconds.upload,
+      seconds.until_trained if uploads_after_training else seconds.until_trained + seconds.upload,
       target,
       deadline=self.deadline_seconds,
       dropped=timing.dropped_out(seed, round_num, clients, self.dropout),
     )
+
+  def upload_seconds(self, clients: np.ndarray) -> np.ndarray:
+    """``float64[K]``: each client's upload of a model-sized update."""
+    return self.model_bits / self.profiles.upload_bits_per_second[np.asarray(clients, np.int64)]
 
 
 def overcommitted(target: int, overcommit: float) -> int:

@@ -110,13 +110,12 @@ def keep_first(
   return RoundTime(kept, seconds, finish)
 
 
-def round_seconds(seconds: ClientSeconds, kept: np.ndarray, uploaded: np.ndarray) -> float:
-  """A two-phase round's length (optimal sampling): every kept client trains, then only those
-  that `uploaded` upload, so the round lasts until the last kept client has its update, plus
-  the longest upload among the uploaders (0 if none uploads)."""
-  kept, uploaded = np.asarray(kept, bool), np.asarray(uploaded, bool)
-  if np.any(uploaded & ~kept):
-    raise ValueError('A client that was not kept cannot upload.')
-  trained = float(seconds.until_trained[kept].max()) if kept.any() else 0.0
-  upload = float(seconds.upload[uploaded].max()) if uploaded.any() else 0.0
-  return trained + upload
+def round_seconds(training_phase: float, upload: np.ndarray, uploaded: np.ndarray) -> float:
+  """A two-phase round's length (optimal sampling). The server has the kept clients' norms at
+  `training_phase` seconds (when the last kept client has its update, or the deadline); then
+  the clients that `uploaded` upload at once, ``upload[k]`` seconds each, and the round ends
+  with the longest of those uploads (at `training_phase` if nobody uploads)."""
+  upload, uploaded = np.asarray(upload, np.float64), np.asarray(uploaded, bool)
+  if upload.shape != uploaded.shape:
+    raise ValueError(f'{upload.shape[0]} upload times for {uploaded.shape[0]} upload flags.')
+  return float(training_phase) + (float(upload[uploaded].max()) if uploaded.any() else 0.0)

@@ -12,6 +12,7 @@ import tensorflow_federated as tff
 
 from tff_sampling import contract
 from tff_sampling import validation
+from tff_sampling.aggregators import protocol
 from tff_sampling.learning import fedavg
 from tff_sampling.learning import proximal
 
@@ -48,26 +49,27 @@ def count_sketch_tf(flat: tf.Tensor, sketch_size: int, seed: int) -> tf.Tensor:
   return tf.math.unsorted_segment_sum(flat * signs, buckets, sketch_size)
 
 
-def gather_by_slot(slots, values, width: int):
-  """Stacks client-placed float32 ``[width]`` values into ``[cohort, width]`` @SERVER by slot.
+def gather_by_slot(slots, values, width: int, dtype=np.float32):
+  """Stacks client-placed ``[width]`` values into ``[cohort, width]`` @SERVER by slot.
 
   Args:
     slots: ``{int32}@CLIENTS``, each client's cohort slot (0..cohort−1, each once).
-    values: ``{float32[width]}@CLIENTS``.
+    values: ``{dtype[width]}@CLIENTS``.
     width: The length of each value.
+    dtype: The values' dtype.
 
   Returns:
-    ``float32[cohort, width]@SERVER``: row ``k`` is the value of the client in slot ``k``.
+    ``dtype[cohort, width]@SERVER``: row ``k`` is the value of the client in slot ``k``.
   """
-  rows_type = tff.TensorType(np.float32, [None, width])
+  rows_type = tff.TensorType(dtype, [None, width])
   slots_type = tff.TensorType(np.int32, [None])
 
   @tff.tensorflow.computation
   def zero():
-    return (tf.zeros([0], tf.int32), tf.zeros([0, width], tf.float32))
+    return (tf.zeros([0], tf.int32), tf.zeros([0, width], dtype))
 
   @tff.tensorflow.computation(
-    (slots_type, rows_type), (tff.TensorType(np.int32), tff.TensorType(np.float32, [width]))
+    (slots_type, rows_type), (tff.TensorType(np.int32), tff.TensorType(dtype, [width]))
   )
   def accumulate(accumulator, value):
     return (tf.concat([accumulator[0], [value[0]]], 0), tf.concat([accumulator[1], [value[1]]], 0))
@@ -198,6 +200,7 @@ def build_signals_client_work(
   sketch_size: int | None,
   sketch_seed: int = 0,
   client_losses: bool = False,
+  update_fingerprints: bool = False,
 ) -> tff.learning.templates.ClientWorkProcess:
   """Local SGD that also reports each client's update sketch by cohort slot.
 
@@ -205,10 +208,13 @@ def build_signals_client_work(
   ``(<S@SERVER, {W}@CLIENTS, {<data=B*, meta=<slot=int32,weight=float32>*>}@CLIENTS>
   -> <state=S@SERVER, result={ClientResult}@CLIENTS, measurements=M@SERVER>)``
   with ``M = <train=…, signals=<update_sketch=float32[?, sketch_size],
-  loss=float32[?]>>``: row ``k`` of each is the client in slot ``k``; ``loss``
-  (only with `client_losses`) is the broadcast (current global) model's mean
-  loss on the client's data, before local training (one extra forward pass).
-  Without either signal, ``M = <train=…>``.
+  loss=float32[?], update_fingerprint=int64[?]>>``: row ``k`` of each is the
+  client in slot ``k``; ``loss`` (only with `client_losses`) is the broadcast
+  (current global) model's mean loss on the client's data, before local training
+  (one extra forward pass); ``update_fingerprint`` (only with `update_fingerprints`)
+  is `tff_sampling.aggregators.protocol.update_fingerprint` of the update, which
+  matches each slot to the uploads an ``OptimalSamplingFactory(report_uploaders=True)``
+  reports. Without any signal, ``M = <train=…>``.
 
   Args:
     model_fn: Builds a fresh `tff.learning.models.VariableModel`.
@@ -217,6 +223,7 @@ def build_signals_client_work(
       for no sketch.
     sketch_seed: Seed of the sketch's hash and sign functions.
     client_losses: Whether clients also report their loss before training.
+    update_fingerprints: Whether clients also report their update's fingerprint.
 
   Raises:
     ValueError: For a non-positive `sketch_size`.
@@ -236,6 +243,9 @@ def build_signals_client_work(
     client_loss_computation(model_fn, weights_type, data_type) if client_losses else None
   )
   sketch = sketch_computation(update_type, sketch_size, sketch_seed) if sketch_size else None
+  fingerprint = tff.tensorflow.computation(
+    lambda update: tf.reshape(protocol.update_fingerprint(update), [1]), update_type
+  )
 
   @tff.federated_computation(
     inner.initialize.type_signature.result,
@@ -254,6 +264,12 @@ def build_signals_client_work(
       losses = tff.federated_map(client_loss, (weights, data.data))
       signals[contract.LOSS] = tff.federated_map(
         tff.tensorflow.computation(lambda g: g[:, 0]), gather_by_slot(meta.slot, losses, 1)
+      )
+    if update_fingerprints:
+      fingerprints = tff.federated_map(fingerprint, update)
+      signals[contract.UPDATE_FINGERPRINT] = tff.federated_map(
+        tff.tensorflow.computation(lambda g: g[:, 0]),
+        gather_by_slot(meta.slot, fingerprints, 1, np.int64),
       )
     result = tff.federated_zip(
       tff.learning.templates.ClientResult(update=update, update_weight=meta.weight)
@@ -279,6 +295,7 @@ def build_fed_avg_with_signals(
   sketch_seed: int = 0,
   proximal_strength: float = 0.0,
   client_losses: bool = False,
+  update_fingerprints: bool = False,
   model_aggregator: tff.aggregators.WeightedAggregationFactory | None = None,
 ) -> tff.learning.templates.LearningProcess:
   """FedAvg whose clients use sampler weights and report signals by slot.
@@ -292,7 +309,9 @@ def build_fed_avg_with_signals(
   ``next(state, [client_data(ds, slot, weight), …])``;
   the sketches are ``metrics['client_work']['signals']['update_sketch']``
   (``sketch_size=None``: no sketches), the losses before training
-  ``…['signals']['loss']`` (with `client_losses`); see `build_signals_client_work`.
+  ``…['signals']['loss']`` (with `client_losses`), the updates' fingerprints
+  ``…['signals']['update_fingerprint']`` (with `update_fingerprints`, for timing
+  optimal uploads per client); see `build_signals_client_work`.
   With ``proximal_strength = μ > 0`` the clients run FedProx's local problem
   (`tff_sampling.learning.proximal.build_proximal_sgd`).
   """
@@ -307,6 +326,7 @@ def build_fed_avg_with_signals(
     sketch_size=sketch_size,
     sketch_seed=sketch_seed,
     client_losses=client_losses,
+    update_fingerprints=update_fingerprints,
   )
   model_weights_type = client_work.next.type_signature.parameter[1].member
   update_type = client_work.next.type_signature.result.result.member.update

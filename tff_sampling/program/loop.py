@@ -143,6 +143,12 @@ def run_rounds(
     raise ValueError('devices need a sampler: a process that samples by itself keeps every client.')
   trainer.check(sampler)  # Before anything is written.
   num_clients = len(trainer.clients.num_examples)
+  if devices is not None and trainer.uploads == contract.Uploads.COUNT_ONLY:
+    raise ValueError(
+      'devices time each upload, but this process says only how many clients uploaded: build '
+      'its OptimalSamplingFactory with report_uploaders=True and the process with '
+      'tff_sampling.learning.signals.build_fed_avg_with_signals(update_fingerprints=True).'
+    )
   if devices is not None and devices.num_clients != num_clients:
     raise ValueError(
       f'The system model has {devices.num_clients} devices for a population of {num_clients} '
@@ -328,14 +334,17 @@ class _Rounds:
       )
     available, redraws = self._active_clients(round_num)
     selection = self._select(round_num, state, available)
-    system = None
+    timed = None
     if self.devices is not None:
-      selection, system, elapsed, kept_seconds = self._keep(
-        round_num, selection, int(state['cumulative_microseconds'])
-      )
-      state = collections.OrderedDict(state, cumulative_microseconds=np.int64(elapsed))
+      selected = len(selection.clients)
+      selection, timed = self._keep(round_num, selection)
     process_state, result = self._train_cohort(round_num, state['process'], selection)
-    if system is not None:  # Each kept client's seconds, for a sampler that reads them (Oort).
+    system = None
+    if timed is not None:
+      elapsed = int(state['cumulative_microseconds'])
+      system, elapsed, kept_seconds = self._time(timed, selected, selection, result, elapsed)
+      state = collections.OrderedDict(state, cumulative_microseconds=np.int64(elapsed))
+      # Each kept client's seconds, for a sampler that reads them (Oort).
       result = result._replace(signals={**result.signals, contract.SECONDS: kept_seconds})
     state = collections.OrderedDict(state, round=np.int64(round_num), process=process_state)
     state['cumulative_bits'] = np.int64(int(state['cumulative_bits']) + result.round_bits)
@@ -390,26 +399,41 @@ class _Rounds:
     )
     return output.state, self.trainer.round_output(output, len(selection.clients))
 
-  def _keep(self, round_num: int, selection: samplers_base.Selection, elapsed: int):
+  def _keep(self, round_num: int, selection: samplers_base.Selection):
     """The selected clients that reach the server under the system model (weights rescaled
-    to the selection's total), the round's ``system/`` metrics, and the simulated
-    microseconds elapsed after it (`elapsed` before it), and each kept client's seconds."""
+    to the selection's total), and the round's times (`devices.RoundTime`)."""
     assert self.devices is not None
-    timed = self.devices.round(self.config.seed, round_num, selection.clients)
+    timed = self.devices.round(
+      self.config.seed,
+      round_num,
+      selection.clients,
+      uploads_after_training=self.trainer.uploads == contract.Uploads.PER_SLOT,
+    )
     weights = selection.weights
     if weights is not None:
       kept_total = float(np.sum(weights[timed.kept]))
       scale = float(np.sum(weights)) / kept_total if kept_total > 0 else 1.0
       weights = (np.asarray(weights[timed.kept], np.float64) * scale).astype(np.float32)
-    kept = selection._replace(clients=selection.clients[timed.kept], weights=weights)
-    elapsed += round(timed.seconds * 1e6)
+    return selection._replace(clients=selection.clients[timed.kept], weights=weights), timed
+
+  def _time(self, timed, selected: int, kept: samplers_base.Selection, result, elapsed: int):
+    """The round's ``system/`` metrics, the simulated microseconds elapsed after it (`elapsed`
+    before it), and each kept client's seconds; a two-phase round (`result.uploaded`) adds
+    its uploads to the training phase's times."""
+    assert self.devices is not None
+    seconds, kept_seconds = timed.seconds, timed.finish[timed.kept]
+    if result.uploaded is not None:
+      upload = self.devices.upload_seconds(kept.clients)
+      seconds = devices_lib.round_seconds(seconds, upload, result.uploaded)
+      kept_seconds = kept_seconds + np.where(result.uploaded, upload, 0.0)
+    elapsed += round(seconds * 1e6)
     metrics = collections.OrderedDict(
-      round_seconds=timed.seconds,
+      round_seconds=seconds,
       cumulative_seconds=elapsed / 1e6,
-      selected=len(selection.clients),
-      dropped=int(np.count_nonzero(~timed.kept)),
+      selected=selected,
+      dropped=selected - len(kept.clients),
     )
-    return kept, metrics, elapsed, timed.finish[timed.kept]
+    return metrics, elapsed, kept_seconds
 
   def _selection_metrics(
     self, selection: samplers_base.Selection, available: np.ndarray, redraws: int

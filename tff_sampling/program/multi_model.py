@@ -34,6 +34,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_sampling import communication
+from tff_sampling import contract
 from tff_sampling import program
 from tff_sampling import randomness
 from tff_sampling import validation
@@ -184,6 +185,9 @@ class MultiModel:
   def clients(self) -> program.Clients:
     task = self.tasks[0]
     return program.Clients(task.client_ids, self.examples.sum(axis=1), task.client_label_histograms)
+
+  # The process samples its uploads itself and counts them (it runs without devices).
+  uploads = contract.Uploads.COUNT_ONLY
 
   def check(self, sampler) -> None:
     del sampler  # None: run_rounds gives every client every round.

@@ -49,12 +49,15 @@ class RoundOutput(NamedTuple):
     released: The process's metrics to release, by section (e.g. ``train``,
       ``process``).
     signals: Per-client signals for ``sampler.observe`` (`tff_sampling.contract`).
+    uploaded: ``bool[K]``, which cohort slots uploaded, when the process says
+      (`contract.Uploads.PER_SLOT`); ``None`` otherwise.
   """
 
   uplink: communication.Uplink
   round_bits: int
   released: Mapping[str, Any]
   signals: Mapping[str, np.ndarray]
+  uploaded: np.ndarray | None = None
 
 
 class Clients(NamedTuple):
@@ -88,6 +91,10 @@ class Trainer(Protocol):
   @property
   def clients(self) -> Clients:
     """The population."""
+
+  @property
+  def uploads(self) -> contract.Uploads:
+    """Whether every trained client uploads, and if not, whether a round says which."""
 
   def check(self, sampler: samplers_base.Sampler | None) -> None:
     """Raises ValueError if `sampler` cannot drive this process (before anything is written)."""
@@ -157,6 +164,10 @@ class SingleModel:
       self.task.client_label_histograms,
       self.task.num_classes,
     )
+
+  @property
+  def uploads(self) -> contract.Uploads:
+    return contract.uploads(self.process)
 
   def check(self, sampler: samplers_base.Sampler | None) -> None:
     contract.check_sampler_process(sampler, self.process)
@@ -271,6 +282,12 @@ class SingleModel:
     self, output: tff.learning.templates.LearningProcessOutput, cohort_size: int
   ) -> RoundOutput:
     process_metrics, signals = contract.split_signals(output.metrics)
+    uploaded = None
+    if contract.UPDATE_FINGERPRINT in signals:
+      slots = signals.pop(contract.UPDATE_FINGERPRINT)
+      aggregator = collections.OrderedDict(process_metrics['aggregator'])
+      uploaded = communication.uploaded_slots(slots, aggregator.pop('uploader_fingerprints'))
+      process_metrics = collections.OrderedDict(process_metrics, aggregator=aggregator)
     uplink = self.uplink_fn(process_metrics, cohort_size)
     return RoundOutput(
       uplink=uplink,
@@ -279,4 +296,5 @@ class SingleModel:
         train=_train_metrics(process_metrics), process=process_metrics
       ),
       signals=signals,
+      uploaded=uploaded,
     )
