@@ -25,8 +25,8 @@ offers, once, before a run writes anything.
 from __future__ import annotations
 
 import collections
-import enum
 from collections.abc import Callable, Mapping
+import enum
 from typing import Any
 
 import numpy as np
