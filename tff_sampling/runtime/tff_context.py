@@ -46,7 +46,6 @@ from absl import logging as absl_logging
 import grpc
 import portpicker
 import psutil
-from tensorflow_federated.python.core.backends.native import compiler as native_compiler
 from tensorflow_federated.python.core.backends.test import compiler as test_compiler
 from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
 from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
@@ -139,11 +138,12 @@ _LOCAL_WORKER = _LocalWorker()
 def _local_context() -> sync_execution_context.SyncExecutionContext:
   """TFF's ``create_sync_test_cpp_execution_context`` on `_LOCAL_WORKER`'s worker.
 
-  The same compiler (secure sums replaced by their test bodies, then TFF's
-  native compilation), executors and argument/result transforms as TFF's
-  (core/backends/test/execution_contexts.py and executor_stacks/
-  executor_factory.py, TFF 0.87); only the worker process is ours, and the
-  factory, which closes the executors it no longer keeps (`workers_lib.ClosingExecutorFactory`).
+  The same compiler (secure sums replaced by their test bodies, then TFF's native
+  compilation), executors and argument/result transforms as TFF's
+  (core/backends/test/execution_contexts.py and executor_stacks/executor_factory.py,
+  TFF 0.87), but for three things: the worker process is ours, the factory closes the
+  executors it no longer keeps (`workers_lib.ClosingExecutorFactory`), and the compiler skips
+  TFF's static Grappler pass (`workers_lib.desugar_to_native`).
   """
 
   def stack_fn(cardinalities):
@@ -155,7 +155,7 @@ def _local_context() -> sync_execution_context.SyncExecutionContext:
 
   def compile_fn(comp):
     comp = test_compiler.replace_secure_intrinsics_with_bodies(comp)
-    return native_compiler.desugar_and_transform_to_native(comp)
+    return workers_lib.desugar_to_native(comp)
 
   return sync_execution_context.SyncExecutionContext(
     executor_fn=workers_lib.ClosingExecutorFactory(stack_fn),
