@@ -40,6 +40,7 @@ from absl import flags
 
 from bin import experiment_config
 from bin import flag_checks
+from tff_sampling.analysis import benchmark_page
 from tff_sampling.analysis import benchmark_report
 from tff_sampling.runtime import files
 from tff_sampling.runtime import processes
@@ -146,9 +147,7 @@ def check(cells: Sequence[benchmark_report.Cell], page: str, *, command: str, pr
   """
   if not os.path.exists(page) and not any(cell.runs for cell in cells):
     return
-  stale = files.differing(
-    benchmark_report.page_files(cells, page, command=command, preface=preface)
-  )
+  stale = files.differing(benchmark_page.page_files(cells, page, command=command, preface=preface))
   if stale:
     raise RuntimeError(
       f'Not what the raw metrics give: {", ".join(stale)}; rewrite with --stage=report.'
@@ -193,9 +192,7 @@ def main(argv: Sequence[str]) -> None:
       check(load_cells(configs), page, command=command, preface=preface)
       print(f'{page} is what its raw metrics give.')
     if _STAGE.value in ('all', 'report'):
-      for path in benchmark_report.write(
-        load_cells(configs), page, command=command, preface=preface
-      ):
+      for path in benchmark_page.write(load_cells(configs), page, command=command, preface=preface):
         print(f'Wrote {path}')
   except (ValueError, FileNotFoundError, RuntimeError) as e:
     sys.exit(f'Error: {e}')

@@ -1,6 +1,6 @@
-"""Tests for the benchmark's page (tff_sampling/analysis/benchmark_report.py) on hand-made runs: a
-tuning-only cell gives its rates to a reported cell, which alone is ranked and drawn; cells
-whose runs are not all in say how far they are."""
+"""Tests for the benchmark's page (tff_sampling/analysis/benchmark_page.py, benchmark_report.py,
+benchmark_heatmap.py) on hand-made runs: a tuning-only cell gives its rates to a reported cell,
+which alone is ranked and drawn; cells whose runs are not all in say how far they are."""
 
 import os
 import re
@@ -9,6 +9,7 @@ import fault_harness
 import pytest
 
 from bin import experiment_config
+from tff_sampling.analysis import benchmark_page
 from tff_sampling.analysis import benchmark_report
 from tff_sampling.analysis import evidence_report
 from tff_sampling.analysis import raw_metrics
@@ -88,7 +89,7 @@ def page(tmp_path):
   cells = [experiment_config.committed_cell(c) for c in (ideal, skewed)]
   assert [cell.pending for cell in cells] == ['', '']  # Both complete.
   path = tmp_path / 'benchmark.md'
-  written = benchmark_report.write(cells, str(path), command='regenerate')
+  written = benchmark_page.write(cells, str(path), command='regenerate')
   return grid, path.read_text(), written
 
 
@@ -172,7 +173,7 @@ def test_the_overview_places_each_method_in_each_complete_cell(page, tmp_path):
     for name in ('ideal', 'later', 'skewed')
   ]
   assert later and all(not cell.pending for cell in cells)
-  both = benchmark_report.benchmark_markdown(cells, command='regenerate', page_dir=str(tmp_path))
+  both = benchmark_page.benchmark_markdown(cells, command='regenerate', page_dir=str(tmp_path))
   rows = {
     r.split('|')[1].strip(): [c.strip() for c in r.split('|')[2:-1]]
     for r in _section(both, 'At a glance').splitlines()
@@ -190,7 +191,7 @@ def test_no_overview_until_a_reported_cell_is_complete(tmp_path):
   ideal = _cell(grid, 'ideal', IDEAL, [(m, r, 100, final) for (m, r), final in TUNING.items()])
   skewed = _cell(grid, 'skewed', SKEWED, [('uniform', 0.1, 0, 0.4)])
   cells = [experiment_config.committed_cell(c) for c in (ideal, skewed)]
-  text = benchmark_report.benchmark_markdown(cells, command='regenerate', page_dir=str(tmp_path))
+  text = benchmark_page.benchmark_markdown(cells, command='regenerate', page_dir=str(tmp_path))
   assert '## At a glance' not in text
 
 
@@ -228,7 +229,7 @@ def test_unfinished_cells_say_how_far_they_are_and_are_neither_ranked_nor_drawn(
   ]
   assert cells[1].spec.learning_rates == ()  # Not resolved: the sibling has not tuned.
   path = tmp_path / 'benchmark.md'
-  written = benchmark_report.write(cells, str(path), command='regenerate')
+  written = benchmark_page.write(cells, str(path), command='regenerate')
   text = path.read_text()
   assert written == [str(path)]  # No plot.
   assert '**In progress:** 0 of 2 cells are complete' in text
@@ -246,7 +247,7 @@ def test_a_complete_tuning_cell_lets_its_sibling_wait_for_its_own_runs(tmp_path)
   skewed = _cell(grid, 'skewed', SKEWED, [('uniform', 0.1, 0, 0.4), ('md', 0.2, 0, 0.5)])
   cells = [experiment_config.committed_cell(c) for c in (ideal, skewed)]
   assert [cell.pending for cell in cells] == ['', '2 runs in, at least 4 to go']
-  text = benchmark_report.benchmark_markdown(cells, command='regenerate', page_dir=str(tmp_path))
+  text = benchmark_page.benchmark_markdown(cells, command='regenerate', page_dir=str(tmp_path))
   assert '**In progress:** 1 of 2 cells are complete' in text
   assert not re.search(r'^\| \d+\. ', text, re.M)  # The tuning cell is shown, nothing ranked.
 
@@ -275,7 +276,7 @@ def test_optimal_uploads_are_compared_with_the_same_sampler_alone(tmp_path):
   assert effect.budget.differences == pytest.approx((0.1, 0.05, 0.1))
   half = 4.302653 * (0.0025 / 3) ** 0.5 / 3**0.5  # t(0.975, 2) · sd / √3, sd² = 0.0025/3.
   expected = f'+0.0833 [{0.25 / 3 - half:+.4f}, {0.25 / 3 + half:+.4f}] ahead'
-  text = benchmark_report.benchmark_markdown([cell], command='regenerate', page_dir=str(tmp_path))
+  text = benchmark_page.benchmark_markdown([cell], command='regenerate', page_dir=str(tmp_path))
   glance = _section(text, 'What optimal uploads change')
   assert re.search(r'^\| md +\| +\+/\+ \|$', glance, re.M)
   assert not re.search(r'^\| uniform ', glance, re.M)
@@ -287,3 +288,33 @@ def test_no_optimal_section_without_a_sampler_run_both_ways(page):
   _, text, _ = page
   assert '## What optimal uploads change' not in text
   assert 'What optimal uploads change, sampler by sampler' not in text
+
+
+def test_the_page_opens_with_the_picture_of_every_method_against_the_baseline(page):
+  from scipy import stats
+
+  from tff_sampling.analysis import benchmark_heatmap
+  from tff_sampling.analysis import plotting
+
+  grid_dir, text, written = page
+  picture = str(grid_dir / benchmark_heatmap.FILENAME)
+  assert picture in written and plotting.is_own_plot(picture)
+  # Right after the regenerate command, before anything else.
+  after_command = text.split('regenerate\n```\n', 1)[1].lstrip('\n')
+  assert after_command.startswith(
+    f'![every method against the baseline, every cell](grid/{benchmark_heatmap.FILENAME})'
+  )
+  cells = [
+    experiment_config.committed_cell(str(grid_dir / name / experiment_config.CONFIG_FILENAME))
+    for name in ('ideal', 'skewed')
+  ]
+  data = benchmark_heatmap.grid(cells)
+  # The tuning-only cell is not drawn; MD against uniform in the skewed cell: +0.1, +0.2, +0.15.
+  assert data.methods == ('md',) and data.cells == ('skewed',)
+  for panel in ('final', 'budget'):  # Every run ends within uniform's 200 bits.
+    assert data.difference[panel][0, 0] == pytest.approx(0.15)
+  # Each interval alone excludes 0 (p = 0.035), but Holm doubles the smaller of the two equal
+  # p-values to 0.07: no dot.
+  p_value = stats.ttest_1samp([0.1, 0.2, 0.15], 0.0).pvalue
+  assert p_value < 0.05 < 2 * p_value
+  assert not data.decided['final'].any() and not data.decided['budget'].any()

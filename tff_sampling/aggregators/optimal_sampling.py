@@ -215,12 +215,16 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
         state, value, client, phases.probability, value_type, inner_process
       )
       measurements = self._measurements(client, phases, upload)
+      if upload.uploaders is not None:
+        measurements['uploader_fingerprints'] = upload.uploaders
       new_state = tff.federated_zip(
         collections.OrderedDict(
           round=tff.federated_map(server_next_round, state['round']), inner=upload.inner.state
         )
       )
-      return tff.templates.MeasuredProcessOutput(new_state, upload.result, measurements)
+      return tff.templates.MeasuredProcessOutput(
+        new_state, upload.result, tff.federated_zip(measurements)
+      )
 
     # Secure sums fail outside TFF's test context: say what to call instead.
     return secure_context.with_secure_sum_hint(
@@ -320,7 +324,7 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
   def _measurements(
     self, client: _ClientPhase, phases: protocol.FederatedProbabilities, upload: _UploadPhase
   ):
-    """The measurements of the class docstring, from sums only.
+    """The measurements of the class docstring, from sums only (but ``uploader_fingerprints``).
 
     ``expected_uploads = Σ p_i`` and the improvement factor of
     ``docs/algorithms.md`` §1c, ``α = Σ (1−p_i)/p_i·ã_i² / ((1 − m/n)/(m/n)·Σ ã_i²)``
@@ -377,7 +381,7 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
         (term_sums.scaled_variance, term_sums.share_squared, client.cohort_size),
       )
 
-    measurements = collections.OrderedDict(
+    return collections.OrderedDict(
       uploads=upload.upload_count,
       expected_uploads=expected_uploads,
       cohort_size=client.counts.cohort_size,
@@ -395,6 +399,3 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
       ),
       inner=upload.inner.measurements,
     )
-    if upload.uploaders is not None:
-      measurements['uploader_fingerprints'] = upload.uploaders
-    return tff.federated_zip(measurements)

@@ -89,6 +89,12 @@ def gather_by_slot(slots, values, width: int, dtype=np.float32):
   )
 
 
+def gather_scalars_by_slot(slots, values, dtype=np.float32):
+  """``dtype[cohort]@SERVER`` from client-placed ``dtype[1]`` values, by slot (`gather_by_slot`)."""
+  gathered = gather_by_slot(slots, values, 1, dtype)
+  return tff.federated_map(tff.tensorflow.computation(lambda g: g[:, 0]), gathered)
+
+
 def slot_client_data(data_type) -> tuple[tff.StructWithPythonType, tff.Computation]:
   """The type of `client_data` structs over `data_type`, and the computation
   that reads a client's ``<slot, weight>`` from its ``meta`` dataset.
@@ -176,8 +182,7 @@ def build_loss_probe(
   def probe(weights, data):
     losses = tff.federated_map(client_loss, (tff.federated_broadcast(weights), data.data))
     meta = tff.federated_map(read_meta, data.meta)
-    gathered = gather_by_slot(meta.slot, losses, 1)
-    return tff.federated_map(tff.tensorflow.computation(lambda g: g[:, 0]), gathered)
+    return gather_scalars_by_slot(meta.slot, losses)
 
   return probe
 
@@ -193,6 +198,13 @@ def sketch_computation(update_type, sketch_size: int, sketch_seed: int) -> tff.C
   return sketch
 
 
+def fingerprint_computation(update_type) -> tff.Computation:
+  """``U -> int64[1]``: the update's fingerprint (`protocol.update_fingerprint`)."""
+  return tff.tensorflow.computation(
+    lambda update: tf.reshape(protocol.update_fingerprint(update), [1]), update_type
+  )
+
+
 def build_signals_client_work(
   model_fn: Callable[[], tff.learning.models.VariableModel],
   client_optimizer_fn: tff.learning.optimizers.Optimizer,
@@ -202,25 +214,19 @@ def build_signals_client_work(
   client_losses: bool = False,
   update_fingerprints: bool = False,
 ) -> tff.learning.templates.ClientWorkProcess:
-  """Local SGD that also reports each client's update sketch by cohort slot.
+  """Local SGD whose clients also report signals, gathered by cohort slot.
 
-  The created process has the type signature
-  ``(<S@SERVER, {W}@CLIENTS, {<data=B*, meta=<slot=int32,weight=float32>*>}@CLIENTS>
-  -> <state=S@SERVER, result={ClientResult}@CLIENTS, measurements=M@SERVER>)``
-  with ``M = <train=…, signals=<update_sketch=float32[?, sketch_size],
-  loss=float32[?], update_fingerprint=int64[?]>>``: row ``k`` of each is the
-  client in slot ``k``; ``loss`` (only with `client_losses`) is the broadcast
-  (current global) model's mean loss on the client's data, before local training
-  (one extra forward pass); ``update_fingerprint`` (only with `update_fingerprints`)
-  is `tff_sampling.aggregators.protocol.update_fingerprint` of the update, which
-  matches each slot to the uploads an ``OptimalSamplingFactory(report_uploaders=True)``
-  reports. Without any signal, ``M = <train=…>``.
+  ``(<S@SERVER, {W}@CLIENTS, {<data=B*, meta=<slot, weight>*>}@CLIENTS>) -> <state, result,
+  measurements=<train=…, signals=…>>``; row ``k`` of each signal is the client in slot ``k``:
+  ``update_sketch`` (``float32[?, sketch_size]``), ``loss`` (``float32[?]``, the broadcast
+  model's mean loss on the client's data before training: one extra forward pass) and
+  ``update_fingerprint`` (``int64[?]``, `protocol.update_fingerprint`, which matches slots to
+  an ``OptimalSamplingFactory(report_uploaders=True)``'s uploads), each only when asked.
 
   Args:
     model_fn: Builds a fresh `tff.learning.models.VariableModel`.
     client_optimizer_fn: The clients' local optimizer.
-    sketch_size: ``d``, the length of each client's sketch (> 0), or ``None``
-      for no sketch.
+    sketch_size: ``d`` (> 0), the length of each client's sketch, or ``None`` for none.
     sketch_seed: Seed of the sketch's hash and sign functions.
     client_losses: Whether clients also report their loss before training.
     update_fingerprints: Whether clients also report their update's fingerprint.
@@ -243,9 +249,7 @@ def build_signals_client_work(
     client_loss_computation(model_fn, weights_type, data_type) if client_losses else None
   )
   sketch = sketch_computation(update_type, sketch_size, sketch_seed) if sketch_size else None
-  fingerprint = tff.tensorflow.computation(
-    lambda update: tf.reshape(protocol.update_fingerprint(update), [1]), update_type
-  )
+  fingerprint = fingerprint_computation(update_type) if update_fingerprints else None
 
   @tff.federated_computation(
     inner.initialize.type_signature.result,
@@ -262,14 +266,11 @@ def build_signals_client_work(
       signals[contract.UPDATE_SKETCH] = gather_by_slot(meta.slot, sketches, sketch_size)
     if client_loss is not None:
       losses = tff.federated_map(client_loss, (weights, data.data))
-      signals[contract.LOSS] = tff.federated_map(
-        tff.tensorflow.computation(lambda g: g[:, 0]), gather_by_slot(meta.slot, losses, 1)
-      )
-    if update_fingerprints:
+      signals[contract.LOSS] = gather_scalars_by_slot(meta.slot, losses)
+    if fingerprint is not None:
       fingerprints = tff.federated_map(fingerprint, update)
-      signals[contract.UPDATE_FINGERPRINT] = tff.federated_map(
-        tff.tensorflow.computation(lambda g: g[:, 0]),
-        gather_by_slot(meta.slot, fingerprints, 1, np.int64),
+      signals[contract.UPDATE_FINGERPRINT] = gather_scalars_by_slot(
+        meta.slot, fingerprints, np.int64
       )
     result = tff.federated_zip(
       tff.learning.templates.ClientResult(update=update, update_weight=meta.weight)

@@ -1,0 +1,134 @@
+"""The benchmark's picture: every method against the baseline in every ranked cell.
+
+One panel per comparison (final accuracy at a fixed number of rounds; accuracy at the
+baseline's uplink budget), methods down, cells across; a square's colour is the paired mean
+difference against the baseline over the seeds (blue ahead, red behind), and a dot marks the
+differences whose interval still excludes 0 once the cell's 2 (n − 1) comparisons are one
+family (Holm), the same verdicts as the page's *Holm* column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+import dataclasses
+import os
+
+from matplotlib import figure as mpl_figure
+from matplotlib.backends import backend_agg
+import numpy as np
+
+from tff_sampling.analysis import benchmark_report
+from tff_sampling.analysis import evidence
+from tff_sampling.analysis import plotting
+
+FILENAME = 'heatmap.png'
+PANELS = (('final', 'at a fixed number of rounds'), ('budget', "at the baseline's uploaded bits"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+  """The numbers the picture draws.
+
+  Attributes:
+    methods: Row labels (methods, the best mean rank first; the baseline left out).
+    cells: Column labels (the cells' folder names).
+    difference: ``{panel: float[methods, cells]}``, the paired mean difference against the
+      baseline (NaN where a cell lacks the method).
+    decided: ``{panel: bool[methods, cells]}``, the Holm-adjusted interval excludes 0.
+  """
+
+  methods: tuple[str, ...]
+  cells: tuple[str, ...]
+  difference: dict[str, np.ndarray]
+  decided: dict[str, np.ndarray]
+
+
+def grid(cells: Sequence[benchmark_report.Cell]) -> Grid | None:
+  """The `Grid` of the ranked cells (``None`` while none is ranked)."""
+  ready = _ready(cells)
+  if not ready:
+    return None
+  values: dict[tuple[str, str, str], tuple[float, bool]] = {}
+  ranks: dict[str, list[int]] = {}
+  for cell in ready:
+    name = os.path.basename(cell.folder)
+    ranked, _ = benchmark_report.rows(cell)
+    differences = [
+      (row.method, panel, getattr(row, f'{panel}_difference'))
+      for row in ranked
+      if row.method != cell.spec.baseline
+      for panel, _ in PANELS
+    ]
+    verdicts = evidence.holm_verdicts(
+      [d for *_, d in differences],
+      [evidence.Direction.HIGHER] * len(differences),
+      [0.0] * len(differences),
+    )
+    for (method, panel, difference), verdict in zip(differences, verdicts):
+      decisive = verdict in (evidence.Verdict.REPRODUCED, evidence.Verdict.CONTRADICTED)
+      values[method, name, panel] = (difference.mean, decisive)
+    for rank, row in enumerate(ranked, 1):
+      if row.method != cell.spec.baseline:
+        ranks.setdefault(row.method, []).append(rank)
+  methods = tuple(sorted(ranks, key=lambda m: (float(np.mean(ranks[m])), m)))
+  names = tuple(os.path.basename(c.folder) for c in ready)
+  shape = (len(methods), len(names))
+  difference = {p: np.full(shape, np.nan) for p, _ in PANELS}
+  decided = {p: np.zeros(shape, bool) for p, _ in PANELS}
+  for (method, name, panel), (mean, decisive) in values.items():
+    i, j = methods.index(method), names.index(name)
+    difference[panel][i, j], decided[panel][i, j] = mean, decisive
+  return Grid(methods, names, difference, decided)
+
+
+def figure(data: Grid, baseline: str) -> mpl_figure.Figure:
+  """The two panels side by side, on one colour scale symmetric about 0."""
+  finite = np.concatenate([d[np.isfinite(d)] for d in data.difference.values()])
+  limit = float(np.max(np.abs(finite))) if finite.size else 1.0
+  rows, cols = len(data.methods), len(data.cells)
+  fig = mpl_figure.Figure(
+    figsize=(3.0 + 0.6 * cols * len(PANELS), 1.8 + 0.3 * rows), layout='constrained'
+  )
+  backend_agg.FigureCanvasAgg(fig)
+  axes = fig.subplots(1, len(PANELS), sharey=True)
+  images = []
+  for ax, (panel, title) in zip(axes, PANELS):
+    values = np.ma.masked_invalid(data.difference[panel])
+    images.append(ax.imshow(values, cmap='RdBu', vmin=-limit, vmax=limit, aspect='auto'))
+    ax.set_facecolor('0.85')  # A method the cell does not have.
+    marked = np.argwhere(data.decided[panel])
+    ax.scatter(marked[:, 1], marked[:, 0], s=16, c='black', edgecolors='white', linewidths=0.8)
+    ax.set_xticks(range(cols), data.cells, rotation=40, ha='right', fontsize=8)
+    ax.set_title(f'vs {baseline} {title}', fontsize=9)
+  axes[0].set_yticks(range(rows), data.methods, fontsize=8)
+  colorbar = fig.colorbar(images[0], ax=list(axes), shrink=0.8)
+  colorbar.set_label(f'accuracy difference against {baseline} (mean over seeds)', fontsize=8)
+  fig.suptitle(
+    f'Each method against {baseline}: blue ahead, red behind; • the Holm-adjusted 95% '
+    'interval excludes 0',
+    fontsize=9,
+  )
+  return fig
+
+
+def _ready(cells: Sequence[benchmark_report.Cell]) -> list[benchmark_report.Cell]:
+  return [c for c in cells if not (c.pending or c.spec.tuning_only)]
+
+
+def heatmap_path(cells: Sequence[benchmark_report.Cell]) -> str | None:
+  """Where the picture goes: beside the cells' folders (``None`` while no cell is ranked)."""
+  if not _ready(cells):
+    return None
+  folder = os.path.commonpath([os.path.abspath(c.folder) for c in cells])
+  if len(cells) == 1:
+    folder = os.path.dirname(folder)
+  return os.path.join(folder, FILENAME)
+
+
+def heatmap_files(cells: Sequence[benchmark_report.Cell]) -> dict[str, bytes]:
+  """``{heatmap_path: png}`` (nothing while no cell is ranked)."""
+  path, data = heatmap_path(cells), grid(cells)
+  if path is None or data is None:
+    return {}
+  baseline = _ready(cells)[0].spec.baseline
+  return {path: plotting.png_bytes(figure(data, baseline))}
