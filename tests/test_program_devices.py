@@ -51,6 +51,16 @@ def process(small_digits_task):
   return learning.build_fed_avg(small_digits_task.model_fn, client_learning_rate=0.1)
 
 
+def _by_hand(system, clients, upload=True):
+  """Download + examples × seconds per example (+ upload), per selected client."""
+  profiles = system.profiles
+  seconds = (
+    MODEL_BITS / profiles.download_bits_per_second[clients]
+    + system.examples_trained[clients] * profiles.seconds_per_example[clients]
+  )
+  return seconds + (MODEL_BITS / profiles.upload_bits_per_second[clients] if upload else 0.0)
+
+
 def _run(task, process, path, rounds, system, sampler=None):
   sampler = sampler or _Recording()
   config = program.RunConfig(
@@ -67,16 +77,11 @@ def test_each_round_keeps_the_first_finishers_and_lasts_until_the_last_kept(
 ):
   system = _system(small_digits_task)
   sampler, rows = _run(small_digits_task, process, tmp_path / 'run', 4, system)
-  profiles, elapsed, counts = system.profiles, 0.0, np.zeros(small_digits_task.num_clients)
+  elapsed, counts = 0.0, np.zeros(small_digits_task.num_clients)
   for row in rows:
     round_num = int(row['key'])
     clients = sampler.chosen[round_num]
-    # By hand: download + examples × seconds per example + upload, per selected client.
-    finish = (
-      MODEL_BITS / profiles.download_bits_per_second[clients]
-      + system.examples_trained[clients] * profiles.seconds_per_example[clients]
-      + MODEL_BITS / profiles.upload_bits_per_second[clients]
-    )
+    finish = _by_hand(system, clients)
     dropped = devices.dropped_out(0, round_num, clients, DROPOUT)
     arriving = np.sort(finish[~dropped])
     kept = arriving[:TARGET]
@@ -168,10 +173,7 @@ def test_optimal_uploads_pay_upload_time_only_for_the_uploaders(small_digits_tas
     round_num = int(row['key'])
     clients = sampler.chosen[round_num]
     # Two phases: the first TARGET clients to have their update are kept (no upload yet).
-    trained = (
-      MODEL_BITS / profiles.download_bits_per_second[clients]
-      + system.examples_trained[clients] * profiles.seconds_per_example[clients]
-    )
+    trained = _by_hand(system, clients, upload=False)
     dropped = devices.dropped_out(0, round_num, clients, DROPOUT)
     order = np.flatnonzero(~dropped)[np.argsort(trained[~dropped], kind='stable')][:TARGET]
     phase = trained[order].max() if order.size else 0.0
