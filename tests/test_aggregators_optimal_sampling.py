@@ -217,7 +217,7 @@ def test_norms_above_the_bound_are_clipped_and_counted():
 
 @pytest.mark.slow
 def test_unbiased_with_the_stated_variance():
-  # Monte Carlo over 400 rounds (the Bernoulli draws depend on (seed, round)).
+  # Monte Carlo over 200 rounds (the Bernoulli draws depend on (seed, round)).
   # Per coordinate, the mean of R draws deviates from the weighted mean by
   # N(0, Var/R); 4.5 standard deviations on 5 coordinates: false alarm < 4e-5.
   rng = np.random.default_rng(4)
@@ -231,7 +231,7 @@ def test_unbiased_with_the_stated_variance():
   process = _process(2.0, seed=9)
   state = process.initialize()
   draws = []
-  for _ in range(400):
+  for _ in range(200):
     output = process.next(state, _values(vectors), [float(w) for w in weights])
     state = output.state
     draws.append(_flat(output.result))

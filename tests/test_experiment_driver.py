@@ -339,7 +339,7 @@ def test_a_crashed_call_trains_again_from_its_checkpoint_and_the_run_is_unchange
     ('--tuning_seed=7\n', ''),
     ('--claims=full>uniform:final,full<uniform:rounds_to_0.2\n', ''),
     ('--seeds=2', '--seeds=1'),
-    ('--rounds=2', '--rounds=20'),
+    ('--rounds=2', '--rounds=8'),
     ('--checkpoint_every=2', '--checkpoint_every=1'),
   )
   runs_dir = tmp_path / 'runs'

@@ -220,7 +220,7 @@ def test_each_model_is_chosen_as_often_as_its_probabilities_say(suite, keras_los
     expected_clients=m,
     client_learning_rates=LR,
   )
-  rounds = 80
+  rounds = 40
   _, uploads = _mean_steps(process, suite, shares, rounds)
   mean = rounds * p.sum(axis=0)
   std = np.sqrt(rounds * (p * (1 - p)).sum(axis=0))
