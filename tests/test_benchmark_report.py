@@ -9,8 +9,10 @@ import fault_harness
 import pytest
 
 from bin import experiment_config
+from tff_sampling.analysis import benchmark_contrasts
 from tff_sampling.analysis import benchmark_page
 from tff_sampling.analysis import benchmark_report
+from tff_sampling.analysis import evidence
 from tff_sampling.analysis import evidence_report
 from tff_sampling.analysis import raw_metrics
 from tff_sampling.runtime import results
@@ -42,13 +44,14 @@ FINAL = {
 ACTIVE = {0: 10, 1: 11, 2: 15}
 
 
-def _csv(final, active=''):
+def _csv(final, active='', examples=50):
+  """Rounds 0-2, evaluated at each; 100 bits uploaded and `examples` trained a round."""
   lines = [
     f'{results.ROUND_COLUMN},eval/accuracy,train/loss,round_seconds,{results.BITS_COLUMN},'
-    f'{benchmark_report.ACTIVE_COLUMN}',
-    '0,0.1,,,0,',
-    f'1,0.2,1.0,1.0,100,{active}',
-    f'2,{final},1.0,1.0,200,{active}',
+    f'{benchmark_report.ACTIVE_COLUMN},{evidence.EXAMPLES_COLUMN}',
+    '0,0.1,,,0,,',
+    f'1,0.2,1.0,1.0,100,{active},{examples}',
+    f'2,{final},1.0,1.0,200,{active},{examples}',
   ]
   return '\n'.join(lines) + '\n'
 
@@ -67,7 +70,8 @@ def _cell(grid, name, text, runs, active=ACTIVE):
         runs_dir / f'lr{rate:g}',
         f'{method}_seed{seed}',
         {'sampling': method, 'seed': seed, 'client_learning_rate': rate, 'rounds': 2},
-        _csv(final, active.get(seed, '')),
+        # A `+optimal` method trains three times the clients that upload.
+        _csv(final, active.get(seed, ''), examples=150 if '+' in method else 50),
       )
     )
     for method, rate, seed, final in runs
@@ -151,8 +155,8 @@ def test_the_overview_places_each_method_in_each_complete_cell(page, tmp_path):
     if re.match(r'\| \d+\. ', r)
   }
   # One reported cell (the tuning cell has no column): MD ahead at fixed rounds and, having
-  # uploaded what uniform does, at the fixed budget too.
-  assert rows == {'1. md': ['1 (+/+)', '1.0'], '2. uniform': ['2 (baseline)', '2.0']}
+  # uploaded and trained what uniform does, at the fixed budget and client work too.
+  assert rows == {'1. md': ['1 (+/+/+)', '1.0'], '2. uniform': ['2 (baseline)', '2.0']}
   assert re.search(r'^\| method +\| +skewed \| mean rank \|$', glance, re.M)
   # A second cell where MD is second and no difference is detected (pairs +0.1, −0.1, −0.01).
   later = _cell(
@@ -181,7 +185,7 @@ def test_the_overview_places_each_method_in_each_complete_cell(page, tmp_path):
   }
   # Mean ranks tie at 1.5: the names break the tie.
   assert rows == {
-    '1. md': ['2 (=/=)', '1 (+/+)', '1.5'],
+    '1. md': ['2 (=/=/=)', '1 (+/+/+)', '1.5'],
     '2. uniform': ['1 (baseline)', '2 (baseline)', '1.5'],
   }
 
@@ -259,7 +263,10 @@ def test_optimal_uploads_are_compared_with_the_same_sampler_alone(tmp_path):
     + '--title=paired cell\n--learning_rates=0.1\n--tuning_seed=100\n--seeds=3\n'
   )
   # MD with optimal uploads minus MD alone: 0.1, 0.05, 0.1 (mean 0.0833, sd 0.0289); every
-  # run uploads the same bits, so the budget column pairs the same final evaluations.
+  # run uploads the same bits, so the budget column pairs the same final evaluations. At
+  # uniform's client work (100 examples) MD alone has trained its whole run (final accuracy)
+  # and MD with optimal uploads, 150 examples a round, only round 0 (accuracy 0.1): 0.1 − 0.5,
+  # 0.1 − 0.7, 0.1 − 0.6, mean −0.5, sd 0.1.
   finals = {
     'uniform': (0.40, 0.50, 0.45),
     'md': (0.50, 0.70, 0.60),
@@ -274,14 +281,17 @@ def test_optimal_uploads_are_compared_with_the_same_sampler_alone(tmp_path):
   assert effect.sampler == 'md'
   assert effect.final.differences == pytest.approx((0.1, 0.05, 0.1))
   assert effect.budget.differences == pytest.approx((0.1, 0.05, 0.1))
+  assert effect.work.differences == pytest.approx((-0.4, -0.6, -0.5))
   half = 4.302653 * (0.0025 / 3) ** 0.5 / 3**0.5  # t(0.975, 2) · sd / √3, sd² = 0.0025/3.
   expected = f'+0.0833 [{0.25 / 3 - half:+.4f}, {0.25 / 3 + half:+.4f}] ahead'
   text = benchmark_page.benchmark_markdown([cell], command='regenerate', page_dir=str(tmp_path))
   glance = _section(text, 'What optimal uploads change')
-  assert re.search(r'^\| md +\| +\+/\+ \|$', glance, re.M)
+  assert re.search(r'^\| md +\| +\+/\+/− \|$', glance, re.M)
   assert not re.search(r'^\| uniform ', glance, re.M)
   row = [r for r in _section(text, 'paired cell').splitlines() if r.startswith('| md ')]
-  assert [c.strip() for c in row[0].split('|')[1:-1]] == ['md', expected, expected]
+  half = 4.302653 * 0.1 / 3**0.5
+  work = f'-0.5000 [{-0.5 - half:+.4f}, {-0.5 + half:+.4f}] behind'
+  assert [c.strip() for c in row[0].split('|')[1:-1]] == ['md', expected, expected, work]
 
 
 def test_no_optimal_section_without_a_sampler_run_both_ways(page):
@@ -311,10 +321,66 @@ def test_the_page_opens_with_the_picture_of_every_method_against_the_baseline(pa
   data = benchmark_heatmap.grid(cells)
   # The tuning-only cell is not drawn; MD against uniform in the skewed cell: +0.1, +0.2, +0.15.
   assert data.methods == ('md',) and data.cells == ('skewed',)
-  for panel in ('final', 'budget'):  # Every run ends within uniform's 200 bits.
+  # Every run ends within uniform's 200 bits and 100 examples trained.
+  for panel in ('final', 'budget', 'work'):
     assert data.difference[panel][0, 0] == pytest.approx(0.15)
-  # Each interval alone excludes 0 (p = 0.035), but Holm doubles the smaller of the two equal
-  # p-values to 0.07: no dot.
+  # Each interval alone excludes 0 (p = 0.035), but Holm triples the smallest of the three
+  # equal p-values to 0.1: no dot.
   p_value = stats.ttest_1samp([0.1, 0.2, 0.15], 0.0).pvalue
-  assert p_value < 0.05 < 2 * p_value
-  assert not data.decided['final'].any() and not data.decided['budget'].any()
+  assert p_value < 0.05 < 3 * p_value
+  assert not any(data.decided[panel].any() for panel in ('final', 'budget', 'work'))
+
+
+def test_the_leader_and_every_method_are_compared_with_the_next_and_with_full(tmp_path):
+  grid = tmp_path / 'grid'
+  text = (
+    COMMON.replace('--methods=uniform,md', '--methods=uniform,md,full,md+optimal')
+    + '--title=contrast cell\n--learning_rates=0.1\n--tuning_seed=100\n--seeds=3\n'
+  )
+  finals = {
+    'uniform': (0.40, 0.50, 0.45),
+    'md': (0.50, 0.70, 0.60),
+    'full': (0.62, 0.73, 0.66),
+    'md+optimal': (0.60, 0.75, 0.70),
+  }
+  config = _cell(
+    grid, 'contrast', text, [(m, 0.1, s, v[s]) for m, v in finals.items() for s in range(3)]
+  )
+  cell = experiment_config.committed_cell(config)
+  ranked, budget = benchmark_report.rows(cell)
+  # Means: md+optimal 0.6833, full 0.67, md 0.6, uniform 0.45; uniform trains 100 examples.
+  assert [row.method for row in ranked] == ['md+optimal', 'full', 'md', 'uniform']
+  assert budget.examples == 100 and budget.bits == 200
+  leader = benchmark_contrasts.leader(ranked)
+  assert [(c.first, c.second) for c in leader] == [
+    ('md+optimal (lr 0.1)', 'full (lr 0.1)'),
+    ('md+optimal (lr 0.1)', 'md (lr 0.1)'),
+    ('md+optimal (lr 0.1)', 'uniform (lr 0.1)'),
+  ]
+  # md+optimal − md at fixed rounds: 0.1, 0.05, 0.1, ahead alone (p = 0.0198); in a family of
+  # nine its Holm-adjusted p-value is larger.
+  final, bits, work = leader[1].differences
+  assert final.differences == pytest.approx((0.1, 0.05, 0.1))
+  assert leader[1].raw[0] == 'ahead'
+  # At 100 examples md+optimal has trained only round 0 (0.1); md its whole run.
+  assert work.differences == pytest.approx((-0.4, -0.6, -0.5)) and leader[1].raw[2] == 'behind'
+  p_values = [
+    evidence.decisive_test(d, evidence.Direction.HIGHER)[0] for c in leader for d in c.differences
+  ]
+  adjusted = evidence.holm_adjusted(p_values)
+  expected = [
+    'ahead' if q < 0.05 and d.mean > 0 else 'behind' if q < 0.05 else evidence.Verdict.NO_DIFFERENCE
+    for q, d in zip(adjusted, [d for c in leader for d in c.differences])
+  ]
+  assert [w for c in leader for w in c.holm] == expected
+  # Full participation is compared with every other method, itself left out.
+  against = benchmark_contrasts.against_full(ranked)
+  assert [c.first for c in against] == ['md+optimal (lr 0.1)', 'md (lr 0.1)', 'uniform (lr 0.1)']
+  assert all(c.second == 'full (lr 0.1)' for c in against)
+  # uniform − full: −0.22, −0.23, −0.21 at fixed rounds.
+  assert against[2].differences[0].differences == pytest.approx((-0.22, -0.23, -0.21))
+  page = benchmark_page.benchmark_markdown([cell], command='regenerate', page_dir=str(tmp_path))
+  section = _section(page, 'contrast cell')
+  assert 'The leader against the next 3 (one Holm family):' in section
+  assert 'Every method against full participation (one Holm family):' in section
+  assert re.search(r'^\| uniform \(lr 0\.1\) − full \(lr 0\.1\) +\| +-0\.2200 \[', section, re.M)

@@ -70,6 +70,23 @@ def test_accuracy_at_bits_is_the_last_evaluation_within_the_budget():
   assert evidence.accuracy_at_bits(RUN, 0) == pytest.approx(0.1)  # Round 0 uploads nothing.
 
 
+def test_accuracy_at_work_is_the_last_evaluation_within_the_examples_trained():
+  # 30 examples trained a round (none in round 0): 150 by round 5, 300 by round 10.
+  run = dataclasses.replace(
+    RUN, metrics={**RUN.metrics, evidence.EXAMPLES_COLUMN: np.r_[NAN, np.full(10, 30.0)]}
+  )
+  assert evidence.examples_trained(run)[[0, 5, 10]] == pytest.approx([0, 150, 300])
+  assert evidence.accuracy_at_work(run, 300) == pytest.approx(0.5)
+  assert evidence.accuracy_at_work(run, 299) == pytest.approx(0.3)
+  assert evidence.accuracy_at_work(run, 149) == pytest.approx(0.1)
+  # A run (or a baseline) that does not record its examples has no accuracy at a work budget.
+  assert math.isnan(evidence.accuracy_at_work(run, NAN))
+  no_column = dataclasses.replace(
+    RUN, metrics={**RUN.metrics, evidence.EXAMPLES_COLUMN: np.full(11, NAN)}
+  )
+  assert math.isnan(evidence.accuracy_at_work(no_column, 300))
+
+
 def test_simulated_seconds_to_target_and_its_censoring():
   # Round r ends at 1.5 r simulated seconds: 0.3 is reached at round 5 (7.5 s); 0.9 never, so
   # it is censored at the run's total, 15 s.

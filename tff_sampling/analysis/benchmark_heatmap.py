@@ -1,9 +1,10 @@
 """The benchmark's picture: every method against the baseline in every ranked cell.
 
 One panel per comparison (final accuracy at a fixed number of rounds; accuracy at the
-baseline's uplink budget), methods down, cells across; a square's colour is the paired mean
-difference against the baseline over the seeds (blue ahead, red behind), and a dot marks the
-differences whose interval still excludes 0 once the cell's 2 (n − 1) comparisons are one
+baseline's uplink budget; accuracy at the baseline's client work, the examples its clients
+train on), methods down, cells across; a square's colour is the paired mean difference
+against the baseline over the seeds (blue ahead, red behind), and a dot marks the
+differences whose interval still excludes 0 once the cell's 3 (n − 1) comparisons are one
 family (Holm), the same verdicts as the page's *Holm* column.
 """
 
@@ -22,7 +23,11 @@ from tff_sampling.analysis import evidence
 from tff_sampling.analysis import plotting
 
 FILENAME = 'heatmap.png'
-PANELS = (('final', 'at a fixed number of rounds'), ('budget', "at the baseline's uploaded bits"))
+PANELS = (
+  ('final', 'at a fixed number of rounds'),
+  ('budget', "at the baseline's uploaded bits"),
+  ('work', "at the baseline's client work"),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,7 +87,7 @@ def grid(cells: Sequence[benchmark_report.Cell]) -> Grid | None:
 
 
 def figure(data: Grid, baseline: str) -> mpl_figure.Figure:
-  """The two panels side by side, on one colour scale symmetric about 0."""
+  """The panels side by side, on one colour scale symmetric about 0."""
   finite = np.concatenate([d[np.isfinite(d)] for d in data.difference.values()])
   limit = float(np.max(np.abs(finite))) if finite.size else 1.0
   rows, cols = len(data.methods), len(data.cells)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 import os
 
+from tff_sampling.analysis import benchmark_contrasts
 from tff_sampling.analysis import benchmark_heatmap
 from tff_sampling.analysis import benchmark_report
 from tff_sampling.analysis import curves
@@ -27,13 +28,18 @@ READING_GUIDE = (
   "lets about `m` of them upload). Differences are paired over seeds against the cell's "
   'baseline, with their 95% t-interval: *ahead* or *behind* when the interval excludes 0, '
   '*no difference detected* when it covers 0. The intervals are not corrected for '
-  'multiplicity: a cell of n methods holds 2(n - 1) of them, and about one in twenty would '
-  'exclude 0 by chance if no method differed. *Holm (final/budget)*: the same two verdicts, '
-  "the cell's 2(n - 1) comparisons as one family (Holm's step-down adjustment of the paired "
-  't-tests: any wrong *ahead* or *behind* in the cell has 5% chance at most), `+` ahead, `−` '
-  'behind, `=` no difference detected. *accuracy at B Gbit*: '
+  'multiplicity: a cell of n methods holds 3(n - 1) of them, and about one in twenty would '
+  'exclude 0 by chance if no method differed. *Holm (final/bits/work)*: the same three '
+  "verdicts, the cell's 3(n - 1) comparisons as one family (Holm's step-down adjustment of "
+  'the paired t-tests: any wrong *ahead* or *behind* in the cell has 5% chance at most), `+` '
+  'ahead, `−` behind, `=` no difference detected. *accuracy at B Gbit*: '
   'the accuracy at the last evaluation a run reached within the bits the baseline uploads '
   'in its whole run (one evaluation, where final accuracy averages the last few). '
+  "*accuracy at W examples trained*: the same within the examples the baseline's clients "
+  'train on in its whole run (every client that trains counts, uploader or not), so a '
+  '`+optimal` method, whose K clients all train, is compared at equal compute. Below each '
+  'ranking, the leader against the next three and every method against full participation, '
+  'each table one Holm family. '
   '*s/round*: the median '
   "wall-clock seconds of a simulated round, clients' training included, on the machine that "
   "trained the run; a cell's runs may span sessions and machines, so read it as a rough "
@@ -105,6 +111,7 @@ def benchmark_markdown(
       f'![accuracy vs uploaded bits]({folder}/{curves.BITS_PLOT_FILENAME})',
       '',
     ]
+    parts += benchmark_contrasts.section(cell)
     effects = benchmark_report.optimal_table(cell)
     if effects:
       parts += ['What optimal uploads change, sampler by sampler:', '', effects, '']

@@ -10,6 +10,9 @@ paired difference over seeds with its 95% interval:
   evaluations);
 * at a fixed uplink budget: the accuracy when the run had uploaded as many bits
   as the baseline uploads in its whole run (`evidence.accuracy_at_bits`);
+* at a fixed client work: the accuracy when its clients had trained on as many
+  examples as the baseline's do in its whole run (`evidence.accuracy_at_work`), so
+  that a method training three times the clients cannot win by compute alone;
 
 then rounds and uploaded bits to the first target, total bits and server
 seconds per round. A difference whose interval covers 0 is marked *no
@@ -102,6 +105,8 @@ class Row:
   final_difference: evidence.PairedDifference
   budget_by_seed: Mapping[int, float]
   budget_difference: evidence.PairedDifference
+  work_by_seed: Mapping[int, float]
+  work_difference: evidence.PairedDifference
   rounds_to_target: np.ndarray
   bits_to_target: np.ndarray
   total_bits: float
@@ -115,33 +120,54 @@ class Row:
   def at_budget(self) -> np.ndarray:
     return np.array(list(self.budget_by_seed.values()))
 
+  @property
+  def at_work(self) -> np.ndarray:
+    return np.array(list(self.work_by_seed.values()))
+
+
+@dataclasses.dataclass(frozen=True)
+class Budgets:
+  """What the baseline spends in its whole run, averaged over its reported seeds: uploaded
+  bits, and examples its clients trained on (NaN if its runs do not record them)."""
+
+  bits: float
+  examples: float
+
 
 def _by_seed(runs: Mapping[int, results.Run], summary) -> dict[int, float]:
   return {seed: summary(run) for seed, run in runs.items()}
 
 
-def rows(cell: Cell) -> tuple[list[Row], float]:
-  """The cell's methods, best final accuracy first, and the uplink budget (bits)."""
+def rows(cell: Cell) -> tuple[list[Row], Budgets]:
+  """The cell's methods, best final accuracy first, and the baseline's `Budgets`."""
   spec = cell.spec
   chosen = evidence_report.reported_runs(spec, cell.runs, evidence_spec.tune(spec, cell.runs))
   baseline = chosen[spec.baseline].runs
   if not baseline:
     raise ValueError(f'{spec.name}: the baseline {spec.baseline!r} has no reported run.')
-  budget = float(np.mean([r.last_finite(results.BITS_COLUMN) for r in baseline.values()]))
+  budget = Budgets(
+    bits=float(np.mean([r.last_finite(results.BITS_COLUMN) for r in baseline.values()])),
+    examples=float(np.mean([evidence.examples_trained(r)[-1] for r in baseline.values()])),
+  )
   target = spec.targets[0] if spec.targets else None
 
   def final(run):
     return evidence.final_mean(run, spec.final_k)
 
   def at_budget(run):
-    return evidence.accuracy_at_bits(run, budget)
+    return evidence.accuracy_at_bits(run, budget.bits)
+
+  def at_work(run):
+    return evidence.accuracy_at_work(run, budget.examples)
 
   base_final, base_budget = _by_seed(baseline, final), _by_seed(baseline, at_budget)
+  base_work = _by_seed(baseline, at_work)
   out = []
   for method in chosen.values():
     if not method.runs:
       continue
     finals, budgets = _by_seed(method.runs, final), _by_seed(method.runs, at_budget)
+    work = _by_seed(method.runs, at_work)
     out.append(
       Row(
         method=method.method,
@@ -151,6 +177,8 @@ def rows(cell: Cell) -> tuple[list[Row], float]:
         final_difference=evidence.paired_difference(finals, base_final),
         budget_by_seed=budgets,
         budget_difference=evidence.paired_difference(budgets, base_budget),
+        work_by_seed=work,
+        work_difference=evidence.paired_difference(work, base_work),
         rounds_to_target=np.array(
           [
             evidence.rounds_to_target(r, target) if target else math.nan
@@ -208,8 +236,8 @@ def _difference(difference: evidence.PairedDifference, baseline: bool = False) -
   )
 
 
-def _marks(final: evidence.PairedDifference, budget: evidence.PairedDifference) -> str:
-  return f'{_MARKS[_word(final)]}/{_MARKS[_word(budget)]}'
+def _marks(*differences: evidence.PairedDifference) -> str:
+  return '/'.join(_MARKS[_word(d)] for d in differences)
 
 
 def _reached(values: np.ndarray, scale: float = 1.0, digits: str = '.1f') -> str:
@@ -220,14 +248,17 @@ def _reached(values: np.ndarray, scale: float = 1.0, digits: str = '.1f') -> str
   return text if finite.size == values.size else f'{text} ({finite.size}/{values.size})'
 
 
+MEASURES = ('final', 'budget', 'work')  # Row's three differences against the baseline.
+
+
 def _holm_words(ranked: Sequence[Row], baseline_label: str) -> dict[str, str]:
-  """``'<label> final'`` / ``'<label> budget'`` -> the Holm-adjusted word of each difference
-  against the baseline, the cell's 2 (n − 1) comparisons as one family."""
+  """``'<label> <measure>'`` -> the Holm-adjusted mark of each of the `MEASURES` differences
+  against the baseline, the cell's 3 (n − 1) comparisons as one family."""
   keyed = [
-    (f'{row.label} {kind}', difference)
+    (f'{row.label} {kind}', getattr(row, f'{kind}_difference'))
     for row in ranked
     if row.label != baseline_label
-    for kind, difference in (('final', row.final_difference), ('budget', row.budget_difference))
+    for kind in MEASURES
   ]
   higher = evidence.Direction.HIGHER
   verdicts = evidence.holm_verdicts(
@@ -255,7 +286,9 @@ def cell_table(cell: Cell) -> str:
         _difference(row.final_difference, is_baseline),
         _mean_sd(row.at_budget),
         _difference(row.budget_difference, is_baseline),
-        '—' if is_baseline else f'{holm[row.label + " final"]}/{holm[row.label + " budget"]}',
+        _mean_sd(row.at_work),
+        _difference(row.work_difference, is_baseline),
+        '—' if is_baseline else '/'.join(holm[f'{row.label} {kind}'] for kind in MEASURES),
         _reached(row.rounds_to_target),
         _reached(row.bits_to_target, 1e9, '.4g'),
         f'{row.total_bits / 1e9:.4g}',
@@ -268,9 +301,11 @@ def cell_table(cell: Cell) -> str:
     'seeds',
     f'final accuracy (last {cell.spec.final_k} evals)',
     f'vs {cell.spec.baseline} [95% CI]',
-    f'accuracy at {budget / 1e9:.4g} Gbit',
+    f'accuracy at {budget.bits / 1e9:.4g} Gbit',
     f'vs {cell.spec.baseline} [95% CI]',
-    'Holm (final/budget)',
+    f'accuracy at {budget.examples / 1e6:.3g}M examples trained',
+    f'vs {cell.spec.baseline} [95% CI]',
+    'Holm (final/bits/work)',
     f'rounds to {to}',
     f'Gbit to {to}',
     'total Gbit',
@@ -300,7 +335,8 @@ def overview(cells: Sequence[Cell]) -> list[str]:
       if row.method == cell.spec.baseline:
         mark = f'{rank} (baseline)'
       else:
-        mark = f'{rank} ({_marks(row.final_difference, row.budget_difference)})'
+        differences = (getattr(row, f'{kind}_difference') for kind in MEASURES)
+        mark = f'{rank} ({_marks(*differences)})'
       places.setdefault(row.method, {})[name] = mark
       ranks.setdefault(row.method, []).append(rank)
   order = sorted(places, key=lambda m: (float(np.mean(ranks[m])), m))
@@ -312,8 +348,8 @@ def overview(cells: Sequence[Cell]) -> list[str]:
     '',
     f'Every method in the {len(ready)} complete cell{"s" if len(ready) > 1 else ""} below: '
     'its rank by final accuracy in the cell, then against the baseline at fixed rounds / at '
-    'the fixed uplink budget (`+` ahead, `−` behind, `=` no difference detected: paired 95% '
-    'intervals over seeds). Rows by mean rank.',
+    'the fixed uplink budget / at the fixed client work (`+` ahead, `−` behind, `=` no '
+    'difference detected: paired 95% intervals over seeds, uncorrected). Rows by mean rank.',
     '',
     tables.pipe_table(['method', *names, 'mean rank'], columns),
     '',
@@ -328,11 +364,13 @@ class OptimalEffect:
     sampler: The sampler, run alone and as ``<sampler>+optimal``.
     final: ``+optimal − alone`` in final accuracy, paired over seeds.
     budget: The same at the cell's uplink budget (the bits its baseline uploads).
+    work: The same at the cell's client work (the examples its baseline's clients train on).
   """
 
   sampler: str
   final: evidence.PairedDifference
   budget: evidence.PairedDifference
+  work: evidence.PairedDifference
 
 
 def optimal_effects(cell: Cell, ranked: Sequence[Row] | None = None) -> list[OptimalEffect]:
@@ -352,6 +390,7 @@ def optimal_effects(cell: Cell, ranked: Sequence[Row] | None = None) -> list[Opt
           sampler=method,
           final=evidence.paired_difference(paired.final_by_seed, alone.final_by_seed),
           budget=evidence.paired_difference(paired.budget_by_seed, alone.budget_by_seed),
+          work=evidence.paired_difference(paired.work_by_seed, alone.work_by_seed),
         )
       )
   return effects
@@ -367,11 +406,13 @@ def optimal_table(cell: Cell) -> str:
     [effect.sampler for effect in effects],
     [_difference(effect.final) for effect in effects],
     [_difference(effect.budget) for effect in effects],
+    [_difference(effect.work) for effect in effects],
   ]
   headers = [
     'sampler',
     f'+optimal − alone, final accuracy (last {cell.spec.final_k} evals) [95% CI]',
-    f'+optimal − alone, accuracy at {budget / 1e9:.4g} Gbit [95% CI]',
+    f'+optimal − alone, accuracy at {budget.bits / 1e9:.4g} Gbit [95% CI]',
+    f'+optimal − alone, accuracy at {budget.examples / 1e6:.3g}M examples trained [95% CI]',
   ]
   return tables.pipe_table(headers, columns)
 
@@ -393,7 +434,7 @@ def optimal_overview(cells: Sequence[Cell]) -> list[str]:
     name = os.path.basename(cell.folder)
     names.append(name)
     for effect in effects:
-      marks.setdefault(effect.sampler, {})[name] = _marks(effect.final, effect.budget)
+      marks.setdefault(effect.sampler, {})[name] = _marks(effect.final, effect.budget, effect.work)
   if not names:
     return []
   order = list(marks)
@@ -402,9 +443,10 @@ def optimal_overview(cells: Sequence[Cell]) -> list[str]:
     '## What optimal uploads change',
     '',
     'Each sampler with optimal uploads (`+optimal`) against the same sampler alone, each at '
-    'its own tuned rate, paired over seeds: at fixed rounds / at the fixed uplink budget '
-    '(`+` higher with optimal uploads, `−` lower, `=` no difference detected: 95% '
-    "intervals, uncorrected). Each cell's table of these differences follows its ranking.",
+    'its own tuned rate, paired over seeds: at fixed rounds / at the fixed uplink budget / at '
+    'the fixed client work (`+` higher with optimal uploads, `−` lower, `=` no difference '
+    "detected: 95% intervals, uncorrected). Each cell's table of these differences follows "
+    'its ranking.',
     '',
     tables.pipe_table(['sampler', *names], columns),
     '',

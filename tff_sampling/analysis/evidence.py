@@ -40,6 +40,7 @@ from scipy import stats
 from tff_sampling.runtime import results
 
 ACCURACY_COLUMN = 'eval/accuracy'
+EXAMPLES_COLUMN = 'process/client_work/train/train/num_examples'
 LOSS_COLUMN = 'eval/loss'
 # Simulated seconds since round 1, under a system model (`tff_sampling.devices`).
 SECONDS_COLUMN = 'system/cumulative_seconds'
@@ -145,12 +146,40 @@ def accuracy_at_bits(run: results.Run, budget: float, column: str = ACCURACY_COL
   Raises:
     ValueError: If the run has no evaluation.
   """
+  return _within(run, run.column(results.BITS_COLUMN), budget, column)
+
+
+def examples_trained(run: results.Run) -> np.ndarray:
+  """The examples the clients had trained on by the end of each round, summed over every
+  client that trained (uploaded or not); all NaN if the run does not record them."""
+  per_round = run.column(EXAMPLES_COLUMN)
+  if np.isnan(per_round).all():
+    return per_round
+  return np.cumsum(np.nan_to_num(per_round, nan=0.0))
+
+
+def accuracy_at_work(run: results.Run, examples: float, column: str = ACCURACY_COLUMN) -> float:
+  """`column` at the last evaluation by which the clients had trained on at most `examples`
+  examples in all (`examples_trained`): the accuracy bought with that much client work; NaN
+  if the run does not record its examples.
+
+  Raises:
+    ValueError: If the run has no evaluation.
+  """
+  trained = examples_trained(run)
+  if math.isnan(examples) or np.isnan(trained).all():
+    return math.nan
+  return _within(run, trained, examples, column)
+
+
+def _within(run: results.Run, spent: np.ndarray, budget: float, column: str) -> float:
+  """`column` at the last evaluation whose `spent` (per round, cumulative) is within `budget`;
+  its first evaluation if none is."""
   rounds, values = evaluated(run, column)
   if not values.size:
     raise ValueError(f'{run.name} has no evaluated {column!r}.')
-  bits = run.column(results.BITS_COLUMN)
-  spent = np.array([bits[np.flatnonzero(run.rounds == r)[0]] for r in rounds])
-  within = np.flatnonzero(np.nan_to_num(spent, nan=np.inf) <= budget)
+  at = np.array([spent[np.flatnonzero(run.rounds == r)[0]] for r in rounds])
+  within = np.flatnonzero(np.nan_to_num(at, nan=np.inf) <= budget)
   return float(values[within[-1]]) if within.size else float(values[0])
 
 
