@@ -29,6 +29,7 @@ from collections.abc import Sequence
 import glob
 import os
 import shlex
+import sys
 
 from absl import flags
 
@@ -438,3 +439,36 @@ def takes_cache_dir(spec: evidence_spec.ExperimentSpec) -> bool:
   import tasks  # pylint: disable=g-import-not-at-top  (TensorFlow: only when it matters)
 
   return 'cache_dir' in tasks.task_options(task)
+
+
+def horizon_command(
+  config: str, method: str, rounds: int, root: str, cache_dir: str | None = None
+) -> list[str]:
+  """The binary call that trains `method` of the benchmark cell at `config`, at the rate the
+  cell runs it at, on its tuning seed, for `rounds` rounds into `root` (``bin.horizon``).
+
+  Raises:
+    FileNotFoundError, ValueError: If the cell, its rates or its method are missing.
+  """
+  cell = committed_cell(config)
+  if cell.spec.rates_from and not cell.spec.fixed_rates:
+    raise ValueError(f'{config}: its sibling has not finished tuning ({cell.pending}).')
+  if method not in cell.spec.methods:
+    raise ValueError(f'{method!r} is not a method of {config}: {", ".join(cell.spec.methods)}.')
+  rate = evidence_spec.tune(cell.spec, cell.runs).chosen[method]
+  kept = [f for f in cell.spec.binary_flags if not f.startswith('--rounds=')]
+  takes_cache = bool(cache_dir) and takes_cache_dir(cell.spec)
+  return [
+    sys.executable,
+    '-m',
+    f'bin.{cell.spec.binary}',
+    *kept,
+    f'--rounds={rounds}',
+    *([f'--cache_dir={cache_dir}'] if takes_cache else []),
+    f'--{cell.spec.method_flag}={method}',
+    *run_name_flags(cell.spec, method),
+    f'--seed={cell.spec.tuning_seed}',  # Never a reported seed.
+    '--seeds=1',
+    f'--client_learning_rate={rate:g}',
+    f'--root_output_dir={root}',
+  ]

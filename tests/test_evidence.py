@@ -12,6 +12,7 @@ import pytest
 from scipy import stats
 
 from tff_sampling.analysis import evidence
+from tff_sampling.analysis import tables
 from tff_sampling.runtime import results
 
 
@@ -367,3 +368,23 @@ def test_seeds_to_decide_by_hand():
   # Already decided: as many seeds as it has, or fewer.
   strong = _difference([0.10, 0.11, 0.09, 0.12, 0.10])
   assert evidence.seeds_to_decide(strong, evidence.Direction.HIGHER) <= 5
+
+
+def test_block_means_and_where_a_curve_flattens():
+  # Evaluated every 5 rounds over 40 rounds; blocks of 10 rounds hold rounds 5 and 10, 15 and
+  # 20, ...: means 0.15, 0.35, 0.42, 0.425 (gains 0.2, 0.07, 0.005).
+  accuracy = np.full(41, NAN)
+  accuracy[5::5] = [0.1, 0.2, 0.3, 0.4, 0.41, 0.43, 0.42, 0.43]
+  run = make_run(range(41), accuracy)
+  assert evidence.block_means(run, 10) == pytest.approx([0.15, 0.35, 0.42, 0.425])
+  assert evidence.flattened_at(run, 10, gain=0.01) == 40
+  assert evidence.flattened_at(run, 10, gain=0.1) == 30
+  assert evidence.flattened_at(run, 10, gain=0.001) is None
+  text = tables.horizon_text(run, 10, 0.001)
+  assert '       31-40  0.4250' in text
+  assert text.endswith('Not flat by round 40: the last block gained +0.0050 (flat: < 0.001).')
+  assert tables.horizon_text(run, 10, 0.01).endswith(
+    'Flattened at round 40: that block gained less than 0.01.'
+  )
+  with pytest.raises(ValueError, match='block must be >= 1'):
+    evidence.block_means(run, 0)

@@ -3,6 +3,7 @@
 
 import dataclasses
 import math
+import os
 import re
 import textwrap
 
@@ -17,6 +18,7 @@ from tff_sampling.analysis import evidence_spec
 from tff_sampling.runtime import results
 from tff_sampling.runtime import run_dir
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = """\
 # A comment line.
 --binary=demo
@@ -549,3 +551,22 @@ def test_a_sequential_extension_trains_more_seeds_and_reports_both_looks(tmp_pat
     experiment_config.load(
       write_config(tmp_path, CONFIG + '--extended_seeds=60\n', folder='over_tuning')
     )
+
+
+def test_the_horizon_run_is_the_cells_method_at_its_rate_on_the_tuning_seed():
+  # natural_LDF borrows its rates from natural_IDL, which tuned on seed 100 and chose 0.03
+  # for full participation (docs/benchmark.md); no reported seed is trained.
+  cell = os.path.join(REPO, 'docs', 'benchmark', 'natural_LDF', experiment_config.CONFIG_FILENAME)
+  args = experiment_config.horizon_command(cell, 'full', 500, '/tmp/somewhere', '/tmp/cache')
+  assert args[1:3] == ['-m', 'bin.benchmark']
+  assert args[-5:] == [
+    '--sampling=full',
+    '--seed=100',
+    '--seeds=1',
+    '--client_learning_rate=0.03',
+    '--root_output_dir=/tmp/somewhere',
+  ]
+  assert [a for a in args if a.startswith('--rounds')] == ['--rounds=500']
+  assert '--availability=LDF-0.7' in args and '--cache_dir=/tmp/cache' in args
+  with pytest.raises(ValueError, match="'md\\+x' is not a method of"):
+    experiment_config.horizon_command(cell, 'md+x', 500, '/tmp/somewhere')

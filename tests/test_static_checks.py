@@ -71,7 +71,7 @@ def test_the_bin_and_bench_modules_the_tests_import_define_each_flag_once(tmp_pa
 
 # Drivers that run no TFF computation themselves: they start the binaries as subprocesses
 # and stop them on SIGTERM/SIGINT with their own handling (tested in their modules).
-_DRIVERS = {'bin/experiment.py', 'bin/benchmark_grid.py'}
+_DRIVERS = {'bin/experiment.py', 'bin/benchmark_grid.py', 'bin/horizon.py'}
 
 
 def test_every_binary_and_benchmark_stops_its_tff_workers_with_it():

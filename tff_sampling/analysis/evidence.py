@@ -183,6 +183,35 @@ def _within(run: results.Run, spent: np.ndarray, budget: float, column: str) -> 
   return float(values[within[-1]]) if within.size else float(values[0])
 
 
+def block_means(run: results.Run, block: int, column: str = ACCURACY_COLUMN) -> np.ndarray:
+  """Mean of the evaluations of `column` in rounds ``(b·block, (b+1)·block]`` for each whole
+  block b of the run's rounds (NaN for a block without an evaluation)."""
+  if block < 1:
+    raise ValueError(f'block must be >= 1 round, got {block}.')
+  rounds, values = evaluated(run, column)
+  blocks = int(run.rounds.max()) // block
+  means = np.full(blocks, np.nan)
+  for b in range(blocks):
+    inside = (rounds > b * block) & (rounds <= (b + 1) * block)
+    if inside.any():
+      means[b] = values[inside].mean()
+  return means
+
+
+def flattened_at(
+  run: results.Run, block: int, gain: float, column: str = ACCURACY_COLUMN
+) -> int | None:
+  """The first round R (a multiple of `block`, from ``2·block``) at which the run's curve has
+  flattened: the mean of its evaluations over the last `block` rounds, ``(R − block, R]``,
+  exceeds the mean over the `block` rounds before by less than `gain`. None if it never did
+  within the run."""
+  means = block_means(run, block, column)
+  for b in range(1, means.size):
+    if means[b] - means[b - 1] < gain:
+      return (b + 1) * block
+  return None
+
+
 def to_target(
   run: results.Run,
   target: float,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 import math
 
+from tff_sampling.analysis import evidence
 from tff_sampling.analysis import run_groups
 from tff_sampling.runtime import results
 
@@ -260,3 +261,21 @@ def settings_table(
 
 def _escape(text: str) -> str:
   return text.replace('|', '\\|')
+
+
+def horizon_text(run: results.Run, block: int, gain: float) -> str:
+  """Each block's mean accuracy and where the curve flattened (`evidence.flattened_at`)."""
+  means = evidence.block_means(run, block)
+  lines = [f'{"rounds":>12}  mean accuracy']
+  for b, mean in enumerate(means):
+    lines.append(f'{f"{b * block + 1}-{(b + 1) * block}":>12}  {mean:.4f}')
+  at = evidence.flattened_at(run, block, gain)
+  if at is not None:
+    lines.append(f'Flattened at round {at}: that block gained less than {gain:g}.')
+  else:
+    last = means[-1] - means[-2] if means.size > 1 else math.nan
+    lines.append(
+      f'Not flat by round {int(run.rounds.max())}: the last block gained {last:+.4f} '
+      f'(flat: < {gain:g}).'
+    )
+  return '\n'.join(lines)
