@@ -380,11 +380,18 @@ def test_block_means_and_where_a_curve_flattens():
   assert evidence.flattened_at(run, 10, gain=0.01) == 40
   assert evidence.flattened_at(run, 10, gain=0.1) == 30
   assert evidence.flattened_at(run, 10, gain=0.001) is None
+  # Over two blocks the gains are 0.27 (to round 30) and 0.075 (to round 40).
+  assert evidence.flattened_at(run, 10, gain=0.1, lookback=2) == 40
+  assert evidence.flattened_at(run, 10, gain=0.01, lookback=2) is None
   text = tables.horizon_text(run, 10, 0.001)
   assert '       31-40  0.4250' in text
-  assert text.endswith('Not flat by round 40: the last block gained +0.0050 (flat: < 0.001).')
-  assert tables.horizon_text(run, 10, 0.01).endswith(
-    'Flattened at round 40: that block gained less than 0.01.'
+  assert text.endswith(
+    'Not flat by round 40: it gained +0.0050 over the last 10 rounds (flat: < 0.001).'
+  )
+  assert tables.horizon_text(run, 10, 0.1, lookback=2).endswith(
+    'Flattened at round 40: it gained less than 0.1 over 20 rounds.'
   )
   with pytest.raises(ValueError, match='block must be >= 1'):
     evidence.block_means(run, 0)
+  with pytest.raises(ValueError, match='lookback must be >= 1'):
+    evidence.flattened_at(run, 10, 0.01, lookback=0)

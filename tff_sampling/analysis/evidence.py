@@ -199,15 +199,17 @@ def block_means(run: results.Run, block: int, column: str = ACCURACY_COLUMN) -> 
 
 
 def flattened_at(
-  run: results.Run, block: int, gain: float, column: str = ACCURACY_COLUMN
+  run: results.Run, block: int, gain: float, lookback: int = 1, column: str = ACCURACY_COLUMN
 ) -> int | None:
-  """The first round R (a multiple of `block`, from ``2·block``) at which the run's curve has
-  flattened: the mean of its evaluations over the last `block` rounds, ``(R − block, R]``,
-  exceeds the mean over the `block` rounds before by less than `gain`. None if it never did
-  within the run."""
+  """The first round R (a multiple of `block`, from ``(lookback + 1)·block``) at which the
+  run's curve has flattened: the mean of its evaluations over the last `block` rounds,
+  ``(R − block, R]``, exceeds the mean over the block `lookback` blocks earlier by less than
+  `gain`. None if it never did within the run."""
+  if lookback < 1:
+    raise ValueError(f'lookback must be >= 1 block, got {lookback}.')
   means = block_means(run, block, column)
-  for b in range(1, means.size):
-    if means[b] - means[b - 1] < gain:
+  for b in range(lookback, means.size):
+    if means[b] - means[b - lookback] < gain:
       return (b + 1) * block
   return None
 

@@ -263,19 +263,20 @@ def _escape(text: str) -> str:
   return text.replace('|', '\\|')
 
 
-def horizon_text(run: results.Run, block: int, gain: float) -> str:
+def horizon_text(run: results.Run, block: int, gain: float, lookback: int = 1) -> str:
   """Each block's mean accuracy and where the curve flattened (`evidence.flattened_at`)."""
   means = evidence.block_means(run, block)
   lines = [f'{"rounds":>12}  mean accuracy']
   for b, mean in enumerate(means):
     lines.append(f'{f"{b * block + 1}-{(b + 1) * block}":>12}  {mean:.4f}')
-  at = evidence.flattened_at(run, block, gain)
+  at = evidence.flattened_at(run, block, gain, lookback)
+  over = f'{lookback * block} rounds'
   if at is not None:
-    lines.append(f'Flattened at round {at}: that block gained less than {gain:g}.')
+    lines.append(f'Flattened at round {at}: it gained less than {gain:g} over {over}.')
   else:
-    last = means[-1] - means[-2] if means.size > 1 else math.nan
+    last = means[-1] - means[-1 - lookback] if means.size > lookback else math.nan
     lines.append(
-      f'Not flat by round {int(run.rounds.max())}: the last block gained {last:+.4f} '
-      f'(flat: < {gain:g}).'
+      f'Not flat by round {int(run.rounds.max())}: it gained {last:+.4f} over the last '
+      f'{over} (flat: < {gain:g}).'
     )
   return '\n'.join(lines)
