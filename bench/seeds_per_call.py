@@ -20,8 +20,9 @@ after one warm-up block. The table gives the median seconds of each side, the
 median per-pair ratio ``one_call / k_calls`` with its 95% bootstrap interval,
 and the seconds saved per run (``(k_calls - one_call) / k``), with which a
 grid's saving is ``saved per run × runs / --parallel``. The first block's runs
-are compared: each seed's evaluations must agree between the sides (relative
-1e-6), or the benchmark fails: the two sides train the same runs.
+are compared: each seed's selected clients and every recorded column but the timings must
+agree between the sides (relative 1e-6), or the benchmark fails: the two sides train the same
+runs.
 
 Runs go to a temporary directory, removed at the end. ``--spc_quick`` is the
 smoke test's: the ``digits`` quick cell, 2 rounds (round 1 not evaluated), 2
@@ -110,12 +111,23 @@ def _call(args: list[str]) -> None:
     raise RuntimeError(f'{" ".join(args)} failed (exit {done.returncode}): {done.stderr[-1500:]}')
 
 
-def accuracies(root: str, seeds: int) -> list[np.ndarray]:
-  """The evaluated accuracies of seeds 0..seeds-1 under `root`."""
+def disagreements(together: str, apart: str, seeds: int) -> list[str]:
+  """Where seeds 0..seeds-1 trained in one call (under `together`) differ from the same seeds
+  trained alone (under `apart`): the cohorts each client was in, then every recorded column
+  but the timings, within `TOLERANCE`. Empty when every seed is the same run."""
   found = []
   for seed in range(seeds):
-    (path,) = glob.glob(os.path.join(root, f'*_seed{seed}'))
-    found.append(results.load_run(path).column('eval/accuracy'))
+    (a,) = glob.glob(os.path.join(together, f'*_seed{seed}'))
+    (b,) = glob.glob(os.path.join(apart, f'*_seed{seed}'))
+    one, alone = results.load_run(a), results.load_run(b)
+    counts = (one.selection_counts, alone.selection_counts)
+    if (counts[0] is None) != (counts[1] is None) or not np.array_equal(*counts):
+      found.append(f'seed {seed}: the clients selected')
+    columns = sorted(c for c in set(one.metrics) | set(alone.metrics) if 'seconds' not in c)
+    for column in columns:
+      x, y = one.metrics.get(column), alone.metrics.get(column)
+      if x is None or y is None or not np.allclose(x, y, rtol=TOLERANCE, atol=0, equal_nan=True):
+        found.append(f'seed {seed}: {column}')
   return found
 
 
@@ -148,10 +160,9 @@ def run(
     seconds = stats.interleave(
       {ONE_CALL: stats.timed(one_call), K_CALLS: stats.timed(k_calls)}, pairs, warmup=warmup
     )
-    together, apart = accuracies(roots[ONE_CALL][0], seeds), accuracies(roots[K_CALLS][0], seeds)
-    for seed, (a, b) in enumerate(zip(together, apart)):
-      if not np.allclose(a, b, rtol=TOLERANCE, atol=0, equal_nan=True):
-        raise RuntimeError(f'Seed {seed} trained differently in one call ({a}) and alone ({b}).')
+    differ = disagreements(roots[ONE_CALL][0], roots[K_CALLS][0], seeds)
+    if differ:
+      raise RuntimeError(f'Trained differently in one call and alone: {"; ".join(differ)}.')
     return seconds
 
 

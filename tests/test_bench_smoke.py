@@ -296,6 +296,22 @@ def test_seeds_per_call_quick(parsed_flags, capfd):
   assert 'saved per run:' in table
 
 
+def test_seeds_per_call_names_every_column_a_seed_trained_differently_in(tmp_path):
+  import fault_harness
+
+  header = 'key,eval/accuracy,eval/loss,round_seconds\n'
+  same = header + '0,0.1,2.0,\n1,0.3,1.5,0.7\n'
+  for side, seed1 in (('one', '0,0.1,2.0,\n1,0.3,1.4,0.7\n'), ('alone', same[len(header) :])):
+    fault_harness.write_run(tmp_path / side, 'x_seed0', {'seed': 0}, same)
+    # Seed 1 differs in its loss alone; round_seconds (a timing) may differ freely.
+    fault_harness.write_run(tmp_path / side, 'x_seed1', {'seed': 1}, header + seed1)
+  (tmp_path / 'alone' / 'x_seed0' / 'metrics.csv').write_text(same.replace(',0.7', ',9.9'))
+  assert seeds_per_call.disagreements(tmp_path / 'one', tmp_path / 'alone', 2) == [
+    'seed 1: eval/loss'
+  ]
+  assert seeds_per_call.disagreements(tmp_path / 'one', tmp_path / 'alone', 1) == []
+
+
 def test_seeds_per_call_command_keeps_the_cell_and_replaces_the_horizon():
   args = seeds_per_call.command(
     seeds_per_call._QUICK_CELL, 'md', rounds=3, rate=0.05, seed=2, seeds=4, root_output_dir='/tmp/x'

@@ -108,8 +108,8 @@ def test_tune_evaluate_export_report_and_rerun(tmp_path, driver):
   assert list(counts('uniform', 0)) != list(counts('uniform', 1))
 
   # Each method's two evaluation seeds trained in one call (--seeds_per_call=2), and each run's
-  # end names it. Seed 1, trained second in its call, equals seed 1 trained alone in a new
-  # process.
+  # end names it. (That a seed trained second in a call is the run it would be alone:
+  # test_bench_smoke.test_seeds_per_call_quick, whose benchmark compares every column.)
   for method, rate in chosen.items():
     call = f'lr{rate:g}_{method}_seed0-1'
     assert (runs_dir / 'logs' / f'{call}.log').is_file()
@@ -118,9 +118,6 @@ def test_tune_evaluate_export_report_and_rerun(tmp_path, driver):
     assert done.out.count(f'(call {call})') == 2
   # After each ended call, runs trained and to go and the time left (no run is left at last).
   assert re.search(r'\d run\(s\) trained, 0 to go; about 0:00 left at \d+ s a run', done.out)
-  _assert_same_as_alone(
-    config, runs_dir, tmp_path / 'alone', seed=1, method='full', rate=chosen['full']
-  )
 
   # Only the runs directory and the raw metrics file were written.
   assert _files(folder) == {'experiment.flags', 'runs.jsonl.gz'}
@@ -423,7 +420,7 @@ def test_batches_group_consecutive_seeds_of_one_method_and_rate():
 def test_a_divergence_ends_its_call_and_the_later_seeds_train_in_a_new_call(tmp_path, driver):
   # At client rate 1e30 every run diverges in round 1, and the binary stops at the first one;
   # the seeds after it train in a new call, itself of several seeds. (That a seed trained
-  # second in a call equals the seed trained alone: test_tune_evaluate_export_report_and_rerun.)
+  # second in a call equals the seed trained alone: test_bench_smoke.test_seeds_per_call_quick.)
   config = _config(
     tmp_path / 'diverging',
     ('--methods=uniform,full', '--methods=uniform'),
