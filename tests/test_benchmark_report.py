@@ -256,12 +256,18 @@ def test_a_complete_tuning_cell_lets_its_sibling_wait_for_its_own_runs(tmp_path)
   assert not re.search(r'^\| \d+\. ', text, re.M)  # The tuning cell is shown, nothing ranked.
 
 
-def test_optimal_uploads_are_compared_with_the_same_sampler_alone(tmp_path):
-  grid = tmp_path / 'grid'
-  paired = (
-    COMMON.replace('--methods=uniform,md', '--methods=uniform,md,md+optimal')
-    + '--title=paired cell\n--learning_rates=0.1\n--tuning_seed=100\n--seeds=3\n'
+def _three_seed_cell(tmp_path, name, finals):
+  """A reported cell `name` (title '<name> cell') of the methods of `finals` (method -> final
+  accuracy of seeds 0-2), all at rate 0.1."""
+  text = (
+    COMMON.replace('--methods=uniform,md', f'--methods={",".join(finals)}')
+    + f'--title={name} cell\n--learning_rates=0.1\n--tuning_seed=100\n--seeds=3\n'
   )
+  runs = [(m, 0.1, s, v[s]) for m, v in finals.items() for s in range(3)]
+  return experiment_config.committed_cell(_cell(tmp_path / 'grid', name, text, runs))
+
+
+def test_optimal_uploads_are_compared_with_the_same_sampler_alone(tmp_path):
   # MD with optimal uploads minus MD alone: 0.1, 0.05, 0.1 (mean 0.0833, sd 0.0289); every
   # run uploads the same bits, so the budget column pairs the same final evaluations. At
   # uniform's client work (100 examples) MD alone has trained its whole run (final accuracy)
@@ -272,10 +278,7 @@ def test_optimal_uploads_are_compared_with_the_same_sampler_alone(tmp_path):
     'md': (0.50, 0.70, 0.60),
     'md+optimal': (0.60, 0.75, 0.70),
   }
-  config = _cell(
-    grid, 'paired', paired, [(m, 0.1, s, v[s]) for m, v in finals.items() for s in range(3)]
-  )
-  cell = experiment_config.committed_cell(config)
+  cell = _three_seed_cell(tmp_path, 'paired', finals)
   assert not cell.pending
   [effect] = benchmark_report.optimal_effects(cell)  # Uniform has no +optimal version.
   assert effect.sampler == 'md'
@@ -332,21 +335,13 @@ def test_the_page_opens_with_the_picture_of_every_method_against_the_baseline(pa
 
 
 def test_the_leader_and_every_method_are_compared_with_the_next_and_with_full(tmp_path):
-  grid = tmp_path / 'grid'
-  text = (
-    COMMON.replace('--methods=uniform,md', '--methods=uniform,md,full,md+optimal')
-    + '--title=contrast cell\n--learning_rates=0.1\n--tuning_seed=100\n--seeds=3\n'
-  )
   finals = {
     'uniform': (0.40, 0.50, 0.45),
     'md': (0.50, 0.70, 0.60),
     'full': (0.62, 0.73, 0.66),
     'md+optimal': (0.60, 0.75, 0.70),
   }
-  config = _cell(
-    grid, 'contrast', text, [(m, 0.1, s, v[s]) for m, v in finals.items() for s in range(3)]
-  )
-  cell = experiment_config.committed_cell(config)
+  cell = _three_seed_cell(tmp_path, 'contrast', finals)
   ranked, budget = benchmark_report.rows(cell)
   # Means: md+optimal 0.6833, full 0.67, md 0.6, uniform 0.45; uniform trains 100 examples.
   assert [row.method for row in ranked] == ['md+optimal', 'full', 'md', 'uniform']
