@@ -4,7 +4,7 @@ Option validation (every error names the option and the offending value),
 the `Task` assembly and seeded training-stream pipeline of every task,
 in-memory `ClientData` and tasks, the cache-file check of TFF's downloaders, a
 one-pass scan of a TFF SQLite database for per-client statistics, and TFDS
-loading without download.
+loading without download (TFDS itself loads only when a task asks for its data).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_datasets as tfds
 import tensorflow_federated as tff
 
 from tasks import tff_cache
@@ -373,6 +372,8 @@ def load_tfds(
   Missing data is a FileNotFoundError saying how to provide it; its subject
   is `user` (e.g. ``'The cifar10 task'``), `alternative` ends its fix.
   """
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+
   try:
     return tfds.load(name, data_dir=data_dir, download=False, **load_options)
   except AssertionError as error:  # TFDS's "could not find data in ..." check.

@@ -1,7 +1,8 @@
 """Plots of experiment results: a metric against rounds and against uploaded bits.
 
 Library code used by `bin/plot.py` and by binaries that plot their own results
-(no flags are defined here, so any binary may import it).
+(no flags are defined here, so any binary may import it). Matplotlib loads with the first
+figure, not with this module: a binary that only checks its plot path starts without it.
 """
 
 from __future__ import annotations
@@ -9,16 +10,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 import io
 import os
+from typing import TYPE_CHECKING
 
 from absl import logging
-from matplotlib import figure as mpl_figure
-from matplotlib import ticker
-from matplotlib.backends import backend_agg
 import numpy as np
 import PIL.Image
 
 from tff_sampling.runtime import files
 from tff_sampling.runtime import results
+
+if TYPE_CHECKING:
+  from matplotlib import figure as mpl_figure
 
 METRIC_COLUMNS = {'accuracy': 'eval/accuracy', 'loss': 'eval/loss'}
 
@@ -62,6 +64,10 @@ def make_figure(
   if not runs:
     raise ValueError('No runs to plot.')
   y_column = metric_column(metric)
+  from matplotlib import figure as mpl_figure  # pylint: disable=g-import-not-at-top
+  from matplotlib import ticker  # pylint: disable=g-import-not-at-top
+  from matplotlib.backends import backend_agg  # pylint: disable=g-import-not-at-top
+
   fig = mpl_figure.Figure(figsize=(12, 4.5), layout='constrained')
   backend_agg.FigureCanvasAgg(fig)
   rounds_axes, bits_axes = fig.subplots(1, 2)
