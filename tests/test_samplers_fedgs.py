@@ -25,6 +25,10 @@ from tff_sampling.samplers import fedgs
 from tff_sampling.samplers import fedgs_problem
 from tff_sampling.samplers import fedgs_solvers
 
+# The optimisation's wall-clock limit in the tests that assert what it finds: one that never
+# binds (these instances take milliseconds), so the result cannot depend on the machine's load.
+_UNTIMED = 600.0
+
 E = math.exp
 
 
@@ -114,12 +118,14 @@ def test_graph_distances_two_components():
   # never-sampled clients, the unique optimum for K = 2.
   counts, available = np.array([0, 3, 1, 2, 0]), np.ones(5, bool)
   for method in ('heuristic', 'solver', 'auto'):
-    clients, _ = fedgs_solvers.select_clients(h, counts, available, 2, alpha=1.0, method=method)
+    clients, _ = fedgs_solvers.select_clients(
+      h, counts, available, 2, alpha=1.0, method=method, time_limit_s=_UNTIMED
+    )
     np.testing.assert_array_equal(clients, [0, 4])
   for budget in (3, 4):
     _, best = fedgs_solvers.brute_force_select(h, counts, available, budget, alpha=5.0)
     report = fedgs_solvers.select_clients_with_report(
-      h, counts, available, budget, alpha=5.0, method='solver'
+      h, counts, available, budget, alpha=5.0, method='solver', time_limit_s=_UNTIMED
     )
     assert report.value == pytest.approx(best, abs=1e-12)
 
@@ -217,7 +223,9 @@ def test_objective_hand_computed_and_brute_force():
   clients, value = fedgs_solvers.brute_force_select(h, counts, available, 2, alpha=12)
   np.testing.assert_array_equal(clients, [0, 2])
   assert value == pytest.approx(1.8)
-  clients, value = fedgs_solvers.select_clients(h, counts, available, 2, alpha=12)
+  clients, value = fedgs_solvers.select_clients(
+    h, counts, available, 2, alpha=12, time_limit_s=_UNTIMED
+  )
   np.testing.assert_array_equal(clients, [0, 2])
 
 
@@ -279,7 +287,14 @@ def test_heuristic_exact_where_swap_search_is_exact():
     ]:
       _, best = fedgs_solvers.brute_force_select(h, counts, available, budget, alpha=alpha)
       report = fedgs_solvers.select_clients_with_report(
-        h, counts, available, budget, alpha=alpha, seed=trial, method='heuristic'
+        h,
+        counts,
+        available,
+        budget,
+        alpha=alpha,
+        seed=trial,
+        method='heuristic',
+        time_limit_s=_UNTIMED,
       )
       assert report.value == pytest.approx(best, abs=1e-12), (trial, budget, alpha)
       assert report.status == 'optimal' and report.bound == report.value
@@ -306,6 +321,7 @@ def _gap_statistics(num_starts):
       seed=trial,
       num_starts=num_starts,
       method='heuristic',
+      time_limit_s=_UNTIMED,
     )
     _, best = fedgs_solvers.brute_force_select(h, counts, available, budget, alpha=alpha)
     assert best == pytest.approx(max(values), abs=1e-12)
@@ -367,7 +383,7 @@ def test_solver_matches_brute_force():
   for trial, h, counts, available, budget, alpha in _solver_instances():
     _, best = fedgs_solvers.brute_force_select(h, counts, available, budget, alpha=alpha)
     report = fedgs_solvers.select_clients_with_report(
-      h, counts, available, budget, alpha=alpha, seed=trial, method='solver'
+      h, counts, available, budget, alpha=alpha, seed=trial, method='solver', time_limit_s=_UNTIMED
     )
     context = (trial, budget, alpha, report)
     assert report.method_used == 'solver' and report.status == 'optimal', context
@@ -381,7 +397,14 @@ def test_solver_matches_brute_force():
     assert np.all(available[report.indices]), context
     assert report.indices.size == min(budget, int(available.sum())), context
     _, found = fedgs_solvers.select_clients(
-      h, counts, available, budget, alpha=alpha, seed=trial, method='heuristic'
+      h,
+      counts,
+      available,
+      budget,
+      alpha=alpha,
+      seed=trial,
+      method='heuristic',
+      time_limit_s=_UNTIMED,
     )
     gap = best - found
     assert gap >= -1e-12, context
@@ -402,7 +425,7 @@ def test_solver_never_worse_than_heuristic_with_single_start():
     budget = int(rng.integers(2, max(3, int(available.sum()) - 1)))
     alpha = float(rng.choice([5.0, 50.0, 500.0]))
     _, best = fedgs_solvers.brute_force_select(h, counts, available, budget, alpha=alpha)
-    kwargs = dict(alpha=alpha, seed=trial, num_starts=1)
+    kwargs = dict(alpha=alpha, seed=trial, num_starts=1, time_limit_s=_UNTIMED)
     heuristic = fedgs_solvers.select_clients_with_report(
       h, counts, available, budget, method='heuristic', **kwargs
     )
@@ -494,7 +517,7 @@ def test_too_large_and_other_reports():
   # Availability decides: 9 available clients fit under max_solver_clients=9.
   available[3] = False
   report = fedgs_solvers.select_clients_with_report(
-    h, counts, available, 4, alpha=5.0, max_solver_clients=9
+    h, counts, available, 4, alpha=5.0, max_solver_clients=9, time_limit_s=_UNTIMED
   )
   assert (report.method_used, report.status) == ('solver', 'optimal')
   assert 3 not in report.indices
@@ -505,11 +528,13 @@ def test_too_large_and_other_reports():
   assert math.isnan(report.bound)
   # Where the heuristic is provably exact, 'auto' skips the solver.
   for budget, alpha in ((1, 5.0), (8, 5.0), (4, 0.0)):
-    report = fedgs_solvers.select_clients_with_report(h, counts, available, budget, alpha=alpha)
+    report = fedgs_solvers.select_clients_with_report(
+      h, counts, available, budget, alpha=alpha, time_limit_s=_UNTIMED
+    )
     assert (report.method_used, report.status) == ('heuristic', 'optimal'), (budget, alpha)
     assert report.bound == report.value
     report = fedgs_solvers.select_clients_with_report(
-      h, counts, available, budget, alpha=alpha, method='solver'
+      h, counts, available, budget, alpha=alpha, method='solver', time_limit_s=_UNTIMED
     )
     assert (report.method_used, report.status) == ('solver', 'optimal'), (budget, alpha)
     assert not report.timed_out
@@ -539,7 +564,7 @@ def test_solver_handles_negative_and_zero_distances():
     budget = int(rng.integers(2, n - 1))
     _, best = fedgs_solvers.brute_force_select(h, counts, available, budget, alpha=5.0)
     report = fedgs_solvers.select_clients_with_report(
-      h, counts, available, budget, alpha=5.0, method='solver', num_starts=1
+      h, counts, available, budget, alpha=5.0, method='solver', num_starts=1, time_limit_s=_UNTIMED
     )
     assert report.status == 'optimal' and abs(report.value - best) <= 1e-9, (trial, report)
 
@@ -551,7 +576,9 @@ def test_sampler_with_solver_matches_brute_force():
   rng = np.random.default_rng(14)
   n, k, alpha = 12, 4, 2.0
   features = rng.dirichlet(np.full(5, 0.3), size=n)
-  make = lambda: fedgs.FedGSSampler(k, seed=2, features=features, alpha=alpha, method='solver')
+  make = lambda: fedgs.FedGSSampler(
+    k, seed=2, features=features, alpha=alpha, method='solver', time_limit_s=_UNTIMED
+  )
   population = samplers.Population(rng.integers(10, 100, n))
   state = make().initialize(population)
   chosen, _ = _run(make(), state, 15)
@@ -607,7 +634,9 @@ def test_alpha_zero_balances_counts():
   vs uniform selection among the available clients, same masks. Observed ratio
   0.146 (rarely available clients cannot catch up); asserted < 0.25."""
   n, k, rounds, seed = 30, 5, 300, 7
-  sampler = fedgs.FedGSSampler(k, seed=seed, distances=np.zeros((n, n)), alpha=0.0)
+  sampler = fedgs.FedGSSampler(
+    k, seed=seed, distances=np.zeros((n, n)), alpha=0.0, time_limit_s=_UNTIMED
+  )
   state = sampler.initialize(samplers.Population(np.full(n, 10, np.int64)))
   uniform_counts = np.zeros(n, np.int64)
   for round_num, mask in _lognormal_availability(n, seed, rounds):
@@ -642,7 +671,7 @@ def test_weights_determinism_and_restart():
   features = rng.dirichlet(np.full(5, 0.2), size=n)
   sizes = rng.integers(10, 500, n)
   population = samplers.Population(sizes)
-  make = lambda: fedgs.FedGSSampler(4, seed=3, features=features, alpha=2.0)
+  make = lambda: fedgs.FedGSSampler(4, seed=3, features=features, alpha=2.0, time_limit_s=_UNTIMED)
   first, final = _run(make(), make().initialize(population), 30)
   again, _ = _run(make(), make().initialize(population), 30)
   for a, b in zip(first, again):
