@@ -128,6 +128,23 @@ def test_the_reported_cell_ranks_at_the_borrowed_rates(page):
   assert str(grid / 'skewed' / 'accuracy_bits.png') in written
 
 
+def test_each_cell_and_the_grid_say_their_machine_time(page, tmp_path):
+  grid, text, _ = page
+  # Every run released rounds 1 and 2 at 1.0 s each (round 0 trains nothing): the tuning
+  # cell's 4 runs trained 8 s, the reported cell's 6 runs 12 s.
+  ideal, skewed = (
+    experiment_config.committed_cell(str(grid / name / experiment_config.CONFIG_FILENAME))
+    for name in ('ideal', 'skewed')
+  )
+  assert benchmark_report.machine_hours(ideal) == pytest.approx(8 / 3600, rel=1e-12)
+  assert benchmark_report.machine_hours(skewed) == pytest.approx(12 / 3600, rel=1e-12)
+  assert 'Machine time: 0.0 run-hours of training rounds over its 4 runs' in _section(
+    text, 'ideal cell'
+  )
+  assert 'over its 6 runs' in _section(text, 'skewed cell')
+  assert 'Machine time of the grid: 0.0 run-hours' in text
+
+
 def test_a_reported_cell_says_how_many_clients_are_active_a_round(page, tmp_path):
   _, text, _ = page
   # The baseline's seeds 0, 1, 2 record 10, 11, 15 active clients in rounds 1 and 2 (round 0

@@ -79,6 +79,12 @@ def benchmark_markdown(
       'far they are and are ranked once all their runs are in.',
       '',
     ]
+  hours = sum(benchmark_report.machine_hours(cell) for cell in cells)
+  parts += [
+    f"Machine time of the grid: {hours:.1f} run-hours of training rounds, every cell's runs "
+    'summed (two run at a time on a 2-core machine); each cell says its own below.',
+    '',
+  ]
   parts += [READING_GUIDE, '']
   parts += benchmark_report.overview(cells)
   parts += benchmark_report.optimal_overview(cells)
@@ -90,6 +96,9 @@ def benchmark_markdown(
       f'Configuration: [{folder}/experiment.flags]({folder}/experiment.flags): '
       + ' '.join(f'`{flag}`' for flag in cell.spec.binary_flags)
       + '.',
+      '',
+      f'Machine time: {benchmark_report.machine_hours(cell):.1f} run-hours of training '
+      f'rounds over its {len(cell.runs)} runs (their wall-clock round seconds summed).',
       '',
     ]
     if cell.pending:

@@ -62,6 +62,7 @@ _MARKS = {
 }
 PLOTTED = 3  # The best methods drawn beside the baseline.
 ACTIVE_COLUMN = 'availability/active_clients'
+ROUND_SECONDS_COLUMN = 'round_seconds'  # Wall-clock seconds of a round on the machine that ran it.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,6 +212,17 @@ def active_clients(cell: Cell) -> float | None:
   values = np.concatenate(counts) if counts else np.empty(0)
   values = values[np.isfinite(values)]
   return float(values.mean()) if values.size else None
+
+
+def machine_hours(cell: Cell) -> float:
+  """Hours the cell's runs trained: the sum of every round's wall-clock seconds
+  (``round_seconds``), over all its runs, tuning included. Evaluation between rounds and
+  each call's start are not in it, and runs that trained side by side both count."""
+  seconds = [
+    run.column(ROUND_SECONDS_COLUMN) for run in cell.runs if ROUND_SECONDS_COLUMN in run.metrics
+  ]
+  values = np.concatenate(seconds) if seconds else np.empty(0)
+  return float(values[np.isfinite(values)].sum()) / 3600.0
 
 
 def _mean_sd(values: np.ndarray) -> str:
