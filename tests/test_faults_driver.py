@@ -19,6 +19,8 @@ from absl.testing import flagsaver
 import fault_harness as fh
 import pytest
 
+from bin import binary_flags
+from bin import experiment_config
 from bin import experiment_jobs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -150,8 +152,30 @@ def test_a_damaged_raw_metrics_archive_is_one_line_saying_what_to_do(
 # --------------------------------------------------------------------------
 # Configurations: the whole file is checked before any run starts.
 
+# What the training binary refuses, found by parsing its flags with its own definitions
+# (`bin.binary_flags`, a process that imports TensorFlow): the driver's two forms of the
+# message, end to end below; each refusal's reason (the start of its line), in one call of the
+# check (`test_the_binary_s_own_definitions_refuse_each_bad_flag`).
+BINARY_FLAG_CASES = [
+  (
+    'flag of another task',
+    ('--num_clients=20', '--num_clients=20\n--synthetic_alpha=0.5'),
+    '--synthetic_alpha does not apply to --task=digits',
+  ),
+  (
+    'impossible value',
+    ('--rounds=2', '--rounds=0'),
+    'flag --rounds=0: 0 is not a positive integer',
+  ),
+  (
+    'unknown availability mode',
+    ('--rounds=2', '--rounds=2\n--availability=XX'),
+    "Unknown --availability mode 'XX'",
+  ),
+  ('unknown flag', ('--rounds=2', '--rounds=2\n--roundz=3'), "Unknown command line flag 'roundz'"),
+]
+
 CONFIG_CASES = [
-  # What the training binary refuses, found by parsing its flags with its own definitions.
   (
     'unknown method',
     ('--methods=uniform,full', '--methods=uniform,full,best'),
@@ -162,21 +186,6 @@ CONFIG_CASES = [
     'unknown flag',
     ('--rounds=2', '--rounds=2\n--roundz=3'),
     r"bin.demo refuses its flags: Unknown command line flag 'roundz'",
-  ),
-  (
-    'flag of another task',
-    ('--num_clients=20', '--num_clients=20\n--synthetic_alpha=0.5'),
-    r'bin.demo refuses its flags: --synthetic_alpha does not apply to --task=digits',
-  ),
-  (
-    'impossible value',
-    ('--rounds=2', '--rounds=0'),
-    r'bin.demo refuses its flags: flag --rounds=0: 0 is not a positive integer',
-  ),
-  (
-    'unknown availability mode',
-    ('--rounds=2', '--rounds=2\n--availability=XX'),
-    r"Unknown --availability mode 'XX'",
   ),
   # What the configuration itself gets wrong.
   (
@@ -224,6 +233,23 @@ def test_a_bad_configuration_is_refused_before_any_run(sandbox, edit, message):
   assert str(config) in outcome.message  # The file it comes from.
   assert not (sandbox / 'runs').exists()
   assert before.changes() == [] and fh.child_pids() <= pids
+
+
+def test_the_binary_s_own_definitions_refuse_each_bad_flag(sandbox):
+  # The lines the driver puts after "bin.demo refuses its flags: " (the end-to-end cases
+  # above), for every configuration at once; the good one passes.
+  specs = []
+  for name, edit, _ in [('good', ('', ''), None), *BINARY_FLAG_CASES]:
+    folder = sandbox / 'docs' / 'experiments' / name.replace(' ', '_')
+    folder.mkdir()
+    (folder / 'experiment.flags').write_text(CONFIG.replace(*edit))
+    specs.append(experiment_config.load(str(folder / 'experiment.flags')))
+  found = binary_flags.problems(
+    'demo', [[*spec.binary_flags, '--methods=uniform'] for spec in specs]
+  )
+  assert found[0] is None and len(found) == len(specs)
+  for (name, _, message), problem in zip(BINARY_FLAG_CASES, found[1:]):
+    assert problem is not None and problem.startswith(message), (name, problem)
 
 
 def test_a_good_configuration_passes_the_check_and_lists_its_runs(sandbox, capsys):
