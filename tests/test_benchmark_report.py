@@ -44,8 +44,9 @@ FINAL = {
 ACTIVE = {0: 10, 1: 11, 2: 15}
 
 
-def _csv(final, active='', examples=50):
-  """Rounds 0-2, evaluated at each; 100 bits uploaded and `examples` trained a round."""
+def _csv(final, active='', examples=50, seconds=None):
+  """Rounds 0-2, evaluated at each; 100 bits uploaded and `examples` trained a round; under a
+  system model (`seconds` simulated a round) also the simulated time since round 1."""
   lines = [
     f'{results.ROUND_COLUMN},eval/accuracy,train/loss,round_seconds,{results.BITS_COLUMN},'
     f'{benchmark_report.ACTIVE_COLUMN},{evidence.EXAMPLES_COLUMN}',
@@ -53,10 +54,15 @@ def _csv(final, active='', examples=50):
     f'1,0.2,1.0,1.0,100,{active},{examples}',
     f'2,{final},1.0,1.0,200,{active},{examples}',
   ]
+  if seconds is not None:
+    lines = [
+      f'{line},{value}'
+      for line, value in zip(lines, [evidence.SECONDS_COLUMN, 0, seconds, 2 * seconds])
+    ]
   return '\n'.join(lines) + '\n'
 
 
-def _cell(grid, name, text, runs, active=ACTIVE):
+def _cell(grid, name, text, runs, active=ACTIVE, seconds=None):
   folder = grid / name
   folder.mkdir(parents=True)
   config = folder / experiment_config.CONFIG_FILENAME
@@ -71,7 +77,12 @@ def _cell(grid, name, text, runs, active=ACTIVE):
         f'{method}_seed{seed}',
         {'sampling': method, 'seed': seed, 'client_learning_rate': rate, 'rounds': 2},
         # A `+optimal` method trains three times the clients that upload.
-        _csv(final, active.get(seed, ''), examples=150 if '+' in method else 50),
+        _csv(
+          final,
+          active.get(seed, ''),
+          examples=150 if '+' in method else 50,
+          seconds=None if seconds is None else seconds[method],
+        ),
       )
     )
     for method, rate, seed, final in runs
@@ -273,15 +284,18 @@ def test_a_complete_tuning_cell_lets_its_sibling_wait_for_its_own_runs(tmp_path)
   assert not re.search(r'^\| \d+\. ', text, re.M)  # The tuning cell is shown, nothing ranked.
 
 
-def _three_seed_cell(tmp_path, name, finals):
+def _three_seed_cell(tmp_path, name, finals, seconds=None):
   """A reported cell `name` (title '<name> cell') of the methods of `finals` (method -> final
-  accuracy of seeds 0-2), all at rate 0.1."""
+  accuracy of seeds 0-2), all at rate 0.1; timed if `seconds` (method -> simulated seconds a
+  round)."""
   text = (
     COMMON.replace('--methods=uniform,md', f'--methods={",".join(finals)}')
     + f'--title={name} cell\n--learning_rates=0.1\n--tuning_seed=100\n--seeds=3\n'
   )
   runs = [(m, 0.1, s, v[s]) for m, v in finals.items() for s in range(3)]
-  return experiment_config.committed_cell(_cell(tmp_path / 'grid', name, text, runs))
+  return experiment_config.committed_cell(
+    _cell(tmp_path / 'grid', name, text, runs, seconds=seconds)
+  )
 
 
 def test_optimal_uploads_are_compared_with_the_same_sampler_alone(tmp_path):
@@ -396,3 +410,37 @@ def test_the_leader_and_every_method_are_compared_with_the_next_and_with_full(tm
   assert 'The leader against the next 3 (one Holm family):' in section
   assert 'Every method against full participation (one Holm family):' in section
   assert re.search(r'^\| uniform \(lr 0\.1\) − full \(lr 0\.1\) +\| +-0\.2200 \[', section, re.M)
+
+
+def test_a_timed_cell_also_compares_at_the_baseline_s_simulated_time(tmp_path):
+  # Uniform's rounds take 10 simulated seconds (20 s in all), MD's 15 s: by 20 s MD has
+  # finished round 1 only (accuracy 0.2), uniform its whole run. MD − uniform at fixed time:
+  # 0.2 − 0.40, 0.2 − 0.50, 0.2 − 0.45; at fixed rounds +0.1, +0.2, +0.15.
+  finals = {'uniform': (0.40, 0.50, 0.45), 'md': (0.50, 0.70, 0.60)}
+  cell = _three_seed_cell(tmp_path, 'timed', finals, seconds={'uniform': 10, 'md': 15})
+  ranked, budget = benchmark_report.rows(cell)
+  assert budget.seconds == 20
+  assert benchmark_report.measures(budget) == (*benchmark_report.MEASURES, benchmark_report.TIME)
+  md = ranked[0]
+  assert md.method == 'md'
+  assert md.time_difference.differences == pytest.approx((-0.2, -0.3, -0.25))
+  assert md.final_difference.differences == pytest.approx((0.1, 0.2, 0.15))
+  text = benchmark_page.benchmark_markdown([cell], command='regenerate', page_dir=str(tmp_path))
+  table = _section(text, 'timed cell')
+  assert 'accuracy at 20 simulated s' in table and 'Holm (final/bits/work/time)' in table
+  half = 4.302653 * 0.05 / 3**0.5  # t(0.975, 2) · sd / √3 with sd 0.05.
+  assert f'-0.2500 [{-0.25 - half:+.4f}, {-0.25 + half:+.4f}] behind' in table
+  # The leader's contrast gains the same column, and the picture a fourth panel.
+  [contrast] = benchmark_contrasts.leader(ranked, benchmark_report.measures(budget))
+  assert contrast.differences[3].differences == pytest.approx((-0.2, -0.3, -0.25))
+  from tff_sampling.analysis import benchmark_heatmap
+
+  data = benchmark_heatmap.grid([cell])
+  assert [panel for panel, _ in data.panels] == ['final', 'budget', 'work', 'time']
+  assert data.difference['time'][0, 0] == pytest.approx(-0.25)
+  # A cell no system model timed keeps its three measures, and the page says nothing of time.
+  untimed = _three_seed_cell(tmp_path, 'untimed', finals)
+  assert benchmark_report.measures(benchmark_report.rows(untimed)[1]) == benchmark_report.MEASURES
+  page = benchmark_page.benchmark_markdown([untimed], command='regenerate', page_dir=str(tmp_path))
+  assert 'simulated s' not in page and 'simulated time' not in page
+  assert [p for p, _ in benchmark_heatmap.grid([untimed]).panels] == ['final', 'budget', 'work']

@@ -2,10 +2,12 @@
 
 One panel per comparison (final accuracy at a fixed number of rounds; accuracy at the
 baseline's uplink budget; accuracy at the baseline's client work, the examples its clients
-train on), methods down, cells across; a square's colour is the paired mean difference
-against the baseline over the seeds (blue ahead, red behind), and a dot marks the
-differences whose interval still excludes 0 once the cell's 3 (n − 1) comparisons are one
-family (Holm), the same verdicts as the page's *Holm* column.
+train on; once a cell is timed by a system model, accuracy at the baseline's simulated time,
+grey in the untimed cells), methods down, cells across; a square's colour is the paired mean
+difference against the baseline over the seeds (blue ahead, red behind), and a dot marks the
+differences whose interval still excludes 0 once the cell's comparisons against the
+baseline (every method at every measure) are one family (Holm), the same verdicts as the
+page's *Holm* column.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ PANELS = (
   ('budget', "at the baseline's uploaded bits"),
   ('work', "at the baseline's client work"),
 )
+TIME_PANEL = (benchmark_report.TIME, "at the baseline's simulated time")  # Once a cell is timed.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +38,7 @@ class Grid:
   """The numbers the picture draws.
 
   Attributes:
+    panels: The `PANELS` drawn, and `TIME_PANEL` if any cell is timed.
     methods: Row labels (methods, the best mean rank first; the baseline left out).
     cells: Column labels (the cells' folder names).
     difference: ``{panel: float[methods, cells]}``, the paired mean difference against the
@@ -42,6 +46,7 @@ class Grid:
     decided: ``{panel: bool[methods, cells]}``, the Holm-adjusted interval excludes 0.
   """
 
+  panels: tuple[tuple[str, str], ...]
   methods: tuple[str, ...]
   cells: tuple[str, ...]
   difference: dict[str, np.ndarray]
@@ -55,35 +60,39 @@ def grid(cells: Sequence[benchmark_report.Cell]) -> Grid | None:
     return None
   values: dict[tuple[str, str, str], tuple[float, bool]] = {}
   ranks: dict[str, list[int]] = {}
+  panels: tuple[tuple[str, str], ...] = PANELS
   for cell in ready:
     name = os.path.basename(cell.folder)
-    ranked, _ = benchmark_report.rows(cell)
+    ranked, budget = benchmark_report.rows(cell)
+    kinds = benchmark_report.measures(budget)
+    if benchmark_report.TIME in kinds:
+      panels = (*PANELS, TIME_PANEL)
     differences = [
-      (row.method, panel, getattr(row, f'{panel}_difference'))
+      (row.method, kind, row.difference(kind))
       for row in ranked
       if row.method != cell.spec.baseline
-      for panel, _ in PANELS
+      for kind in kinds
     ]
     verdicts = evidence.holm_verdicts(
       [d for *_, d in differences],
       [evidence.Direction.HIGHER] * len(differences),
       [0.0] * len(differences),
     )
-    for (method, panel, difference), verdict in zip(differences, verdicts):
+    for (method, panel, paired), verdict in zip(differences, verdicts):
       decisive = verdict in (evidence.Verdict.REPRODUCED, evidence.Verdict.CONTRADICTED)
-      values[method, name, panel] = (difference.mean, decisive)
+      values[method, name, panel] = (paired.mean, decisive)
     for rank, row in enumerate(ranked, 1):
       if row.method != cell.spec.baseline:
         ranks.setdefault(row.method, []).append(rank)
   methods = tuple(sorted(ranks, key=lambda m: (float(np.mean(ranks[m])), m)))
   names = tuple(os.path.basename(c.folder) for c in ready)
   shape = (len(methods), len(names))
-  difference = {p: np.full(shape, np.nan) for p, _ in PANELS}
-  decided = {p: np.zeros(shape, bool) for p, _ in PANELS}
+  difference = {p: np.full(shape, np.nan) for p, _ in panels}
+  decided = {p: np.zeros(shape, bool) for p, _ in panels}
   for (method, name, panel), (mean, decisive) in values.items():
     i, j = methods.index(method), names.index(name)
     difference[panel][i, j], decided[panel][i, j] = mean, decisive
-  return Grid(methods, names, difference, decided)
+  return Grid(panels, methods, names, difference, decided)
 
 
 def figure(data: Grid, baseline: str) -> mpl_figure.Figure:
@@ -92,12 +101,12 @@ def figure(data: Grid, baseline: str) -> mpl_figure.Figure:
   limit = float(np.max(np.abs(finite))) if finite.size else 1.0
   rows, cols = len(data.methods), len(data.cells)
   fig = mpl_figure.Figure(
-    figsize=(3.0 + 0.6 * cols * len(PANELS), 1.8 + 0.3 * rows), layout='constrained'
+    figsize=(3.0 + 0.6 * cols * len(data.panels), 1.8 + 0.3 * rows), layout='constrained'
   )
   backend_agg.FigureCanvasAgg(fig)
-  axes = fig.subplots(1, len(PANELS), sharey=True)
+  axes = fig.subplots(1, len(data.panels), sharey=True)
   images = []
-  for ax, (panel, title) in zip(axes, PANELS):
+  for ax, (panel, title) in zip(axes, data.panels):
     values = np.ma.masked_invalid(data.difference[panel])
     images.append(ax.imshow(values, cmap='RdBu', vmin=-limit, vmax=limit, aspect='auto'))
     ax.set_facecolor('0.85')  # A method the cell does not have.

@@ -13,6 +13,8 @@ paired difference over seeds with its 95% interval:
 * at a fixed client work: the accuracy when its clients had trained on as many
   examples as the baseline's do in its whole run (`evidence.accuracy_at_work`), so
   that a method training three times the clients cannot win by compute alone;
+* in a cell a system model timed (``--devices``), at a fixed simulated time: the
+  accuracy reached within the baseline's simulated seconds (`evidence.accuracy_at_seconds`);
 
 then rounds and uploaded bits to the first target, total bits and server
 seconds per round. A difference whose interval covers 0 is marked *no
@@ -108,6 +110,8 @@ class Row:
   budget_difference: evidence.PairedDifference
   work_by_seed: Mapping[int, float]
   work_difference: evidence.PairedDifference
+  time_by_seed: Mapping[int, float]
+  time_difference: evidence.PairedDifference
   rounds_to_target: np.ndarray
   bits_to_target: np.ndarray
   total_bits: float
@@ -125,14 +129,44 @@ class Row:
   def at_work(self) -> np.ndarray:
     return np.array(list(self.work_by_seed.values()))
 
+  @property
+  def at_time(self) -> np.ndarray:
+    return np.array(list(self.time_by_seed.values()))
+
+  def by_seed(self, measure: str) -> Mapping[int, float]:
+    """The per-seed values of one of the `measures`."""
+    return getattr(self, f'{measure}_by_seed')
+
+  def difference(self, measure: str) -> evidence.PairedDifference:
+    """Its difference against the baseline at one of the `measures`."""
+    return getattr(self, f'{measure}_difference')
+
 
 @dataclasses.dataclass(frozen=True)
 class Budgets:
   """What the baseline spends in its whole run, averaged over its reported seeds: uploaded
-  bits, and examples its clients trained on (NaN if its runs do not record them)."""
+  bits, examples its clients trained on, and simulated seconds under a system model (each NaN
+  if its runs do not record it)."""
 
   bits: float
   examples: float
+  seconds: float = math.nan
+
+
+def _last_second(run: results.Run) -> float:
+  elapsed = evidence.simulated_seconds(run)
+  finite = elapsed[np.isfinite(elapsed)]
+  return float(finite[-1]) if finite.size else math.nan
+
+
+MEASURES = ('final', 'budget', 'work')  # Row's differences against the baseline in every cell.
+TIME = 'time'  # And at the baseline's simulated seconds, in a cell a system model timed.
+
+
+def measures(budget: Budgets) -> tuple[str, ...]:
+  """The measures a cell compares its methods at: `MEASURES`, and `TIME` when its baseline's
+  runs were timed by a system model."""
+  return (*MEASURES, TIME) if math.isfinite(budget.seconds) else MEASURES
 
 
 def _by_seed(runs: Mapping[int, results.Run], summary) -> dict[int, float]:
@@ -149,6 +183,7 @@ def rows(cell: Cell) -> tuple[list[Row], Budgets]:
   budget = Budgets(
     bits=float(np.mean([r.last_finite(results.BITS_COLUMN) for r in baseline.values()])),
     examples=float(np.mean([evidence.examples_trained(r)[-1] for r in baseline.values()])),
+    seconds=float(np.mean([_last_second(r) for r in baseline.values()])),
   )
   target = spec.targets[0] if spec.targets else None
 
@@ -161,14 +196,17 @@ def rows(cell: Cell) -> tuple[list[Row], Budgets]:
   def at_work(run):
     return evidence.accuracy_at_work(run, budget.examples)
 
+  def at_time(run):
+    return evidence.accuracy_at_seconds(run, budget.seconds)
+
   base_final, base_budget = _by_seed(baseline, final), _by_seed(baseline, at_budget)
-  base_work = _by_seed(baseline, at_work)
+  base_work, base_time = _by_seed(baseline, at_work), _by_seed(baseline, at_time)
   out = []
   for method in chosen.values():
     if not method.runs:
       continue
     finals, budgets = _by_seed(method.runs, final), _by_seed(method.runs, at_budget)
-    work = _by_seed(method.runs, at_work)
+    work, time = _by_seed(method.runs, at_work), _by_seed(method.runs, at_time)
     out.append(
       Row(
         method=method.method,
@@ -180,6 +218,8 @@ def rows(cell: Cell) -> tuple[list[Row], Budgets]:
         budget_difference=evidence.paired_difference(budgets, base_budget),
         work_by_seed=work,
         work_difference=evidence.paired_difference(work, base_work),
+        time_by_seed=time,
+        time_difference=evidence.paired_difference(time, base_time),
         rounds_to_target=np.array(
           [
             evidence.rounds_to_target(r, target) if target else math.nan
@@ -260,23 +300,34 @@ def _reached(values: np.ndarray, scale: float = 1.0, digits: str = '.1f') -> str
   return text if finite.size == values.size else f'{text} ({finite.size}/{values.size})'
 
 
-MEASURES = ('final', 'budget', 'work')  # Row's three differences against the baseline.
-
-
-def _holm_words(ranked: Sequence[Row], baseline_label: str) -> dict[str, str]:
-  """``'<label> <measure>'`` -> the Holm-adjusted mark of each of the `MEASURES` differences
-  against the baseline, the cell's 3 (n − 1) comparisons as one family."""
+def _holm_words(ranked: Sequence[Row], baseline_label: str, kinds: Sequence[str]) -> dict[str, str]:
+  """``'<label> <measure>'`` -> the Holm-adjusted mark of each difference against the
+  baseline at the `kinds` of `measures`, the cell's len(kinds) (n − 1) comparisons as one
+  family."""
   keyed = [
-    (f'{row.label} {kind}', getattr(row, f'{kind}_difference'))
+    (f'{row.label} {kind}', row.difference(kind))
     for row in ranked
     if row.label != baseline_label
-    for kind in MEASURES
+    for kind in kinds
   ]
   higher = evidence.Direction.HIGHER
   verdicts = evidence.holm_verdicts(
     [d for _, d in keyed], [higher] * len(keyed), [0.0] * len(keyed)
   )
   return {key: _MARKS[_WORDS[v]] for (key, _), v in zip(keyed, verdicts)}
+
+
+_SHORT = {'final': 'final', 'budget': 'bits', 'work': 'work', TIME: 'time'}
+
+
+def measure_header(kind: str, budget: Budgets, final_k: int) -> str:
+  """What a column of one of the `measures` holds."""
+  return {
+    'final': f'final accuracy (last {final_k} evals)',
+    'budget': f'accuracy at {budget.bits / 1e9:.4g} Gbit',
+    'work': f'accuracy at {budget.examples / 1e6:.3g}M examples trained',
+    TIME: f'accuracy at {budget.seconds:.4g} simulated s',
+  }[kind]
 
 
 def cell_table(cell: Cell) -> str:
@@ -286,21 +337,23 @@ def cell_table(cell: Cell) -> str:
   baseline_label = evidence_report.reported_runs(
     cell.spec, cell.runs, evidence_spec.tune(cell.spec, cell.runs)
   )[cell.spec.baseline].label
-  holm = _holm_words(ranked, baseline_label)
+  kinds = measures(budget)
+  holm = _holm_words(ranked, baseline_label, kinds)
   table = []
   for rank, row in enumerate(ranked, 1):
     is_baseline = row.label == baseline_label
+    measured = []
+    for kind in kinds:
+      measured += [
+        _mean_sd(np.array(list(row.by_seed(kind).values()))),
+        _difference(row.difference(kind), is_baseline),
+      ]
     table.append(
       [
         f'{rank}. {row.label}',
         str(row.seeds),
-        _mean_sd(row.final),
-        _difference(row.final_difference, is_baseline),
-        _mean_sd(row.at_budget),
-        _difference(row.budget_difference, is_baseline),
-        _mean_sd(row.at_work),
-        _difference(row.work_difference, is_baseline),
-        '—' if is_baseline else '/'.join(holm[f'{row.label} {kind}'] for kind in MEASURES),
+        *measured,
+        '—' if is_baseline else '/'.join(holm[f'{row.label} {kind}'] for kind in kinds),
         _reached(row.rounds_to_target),
         _reached(row.bits_to_target, 1e9, '.4g'),
         f'{row.total_bits / 1e9:.4g}',
@@ -308,16 +361,12 @@ def cell_table(cell: Cell) -> str:
       ]
     )
   to = tables.target_text(target) if target else '—'
+  versus = f'vs {cell.spec.baseline} [95% CI]'
   headers = [
     'method (lr)',
     'seeds',
-    f'final accuracy (last {cell.spec.final_k} evals)',
-    f'vs {cell.spec.baseline} [95% CI]',
-    f'accuracy at {budget.bits / 1e9:.4g} Gbit',
-    f'vs {cell.spec.baseline} [95% CI]',
-    f'accuracy at {budget.examples / 1e6:.3g}M examples trained',
-    f'vs {cell.spec.baseline} [95% CI]',
-    'Holm (final/bits/work)',
+    *(text for kind in kinds for text in (measure_header(kind, budget, cell.spec.final_k), versus)),
+    f'Holm ({"/".join(_SHORT[kind] for kind in kinds)})',
     f'rounds to {to}',
     f'Gbit to {to}',
     'total Gbit',
@@ -340,14 +389,17 @@ def overview(cells: Sequence[Cell]) -> list[str]:
   places: dict[str, dict[str, str]] = {}
   ranks: dict[str, list[int]] = {}
   names = []
+  timed = False
   for cell in ready:
     name = os.path.basename(cell.folder)
     names.append(name)
-    for rank, row in enumerate(rows(cell)[0], 1):
+    ranked, budget = rows(cell)
+    timed = timed or TIME in measures(budget)
+    for rank, row in enumerate(ranked, 1):
       if row.method == cell.spec.baseline:
         mark = f'{rank} (baseline)'
       else:
-        differences = (getattr(row, f'{kind}_difference') for kind in MEASURES)
+        differences = (row.difference(kind) for kind in measures(budget))
         mark = f'{rank} ({_marks(*differences)})'
       places.setdefault(row.method, {})[name] = mark
       ranks.setdefault(row.method, []).append(rank)
@@ -360,8 +412,10 @@ def overview(cells: Sequence[Cell]) -> list[str]:
     '',
     f'Every method in the {len(ready)} complete cell{"s" if len(ready) > 1 else ""} below: '
     'its rank by final accuracy in the cell, then against the baseline at fixed rounds / at '
-    'the fixed uplink budget / at the fixed client work (`+` ahead, `−` behind, `=` no '
-    'difference detected: paired 95% intervals over seeds, uncorrected). Rows by mean rank.',
+    'the fixed uplink budget / at the fixed client work'
+    + (' / at the fixed simulated time (in the cells a system model timed)' if timed else '')
+    + ' (`+` ahead, `−` behind, `=` no difference detected: paired 95% intervals over seeds, '
+    'uncorrected). Rows by mean rank.',
     '',
     tables.pipe_table(['method', *names, 'mean rank'], columns),
     '',
@@ -377,12 +431,18 @@ class OptimalEffect:
     final: ``+optimal − alone`` in final accuracy, paired over seeds.
     budget: The same at the cell's uplink budget (the bits its baseline uploads).
     work: The same at the cell's client work (the examples its baseline's clients train on).
+    time: The same at the cell's simulated time (its baseline's; no pairs if untimed).
   """
 
   sampler: str
   final: evidence.PairedDifference
   budget: evidence.PairedDifference
   work: evidence.PairedDifference
+  time: evidence.PairedDifference
+
+  def difference(self, measure: str) -> evidence.PairedDifference:
+    """The difference at one of the `measures`."""
+    return getattr(self, measure)
 
 
 def optimal_effects(cell: Cell, ranked: Sequence[Row] | None = None) -> list[OptimalEffect]:
@@ -403,6 +463,7 @@ def optimal_effects(cell: Cell, ranked: Sequence[Row] | None = None) -> list[Opt
           final=evidence.paired_difference(paired.final_by_seed, alone.final_by_seed),
           budget=evidence.paired_difference(paired.budget_by_seed, alone.budget_by_seed),
           work=evidence.paired_difference(paired.work_by_seed, alone.work_by_seed),
+          time=evidence.paired_difference(paired.time_by_seed, alone.time_by_seed),
         )
       )
   return effects
@@ -414,17 +475,15 @@ def optimal_table(cell: Cell) -> str:
   effects = optimal_effects(cell, ranked)
   if not effects:
     return ''
-  columns = [
-    [effect.sampler for effect in effects],
-    [_difference(effect.final) for effect in effects],
-    [_difference(effect.budget) for effect in effects],
-    [_difference(effect.work) for effect in effects],
-  ]
+  kinds = measures(budget)
+  columns = [[effect.sampler for effect in effects]]
+  columns += [[_difference(effect.difference(kind)) for effect in effects] for kind in kinds]
   headers = [
     'sampler',
-    f'+optimal − alone, final accuracy (last {cell.spec.final_k} evals) [95% CI]',
-    f'+optimal − alone, accuracy at {budget.bits / 1e9:.4g} Gbit [95% CI]',
-    f'+optimal − alone, accuracy at {budget.examples / 1e6:.3g}M examples trained [95% CI]',
+    *(
+      f'+optimal − alone, {measure_header(kind, budget, cell.spec.final_k)} [95% CI]'
+      for kind in kinds
+    ),
   ]
   return tables.pipe_table(headers, columns)
 
@@ -440,13 +499,15 @@ def optimal_overview(cells: Sequence[Cell]) -> list[str]:
   marks: dict[str, dict[str, str]] = {}
   names = []
   for cell in ready:
-    effects = optimal_effects(cell)
+    ranked, budget = rows(cell)
+    effects = optimal_effects(cell, ranked)
     if not effects:
       continue
     name = os.path.basename(cell.folder)
     names.append(name)
+    kinds = measures(budget)
     for effect in effects:
-      marks.setdefault(effect.sampler, {})[name] = _marks(effect.final, effect.budget, effect.work)
+      marks.setdefault(effect.sampler, {})[name] = _marks(*map(effect.difference, kinds))
   if not names:
     return []
   order = list(marks)

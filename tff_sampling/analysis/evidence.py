@@ -149,6 +149,27 @@ def accuracy_at_bits(run: results.Run, budget: float, column: str = ACCURACY_COL
   return _within(run, run.column(results.BITS_COLUMN), budget, column)
 
 
+def simulated_seconds(run: results.Run) -> np.ndarray:
+  """Simulated seconds since round 1 at the end of each round (`SECONDS_COLUMN`); all NaN if
+  no system model timed the run."""
+  if SECONDS_COLUMN not in run.metrics:
+    return np.full(run.rounds.shape, np.nan)
+  return run.column(SECONDS_COLUMN)
+
+
+def accuracy_at_seconds(run: results.Run, seconds: float, column: str = ACCURACY_COLUMN) -> float:
+  """`column` at the last evaluation by which at most `seconds` of simulated time had passed:
+  the accuracy a run had reached by then; NaN if no system model timed it.
+
+  Raises:
+    ValueError: If the run has no evaluation.
+  """
+  elapsed = simulated_seconds(run)
+  if math.isnan(seconds) or np.isnan(elapsed).all():
+    return math.nan
+  return _within(run, elapsed, seconds, column)
+
+
 def examples_trained(run: results.Run) -> np.ndarray:
   """The examples the clients had trained on by the end of each round, summed over every
   client that trained (uploaded or not); all NaN if the run does not record them."""
