@@ -164,10 +164,7 @@ def accuracy_at_seconds(run: results.Run, seconds: float, column: str = ACCURACY
   Raises:
     ValueError: If the run has no evaluation.
   """
-  elapsed = simulated_seconds(run)
-  if math.isnan(seconds) or np.isnan(elapsed).all():
-    return math.nan
-  return _within(run, elapsed, seconds, column)
+  return _within_recorded(run, simulated_seconds(run), seconds, column)
 
 
 def examples_trained(run: results.Run) -> np.ndarray:
@@ -187,10 +184,14 @@ def accuracy_at_work(run: results.Run, examples: float, column: str = ACCURACY_C
   Raises:
     ValueError: If the run has no evaluation.
   """
-  trained = examples_trained(run)
-  if math.isnan(examples) or np.isnan(trained).all():
+  return _within_recorded(run, examples_trained(run), examples, column)
+
+
+def _within_recorded(run: results.Run, spent: np.ndarray, budget: float, column: str) -> float:
+  """`_within`, or NaN if the budget is NaN or the run does not record what it spends."""
+  if math.isnan(budget) or np.isnan(spent).all():
     return math.nan
-  return _within(run, trained, examples, column)
+  return _within(run, spent, budget, column)
 
 
 def _within(run: results.Run, spent: np.ndarray, budget: float, column: str) -> float:
