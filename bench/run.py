@@ -250,12 +250,12 @@ def process_rows(sizes: Sizes, pairs: int) -> list[Row]:
   """Our processes' rounds against TFF FedAvg's, on the ``fedavg`` workload."""
   client_sizes, datasets, model_fn = _fedavg_workload(sizes)
   signal_data = signals.selection_client_data(datasets, [float(s) for s in client_sizes])
-  measures = {'plain': _round(fedavg.build_fed_avg(model_fn, client_learning_rate=0.1), datasets)}
+  plain = fedavg.build_fed_avg(model_fn, client_learning_rate=0.1)
+  measures = {'plain': _round(plain, datasets)}
   for label, kwargs in SIGNAL_VARIANTS.items():
     measures[label] = _round(
       signals.build_fed_avg_with_signals(model_fn, client_learning_rate=0.1, **kwargs), signal_data
     )
-  plain = fedavg.build_fed_avg(model_fn, client_learning_rate=0.1)
   probe = signals.build_loss_probe(
     model_fn, plain.get_model_weights.type_signature.result, datasets[0].element_spec
   )
