@@ -9,6 +9,7 @@ then asserts:
   SIGINT, a one-line message as the last line of stderr and no traceback;
 * that none of the recorded descendants is left running (only this binary's
   own descendants are tracked, never other processes on the machine);
+* that nothing is left in the temporary directory after SIGTERM or SIGINT;
 * that nothing under the run directory is half-written: ``metrics.csv``
   parses (`results.load_run`) with rounds 0, 1, … and none twice, every
   checkpoint present loads and holds its round, no temporary file is left
@@ -84,9 +85,16 @@ class _Binary:
       f'--experiment_name={name}',
       *flags,
     ]
+    self.tempdir = os.path.join(root, 'tmp')  # The system's temporary directory, to the binary.
+    os.makedirs(self.tempdir, exist_ok=True)
     self.started = time.monotonic()
     self.process = subprocess.Popen(
-      self.args, cwd=_REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+      self.args,
+      cwd=_REPO,
+      env={**os.environ, 'TMPDIR': self.tempdir},
+      stdout=subprocess.DEVNULL,
+      stderr=subprocess.PIPE,
+      text=True,
     )
     self.descendants: dict[int, psutil.Process] = {}
     self._names: dict[int, str] = {}
@@ -263,6 +271,8 @@ def test_sigterm_and_sigint_stop_everything_with_one_line(tmp_path, signum, flag
   assert len(workers) >= 1 + len(flags), binary.descendants  # Not vacuous.
   _assert_no_process_left(binary)
   _assert_nothing_half_written(run_dir)
+  # Autograph's source files included, which TF removes only at a normal exit.
+  assert not os.listdir(binary.tempdir), os.listdir(binary.tempdir)
 
 
 @pytest.mark.parametrize(
