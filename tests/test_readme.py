@@ -134,34 +134,60 @@ def _decimals(text):
   return len(text.partition('.')[2])
 
 
+_VERDICT_WORDS = ('reproduced', 'contradicted', 'no difference detected', 'undecided')
+_BOLD_VERDICT = re.compile(r'\*\*(' + '|'.join(_VERDICT_WORDS) + r')\*\*', re.IGNORECASE)
+
+
 def _report_intervals(page):
   """The `difference [95% CI]` cells of every results.md the experiment page links to, or
-  that sits beside it (``<page>/results.md``)."""
+  that sits beside it (``<page>/results.md``), each with the verdict words of its line
+  (the verdict and the Holm-adjusted one)."""
   folder = os.path.dirname(os.path.join(_REPO, page))
   linked = set(re.findall(r'\(([\w.\-]+)/results\.md\)', _read(page)))
   own = os.path.splitext(os.path.basename(page))[0]
   linked |= {own} if os.path.exists(os.path.join(folder, own, 'results.md')) else set()
   intervals = []
   for name in sorted(linked):
-    intervals += _INTERVAL.findall(
-      _read(os.path.relpath(os.path.join(folder, name, 'results.md'), _REPO))
-    )
+    report = _read(os.path.relpath(os.path.join(folder, name, 'results.md'), _REPO))
+    for line in report.splitlines():
+      words = {w for w in _VERDICT_WORDS if w in line}
+      intervals += [(_numbers(m), words) for m in _INTERVAL.finditer(line)]
   return intervals
+
+
+def _readme_verdict_rows():
+  table = _read('README.md').split("| experiment | paper's claim | verdict", 1)[1].split('\n\n')[0]
+  for row in table.splitlines()[2:]:
+    page = re.search(r'\]\((docs/experiments/[\w.\-]+\.md)', row).group(1)
+    yield page, row.rsplit(' | ', 1)[-1]
+
+
+def _quoted_in(match, intervals):
+  """The verdict words of the report lines whose interval `match` quotes at its rounding."""
+  quoted = _numbers(match)
+  tolerance = 0.5 * 10.0 ** -min(_decimals(x) for x in match.groups()) + 1e-9
+  return [
+    words for src, words in intervals if all(abs(q - s) <= tolerance for q, s in zip(quoted, src))
+  ]
 
 
 def test_the_readme_verdicts_quote_the_reports():
   """Every interval in the README's verdict table is one of its experiment's results.md,
-  rounded as the README prints it: a number there cannot drift from its source."""
-  table = _read('README.md').split("| experiment | paper's claim | verdict", 1)[1].split('\n\n')[0]
-  checked, missing = 0, []
-  for row in table.splitlines()[2:]:
-    page = re.search(r'\]\((docs/experiments/[\w.\-]+\.md)', row).group(1)
-    sources = [[float(x.replace('−', '-')) for x in m] for m in _report_intervals(page)]
-    for match in _INTERVAL.finditer(row.rsplit(' | ', 1)[-1]):
-      quoted = _numbers(match)
-      tolerance = 0.5 * 10.0 ** -min(_decimals(x) for x in match.groups()) + 1e-9
+  rounded as the README prints it, and the bold verdict word before it (if any) is that
+  line's verdict or its Holm-adjusted one: neither can drift from its source."""
+  checked, worded, missing = 0, 0, []
+  for page, cell in _readme_verdict_rows():
+    sources = _report_intervals(page)
+    for match in _INTERVAL.finditer(cell):
+      found = _quoted_in(match, sources)
       checked += 1
-      if not any(all(abs(q - s) <= tolerance for q, s in zip(quoted, src)) for src in sources):
+      if not found:
         missing.append(f'{page}: {match.group(0)}')
-  assert checked >= 20, checked
-  assert not missing, 'README intervals not in the reports: ' + '; '.join(missing)
+      said = list(_BOLD_VERDICT.finditer(cell[: match.start()]))
+      if said and found:
+        worded += 1
+        word = said[-1].group(1).lower()
+        if not any(word in words for words in found):
+          missing.append(f'{page}: **{word}** before {match.group(0)}, the report: {found}')
+  assert checked >= 20 and worded >= 20, (checked, worded)
+  assert not missing, 'README verdicts not in the reports: ' + '; '.join(missing)
