@@ -1,11 +1,14 @@
-"""Files written whole: a reader sees the old file or the new one, never half; and checks
-that files on disk hold what a report would write."""
+"""Files written whole: a reader sees the old file or the new one, never half; checks
+that files on disk hold what a report would write; and a binary's own temporary directory."""
 
 from __future__ import annotations
 
+import atexit
 from collections.abc import Iterator, Mapping
 import contextlib
 import os
+import shutil
+import tempfile
 
 
 @contextlib.contextmanager
@@ -51,3 +54,25 @@ def differing(expected: Mapping[str, str | bytes]) -> list[str]:
     if not same:
       stale.append(path)
   return stale
+
+
+_PRIVATE_TEMPDIR: list[str] = []  # This process's, once `use_private_tempdir` made it.
+
+
+def use_private_tempdir() -> None:
+  """Points `tempfile` (and so TF's autograph) at a new directory of this process's own.
+
+  Autograph writes a source file for each function it converts to the temporary
+  directory and removes it from an ``atexit`` hook, which a binary ending with
+  ``os._exit`` (after SIGTERM or SIGINT) skips. This directory is removed at a normal
+  exit and by `remove_private_tempdir`, which such a binary calls first.
+  """
+  _PRIVATE_TEMPDIR.append(tempfile.mkdtemp(prefix='tff-sampling-'))
+  tempfile.tempdir = _PRIVATE_TEMPDIR[-1]
+  atexit.register(remove_private_tempdir)
+
+
+def remove_private_tempdir() -> None:
+  """Removes the directory of `use_private_tempdir`, if any (safe to call again)."""
+  while _PRIVATE_TEMPDIR:
+    shutil.rmtree(_PRIVATE_TEMPDIR.pop(), ignore_errors=True)

@@ -28,10 +28,8 @@ interrupted in the middle of one, and the deadline exit (if the main thread
 does not get there within `_EXIT_DEADLINE_S`) first lets a file write in
 progress finish.
 
-**Temporary files.** TF's autograph writes one source file per function it
-converts to the temporary directory and removes it from an ``atexit`` hook,
-which ``os._exit`` skips. `binary_main` gives the process a temporary directory
-of its own (`_private_tempdir`), removed on every exit but SIGKILL.
+A binary's temporary files go to a directory of its own
+(`files.use_private_tempdir`), removed on every exit but SIGKILL.
 """
 
 from __future__ import annotations
@@ -41,10 +39,8 @@ from collections.abc import Callable, Sequence
 import gc
 import logging as logging_lib
 import os
-import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from typing import Any
@@ -62,6 +58,7 @@ from tensorflow_federated.python.core.impl.executors import remote_executor
 from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
 from tensorflow_federated.python.core.impl.types import placements
 
+from tff_sampling.runtime import files
 from tff_sampling.runtime import processes
 from tff_sampling.runtime import workers as workers_lib
 
@@ -408,8 +405,6 @@ def plain_log_lines() -> None:
 # progress then gets to finish. Their sum stays under 5 s.
 _EXIT_DEADLINE_S = 3.0
 _WRITE_GRACE_S = 1.5
-_TEMP_PREFIX = 'tff-sampling-'  # A binary's own temporary directory (`_private_tempdir`).
-_PRIVATE_TEMPDIR: str | None = None
 
 # Code that writes files: TF's file I/O (TFF's CSV and SavedModel writes and
 # checkpoint removal go through it), TF's SavedModel writer, TFF's program
@@ -557,20 +552,8 @@ class _Interrupts:
         except Exception:  # pylint: disable=broad-except
           pass
     os.write(2, (interruption_message(signum) + '\n').encode())
-    _remove_private_tempdir()
+    files.remove_private_tempdir()
     os._exit(128 + signum)  # pylint: disable=protected-access
-
-
-def _private_tempdir() -> None:
-  """Points `tempfile` (and so autograph) at a new directory, removed at a normal exit."""
-  global _PRIVATE_TEMPDIR
-  _PRIVATE_TEMPDIR = tempfile.tempdir = tempfile.mkdtemp(prefix=_TEMP_PREFIX)
-  atexit.register(_remove_private_tempdir)
-
-
-def _remove_private_tempdir() -> None:
-  if _PRIVATE_TEMPDIR is not None:
-    shutil.rmtree(_PRIVATE_TEMPDIR, ignore_errors=True)
 
 
 def binary_main(main: Callable[[Sequence[str]], Any]) -> Callable[[Sequence[str]], Any]:
@@ -588,7 +571,7 @@ def binary_main(main: Callable[[Sequence[str]], Any]) -> Callable[[Sequence[str]
   """
   interrupts = _Interrupts()
   interrupts.install()
-  _private_tempdir()
+  files.use_private_tempdir()
 
   def guarded_main(argv: Sequence[str]) -> Any:
     try:
