@@ -352,6 +352,8 @@ def test_a_crashed_call_trains_again_from_its_checkpoint_and_the_run_is_unchange
       '--stage=evaluate',
     ],
     cwd=REPO,
+    # The killed binary cannot remove its temporary directory: it stays in this test's.
+    env={**os.environ, 'TMPDIR': str(tmp_path)},
     stdout=subprocess.PIPE,
     stderr=subprocess.PIPE,
     text=True,

@@ -30,7 +30,12 @@ def test_notebook_is_committed_without_outputs(path):
 
 @pytest.mark.parametrize('path', NOTEBOOKS, ids=[os.path.basename(p) for p in NOTEBOOKS])
 @pytest.mark.slow
-def test_notebook_runs(path, tmp_path):
+def test_notebook_runs(path, tmp_path, monkeypatch):
+  # The kernel's temporary directory (the tutorial's runs; TF's autograph sources, which
+  # TF removes only at a clean interpreter exit) is inside this test's own.
+  kernel_tmp = tmp_path / 'tmp'
+  kernel_tmp.mkdir()
+  monkeypatch.setenv('TMPDIR', str(kernel_tmp))
   notebook = nbformat.read(path, as_version=4)
   # Four rounds where the reader trains twenty: the test checks that every cell runs and
   # shows its output, not how far the runs get.
@@ -39,7 +44,8 @@ def test_notebook_runs(path, tmp_path):
       'checkpoint_every=20,', 'checkpoint_every=4,'
     )
   assert any('rounds=4,' in cell.source for cell in notebook.cells), 'the tutorial has no rounds=20'
-  # Run where the notebook lives, as a reader would; it writes only to a temporary directory.
+  # Run where the notebook lives, as a reader would; it writes only to a temporary directory,
+  # which its last cells remove.
   client = NotebookClient(
     notebook,
     timeout=600,
@@ -53,4 +59,6 @@ def test_notebook_runs(path, tmp_path):
   assert 'uploads:' in text and 'accuracy' in text
   # Quiet: none of the reports TFF's secure sums leave behind reach the reader.
   assert 'Object was never used' not in errors and 'ERROR:tensorflow' not in errors
+  left = [name for name in os.listdir(kernel_tmp) if not name.startswith('__autograph')]
+  assert not left, left
   assert any('image/png' in o.get('data', {}) for o in outputs)  # The bits plot.
