@@ -21,6 +21,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import tff_cache
+from tff_sampling.runtime import files
 from tff_sampling.task import Task
 
 Preprocess = Callable[[tf.data.Dataset], tf.data.Dataset]
@@ -370,12 +371,15 @@ def load_tfds(
   """``tfds.load(name, data_dir=data_dir, download=False, **load_options)``.
 
   Missing data is a FileNotFoundError saying how to provide it; its subject
-  is `user` (e.g. ``'The cifar10 task'``), `alternative` ends its fix.
+  is `user` (e.g. ``'The cifar10 task'``), `alternative` ends its fix. The
+  directory TFDS leaves in the system temp directory when the data are not
+  prepared (it looks for their description online) is removed.
   """
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
 
   try:
-    return tfds.load(name, data_dir=data_dir, download=False, **load_options)
+    with files.scratch_tempdir():
+      return tfds.load(name, data_dir=data_dir, download=False, **load_options)
   except AssertionError as error:  # TFDS's "could not find data in ..." check.
     default = " (TFDS's default: $TFDS_DATA_DIR or ~/tensorflow_datasets)"
     raise FileNotFoundError(

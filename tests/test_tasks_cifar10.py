@@ -8,6 +8,7 @@ scaled-down size profiles through the ``size_group_*`` options.
 """
 
 import collections
+import tempfile
 
 import numpy as np
 import pytest
@@ -164,3 +165,17 @@ def test_missing_data_is_a_clear_error(tmp_path):
   assert f"data_dir='{tmp_path}'" in message
   assert 'could not find data' in message  # TFDS's own reason.
   assert 'tfds build cifar10 --data_dir=DIR' in message
+
+
+def test_missing_data_leaves_nothing_in_the_temp_directory(tmp_path, monkeypatch):
+  # TFDS makes a directory there each time it looks for data that are not prepared.
+  temp = tmp_path / 'temp'
+  temp.mkdir()
+  monkeypatch.setattr(tempfile, 'tempdir', str(temp))
+  with pytest.raises(FileNotFoundError):
+    get_task('cifar10', data_dir=str(tmp_path / 'data'), **SMALL)
+  with tfds.testing.mock_data(num_examples=MOCK_EXAMPLES):
+    cifar10.load_split('train', str(tmp_path / 'data'))
+  left = [path.name for path in temp.iterdir()]
+  assert [name for name in left if not name.startswith('__autograph_generated_file')] == []
+  assert tempfile.gettempdir() == str(temp)

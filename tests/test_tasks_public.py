@@ -22,12 +22,13 @@ import tff_sqlite_fixtures as fixtures
 
 import tasks
 from tasks import public
+from tff_sampling.runtime import files
 
 MOCK_EXAMPLES = 60
 
 
 def _mock_images(name):
-  with tfds.testing.mock_data(num_examples=MOCK_EXAMPLES):
+  with tfds.testing.mock_data(num_examples=MOCK_EXAMPLES), files.scratch_tempdir():
     dataset = tfds.load(name, split='train', download=False)
     return np.concatenate([b['image'] for b in dataset.batch(1000).as_numpy_iterator()])
 

@@ -1,5 +1,5 @@
 """Files written whole: a reader sees the old file or the new one, never half; checks
-that files on disk hold what a report would write; and a binary's own temporary directory."""
+that files on disk hold what a report would write; and temporary directories of our own."""
 
 from __future__ import annotations
 
@@ -76,3 +76,20 @@ def remove_private_tempdir() -> None:
   """Removes the directory of `use_private_tempdir`, if any (safe to call again)."""
   while _PRIVATE_TEMPDIR:
     shutil.rmtree(_PRIVATE_TEMPDIR.pop(), ignore_errors=True)
+
+
+@contextlib.contextmanager
+def scratch_tempdir() -> Iterator[None]:
+  """Points `tempfile` at a new directory for the block and removes it afterwards.
+
+  For a library call that leaves files in the temporary directory: TFDS makes an
+  empty one there each time it builds a dataset that is not prepared on disk. Not
+  for threads: `tempfile.tempdir` is the process's.
+  """
+  saved = tempfile.tempdir
+  with tempfile.TemporaryDirectory(prefix='tff-sampling-') as scratch:
+    tempfile.tempdir = scratch
+    try:
+      yield
+    finally:
+      tempfile.tempdir = saved
