@@ -164,6 +164,11 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
     self._report_uploaders = bool(report_uploaders)
 
   @property
+  def secure(self) -> bool:
+    """Whether the protocol's scalar sums are secure sums (the process then has some)."""
+    return self._scalar_sums.secure
+
+  @property
   def extra_scalars_per_client(self) -> int:
     """Scalars each cohort client uploads besides its model update."""
     # Every mode: the cohort count and three diagnostic flags (clipped norm,

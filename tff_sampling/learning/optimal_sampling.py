@@ -46,13 +46,11 @@ def _factory(expected_clients, max_rescaling_steps, mode, secure, seed, aggregat
   )
 
 
-def _hinting(process, secure, mode):
-  """`process` raising `SecureSumContextError` if its secure sums cannot run."""
-  # With the protocol's secure sums there is no need to look; otherwise only an
-  # inner factory (e.g. SecureSumFactory) can bring some.
-  return secure_context.with_secure_sum_hint(
-    process, check=not (secure and mode != aggregator_lib.Mode.EXACT)
-  )
+def _hinting_for(process, aggregator):
+  """`process` raising `SecureSumContextError` if its secure sums cannot run; the walk over
+  its computation that looks for them is skipped when `aggregator` is known to bring some."""
+  known = isinstance(aggregator, aggregator_lib.OptimalSamplingFactory) and aggregator.secure
+  return secure_context.with_secure_sum_hint(process, check=not known)
 
 
 def build_fed_avg_with_aggregator(
@@ -73,7 +71,7 @@ def build_fed_avg_with_aggregator(
     model_aggregator=aggregator,
     loop_implementation=fedavg.CLIENT_LOOP,
   )
-  return secure_context.with_secure_sum_hint(process)
+  return _hinting_for(process, aggregator)
 
 
 def build_dsgd_with_aggregator(
@@ -90,7 +88,7 @@ def build_dsgd_with_aggregator(
     model_aggregator=aggregator,
     loop_implementation=fedavg.CLIENT_LOOP,
   )
-  return secure_context.with_secure_sum_hint(process)
+  return _hinting_for(process, aggregator)
 
 
 def build_fed_avg_with_optimal_sampling(
@@ -128,17 +126,13 @@ def build_fed_avg_with_optimal_sampling(
   Raises:
     TypeError: For an ``inner_factory`` that does not return a sum.
   """
-  process = tff.learning.algorithms.build_weighted_fed_avg(
+  return build_fed_avg_with_aggregator(
     model_fn,
-    client_optimizer_fn=client_optimizer_fn,
-    server_optimizer_fn=server_optimizer_fn,
+    client_optimizer_fn,
+    server_optimizer_fn,
+    _factory(expected_clients, max_rescaling_steps, mode, secure, seed, aggregator_options),
     client_weighting=client_weighting,
-    model_aggregator=_factory(
-      expected_clients, max_rescaling_steps, mode, secure, seed, aggregator_options
-    ),
-    loop_implementation=fedavg.CLIENT_LOOP,
   )
-  return _hinting(process, secure, mode)
 
 
 def build_dsgd_with_optimal_sampling(
@@ -158,12 +152,8 @@ def build_dsgd_with_optimal_sampling(
   as in `build_fed_avg_with_optimal_sampling`; the server optimizer's learning
   rate is the step size ``η``.
   """
-  process = tff.learning.algorithms.build_fed_sgd(
+  return build_dsgd_with_aggregator(
     model_fn,
-    server_optimizer_fn=server_optimizer_fn,
-    model_aggregator=_factory(
-      expected_clients, max_rescaling_steps, mode, secure, seed, aggregator_options
-    ),
-    loop_implementation=fedavg.CLIENT_LOOP,
+    server_optimizer_fn,
+    _factory(expected_clients, max_rescaling_steps, mode, secure, seed, aggregator_options),
   )
-  return _hinting(process, secure, mode)
