@@ -246,8 +246,9 @@ def _finish(
   ended = [(job, at) for job, at in zip(call.jobs, diverged) if job not in left]
   for job, at in ended:
     outcome = f'diverged in round {at}' if at is not None else 'finished'
-    which = '' if len(call.jobs) == 1 else f' (call {call.name})'
-    print(f'{job.name}: {outcome} in {seconds:.0f} s{which}', flush=True)
+    # A call of several seeds times them together: its time is not any one run's.
+    took = f'in {seconds:.0f} s' if len(call.jobs) == 1 else f'(call {call.name}: {seconds:.0f} s)'
+    print(f'{job.name}: {outcome} {took}', flush=True)
   return left, bool(ended)
 
 

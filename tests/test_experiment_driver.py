@@ -114,8 +114,9 @@ def test_tune_evaluate_export_report_and_rerun(tmp_path, driver):
     call = f'lr{rate:g}_{method}_seed0-1'
     assert (runs_dir / 'logs' / f'{call}.log').is_file()
     for seed in (0, 1):
-      assert f'lr{rate:g}_{method}_seed{seed}: finished in ' in done.out
-    assert done.out.count(f'(call {call})') == 2
+      assert f'lr{rate:g}_{method}_seed{seed}: finished (call {call}: ' in done.out
+    assert done.out.count(f'(call {call}: ') == 2
+    assert re.search(rf'\(call {call}: \d+ s\)', done.out)
   # After each ended call, runs trained and to go and the time left (no run is left at last).
   assert re.search(r'\d run\(s\) trained, 0 to go; about 0:00 left at \d+ s a run', done.out)
 
@@ -442,9 +443,9 @@ def test_a_divergence_ends_its_call_and_the_later_seeds_train_in_a_new_call(tmp_
   diverged = sorted(line for line in done.out.splitlines() if 'diverged in round 1' in line)
   assert len(diverged) == 3, done.out
   assert diverged[0].startswith('lr1e+30_uniform_seed0: ')
-  assert '(call lr1e+30_uniform_seed0-2)' in diverged[0]
+  assert '(call lr1e+30_uniform_seed0-2: ' in diverged[0]
   assert diverged[1].startswith('lr1e+30_uniform_seed1: ')
-  assert '(call lr1e+30_uniform_seed1-2)' in diverged[1]
+  assert '(call lr1e+30_uniform_seed1-2: ' in diverged[1]
   assert diverged[2].startswith('lr1e+30_uniform_seed2: ') and '(call' not in diverged[2]
   assert sorted(os.listdir(runs_dir / 'logs')) == [
     'lr1e+30_uniform_seed0-2.log',
