@@ -319,8 +319,16 @@ def _tff_weights(process, state) -> list[np.ndarray]:
   return [np.asarray(w) for w in process.get_model_weights(state).trainable]
 
 
-def run_benchmark(config: BenchmarkConfig) -> BenchmarkResult:
-  """Warms up and checks every implementation, then times `config.rounds` rounds each."""
+def run_benchmark(
+  config: BenchmarkConfig,
+  built: Mapping[TffLoop, tff.learning.templates.LearningProcess] | None = None,
+) -> BenchmarkResult:
+  """Warms up and checks every implementation, then times `config.rounds` rounds each.
+
+  `built`: processes already built as `build_tff_process` builds them for `config` (a
+  caller that runs the same process elsewhere builds it once), by loop; the others are
+  built here.
+  """
   arrays = config.client_arrays()
   sizes = np.array([len(a['y']) for a in arrays], np.int64)
   datasets = fedavg_workload.client_datasets(arrays, config.batch_size)
@@ -338,6 +346,9 @@ def run_benchmark(config: BenchmarkConfig) -> BenchmarkResult:
   # invalidates Keras models created earlier in eager mode.
   processes = {}
   for loop in config.tff_loops:
+    if built and loop in built:
+      processes[loop.label] = built[loop]
+      continue
     logging.info('Building TFF process (%s)', loop.label)
     processes[loop.label] = build_tff_process(datasets[0].element_spec, config, loop)
   plain = fedavg_workload.PlainFedAvg(

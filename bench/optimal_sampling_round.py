@@ -47,9 +47,18 @@ _TARGET = 1.10
 
 
 def run(
-  *, timed_rounds: int, clients: int, examples: int, expected_clients: float
+  *,
+  timed_rounds: int,
+  clients: int,
+  examples: int,
+  expected_clients: float,
+  plain: tff.learning.templates.LearningProcess | None = None,
 ) -> dict[str, np.ndarray]:
-  """Round times (seconds) of each process, interleaved, after a warm-up round."""
+  """Round times (seconds) of each process, interleaved, after a warm-up round.
+
+  `plain`: the ``plain`` process (`learning.build_fed_avg` of this workload's model, client
+  learning rate 0.1), if the caller has it already (built here otherwise).
+  """
   tff_context.use_secure_sum_simulation()
   sizes = fedavg_workload.client_sizes(clients, examples, seed=0)
   datasets = fedavg_workload.client_datasets(
@@ -58,8 +67,10 @@ def run(
   model_fn = fedavg_workload.tff_model_fn(datasets[0].element_spec, seed=0)
 
   sgd = tff.learning.optimizers.build_sgdm
+  if plain is None:
+    plain = learning.build_fed_avg(model_fn, client_learning_rate=0.1)
   processes = {
-    'plain': learning.build_fed_avg(model_fn, client_learning_rate=0.1),
+    'plain': plain,
     'optimal': learning.build_fed_avg_with_optimal_sampling(
       model_fn,
       sgd(0.1),

@@ -51,6 +51,7 @@ from absl import app
 from absl import flags
 from absl import logging
 import numpy as np
+import tensorflow_federated as tff
 
 from bench import clustered as bench_clustered
 from bench import fedavg_round
@@ -130,7 +131,7 @@ class Sizes:
       lefl_clients=40,
       memory_cohort=12,
       memory_slice=4,
-      program_rounds=4,
+      program_rounds=2,
       natural_models=('logreg',),
     )
 
@@ -201,6 +202,19 @@ def _fedavg_workload(sizes: Sizes) -> tuple[np.ndarray, list, Callable]:
   return client_sizes, datasets, fedavg_workload.tff_model_fn(datasets[0].element_spec, config.seed)
 
 
+class FedavgWorkload:
+  """The ``fedavg`` section's workload (`_fedavg_workload`) and TFF's FedAvg round over it
+  (`fedavg.build_fed_avg`, client SGD 0.1: the process `fedavg_round.build_tff_process`
+  builds with ``DATASET_ITERATOR``), built once for every section that runs it."""
+
+  def __init__(self, sizes: Sizes):
+    self.client_sizes, self.datasets, self.model_fn = _fedavg_workload(sizes)
+
+  @functools.cached_property
+  def process(self) -> tff.learning.templates.LearningProcess:
+    return fedavg.build_fed_avg(self.model_fn, client_learning_rate=0.1)
+
+
 def _round(process, data) -> Callable[[], float]:
   """A measure: seconds of one ``process.next``, the state carried from call to call."""
   state = process.initialize()
@@ -212,12 +226,14 @@ def _round(process, data) -> Callable[[], float]:
   return stats.timed(run)
 
 
-def fedavg_rows(sizes: Sizes, pairs: int) -> list[Row]:
+def fedavg_rows(sizes: Sizes, pairs: int, workload: FedavgWorkload | None = None) -> list[Row]:
   """TFF's FedAvg round against plain TF."""
+  workload = workload or FedavgWorkload(sizes)
   result = fedavg_round.run_benchmark(
     fedavg_round.BenchmarkConfig(
       rounds=pairs, num_clients=sizes.clients, total_examples=sizes.examples
-    )
+    ),
+    built={fedavg_round.TffLoop.ITERATOR: workload.process},
   )
   rows = []
   for loop in result.config.tff_loops:
@@ -246,11 +262,12 @@ SIGNAL_VARIANTS = {
 }
 
 
-def process_rows(sizes: Sizes, pairs: int) -> list[Row]:
+def process_rows(sizes: Sizes, pairs: int, workload: FedavgWorkload | None = None) -> list[Row]:
   """Our processes' rounds against TFF FedAvg's, on the ``fedavg`` workload."""
-  client_sizes, datasets, model_fn = _fedavg_workload(sizes)
+  workload = workload or FedavgWorkload(sizes)
+  client_sizes, datasets, model_fn = workload.client_sizes, workload.datasets, workload.model_fn
   signal_data = signals.selection_client_data(datasets, [float(s) for s in client_sizes])
-  plain = fedavg.build_fed_avg(model_fn, client_learning_rate=0.1)
+  plain = workload.process
   measures = {'plain': _round(plain, datasets)}
   for label, kwargs in SIGNAL_VARIANTS.items():
     measures[label] = _round(
@@ -284,7 +301,11 @@ def process_rows(sizes: Sizes, pairs: int) -> list[Row]:
     for label in SIGNAL_VARIANTS
   ]
   times = optimal_sampling_round.run(
-    timed_rounds=pairs, clients=sizes.clients, examples=sizes.examples, expected_clients=3.0
+    timed_rounds=pairs,
+    clients=sizes.clients,
+    examples=sizes.examples,
+    expected_clients=3.0,
+    plain=plain,
   )
   rows.append(
     Row(
@@ -401,10 +422,12 @@ def _sampler_work(sizes: Sizes, distances: np.ndarray) -> dict[str, tuple[Callab
   }
 
 
-def sampler_rows(sizes: Sizes, pairs: int, expensive_pairs: int) -> list[Row]:
+def sampler_rows(
+  sizes: Sizes, pairs: int, expensive_pairs: int, workload: FedavgWorkload | None = None
+) -> list[Row]:
   """Server-side work against one FedAvg round, interleaved with it."""
-  _, datasets, model_fn = _fedavg_workload(sizes)
-  fedavg_round_seconds = _round(fedavg.build_fed_avg(model_fn, client_learning_rate=0.1), datasets)
+  workload = workload or FedavgWorkload(sizes)
+  fedavg_round_seconds = _round(workload.process, workload.datasets)
   fedavg_round_seconds()  # Warm-up: the 3DG's blocks have none (it needs no warming).
   graph_row, distances = _fedgs_graph_row(
     sizes.sampler_clients, fedavg_round_seconds, expensive_pairs
@@ -419,8 +442,11 @@ def sampler_rows(sizes: Sizes, pairs: int, expensive_pairs: int) -> list[Row]:
   ] + [graph_row]
 
 
-def worker_rows(sizes: Sizes, pairs: int) -> list[Row]:
-  result = bench_workers.run(sizes.clients, sizes.examples, pairs, worker_counts=(2,))
+def worker_rows(sizes: Sizes, pairs: int, workload: FedavgWorkload | None = None) -> list[Row]:
+  workload = workload or FedavgWorkload(sizes)
+  result = bench_workers.run(
+    sizes.clients, sizes.examples, pairs, worker_counts=(2,), process=workload.process
+  )
   one = bench_workers.ONE_PROCESS
   return [
     Row(
@@ -546,24 +572,25 @@ def run_suite(
   if unknown or not sections:
     raise ValueError(f'Unknown or no sections {sorted(unknown)}; choose from {list(SECTIONS)}.')
   rows: list[Row] = []
+  workload = FedavgWorkload(sizes)  # Its process is built once, by the first section to run it.
   if 'fedavg' in sections:
-    rows += fedavg_rows(sizes, pairs)
+    rows += fedavg_rows(sizes, pairs, workload)
   if 'natural' in sections:
     if leaf_dir:
       rows += natural_rows(leaf_dir, sizes.natural_models, pairs)
     else:
       logging.info('The natural section needs --suite_leaf_dir (a LEAF FEMNIST folder): left out.')
   if 'workers' in sections:
-    rows += worker_rows(sizes, pairs)
+    rows += worker_rows(sizes, pairs, workload)
   if 'memory' in sections:
     rows += memory_rows(sizes, expensive_pairs)
   if 'program' in sections:
     rows += program_rows(sizes.program_rounds, expensive_pairs)
   if 'samplers' in sections:
-    rows += sampler_rows(sizes, pairs, expensive_pairs)
+    rows += sampler_rows(sizes, pairs, expensive_pairs, workload)
   if 'processes' in sections:
     tff_context.use_secure_sum_simulation()
-    rows += process_rows(sizes, pairs)
+    rows += process_rows(sizes, pairs, workload)
   return rows
 
 

@@ -29,6 +29,7 @@ from absl import flags
 from absl import logging
 import numpy as np
 import psutil
+import tensorflow_federated as tff
 
 from bench import fedavg_round
 from bench import fedavg_workload
@@ -72,16 +73,22 @@ def run(
   total_examples: int = 4800,
   timed_rounds: int = 5,
   worker_counts: Sequence[int] = (1, 2),
+  process: tff.learning.templates.LearningProcess | None = None,
 ) -> WorkersResult:
-  """Builds the workload, checks each pool against one process, then times them alternately."""
+  """Builds the workload, checks each pool against one process, then times them alternately.
+
+  `process`: the workload's process as `fedavg_round.build_tff_process` builds it with
+  ``DATASET_ITERATOR``, if the caller has it already (built here otherwise).
+  """
   config = fedavg_round.BenchmarkConfig(num_clients=num_clients, total_examples=total_examples)
   sizes = fedavg_workload.client_sizes(num_clients, total_examples, config.seed)
   datasets = fedavg_workload.client_datasets(
     fedavg_workload.synthetic_client_arrays(sizes, config.seed), config.batch_size
   )
-  process = fedavg_round.build_tff_process(
-    datasets[0].element_spec, config, fedavg_round.TffLoop.ITERATOR
-  )
+  if process is None:
+    process = fedavg_round.build_tff_process(
+      datasets[0].element_spec, config, fedavg_round.TffLoop.ITERATOR
+    )
   initial = process.initialize()
   start = fedavg_round._tff_weights(process, initial)  # pylint: disable=protected-access
   reference = fedavg_round._tff_weights(process, process.next(initial, datasets).state)  # pylint: disable=protected-access
