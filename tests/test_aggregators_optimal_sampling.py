@@ -38,6 +38,25 @@ def _process(m, **kwargs):
   return OptimalSamplingFactory(m, **kwargs).create(_VALUE_TYPE, _WEIGHT_TYPE)
 
 
+@pytest.fixture(scope='module')
+def built():
+  """`_process`, memoised per argument set for the module.
+
+  Building a process and its first call (TFF compiles it then) take seconds each; tests
+  that build the identical process share one. The processes are stateless, and the
+  arguments passed here are plain values.
+  """
+  processes = {}
+
+  def get(m, **kwargs):
+    key = (m, tuple(sorted(kwargs.items())))
+    if key not in processes:
+      processes[key] = _process(m, **kwargs)
+    return processes[key]
+
+  return get
+
+
 def _intrinsic_uris(computation):
   uris = []
 
@@ -53,8 +72,8 @@ def _intrinsic_uris(computation):
 _NON_SECURE = {'federated_sum', 'federated_aggregate', 'federated_mean', 'federated_weighted_mean'}
 
 
-def test_type_signature_and_measurement_keys():
-  process = _process(3.0)
+def test_type_signature_and_measurement_keys(built):
+  process = built(3.0)
   signature = process.next.type_signature
   assert signature.parameter[1].placement is tff.CLIENTS
   assert signature.parameter[2].placement is tff.CLIENTS
@@ -76,24 +95,24 @@ def test_type_signature_and_measurement_keys():
   ]
 
 
-def test_secure_computation_has_no_plain_aggregation_of_client_values():
+def test_secure_computation_has_no_plain_aggregation_of_client_values(built):
   secure_inner = tff.aggregators.SecureSumFactory(1e4)
   uris = _intrinsic_uris(_process(3.0, inner_factory=secure_inner).next)
   assert not _NON_SECURE & set(uris), uris
   assert 'federated_secure_sum_bitwidth' in uris
   # With the default inner factory the model update is the one plain sum.
-  uris = _intrinsic_uris(_process(3.0).next)
+  uris = _intrinsic_uris(built(3.0).next)
   assert [u for u in uris if u in _NON_SECURE] == ['federated_sum']
   # The check can fail: the non-secure variant aggregates in the clear.
   assert len([u for u in _intrinsic_uris(_process(3.0, secure=False).next) if u in _NON_SECURE]) > 5
 
 
 @pytest.mark.parametrize('mode', ['approximate', 'exact'])
-def test_hand_computed_round(mode):
+def test_hand_computed_round(built, mode):
   # U_i = i · (1, 1, 1, 1, 1), w_i = 1, m = 2: a_i = i·√5, A = 21·√5 and
   # p_i = 2i/21 < 1 for i = 1..6, so each uploaded term (w_i/p_i)·U_i equals
   # (21/2)·(1, …, 1) and the aggregate is uploads · 10.5 / W with W = 6.
-  process = _process(2.0, mode=mode, secure=(mode == 'approximate'))
+  process = built(2.0, mode=mode, secure=(mode == 'approximate'))
   output = process.next(process.initialize(), _values([[i] * 5 for i in range(1, 7)]), [1.0] * 6)
   measurements = output.measurements
   np.testing.assert_allclose(_flat(output.result), measurements['uploads'] * 1.75, rtol=1e-6)
@@ -147,20 +166,20 @@ def test_approximate_with_enough_steps_equals_exact():
     )
 
 
-def test_uniform_mode_has_improvement_factor_one():
+def test_uniform_mode_has_improvement_factor_one(built):
   rng = np.random.default_rng(5)
   vectors = rng.normal(size=(8, 5)) * rng.lognormal(sigma=1.5, size=(8, 1))
-  process = _process(2.0, mode='uniform')
+  process = built(2.0, mode='uniform')
   measurements = process.next(process.initialize(), _values(vectors), [1.0] * 8).measurements
   assert measurements['improvement_factor'] == pytest.approx(1.0, rel=1e-4)
   assert measurements['expected_uploads'] == pytest.approx(2.0, rel=1e-5)
 
 
-def test_full_mode_is_the_weighted_mean():
+def test_full_mode_is_the_weighted_mean(built):
   rng = np.random.default_rng(2)
   vectors = rng.normal(size=(5, 5))
   weights = [3.0, 1.0, 4.0, 1.0, 5.0]
-  process = _process(2.0, mode='full')
+  process = built(2.0, mode='full')
   output = process.next(process.initialize(), _values(vectors), weights)
   np.testing.assert_allclose(
     _flat(output.result), np.average(vectors, axis=0, weights=weights), rtol=1e-6, atol=1e-7
@@ -169,10 +188,10 @@ def test_full_mode_is_the_weighted_mean():
   assert output.measurements['extra_scalars_per_client'] == 6
 
 
-def test_expected_clients_at_least_cohort_means_full_participation():
+def test_expected_clients_at_least_cohort_means_full_participation(built):
   rng = np.random.default_rng(3)
   vectors = rng.normal(size=(4, 5))
-  process = _process(4.0)
+  process = built(4.0)
   output = process.next(process.initialize(), _values(vectors), [1.0] * 4)
   assert output.measurements['full_participation'] == 1
   assert output.measurements['uploads'] == 4
@@ -276,11 +295,11 @@ def test_bad_arguments(kwargs, match):
 
 
 @pytest.mark.parametrize('mode', ['approximate', 'exact'])
-def test_zero_norm_gets_probability_zero_also_at_full_participation(mode):
+def test_zero_norm_gets_probability_zero_also_at_full_participation(built, mode):
   # n = 2, m = 2, client 0's update is zero: p = [0, 1] (the NumPy/TF functions
   # say the same), so Σp = 1 and one upload; the result is w_1 U_1 / (w_0 + w_1).
   vectors = [[0] * 5, [1, -2, 3, 0, 4]]
-  process = _process(2.0, mode=mode, secure=(mode == 'approximate'))
+  process = built(2.0, mode=mode, secure=(mode == 'approximate'))
   output = process.next(process.initialize(), _values(vectors), [2.0, 3.0])
   measurements = output.measurements
   assert measurements['full_participation'] == 1
@@ -293,9 +312,9 @@ def test_zero_norm_gets_probability_zero_also_at_full_participation(mode):
 
 
 @pytest.mark.parametrize('mode', ['uniform', 'full'])
-def test_norm_blind_baselines_keep_every_client(mode):
+def test_norm_blind_baselines_keep_every_client(built, mode):
   # The baselines do not look at norms: at m ≥ n both clients get p = 1.
-  process = _process(2.0, mode=mode)
+  process = built(2.0, mode=mode)
   output = process.next(process.initialize(), _values([[0] * 5, [1, -2, 3, 0, 4]]), [2.0, 3.0])
   assert output.measurements['uploads'] == 2
   np.testing.assert_allclose(
@@ -324,7 +343,10 @@ _RTOL, _ATOL = 1e-6, 1e-7
 
 
 def _full_participation_round(factory):
-  process = factory.create(_VALUE_TYPE, _WEIGHT_TYPE)
+  return _round_of(factory.create(_VALUE_TYPE, _WEIGHT_TYPE))
+
+
+def _round_of(process):
   output = process.next(process.initialize(), _values(_VECTORS), [float(w) for w in _WEIGHTS])
   return _flat(output.result), output.measurements
 
@@ -338,8 +360,9 @@ def _clip_l2(vectors, bound):
   return vectors * np.minimum(1.0, bound / norms)
 
 
-def test_default_inner_factory_is_the_exact_weighted_mean():
-  result, measurements = _full_participation_round(OptimalSamplingFactory(_M))
+def test_default_inner_factory_is_the_exact_weighted_mean(built):
+  # OptimalSamplingFactory(_M) with the default inner factory (a SumFactory).
+  result, measurements = _round_of(built(_M))
   assert measurements['uploads'] == 4
   np.testing.assert_allclose(result, _oracle(_VECTORS), rtol=_RTOL, atol=_ATOL)
 

@@ -5,6 +5,8 @@ NumPy probabilities of `tff_sampling.probabilities`; statistical tests state
 their confidence.
 """
 
+import copy
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -75,6 +77,30 @@ def keras_losses(suite):
   return losses
 
 
+@pytest.fixture(scope='module')
+def build(suite):
+  """`build_multi_model_process` over the suite's models, memoised per argument set.
+
+  Building a process and its first call take seconds each; tests that need the same
+  process (same sampling, m and options) share one. The processes are stateless.
+  """
+  built = {}
+
+  def get(sampling, expected_clients=3, **kwargs):
+    key = (sampling, float(expected_clients), tuple(sorted(kwargs.items())))
+    if key not in built:
+      built[key] = multi_model.build_multi_model_process(
+        [t.model_fn for t in suite],
+        sampling=sampling,
+        expected_clients=expected_clients,
+        client_learning_rates=LR,
+        **kwargs,
+      )
+    return built[key]
+
+  return get
+
+
 def _full_participation_steps(tasks):
   """Σ_i d_{i,s} U_{i,s} per model, from TFF's FedAvg over every client (server lr 1)."""
   steps = []
@@ -127,7 +153,7 @@ def test_full_participation_with_one_model_is_tffs_fedavg(suite, full_participat
 @pytest.mark.parametrize(
   'sampling,steps', [('optimal_loss', None), ('optimal_loss_secure', 0), ('optimal_loss_secure', 1)]
 )
-def test_loss_signal_probabilities_match_numpy(suite, keras_losses, sampling, steps):
+def test_loss_signal_probabilities_match_numpy(suite, keras_losses, build, sampling, steps):
   # The process's α and Σp come from the probabilities it drew with; the
   # NumPy functions on the Keras losses give the same numbers.
   shares = _shares(suite)
@@ -137,13 +163,12 @@ def test_loss_signal_probabilities_match_numpy(suite, keras_losses, sampling, st
     p = probabilities.multi_model_probabilities(signal, m)
   else:
     p = probabilities.approximate_multi_model_probabilities(signal, m, steps)
-  process = multi_model.build_multi_model_process(
-    [t.model_fn for t in suite],
-    sampling=sampling,
-    expected_clients=m,
-    client_learning_rates=LR,
-    max_rescaling_steps=4 if steps is None else steps,
-  )
+  # The exact sampling with the default max_rescaling_steps (4): the process that
+  # test_each_model_is_chosen_as_often_as_its_probabilities_say runs too.
+  if steps is None:
+    process = build(sampling, m)
+  else:
+    process = build(sampling, m, max_rescaling_steps=steps)
   output = process.next(_state(process, suite), _data(suite, shares))
   measured = output.measurements
   assert measured['expected_uploads'] == pytest.approx(p.sum(), rel=1e-5)
@@ -169,18 +194,24 @@ def _mean_steps(process, suite, shares, rounds):
   steps = [[] for _ in suite]
   uploads = []
   data = _data(suite, shares)
+  # Every round starts from the same models; only the round number (the draw) changes.
+  start = _state(process, suite)
+  start_flat = [_flat(w) for w in start['models']]
   for r in range(rounds):
-    state = _state(process, suite, round_num=r)
+    state = copy.copy(start)
+    state['round'] = np.int64(r)
     output = process.next(state, data)
     uploads.append(output.measurements['uploads'])
     for s in range(len(suite)):
-      steps[s].append(_flat(state['models'][s]) - _flat(output.state['models'][s]))
+      steps[s].append(start_flat[s] - _flat(output.state['models'][s]))
   return [np.array(x) for x in steps], np.array(uploads)
 
 
 @pytest.mark.parametrize('sampling', ['optimal', 'random', 'round_robin'])
 @pytest.mark.slow
-def test_the_step_is_unbiased_for_full_participation(suite, full_participation_steps, sampling):
+def test_the_step_is_unbiased_for_full_participation(
+  suite, full_participation_steps, build, sampling
+):
   # E[step_s] = Σ_i d_{i,s} U_{i,s}. Over K = 60 draws from fixed models, the
   # mean step projected on the target direction and on a fixed random one
   # must be within 4.5 standard errors (two-sided p < 1e-5 each under a
@@ -188,9 +219,7 @@ def test_the_step_is_unbiased_for_full_participation(suite, full_participation_s
   # multiple of S.
   shares = _shares(suite)
   targets = full_participation_steps
-  process = multi_model.build_multi_model_process(
-    [t.model_fn for t in suite], sampling=sampling, expected_clients=3, client_learning_rates=LR
-  )
+  process = build(sampling)
   rounds = 60
   steps, uploads = _mean_steps(process, suite, shares, rounds)
   assert 1.0 < uploads.sum(axis=1).mean() < 5.0  # m = 3 expected trainers.
@@ -208,18 +237,13 @@ def test_the_step_is_unbiased_for_full_participation(suite, full_participation_s
 
 
 @pytest.mark.slow
-def test_each_model_is_chosen_as_often_as_its_probabilities_say(suite, keras_losses):
+def test_each_model_is_chosen_as_often_as_its_probabilities_say(suite, keras_losses, build):
   # Loss signals from fixed models: p_{s|i} is fixed, so uploads of model s
   # over K rounds are a sum of independent Bernoullis with mean K Σ_i p_{s|i}.
   shares = _shares(suite)
   m = 3.0
   p = probabilities.multi_model_probabilities(shares * keras_losses, m)
-  process = multi_model.build_multi_model_process(
-    [t.model_fn for t in suite],
-    sampling='optimal_loss',
-    expected_clients=m,
-    client_learning_rates=LR,
-  )
+  process = build('optimal_loss', m)
   rounds = 40
   _, uploads = _mean_steps(process, suite, shares, rounds)
   mean = rounds * p.sum(axis=0)
@@ -251,7 +275,7 @@ def test_a_model_without_data_on_a_client_is_never_trained_there(suite):
 
 
 @pytest.mark.parametrize('baseline', ['random', 'round_robin'])
-def test_training_every_model_first_does_not_change_a_baseline(suite, baseline):
+def test_training_every_model_first_does_not_change_a_baseline(suite, build, baseline):
   # `<baseline>_train_all` trains every client-model pair, as optimal does, then makes the
   # baseline's draw: the same uploads, weights and model steps as the baseline, which trains
   # only the pair it drew (a trained update nobody uploads never reaches the server).
@@ -259,9 +283,7 @@ def test_training_every_model_first_does_not_change_a_baseline(suite, baseline):
   data = _data(suite, shares)
   outputs, maps = {}, {}
   for sampling in (baseline, f'{baseline}_train_all'):
-    process = multi_model.build_multi_model_process(
-      [t.model_fn for t in suite], sampling=sampling, expected_clients=3, client_learning_rates=LR
-    )
+    process = build(sampling)
     maps[sampling] = _intrinsic_uris(process.next).count('federated_map')
     outputs[sampling] = [process.next(_state(process, suite, round_num=r), data) for r in range(3)]
   # The baseline's clients train in one map (the drawn model); with train_all, one training map
@@ -297,24 +319,15 @@ def _intrinsic_uris(computation):
   return uris
 
 
-def test_secure_samplings_sum_client_values_only_securely(suite):
+def test_secure_samplings_sum_client_values_only_securely(suite, build):
   # Every client value but the model updates (one plain sum per model) goes
   # through secure sums; the exact sampling gathers the individual M_i.
-  fns = [t.model_fn for t in suite]
   for sampling in ('optimal_secure', 'optimal_loss_secure'):
-    uris = _intrinsic_uris(
-      multi_model.build_multi_model_process(
-        fns, sampling=sampling, expected_clients=3, client_learning_rates=LR
-      ).next
-    )
+    uris = _intrinsic_uris(build(sampling).next)
     assert uris.count('federated_sum') == len(suite), sampling
     assert 'federated_aggregate' not in uris and 'federated_mean' not in uris
     assert 'federated_secure_sum_bitwidth' in uris
-  exact = _intrinsic_uris(
-    multi_model.build_multi_model_process(
-      fns, sampling='optimal', expected_clients=3, client_learning_rates=LR
-    ).next
-  )
+  exact = _intrinsic_uris(build('optimal').next)
   assert 'federated_aggregate' in exact
 
 
