@@ -276,6 +276,7 @@ def build_tff_process(
   element_spec, config: BenchmarkConfig, loop: TffLoop
 ) -> tff.learning.templates.LearningProcess:
   """TFF's weighted FedAvg over the model (example weighting, SGD both sides)."""
+  logging.info('Building TFF process (%s)', loop.label)
   return tff.learning.algorithms.build_weighted_fed_avg(
     fedavg_workload.tff_model_fn(element_spec, config.seed, config.model, config.num_classes),
     client_optimizer_fn=tff.learning.optimizers.build_sgdm(config.client_learning_rate),
@@ -323,12 +324,8 @@ def run_benchmark(
   config: BenchmarkConfig,
   built: Mapping[TffLoop, tff.learning.templates.LearningProcess] | None = None,
 ) -> BenchmarkResult:
-  """Warms up and checks every implementation, then times `config.rounds` rounds each.
-
-  `built`: processes already built as `build_tff_process` builds them for `config` (a
-  caller that runs the same process elsewhere builds it once), by loop; the others are
-  built here.
-  """
+  """Warms up and checks every implementation, then times `config.rounds` rounds each;
+  `built` holds processes already built as `build_tff_process` builds them, by loop."""
   arrays = config.client_arrays()
   sizes = np.array([len(a['y']) for a in arrays], np.int64)
   datasets = fedavg_workload.client_datasets(arrays, config.batch_size)
@@ -344,13 +341,11 @@ def run_benchmark(
 
   # All TFF processes first: TFF builds its models inside a `tf.Graph`, which
   # invalidates Keras models created earlier in eager mode.
-  processes = {}
-  for loop in config.tff_loops:
-    if built and loop in built:
-      processes[loop.label] = built[loop]
-      continue
-    logging.info('Building TFF process (%s)', loop.label)
-    processes[loop.label] = build_tff_process(datasets[0].element_spec, config, loop)
+  built = built or {}
+  processes = {
+    loop.label: built.get(loop) or build_tff_process(datasets[0].element_spec, config, loop)
+    for loop in config.tff_loops
+  }
   plain = fedavg_workload.PlainFedAvg(
     fedavg_workload.MODELS[config.model](config.num_classes, config.seed),
     client_learning_rate=config.client_learning_rate,
@@ -386,9 +381,6 @@ def run_benchmark(
   noise_floor = compare_weights(start, perturbed, reference)
   logging.info('Plain TF vs itself from a start perturbed by 1e-6: %s', noise_floor)
 
-  def run_plain():
-    plain.run_round(datasets)
-
   def tff_runner(label):
     def run():
       states[label] = processes[label].next(states[label], datasets).state
@@ -396,7 +388,7 @@ def run_benchmark(
     return run
 
   runners = {label: stats.timed(tff_runner(label)) for label in processes}
-  runners[PLAIN_TF] = stats.timed(run_plain)
+  runners[PLAIN_TF] = stats.timed(lambda: plain.run_round(datasets))
   # The check and warm-up rounds above ran every side already.
   seconds = stats.interleave(runners, config.rounds, warmup=0)
   return BenchmarkResult(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable, Mapping, Sequence
+import functools
 
 import numpy as np
 import tensorflow as tf
@@ -13,6 +14,7 @@ import tensorflow_federated as tff
 
 from tasks import leaf_json
 from tasks import models
+from tff_sampling.learning import fedavg
 
 NUM_CLASSES = 10
 FEMNIST_CLASSES = 62
@@ -114,6 +116,21 @@ def tff_model_fn(
     )
 
   return model_fn
+
+
+class Workload:
+  """Synthetic clients (`client_sizes`, batched `client_datasets`), the CNN's model function
+  and TFF's FedAvg round over them (client SGD 0.1), built once for every benchmark of the
+  suite that runs it."""
+
+  def __init__(self, num_clients: int, total_examples: int, seed: int, batch_size: int):
+    self.client_sizes = client_sizes(num_clients, total_examples, seed)
+    self.datasets = client_datasets(synthetic_client_arrays(self.client_sizes, seed), batch_size)
+    self.model_fn = tff_model_fn(self.datasets[0].element_spec, seed)
+
+  @functools.cached_property
+  def process(self) -> tff.learning.templates.LearningProcess:
+    return fedavg.build_fed_avg(self.model_fn, client_learning_rate=0.1)
 
 
 class PlainFedAvg:

@@ -51,7 +51,6 @@ from absl import app
 from absl import flags
 from absl import logging
 import numpy as np
-import tensorflow_federated as tff
 
 from bench import clustered as bench_clustered
 from bench import fedavg_round
@@ -66,7 +65,6 @@ from bench import program_round
 from bench import stats
 from bench import workers as bench_workers
 from tff_sampling import probabilities
-from tff_sampling.learning import fedavg
 from tff_sampling.learning import signals
 from tff_sampling.runtime import tff_context
 from tff_sampling.samplers import base
@@ -192,27 +190,10 @@ class Machine:
     return dict(cpu=self.cpu, logical_cores=str(self.logical_cores), load_average=self.load)
 
 
-def _fedavg_workload(sizes: Sizes) -> tuple[np.ndarray, list, Callable]:
-  """Client sizes, datasets and model function of the ``fedavg`` section's workload."""
+def _workload(sizes: Sizes) -> fedavg_workload.Workload:
+  """The ``fedavg`` section's workload at `sizes`, shared by every section that runs it."""
   config = fedavg_round.BenchmarkConfig(num_clients=sizes.clients, total_examples=sizes.examples)
-  client_sizes = fedavg_workload.client_sizes(sizes.clients, sizes.examples, config.seed)
-  datasets = fedavg_workload.client_datasets(
-    fedavg_workload.synthetic_client_arrays(client_sizes, config.seed), config.batch_size
-  )
-  return client_sizes, datasets, fedavg_workload.tff_model_fn(datasets[0].element_spec, config.seed)
-
-
-class FedavgWorkload:
-  """The ``fedavg`` section's workload (`_fedavg_workload`) and TFF's FedAvg round over it
-  (`fedavg.build_fed_avg`, client SGD 0.1: the process `fedavg_round.build_tff_process`
-  builds with ``DATASET_ITERATOR``), built once for every section that runs it."""
-
-  def __init__(self, sizes: Sizes):
-    self.client_sizes, self.datasets, self.model_fn = _fedavg_workload(sizes)
-
-  @functools.cached_property
-  def process(self) -> tff.learning.templates.LearningProcess:
-    return fedavg.build_fed_avg(self.model_fn, client_learning_rate=0.1)
+  return fedavg_workload.Workload(sizes.clients, sizes.examples, config.seed, config.batch_size)
 
 
 def _round(process, data) -> Callable[[], float]:
@@ -226,9 +207,8 @@ def _round(process, data) -> Callable[[], float]:
   return stats.timed(run)
 
 
-def fedavg_rows(sizes: Sizes, pairs: int, workload: FedavgWorkload | None = None) -> list[Row]:
+def fedavg_rows(sizes: Sizes, pairs: int, workload: fedavg_workload.Workload) -> list[Row]:
   """TFF's FedAvg round against plain TF."""
-  workload = workload or FedavgWorkload(sizes)
   result = fedavg_round.run_benchmark(
     fedavg_round.BenchmarkConfig(
       rounds=pairs, num_clients=sizes.clients, total_examples=sizes.examples
@@ -262,9 +242,8 @@ SIGNAL_VARIANTS = {
 }
 
 
-def process_rows(sizes: Sizes, pairs: int, workload: FedavgWorkload | None = None) -> list[Row]:
+def process_rows(sizes: Sizes, pairs: int, workload: fedavg_workload.Workload) -> list[Row]:
   """Our processes' rounds against TFF FedAvg's, on the ``fedavg`` workload."""
-  workload = workload or FedavgWorkload(sizes)
   client_sizes, datasets, model_fn = workload.client_sizes, workload.datasets, workload.model_fn
   signal_data = signals.selection_client_data(datasets, [float(s) for s in client_sizes])
   plain = workload.process
@@ -423,10 +402,9 @@ def _sampler_work(sizes: Sizes, distances: np.ndarray) -> dict[str, tuple[Callab
 
 
 def sampler_rows(
-  sizes: Sizes, pairs: int, expensive_pairs: int, workload: FedavgWorkload | None = None
+  sizes: Sizes, pairs: int, expensive_pairs: int, workload: fedavg_workload.Workload
 ) -> list[Row]:
   """Server-side work against one FedAvg round, interleaved with it."""
-  workload = workload or FedavgWorkload(sizes)
   fedavg_round_seconds = _round(workload.process, workload.datasets)
   fedavg_round_seconds()  # Warm-up: the 3DG's blocks have none (it needs no warming).
   graph_row, distances = _fedgs_graph_row(
@@ -442,8 +420,7 @@ def sampler_rows(
   ] + [graph_row]
 
 
-def worker_rows(sizes: Sizes, pairs: int, workload: FedavgWorkload | None = None) -> list[Row]:
-  workload = workload or FedavgWorkload(sizes)
+def worker_rows(sizes: Sizes, pairs: int, workload: fedavg_workload.Workload) -> list[Row]:
   result = bench_workers.run(
     sizes.clients, sizes.examples, pairs, worker_counts=(2,), process=workload.process
   )
@@ -572,7 +549,7 @@ def run_suite(
   if unknown or not sections:
     raise ValueError(f'Unknown or no sections {sorted(unknown)}; choose from {list(SECTIONS)}.')
   rows: list[Row] = []
-  workload = FedavgWorkload(sizes)  # Its process is built once, by the first section to run it.
+  workload = _workload(sizes)  # Its process is built by the first section to run it.
   if 'fedavg' in sections:
     rows += fedavg_rows(sizes, pairs, workload)
   if 'natural' in sections:
