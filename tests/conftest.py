@@ -14,6 +14,14 @@ if os.environ.get('CI'):
   hypothesis.settings.load_profile('ci')
 
 
+def pytest_configure(config):
+  """``CPU_CENSUS=<file>``: each test's CPU, by kind, appended to <file> (`cpu_census`)."""
+  if os.environ.get('CPU_CENSUS'):
+    import cpu_census
+
+    config.pluginmanager.register(cpu_census.Census(os.environ['CPU_CENSUS']), 'cpu_census')
+
+
 def pytest_xdist_auto_num_workers(config):
   """``-n auto`` (pytest.ini): one worker per core and one more, at most 5.
 
