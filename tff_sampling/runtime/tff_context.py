@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import atexit
 from collections.abc import Callable, Sequence
+import functools
 import gc
 import logging as logging_lib
 import os
@@ -49,7 +50,6 @@ from absl import logging as absl_logging
 import grpc
 import portpicker
 import psutil
-from tensorflow_federated.python.core.backends.test import compiler as test_compiler
 from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
 from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
 from tensorflow_federated.python.core.impl.context_stack import runtime_error_context
@@ -58,6 +58,7 @@ from tensorflow_federated.python.core.impl.executors import remote_executor
 from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
 from tensorflow_federated.python.core.impl.types import placements
 
+from tff_sampling.runtime import compilation
 from tff_sampling.runtime import files
 from tff_sampling.runtime import processes
 from tff_sampling.runtime import workers as workers_lib
@@ -142,12 +143,12 @@ _LOCAL_WORKER = _LocalWorker()
 def _local_context() -> sync_execution_context.SyncExecutionContext:
   """TFF's ``create_sync_test_cpp_execution_context`` on `_LOCAL_WORKER`'s worker.
 
-  The same compiler (secure sums replaced by their test bodies, then TFF's native
-  compilation), executors and argument/result transforms as TFF's
-  (core/backends/test/execution_contexts.py and executor_stacks/executor_factory.py,
-  TFF 0.87), but for three things: the worker process is ours, the factory closes the
-  executors it no longer keeps (`workers_lib.ClosingExecutorFactory`), and the compiler skips
-  TFF's static Grappler pass (`workers_lib.desugar_to_native`).
+  The same compilation (secure sums replaced by their test bodies, then TFF's native form),
+  executors and argument/result transforms as TFF's (core/backends/test/execution_contexts.py
+  and executor_stacks/executor_factory.py, TFF 0.87), but for three things: the worker process
+  is ours, the factory closes the executors it no longer keeps
+  (`workers_lib.ClosingExecutorFactory`), and the compilation takes TFF's steps in one pass
+  without its static Grappler pass (`compilation.native_form`).
   """
 
   def stack_fn(cardinalities):
@@ -157,13 +158,9 @@ def _local_context() -> sync_execution_context.SyncExecutionContext:
     executor.set_cardinalities(cardinalities)
     return executor
 
-  def compile_fn(comp):
-    comp = test_compiler.replace_secure_intrinsics_with_bodies(comp)
-    return workers_lib.desugar_to_native(comp)
-
   return sync_execution_context.SyncExecutionContext(
     executor_fn=workers_lib.ClosingExecutorFactory(stack_fn),
-    compiler_fn=compile_fn,
+    compiler_fn=functools.partial(compilation.native_form, simulate_secure_sums=True),
     transform_args=tensorflow_computation.transform_args,
     transform_result=tensorflow_computation.transform_result,
   )

@@ -18,13 +18,8 @@ import weakref
 import grpc
 import portpicker
 import tensorflow_federated as tff
-from tensorflow_federated.python.core.backends.native import compiler as native_compiler
 from tensorflow_federated.python.core.backends.native import mergeable_comp_compiler
-from tensorflow_federated.python.core.environments.tensorflow_backend import (
-  tensorflow_tree_transformations,
-)
 from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
-from tensorflow_federated.python.core.impl.computation import computation_impl
 from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
 from tensorflow_federated.python.core.impl.execution_contexts import async_execution_context
 from tensorflow_federated.python.core.impl.executors import executor_base
@@ -34,6 +29,7 @@ from tensorflow_federated.python.core.impl.executors import remote_executor_grpc
 from tensorflow_federated.python.core.impl.types import placements
 
 from tff_sampling import validation
+from tff_sampling.runtime import compilation
 from tff_sampling.runtime import processes as processes_lib
 
 # TFF's own channel limits for its local worker (executor_factory.py): 2 GB messages.
@@ -267,30 +263,10 @@ def _remote_context(address: str, connect_timeout_s: float, usable):
 
   return async_execution_context.AsyncExecutionContext(
     executor_fn=ClosingExecutorFactory(executor_stack),
-    compiler_fn=desugar_to_native,
+    compiler_fn=compilation.native_form,
     transform_args=tensorflow_computation.transform_args,
     transform_result=tensorflow_computation.transform_result,
   ), channel
-
-
-def desugar_to_native(comp: tff.Computation) -> tff.Computation:
-  """TFF's ``desugar_and_transform_to_native`` (intrinsics replaced by their TF bodies, then
-  call-dominant native form) without its static Grappler pass over every TF computation.
-
-  That pass is CPU-only compile time in this process (about a fifth of the CPU of the tests
-  that build and run processes); the worker still optimises each graph when it runs it. A
-  30-round FEMNIST 2NN run with optimal uploads gave the same metrics, bit for bit, and the
-  same time per round either way.
-  """
-  desugared, _ = tensorflow_tree_transformations.replace_intrinsics_with_bodies(
-    comp.to_building_block()
-  )
-  return native_compiler.transform_to_native_form(
-    computation_impl.ConcreteComputation(
-      computation_proto=desugared.proto, context_stack=context_stack_impl.context_stack
-    ),
-    grappler_config=None,
-  )
 
 
 def _num_clients(computation: tff.Computation, args: Sequence[Any]) -> int:
