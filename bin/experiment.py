@@ -37,7 +37,8 @@ first (`experiment_jobs.longest_first`). The driver writes only inside
 ``--runs_dir`` and the raw metrics file.
 
 The raw metrics file is also the experiment's durable record: it is rewritten
-each time a run finishes, and a finished run found in it is not trained again
+each time a run finishes (within half a minute, even inside a call still
+training its later seeds), and a finished run found in it is not trained again
 (``--noreuse_raw_metrics`` trains it anyway). An experiment longer than one
 machine's life therefore resumes on another machine from the committed file,
 losing only the runs that were still training.
@@ -252,6 +253,9 @@ def _finish(
   return left, bool(ended)
 
 
+_LOOK_EVERY = 30.0  # Seconds between two looks for runs ended inside a call.
+
+
 def _stop(running: Iterable[_Call]) -> None:
   """Stops the calls still training; their runs resume on a rerun."""
   for call in running:
@@ -313,6 +317,11 @@ def train(
     if stop_signals:
       raise _Stop(signal.Signals(stop_signals[0]).name)
 
+  # Runs that ended inside a call still training (--seeds_per_call > 1), looked for every
+  # `_LOOK_EVERY` seconds, so that the raw metrics file keeps them if the call never ends.
+  ended_inside: set[experiment_jobs.Job] = set()
+  looked = time.monotonic()
+
   previous = {s: signal.signal(s, note_stop) for s in (signal.SIGTERM, signal.SIGINT)}
   try:
     while todo or running:
@@ -323,6 +332,13 @@ def train(
         running.append(_start(spec, jobs_of_call, runs_dir))
       time.sleep(1.0)
       check_stop()
+      if time.monotonic() - looked >= _LOOK_EVERY:
+        looked = time.monotonic()
+        inside = [job for call in running if len(call.jobs) > 1 for job in call.jobs]
+        ended = experiment_jobs.done_jobs(spec, inside, runs_dir) - ended_inside
+        if ended:
+          ended_inside |= ended
+          on_finished()
       for call in [c for c in running if c.process.poll() is not None]:
         running.remove(call)
         left, ended = _finish(spec, call, runs_dir, failures)

@@ -98,6 +98,11 @@ def find_run(
   return next((r for r in (carried or {}).values() if _is_job(spec, job, r)), local)
 
 
+def done_jobs(spec: evidence_spec.ExperimentSpec, jobs: Iterable[Job], runs_dir: str) -> set[Job]:
+  """The `jobs` whose runs in `runs_dir` are done."""
+  return {job for job in jobs if is_done(find_run(spec, job, runs_dir))}
+
+
 def is_done(run: results.Run | None) -> bool:
   """Finished all its rounds, or diverged (rerunning would diverge again)."""
   return run is not None and evidence_spec.finished(run)

@@ -259,6 +259,21 @@ def test_a_run_that_has_not_released_a_round_is_not_listed_yet(tmp_path):
     experiment_jobs.all_runs(spec, str(runs_dir))
 
 
+def test_done_jobs_are_the_runs_that_trained_every_round_or_diverged(tmp_path):
+  # What the driver exports while a call of several seeds still trains its later ones.
+  config = tmp_path / experiment_config.CONFIG_FILENAME
+  config.write_text(CONFIG)  # --rounds=2
+  spec = experiment_config.load(str(config))
+  runs_dir = tmp_path / 'runs'
+  hparams = {spec.label_key: 'uniform', 'client_learning_rate': 0.3, 'rounds': 2}
+  header = 'key,eval/accuracy,train/loss\n'
+  fh.write_run(runs_dir / 'lr0.3', 'x_uniform_seed0', dict(hparams, seed=0), header + '2,0.5,1\n')
+  fh.write_run(runs_dir / 'lr0.3', 'x_uniform_seed1', dict(hparams, seed=1), header + '1,0.5,1\n')
+  fh.write_run(runs_dir / 'lr0.3', 'x_uniform_seed2', dict(hparams, seed=2), header + '1,0.1,inf\n')
+  jobs = [experiment_jobs.Job('uniform', 0.3, seed) for seed in range(4)]  # Seed 3: not started.
+  assert experiment_jobs.done_jobs(spec, jobs, str(runs_dir)) == {jobs[0], jobs[2]}
+
+
 def _config(folder, *edits):
   """Writes CONFIG with each (old, new) of `edits` replaced into `folder`'s configuration file
   (a new folder); returns its path. Its binary is bin.benchmark, which builds one process for
