@@ -22,6 +22,8 @@ import sys
 
 from absl import flags
 
+import bin
+
 
 def _problem(module, argv: Sequence[str]) -> str | None:
   flags.FLAGS.unparse_flags()
@@ -67,6 +69,7 @@ def main() -> None:
   binary = sys.argv[1]
   argvs = json.load(sys.stdin)
   module = importlib.import_module(f'bin.{binary}')
+  bin.imports_done()  # Not under absl's app.run (bin/__init__.py).
   print(json.dumps([_problem(module, argv) for argv in argvs]))
 
 

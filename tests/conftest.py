@@ -1,5 +1,6 @@
 """Shared fixtures: small tasks built once per test session."""
 
+import gc
 import os
 
 import hypothesis
@@ -20,6 +21,13 @@ def pytest_configure(config):
     import cpu_census
 
     config.pluginmanager.register(cpu_census.Census(os.environ['CPU_CENSUS']), 'cpu_census')
+
+
+def pytest_collection_finish(session):
+  """What collection imported (TensorFlow, TFF, every test module) lives as long as the
+  worker: kept out of the cyclic collector's passes, as in the binaries (bin/__init__.py)."""
+  del session
+  gc.freeze()
 
 
 def pytest_xdist_auto_num_workers(config):

@@ -34,6 +34,25 @@ def _run_module(module, *args):
   )
 
 
+_GC_PROBE = """
+import gc, sys
+sys.argv = ['-m']  # As `python -m bin.<name>` while it imports the package.
+import bin
+from absl import app
+paused = not gc.isenabled()
+app.run(lambda argv: print(paused, gc.isenabled(), gc.get_freeze_count() > 0))
+"""
+
+
+def test_a_binary_imports_with_the_collector_paused_and_collects_once_its_main_runs():
+  # bin/__init__.py: paused while `python -m bin.<name>` imports; frozen and resumed by absl.
+  probe = subprocess.run(
+    [sys.executable, '-c', _GC_PROBE], cwd=_REPO, capture_output=True, text=True, timeout=60
+  )
+  assert probe.returncode == 0, probe.stderr[-2000:]
+  assert probe.stdout.split() == ['True', 'True', 'True']
+
+
 @pytest.mark.slow
 def test_fedavg_two_rounds_subprocess(tmp_path):
   proc = _run_module(
