@@ -256,6 +256,26 @@ def _finish(
 _LOOK_EVERY = 30.0  # Seconds between two looks for runs ended inside a call.
 
 
+class _Lookout:
+  """Looks, every `_LOOK_EVERY` seconds, for runs that ended inside a call still training its
+  later seeds (--seeds_per_call > 1): the raw metrics file should keep them, in case the call
+  never ends."""
+
+  def __init__(self) -> None:
+    self.seen: set[experiment_jobs.Job] = set()
+    self.looked = time.monotonic()
+
+  def found(self, spec: evidence_spec.ExperimentSpec, running: Iterable[_Call], runs_dir: str):
+    """Whether such a run has ended since the last look."""
+    if time.monotonic() - self.looked < _LOOK_EVERY:
+      return False
+    self.looked = time.monotonic()
+    inside = [job for call in running if len(call.jobs) > 1 for job in call.jobs]
+    ended = experiment_jobs.done_jobs(spec, inside, runs_dir) - self.seen
+    self.seen |= ended
+    return bool(ended)
+
+
 def _stop(running: Iterable[_Call]) -> None:
   """Stops the calls still training; their runs resume on a rerun."""
   for call in running:
@@ -306,8 +326,7 @@ def train(
   running: list[_Call] = []
   failures: dict[experiment_jobs.Job, int] = {}
   run_seconds: list[float] = []  # Each trained run's share of its call's seconds.
-  # A stop signal is noted, and acted on between two steps of the loop: a binary being
-  # started is then always in `running`, which the `finally` stops.
+  # Acted on between two steps: a binary being started is then in `running` (`finally`).
   stop_signals: list[int] = []
 
   def note_stop(signum, frame):  # pylint: disable=unused-argument
@@ -317,11 +336,7 @@ def train(
     if stop_signals:
       raise _Stop(signal.Signals(stop_signals[0]).name)
 
-  # Runs that ended inside a call still training (--seeds_per_call > 1), looked for every
-  # `_LOOK_EVERY` seconds, so that the raw metrics file keeps them if the call never ends.
-  ended_inside: set[experiment_jobs.Job] = set()
-  looked = time.monotonic()
-
+  lookout = _Lookout()
   previous = {s: signal.signal(s, note_stop) for s in (signal.SIGTERM, signal.SIGINT)}
   try:
     while todo or running:
@@ -332,13 +347,8 @@ def train(
         running.append(_start(spec, jobs_of_call, runs_dir))
       time.sleep(1.0)
       check_stop()
-      if time.monotonic() - looked >= _LOOK_EVERY:
-        looked = time.monotonic()
-        inside = [job for call in running if len(call.jobs) > 1 for job in call.jobs]
-        ended = experiment_jobs.done_jobs(spec, inside, runs_dir) - ended_inside
-        if ended:
-          ended_inside |= ended
-          on_finished()
+      if lookout.found(spec, running, runs_dir):
+        on_finished()
       for call in [c for c in running if c.process.poll() is not None]:
         running.remove(call)
         left, ended = _finish(spec, call, runs_dir, failures)
