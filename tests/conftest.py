@@ -6,8 +6,6 @@ import os
 import hypothesis
 import pytest
 
-import tasks
-
 # CI runs the property tests with a fixed example sequence, so that a red CI run
 # is reproducible; local runs keep exploring new examples.
 hypothesis.settings.register_profile('ci', derandomize=True)
@@ -23,11 +21,19 @@ def pytest_configure(config):
     config.pluginmanager.register(cpu_census.Census(os.environ['CPU_CENSUS']), 'cpu_census')
 
 
-def pytest_collection_finish(session):
-  """What collection imported (TensorFlow, TFF, every test module) lives as long as the
-  worker: kept out of the cyclic collector's passes, as in the binaries (bin/__init__.py)."""
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session):
+  """Collection imports TensorFlow, TFF and every test module: a few million objects that live
+  as long as the worker, none of them garbage. The cyclic collector pauses while they are
+  imported, then leaves them out of its passes (`gc.freeze`), as the binaries do
+  (bin/__init__.py)."""
   del session
-  gc.freeze()
+  gc.disable()
+  try:
+    return (yield)
+  finally:
+    gc.freeze()
+    gc.enable()
 
 
 def pytest_xdist_auto_num_workers(config):
@@ -53,6 +59,8 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture(scope='session')
 def small_digits_task():
   """`digits` with 20 clients: a FedAvg round takes ~0.1 s."""
+  import tasks  # Not at the top: collection imports it, with the collector paused.
+
   return tasks.get_task('digits', num_clients=20, client_batch_size=10)
 
 
