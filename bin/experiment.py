@@ -510,19 +510,28 @@ def main(argv: Sequence[str]) -> None:
       check_binary_flags(spec, runs_dir)
       checked.append(True)
 
-  def export() -> None:
+  def export(training: bool = False) -> None:
     runs = experiment_jobs.all_runs(spec, runs_dir, carried)
     unfinished = [name for name, run in runs.items() if not experiment_jobs.is_done(run)]
-    if unfinished:
+    if unfinished and not training:  # While calls train, some runs are unfinished by design.
       print(f'Note: unfinished runs exported as they are: {", ".join(unfinished)}')
     path = raw_metrics.write(list(runs.values()), archive, names=list(runs))
-    print(f'Wrote {len(runs)} runs to {path}', flush=True)
+    still = f' ({len(unfinished)} unfinished)' if unfinished else ''
+    print(f'Wrote {len(runs)} runs to {path}{still}', flush=True)
 
   def timed() -> list[results.Run]:
     return [*source_runs, *experiment_jobs.all_runs(spec, runs_dir, carried).values()]
 
   def train_and_export(jobs: Sequence[experiment_jobs.Job]) -> None:
-    train(spec, jobs, runs_dir, carried, on_finished=export, timed=timed, before_first=check_once)
+    train(
+      spec,
+      jobs,
+      runs_dir,
+      carried,
+      on_finished=lambda: export(training=True),
+      timed=timed,
+      before_first=check_once,
+    )
 
   try:
     no_tuning = _STAGE.value not in ('all', 'tune') or not spec.tuned

@@ -119,6 +119,10 @@ def test_tune_evaluate_export_report_and_rerun(tmp_path, driver):
     assert re.search(rf'\(call {call}: \d+ s\)', done.out)
   # After each ended call, runs trained and to go and the time left (no run is left at last).
   assert re.search(r'\d run\(s\) trained, 0 to go; about 0:00 left at \d+ s a run', done.out)
+  # Exports while calls train count the runs still training without naming them; the last
+  # export holds every run, finished.
+  assert 'Note: unfinished runs' not in done.out
+  assert re.search(r'Wrote 8 runs to \S+runs\.jsonl\.gz\n', done.out)
 
   # Only the runs directory and the raw metrics file were written.
   assert _files(folder) == {'experiment.flags', 'runs.jsonl.gz'}
@@ -272,6 +276,49 @@ def test_done_jobs_are_the_runs_that_trained_every_round_or_diverged(tmp_path):
   fh.write_run(runs_dir / 'lr0.3', 'x_uniform_seed2', dict(hparams, seed=2), header + '1,0.1,inf\n')
   jobs = [experiment_jobs.Job('uniform', 0.3, seed) for seed in range(4)]  # Seed 3: not started.
   assert experiment_jobs.done_jobs(spec, jobs, str(runs_dir)) == {jobs[0], jobs[2]}
+
+
+def test_the_lookout_reports_each_run_ended_inside_a_call_once(tmp_path, monkeypatch):
+  # Every _LOOK_EVERY seconds the driver looks for runs ended inside calls of several seeds
+  # still training; a call of one seed is exported when the call ends.
+  config = tmp_path / experiment_config.CONFIG_FILENAME
+  config.write_text(CONFIG)  # --rounds=2
+  spec = experiment_config.load(str(config))
+  runs_dir = tmp_path / 'runs'
+  hparams = {spec.label_key: 'uniform', 'client_learning_rate': 0.3, 'rounds': 2}
+  header = 'key,eval/accuracy,train/loss\n'
+
+  def write(seed, rounds):
+    fh.write_run(
+      runs_dir / 'lr0.3', f'x_uniform_seed{seed}', dict(hparams, seed=seed), header + rounds
+    )
+
+  def finish(seed):
+    (runs_dir / 'lr0.3' / f'x_uniform_seed{seed}' / 'metrics.csv').write_text(
+      header + '1,0.5,1\n2,0.6,1\n'
+    )
+
+  write(0, '1,0.5,1\n')
+  write(1, '1,0.5,1\n')
+  write(2, '2,0.5,1\n')  # Ended, alone in its call.
+  with fh.flags_of('experiment') as experiment:
+
+    def call(*seeds):
+      jobs = tuple(experiment_jobs.Job('uniform', 0.3, s) for s in seeds)
+      return experiment._Call(jobs, process=None, started=0.0, log_path='', log_start=0)
+
+    running = [call(0, 1), call(2)]
+    lookout = experiment._Lookout()
+    monkeypatch.setattr(experiment, '_LOOK_EVERY', 0.0)
+    assert not lookout.found(spec, running, str(runs_dir))
+    finish(0)
+    monkeypatch.setattr(experiment, '_LOOK_EVERY', 1e9)
+    assert not lookout.found(spec, running, str(runs_dir))  # Not yet time to look again.
+    monkeypatch.setattr(experiment, '_LOOK_EVERY', 0.0)
+    assert lookout.found(spec, running, str(runs_dir))  # Seed 0 ended inside its call.
+    assert not lookout.found(spec, running, str(runs_dir))  # Nothing new.
+    finish(1)
+    assert lookout.found(spec, running, str(runs_dir))  # Seed 1 ended.
 
 
 def _config(folder, *edits):
