@@ -263,44 +263,44 @@ def test_a_run_that_has_not_released_a_round_is_not_listed_yet(tmp_path):
     experiment_jobs.all_runs(spec, str(runs_dir))
 
 
-def test_done_jobs_are_the_runs_that_trained_every_round_or_diverged(tmp_path):
-  # What the driver exports while a call of several seeds still trains its later ones.
+def _uniform_runs(tmp_path):
+  """The driver's CONFIG (--rounds=2) as a spec, its runs directory, and ``write(seed, rows)``
+  giving hand-made run x_uniform_seed<seed> at rate 0.3 the metrics `rows` (after the header
+  ``key,eval/accuracy,train/loss``), creating the run if it is new."""
   config = tmp_path / experiment_config.CONFIG_FILENAME
-  config.write_text(CONFIG)  # --rounds=2
+  config.write_text(CONFIG)
   spec = experiment_config.load(str(config))
   runs_dir = tmp_path / 'runs'
   hparams = {spec.label_key: 'uniform', 'client_learning_rate': 0.3, 'rounds': 2}
   header = 'key,eval/accuracy,train/loss\n'
-  fh.write_run(runs_dir / 'lr0.3', 'x_uniform_seed0', dict(hparams, seed=0), header + '2,0.5,1\n')
-  fh.write_run(runs_dir / 'lr0.3', 'x_uniform_seed1', dict(hparams, seed=1), header + '1,0.5,1\n')
-  fh.write_run(runs_dir / 'lr0.3', 'x_uniform_seed2', dict(hparams, seed=2), header + '1,0.1,inf\n')
+
+  def write(seed, rows):
+    run = runs_dir / 'lr0.3' / f'x_uniform_seed{seed}'
+    if run.exists():
+      (run / 'metrics.csv').write_text(header + rows)
+    else:
+      fh.write_run(run.parent, run.name, dict(hparams, seed=seed), header + rows)
+
+  return spec, str(runs_dir), write
+
+
+def test_done_jobs_are_the_runs_that_trained_every_round_or_diverged(tmp_path):
+  # What the driver exports while a call of several seeds still trains its later ones.
+  spec, runs_dir, write = _uniform_runs(tmp_path)
+  write(0, '2,0.5,1\n')
+  write(1, '1,0.5,1\n')
+  write(2, '1,0.1,inf\n')
   jobs = [experiment_jobs.Job('uniform', 0.3, seed) for seed in range(4)]  # Seed 3: not started.
-  assert experiment_jobs.done_jobs(spec, jobs, str(runs_dir)) == {jobs[0], jobs[2]}
+  assert experiment_jobs.done_jobs(spec, jobs, runs_dir) == {jobs[0], jobs[2]}
 
 
 def test_the_lookout_reports_each_run_ended_inside_a_call_once(tmp_path, monkeypatch):
   # Every _LOOK_EVERY seconds the driver looks for runs ended inside calls of several seeds
   # still training; a call of one seed is exported when the call ends.
-  config = tmp_path / experiment_config.CONFIG_FILENAME
-  config.write_text(CONFIG)  # --rounds=2
-  spec = experiment_config.load(str(config))
-  runs_dir = tmp_path / 'runs'
-  hparams = {spec.label_key: 'uniform', 'client_learning_rate': 0.3, 'rounds': 2}
-  header = 'key,eval/accuracy,train/loss\n'
-
-  def write(seed, rounds):
-    fh.write_run(
-      runs_dir / 'lr0.3', f'x_uniform_seed{seed}', dict(hparams, seed=seed), header + rounds
-    )
-
-  def finish(seed):
-    (runs_dir / 'lr0.3' / f'x_uniform_seed{seed}' / 'metrics.csv').write_text(
-      header + '1,0.5,1\n2,0.6,1\n'
-    )
-
+  spec, runs_dir, write = _uniform_runs(tmp_path)
   write(0, '1,0.5,1\n')
   write(1, '1,0.5,1\n')
-  write(2, '2,0.5,1\n')  # Ended, alone in its call.
+  write(2, '1,0.5,1\n2,0.6,1\n')  # Ended, alone in its call.
   with fh.flags_of('experiment') as experiment:
 
     def call(*seeds):
@@ -310,15 +310,15 @@ def test_the_lookout_reports_each_run_ended_inside_a_call_once(tmp_path, monkeyp
     running = [call(0, 1), call(2)]
     lookout = experiment._Lookout()
     monkeypatch.setattr(experiment, '_LOOK_EVERY', 0.0)
-    assert not lookout.found(spec, running, str(runs_dir))
-    finish(0)
+    assert not lookout.found(spec, running, runs_dir)
+    write(0, '1,0.5,1\n2,0.6,1\n')
     monkeypatch.setattr(experiment, '_LOOK_EVERY', 1e9)
-    assert not lookout.found(spec, running, str(runs_dir))  # Not yet time to look again.
+    assert not lookout.found(spec, running, runs_dir)  # Not yet time to look again.
     monkeypatch.setattr(experiment, '_LOOK_EVERY', 0.0)
-    assert lookout.found(spec, running, str(runs_dir))  # Seed 0 ended inside its call.
-    assert not lookout.found(spec, running, str(runs_dir))  # Nothing new.
-    finish(1)
-    assert lookout.found(spec, running, str(runs_dir))  # Seed 1 ended.
+    assert lookout.found(spec, running, runs_dir)  # Seed 0 ended inside its call.
+    assert not lookout.found(spec, running, runs_dir)  # Nothing new.
+    write(1, '1,0.5,1\n2,0.6,1\n')
+    assert lookout.found(spec, running, runs_dir)  # Seed 1 ended.
 
 
 def _config(folder, *edits):
