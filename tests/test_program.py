@@ -291,6 +291,13 @@ def test_selection_metrics_hand_computed():
   )
   everyone = samplers.Selection(clients=np.array([0, 1, 2]))
   assert program.selection_metrics(everyone, sizes, histograms)['label_kl'] == pytest.approx(0)
+  # A deadline that drops every selected client leaves an empty cohort: nobody's weight,
+  # no labels, and no label distribution to compare (left out, not an error).
+  nobody = samplers.Selection(clients=np.array([], np.int64), weights=np.array([], np.float32))
+  empty = program.selection_metrics(nobody, sizes, histograms)
+  assert dict(empty) == pytest.approx(
+    dict(distinct_clients=0, distinct_labels=0, weight_variance=0.3**2 + 0.5**2 + 0.2**2)
+  )
 
 
 def test_md_weight_variance_matches_its_expectation():

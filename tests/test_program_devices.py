@@ -3,6 +3,7 @@ drop-outs and a deadline keep the right clients, the simulated seconds are the h
 ones, and a resumed run repeats them."""
 
 import csv
+import dataclasses
 import os
 
 import numpy as np
@@ -97,6 +98,26 @@ def test_each_round_keeps_the_first_finishers_and_lasts_until_the_last_kept(
   # Only the kept clients trained: the run's selection counts are theirs.
   np.testing.assert_array_equal(results.load_run(str(tmp_path / 'run')).selection_counts, counts)
   assert sum(int(r['system/dropped']) for r in rows) >= 4 * (SELECTED - TARGET)  # Over-commitment.
+
+
+def test_a_deadline_no_client_meets_trains_nobody_and_the_run_goes_on(
+  small_digits_task, process, tmp_path
+):
+  # 1 ms: shorter than any client's download. Every round waits out the deadline, keeps no
+  # one and changes nothing; the sampler still observes it (Oort's and TiFL's state move on).
+  system = dataclasses.replace(_system(small_digits_task), deadline_seconds=1e-3)
+  sampler, rows = _run(small_digits_task, process, tmp_path / 'run', 3, system)
+  assert [int(r['key']) for r in rows] == [1, 2, 3]
+  for row in rows:
+    assert int(row['system/selected']) == int(row['system/dropped']) == SELECTED
+    assert float(row['system/round_seconds']) == pytest.approx(1e-3)
+    assert int(row['cohort_size']) == int(row['selection/distinct_clients']) == 0
+    assert int(row['uplink/round_bits']) == 0
+  assert [s.size for s in sampler.seconds] == [0, 0, 0]
+  run = results.load_run(str(tmp_path / 'run'))
+  np.testing.assert_array_equal(run.selection_counts, 0)
+  accuracy = run.column('eval/accuracy')
+  assert np.all(accuracy == accuracy[0])  # The initial model, evaluated each round.
 
 
 def test_a_resumed_run_repeats_the_simulated_time(small_digits_task, process, tmp_path):

@@ -872,6 +872,9 @@ def test_observe_stores_sketches_by_slot():
     {'update_sketch': np.array([[1, 2, 3], [1, 2, 3]], np.float32)},
   )
   np.testing.assert_array_equal(same.representative_updates[7], [1, 2, 3])
+  # A round whose every selected client missed the deadline reports no sketch.
+  nobody = sampler.observe(new, samplers.Selection(np.array([], np.int64)), {'seconds': []})
+  np.testing.assert_array_equal(nobody.representative_updates, new.representative_updates)
   # The size method ignores the signals.
   size_sampler = clustered.ClusteredSampler(4, seed=0)
   size_state = size_sampler.initialize(_POPULATION)

@@ -39,7 +39,8 @@ def selection_metrics(
   * ``label_kl``: the relative entropy ``KL(q ‖ p)`` (nats) of the label
     distribution ``q`` of the selected clients' pooled data (each client once)
     to the population's ``p`` (LEFL's analysis metric,
-    `label_distribution_kl`).
+    `label_distribution_kl`); left out when the selection is empty, as when a round's
+    deadline drops every selected client.
   """
   clients = np.asarray(selection.clients)
   sizes = np.asarray(num_examples, np.float64)
@@ -52,12 +53,14 @@ def selection_metrics(
   np.add.at(realised, clients, slot_weights)
   histograms = np.asarray(label_histograms, np.float64)
   selected = histograms[np.unique(clients)].sum(axis=0)
-  return collections.OrderedDict(
+  metrics = collections.OrderedDict(
     distinct_clients=int(np.unique(clients).size),
     distinct_labels=int(np.count_nonzero(selected)),
     weight_variance=float(np.sum((realised - sizes / sizes.sum()) ** 2)),
-    label_kl=label_distribution_kl(selected, histograms.sum(axis=0)),
   )
+  if clients.size:  # An empty cohort (a deadline dropped every client) has no label distribution.
+    metrics['label_kl'] = label_distribution_kl(selected, histograms.sum(axis=0))
+  return metrics
 
 
 def label_distribution_kl(selected_histogram: np.ndarray, global_histogram: np.ndarray) -> float:

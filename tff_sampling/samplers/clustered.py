@@ -228,8 +228,8 @@ class ClusteredSampler(base.Sampler):
         finite, or a selected client is out of range.
     """
     state = self._check_state(state)
-    if self.method == 'size':
-      return state
+    if self.method == 'size' or len(selection.clients) == 0:  # Nothing reported: a deadline
+      return state  # may drop every selected client, and the round then trains nobody.
     if contract.UPDATE_SKETCH not in signals:
       raise ValueError(
         "method='similarity' needs signals['update_sketch'] ([num_slots, "
