@@ -428,6 +428,13 @@ def test_a_timed_cell_also_compares_at_the_baseline_s_simulated_time(tmp_path):
   text = benchmark_page.benchmark_markdown([cell], command='regenerate', page_dir=str(tmp_path))
   table = _section(text, 'timed cell')
   assert 'accuracy at 20 simulated s' in table and 'Holm (final/bits/work/time)' in table
+  # Time to the 50% target: uniform reaches it in seed 1 only, at round 2 (20 s); MD in every
+  # seed at round 2 (30 s).
+  assert 'simulated s to 50%' in table
+  assert re.search(r'^\| 1\. md \(lr 0\.1\) .*\| +30 \| +[0-9.e-]+ \| +[0-9.]+ \|$', table, re.M)
+  assert re.search(
+    r'^\| 2\. uniform \(lr 0\.1\) .*\| +20 \(1/3\) \| +[0-9.e-]+ \| +[0-9.]+ \|$', table, re.M
+  )
   half = 4.302653 * 0.05 / 3**0.5  # t(0.975, 2) · sd / √3 with sd 0.05.
   assert f'-0.2500 [{-0.25 - half:+.4f}, {-0.25 + half:+.4f}] behind' in table
   # The leader's contrast gains the same column, and the picture a fourth panel.

@@ -114,6 +114,7 @@ class Row:
   time_difference: evidence.PairedDifference
   rounds_to_target: np.ndarray
   bits_to_target: np.ndarray
+  seconds_to_target: np.ndarray  # Simulated; NaN in a cell no system model timed.
   total_bits: float
   seconds: float
 
@@ -186,6 +187,7 @@ def rows(cell: Cell) -> tuple[list[Row], Budgets]:
     seconds=float(np.mean([_last_second(r) for r in baseline.values()])),
   )
   target = spec.targets[0] if spec.targets else None
+  timed = TIME in measures(budget)
 
   def final(run):
     return evidence.final_mean(run, spec.final_k)
@@ -228,6 +230,12 @@ def rows(cell: Cell) -> tuple[list[Row], Budgets]:
         ),
         bits_to_target=np.array(
           [evidence.bits_to_target(r, target) if target else math.nan for r in method.runs.values()]
+        ),
+        seconds_to_target=np.array(
+          [
+            evidence.seconds_to_target(r, target) if target and timed else math.nan
+            for r in method.runs.values()
+          ]
         ),
         total_bits=float(
           np.mean([r.last_finite(results.BITS_COLUMN) for r in method.runs.values()])
@@ -356,6 +364,7 @@ def cell_table(cell: Cell) -> str:
         '—' if is_baseline else '/'.join(holm[f'{row.label} {kind}'] for kind in kinds),
         _reached(row.rounds_to_target),
         _reached(row.bits_to_target, 1e9, '.4g'),
+        *([_reached(row.seconds_to_target, 1.0, '.4g')] if TIME in kinds else []),
         f'{row.total_bits / 1e9:.4g}',
         f'{row.seconds:.2f}',
       ]
@@ -369,6 +378,7 @@ def cell_table(cell: Cell) -> str:
     f'Holm ({"/".join(_SHORT[kind] for kind in kinds)})',
     f'rounds to {to}',
     f'Gbit to {to}',
+    *([f'simulated s to {to}'] if TIME in kinds else []),
     'total Gbit',
     's/round',
   ]
