@@ -71,6 +71,24 @@ def test_a_round_explores_a_share_and_exploits_the_rest():
   assert all(half[c] for c in sampler.select(state, 2, half).clients)
 
 
+def test_the_cohort_is_full_once_few_or_no_clients_are_left_to_explore():
+  # ε = 0.5 of 4 would explore 2; with 1 unexplored client, 3 are exploited, and with none
+  # (every client seen) all 4: the cohort never shrinks while 4 clients are available.
+  config = oort.OortConfig(exploration=0.5, decay=1.0, exploration_min=0.5)
+  sampler = oort.OortSampler(4, seed=3, config=config)
+  everyone = np.ones(8, bool)
+  one_left = _state(range(1, 9), [1] * 7 + [0], exploration=0.5)
+  selection = sampler.select(one_left, 2, everyone)
+  assert len(set(selection.clients)) == 4 and 7 in selection.clients
+  assert selection.diagnostics['oort_exploited'] == 3.0
+  for round_num in range(2, 30):
+    seen = sampler.select(_state(range(1, 9), [1] * 8, exploration=0.5), round_num, everyone)
+    assert len(set(seen.clients)) == 4 and seen.diagnostics['oort_exploited'] == 4.0
+  # Fewer available than the cohort: every available client, once.
+  three = np.arange(8) < 3
+  assert sorted(sampler.select(one_left, 2, three).clients) == [0, 1, 2]
+
+
 def test_observe_records_utility_duration_round_and_moves_epsilon():
   config = oort.OortConfig(exploration=0.9, decay=0.5, exploration_min=0.3)
   sampler = oort.OortSampler(2, seed=0, config=config)

@@ -167,7 +167,9 @@ class OortSampler(base.Sampler):
     explored = np.flatnonzero(feasible & (state.last_round > 0))
     unexplored = np.flatnonzero(feasible & (state.last_round == 0))
     exploration = max(float(state.exploration) * config.decay, config.exploration_min)
-    exploit_count = min(k - int(k * exploration), explored.size)
+    # Exploration's share, at most the unexplored clients there are: exploitation takes the
+    # rest, so the cohort is k whenever k clients are feasible.
+    exploit_count = min(k - min(int(k * exploration), unexplored.size), explored.size)
     exploited = self._exploit(state, round_num, explored, exploit_count)
     explore_count = min(unexplored.size, k - exploited.size)
     explored_now = self._explore(state, round_num, unexplored, explore_count)
