@@ -41,6 +41,7 @@ def test_keep_first_with_overcommitment_deadline_and_dropouts():
   dropped = np.array([False, True, False, False, False])
   kept = devices.keep_first(finish, 3, dropped=dropped)
   assert kept.kept.tolist() == [True, False, True, True, False] and kept.seconds == 5.0
+  assert kept.finish.tolist() == [5.0, np.inf, 3.0, 3.0, 9.0]  # A drop-out never finishes.
   # A 4 s deadline leaves 2 of the 3 wanted: the server waits until the deadline.
   kept = devices.keep_first(finish, 3, deadline=4.0, dropped=dropped)
   assert kept.kept.tolist() == [False, False, True, True, False] and kept.seconds == 4.0

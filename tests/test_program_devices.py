@@ -24,7 +24,7 @@ class _Recording(samplers.UniformSampler):
 
   def __init__(self):
     super().__init__(SELECTED, seed=3)
-    self.chosen, self.seconds = {}, []
+    self.chosen, self.seconds, self.missed = {}, [], []
 
   def select(self, state, round_num, available, **kwargs):
     selection = super().select(state, round_num, available, **kwargs)
@@ -33,6 +33,7 @@ class _Recording(samplers.UniformSampler):
 
   def observe(self, state, selection, signals):
     self.seconds.append(np.asarray(signals['seconds']))
+    self.missed.append(selection.missed)
     return super().observe(state, selection, signals)
 
 
@@ -60,6 +61,13 @@ def _by_hand(system, clients, upload=True):
     + system.examples_trained[clients] * profiles.seconds_per_example[clients]
   )
   return seconds + (MODEL_BITS / profiles.upload_bits_per_second[clients] if upload else 0.0)
+
+
+def _at(indices, size=SELECTED):
+  """A ``bool[size]`` mask, True at `indices`."""
+  mask = np.zeros(size, bool)
+  mask[indices] = True
+  return mask
 
 
 def _run(task, process, path, rounds, system, sampler=None):
@@ -93,8 +101,17 @@ def test_each_round_keeps_the_first_finishers_and_lasts_until_the_last_kept(
     assert int(row['system/selected']) == SELECTED
     assert int(row['system/dropped']) == SELECTED - kept.size == SELECTED - int(row['cohort_size'])
     counts[clients[~dropped][np.argsort(finish[~dropped], kind='stable')][:TARGET]] += 1
-    # The sampler observes each kept client's seconds (Oort reads them).
+    # The sampler observes each kept client's seconds (Oort reads them), and the others
+    # as missed: late ones with when they would have finished, drop-outs never.
     np.testing.assert_allclose(np.sort(sampler.seconds[round_num - 1]), kept, rtol=1e-12)
+    missed = sampler.missed[round_num - 1]
+    order = np.argsort(finish[~dropped], kind='stable')
+    late = np.flatnonzero(~dropped)[order][TARGET:]
+    np.testing.assert_array_equal(np.sort(missed.clients), np.sort(clients[dropped | _at(late)]))
+    assert np.isinf(missed.seconds).sum() == dropped.sum()
+    np.testing.assert_allclose(
+      np.sort(missed.seconds[np.isfinite(missed.seconds)]), np.sort(finish[late]), rtol=1e-12
+    )
   # Only the kept clients trained: the run's selection counts are theirs.
   np.testing.assert_array_equal(results.load_run(str(tmp_path / 'run')).selection_counts, counts)
   assert sum(int(r['system/dropped']) for r in rows) >= 4 * (SELECTED - TARGET)  # Over-commitment.
@@ -114,6 +131,7 @@ def test_a_deadline_no_client_meets_trains_nobody_and_the_run_goes_on(
     assert int(row['cohort_size']) == int(row['selection/distinct_clients']) == 0
     assert int(row['uplink/round_bits']) == 0
   assert [s.size for s in sampler.seconds] == [0, 0, 0]
+  assert [m.clients.size for m in sampler.missed] == [SELECTED] * 3
   run = results.load_run(str(tmp_path / 'run'))
   np.testing.assert_array_equal(run.selection_counts, 0)
   accuracy = run.column('eval/accuracy')

@@ -651,6 +651,24 @@ def test_alpha_zero_balances_counts():
   )
 
 
+def test_a_client_that_missed_the_round_counts_as_sampled():
+  # Under a system model the loop hands `observe` the kept clients and the missed ones;
+  # v counts both (S_t in Alg. 1 is the set sampled), so a slow client is not chosen again
+  # for its low count.
+  sampler = fedgs.FedGSSampler(2, seed=0, distances=np.zeros((4, 4)), time_limit_s=_UNTIMED)
+  state = sampler.initialize(samplers.Population(np.full(4, 10, np.int64)))
+  missed = samplers.Missed(clients=np.array([3]), seconds=np.array([7.0]))
+  state = sampler.observe(state, samplers.Selection(np.array([1]), missed=missed), {})
+  np.testing.assert_array_equal(state.counts, [0, 1, 0, 1])
+  state = sampler.observe(state, samplers.Selection(np.zeros(0, np.int64), missed=missed), {})
+  np.testing.assert_array_equal(state.counts, [0, 1, 0, 2])
+  # α = 0: the least-sampled available clients, 0 and 2, not the slow client 3.
+  balanced = fedgs.FedGSSampler(
+    2, seed=0, distances=np.zeros((4, 4)), alpha=0.0, time_limit_s=_UNTIMED
+  )
+  assert sorted(balanced.select(state, 3, np.ones(4, bool)).clients) == [0, 2]
+
+
 def _run(sampler, state, rounds, first=1, seed=11):
   chosen = []
   for round_num, mask in _lognormal_availability(sampler._distances.shape[0], seed, rounds):

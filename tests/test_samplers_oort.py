@@ -107,6 +107,31 @@ def test_observe_records_utility_duration_round_and_moves_epsilon():
   assert np.isnan(after.exploited_utility[:-1]).all() and int(after.rounds) == 1
 
 
+def test_a_straggler_is_explored_with_its_duration_and_the_kept_mean_utility():
+  # Clients 2 and 0 were kept (utilities 30 × 0.5 = 15 and 10 × 2 = 20, mean 17.5); of the
+  # missed, client 1 finished too late (9 s) and client 3 dropped out (inf).
+  sampler = oort.OortSampler(4, seed=0)
+  state = sampler.initialize(samplers.Population(np.array([10, 20, 30, 40])))
+  missed = samplers.Missed(clients=np.array([1, 3]), seconds=np.array([9.0, np.inf]))
+  selection = samplers.Selection(clients=np.array([2, 0]), missed=missed)
+  after = sampler.observe(state, selection, {'loss': np.array([0.5, 2.0]), 'seconds': [4.0, 1.5]})
+  np.testing.assert_allclose(after.utility, [20.0, 17.5, 15.0, 40.0])
+  np.testing.assert_allclose(after.seconds, [1.5, 9.0, 4.0, 0.0])
+  np.testing.assert_array_equal(after.last_round, [1, 1, 1, 0])  # The drop-out: unexplored.
+  np.testing.assert_array_equal(after.selections, [1, 1, 1, 0])
+  # Nobody kept: a straggler's utility is 0, and it is explored all the same.
+  nobody = samplers.Selection(clients=np.zeros(0, np.int64), missed=missed)
+  alone = sampler.observe(state, nobody, {'loss': np.zeros(0), 'seconds': np.zeros(0)})
+  np.testing.assert_allclose(alone.utility, [10.0, 0.0, 30.0, 40.0])
+  np.testing.assert_array_equal(alone.last_round, [0, 1, 0, 0])
+  # Explored, the straggler is scored, and penalised for its 9 s: T, the 30th percentile of
+  # the known durations (1.5, 4, 9 s), is sorted[int(3 × 0.3)] = 1.5 s.
+  assert sampler.preferred_seconds(after) == 1.5
+  unpenalised = sampler.scores(after._replace(threshold=np.array(100.0)), 2, np.arange(3))
+  ratio = sampler.scores(after, 2, np.arange(3)) / unpenalised
+  np.testing.assert_allclose(ratio, [1.0, (1.5 / 9.0) ** 2, (1.5 / 4.0) ** 2], rtol=1e-12)
+
+
 def test_pacer_relaxes_a_flat_utility_and_tightens_a_jump():
   sampler = oort.OortSampler(2, seed=0, config=oort.OortConfig(pacer_window=2, pacer_step=5.0))
   # At the start of round 5 (every 2 rounds, from round 4 on): rounds 1-2 summed 2.0, rounds

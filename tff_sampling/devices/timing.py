@@ -68,7 +68,8 @@ class RoundTime(NamedTuple):
       `target` to finish (ties by cohort order).
     seconds: The round's length: when the last kept client finished, or the deadline when
       fewer than `target` finished by then.
-    finish: ``float64[K]``: when each selected client would have finished.
+    finish: ``float64[K]``: when each selected client finishes or would have finished
+      (``inf`` for a client that dropped out: it never does).
   """
 
   kept: np.ndarray
@@ -107,6 +108,8 @@ def keep_first(
     seconds = float(deadline)
   else:  # Everyone who did not drop out, or nobody: the server waited for the last one.
     seconds = float(finish[order[-1]]) if order.size else 0.0
+  if dropped is not None:
+    finish = np.where(np.asarray(dropped, bool), np.inf, finish)
   return RoundTime(kept, seconds, finish)
 
 

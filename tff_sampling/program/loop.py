@@ -87,7 +87,8 @@ def train_model(
       not dropped out) and releases the round's simulated seconds under
       ``system/`` (``round_seconds``, ``cumulative_seconds``, ``selected``,
       ``dropped``). A kept client's weight is rescaled so that the kept
-      weights sum to what the selection's did.
+      weights sum to what the selection's did. The sampler observes the kept
+      clients, with the others in ``selection.missed``.
 
   Returns:
     An `RunResult`.
@@ -401,7 +402,8 @@ class _Rounds:
 
   def _keep(self, round_num: int, selection: samplers_base.Selection):
     """The selected clients that reach the server under the system model (weights rescaled
-    to the selection's total), and the round's times (`devices.RoundTime`)."""
+    to the selection's total; the others in ``missed``), and the round's times
+    (`devices.RoundTime`)."""
     assert self.devices is not None
     timed = self.devices.round(
       self.config.seed,
@@ -414,7 +416,9 @@ class _Rounds:
       kept_total = float(np.sum(weights[timed.kept]))
       scale = float(np.sum(weights)) / kept_total if kept_total > 0 else 1.0
       weights = (np.asarray(weights[timed.kept], np.float64) * scale).astype(np.float32)
-    return selection._replace(clients=selection.clients[timed.kept], weights=weights), timed
+    missed = samplers_base.Missed(selection.clients[~timed.kept], timed.finish[~timed.kept])
+    kept = selection._replace(clients=selection.clients[timed.kept], weights=weights, missed=missed)
+    return kept, timed
 
   def _time(self, timed, selected: int, kept: samplers_base.Selection, result, elapsed: int):
     """The round's ``system/`` metrics, the simulated microseconds elapsed after it (`elapsed`

@@ -1,15 +1,17 @@
 """Samplers: who trains each round, chosen on the server, with explicit checkpointable state.
 
 `base` holds the interface (`Sampler`: ``initialize``, ``select``, ``observe``; a round's
-`Selection`; the `Population`); one module per sampler (`uniform`, `md`, `clustered` with
-its `clustered_size` / `clustered_similarity` / `clustered_variance` / `sketches` parts,
-`power_of_choice`, `target`, `fedgs` with `fedgs_problem` / `fedgs_solvers`, `lefl`, and the
-system-aware `oort` and `tifl`); and `weighting`, a sampler's aggregation weights with a
-plain TFF process. The samplers run on the server between TFF calls (NumPy, SciPy, SCIP for
-FedGS); the package imports only `contract` (the signals they read), `randomness`,
-`selection_stats` and `validation`: never TFF processes or the round loop."""
+`Selection` and, under a system model, its `Missed` clients; the `Population`); one module
+per sampler (`uniform`, `md`, `clustered` with its `clustered_size` / `clustered_similarity`
+/ `clustered_variance` / `sketches` parts, `power_of_choice`, `target`, `fedgs` with
+`fedgs_problem` / `fedgs_solvers`, `lefl`, and the system-aware `oort` and `tifl`); and
+`weighting`, a sampler's aggregation weights with a plain TFF process. The samplers run on
+the server between TFF calls (NumPy, SciPy, SCIP for FedGS); the package imports only
+`contract` (the signals they read), `randomness`, `selection_stats` and `validation`: never
+TFF processes or the round loop."""
 
 from tff_sampling.samplers import weighting
+from tff_sampling.samplers.base import Missed
 from tff_sampling.samplers.base import Population
 from tff_sampling.samplers.base import Sampler
 from tff_sampling.samplers.base import Selection
@@ -39,6 +41,7 @@ __all__ = [
   'LeflSampler',
   'LeflState',
   'MDSampler',
+  'Missed',
   'OortConfig',
   'OortSampler',
   'OortState',

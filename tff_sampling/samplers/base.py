@@ -35,6 +35,20 @@ class Population(NamedTuple):
     return int(self.num_examples.shape[0])
 
 
+class Missed(NamedTuple):
+  """The selected clients that did not reach the server (a system model's round).
+
+  Attributes:
+    clients: ``int64[M]`` client indices, in cohort-slot order.
+    seconds: ``float64[M]`` when each would have finished training and uploading, in
+      seconds after the round started: later than the deadline or than the clients kept
+      (stragglers), or ``inf`` for a client that dropped out.
+  """
+
+  clients: np.ndarray
+  seconds: np.ndarray
+
+
 class Selection(NamedTuple):
   """The clients of one round.
 
@@ -50,11 +64,16 @@ class Selection(NamedTuple):
     diagnostics: Scalars about how the selection was made (e.g. FedGS's
       solver status), released by the program loop under ``selection/``; the
       same keys every round.
+    missed: Set by the round loop under a system model, on the selection it hands to
+      `Sampler.observe`: ``clients`` and ``weights`` are then the clients that reached
+      the server, and ``missed`` those selected that did not (`Missed`). ``None``
+      otherwise.
   """
 
   clients: np.ndarray
   weights: np.ndarray | None = None
   diagnostics: Mapping[str, float] | None = None
+  missed: Missed | None = None
 
 
 class Sampler(abc.ABC):
@@ -94,7 +113,12 @@ class Sampler(abc.ABC):
     """
 
   def observe(self, state: Any, selection: Selection, signals: Mapping[str, np.ndarray]) -> Any:
-    """Returns the state after the round (default: unchanged)."""
+    """Returns the state after the round (default: unchanged).
+
+    `selection` holds the clients that reached the server, in the order of `signals`'
+    rows; under a system model, ``selection.missed`` names the selected clients that did
+    not. A sampler states what it does with those (e.g. FedGS counts them as sampled).
+    """
     del selection, signals
     return state
 

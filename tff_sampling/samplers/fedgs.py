@@ -177,8 +177,11 @@ class FedGSSampler(base.Sampler):
   def observe(
     self, state: FedGSState, selection: base.Selection, signals: Mapping[str, np.ndarray]
   ) -> FedGSState:
-    """Returns the state with ``v_k += 1`` for every selected client."""
+    """Returns the state with ``v_k += 1`` for every selected client: kept or, under a
+    system model, missed (``v`` counts the clients sampled, Alg. 1 line 15)."""
     del signals
     counts = state.counts.copy()
     np.add.at(counts, np.asarray(selection.clients, np.int64), 1)
+    if selection.missed is not None:
+      np.add.at(counts, np.asarray(selection.missed.clients, np.int64), 1)
     return state._replace(counts=counts)

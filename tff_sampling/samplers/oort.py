@@ -222,8 +222,9 @@ class OortSampler(base.Sampler):
   def observe(
     self, state: OortState, selection: base.Selection, signals: Mapping[str, np.ndarray]
   ) -> OortState:
-    """Records each kept client's utility (examples × its loss), duration and round; moves
-    ``ε`` and the pacer."""
+    """Records each kept client's utility (examples × its loss), duration and round, and
+    each straggler's (a missed client that did not drop out) with the kept clients' mean
+    utility; moves ``ε`` and the pacer."""
     clients = np.asarray(selection.clients, np.int64)
     round_num = int(state.rounds) + 1  # Every round is observed, in order.
     loss = np.asarray(signals.get(contract.LOSS, np.zeros(clients.size)), np.float64)
@@ -235,6 +236,13 @@ class OortSampler(base.Sampler):
       seconds[clients] = np.asarray(signals[SECONDS], np.float64)
     last_round[clients] = round_num
     np.add.at(selections, clients, 1)
+    if selection.missed is not None:
+      finished = np.isfinite(selection.missed.seconds)
+      stragglers = np.asarray(selection.missed.clients, np.int64)[finished]
+      utility[stragglers] = float(utility[clients].mean()) if clients.size else 0.0
+      seconds[stragglers] = np.asarray(selection.missed.seconds, np.float64)[finished]
+      last_round[stragglers] = round_num
+      np.add.at(selections, stragglers, 1)
     mean_exploited = float(utility[exploited].sum() / (exploited.size + 1e-4))
     history = np.append(state.exploited_utility[1:], mean_exploited)
     exploration = max(float(state.exploration) * self.config.decay, self.config.exploration_min)
