@@ -296,9 +296,11 @@ def train(
   on_finished: Callable[[], None] = lambda: None,
   timed: Callable[[], Iterable[results.Run]] = lambda: (),
   before_first: Callable[[], None] = lambda: None,
+  later: int = 0,
 ) -> None:
   """Trains the jobs not yet done (in `runs_dir` or `carried`), `_PARALLEL` at a time, calling
-  `before_first` before any is started or listed, and `on_finished` after each run that ends.
+  `before_first` before any is started or listed, and `on_finished` after each run that ends;
+  its progress lines also estimate the `later` runs planned after these.
   A call that fails trains its unfinished runs again from their checkpoints, up to `_RETRIES`
   times each; raises on a run that fails once more. The next run to start is the first of
   `longest_first` over the runs `timed` returns at that moment."""
@@ -359,7 +361,7 @@ def train(
           remaining = len(todo) + sum(len(c.jobs) for c in running)
           print(
             experiment_jobs.progress_line(
-              run_seconds, len(run_seconds), remaining, _PARALLEL.value
+              run_seconds, len(run_seconds), remaining, _PARALLEL.value, later
             ),
             flush=True,
           )
@@ -431,7 +433,8 @@ def sibling_runs(source: evidence_spec.ExperimentSpec, runs_dir: str) -> list[re
   return raw_metrics.read(archive)
 
 
-TrainFn = Callable[[Sequence[experiment_jobs.Job]], None]
+# Trains jobs; ``later``: how many runs are planned after them (for the progress lines).
+TrainFn = Callable[..., None]
 
 
 def tune(
@@ -443,15 +446,21 @@ def tune(
   """Trains every method at every rate on the tuning seed, then past the grid's edge while a
   method's best rate is there; returns False if a dry run cannot list further (the tuning
   runs are not done)."""
+  later = len(spec.methods) * len(spec.trained_seeds) if _STAGE.value == 'all' else 0
   train_jobs(
-    [experiment_jobs.Job(m, r, spec.tuning_seed) for r in spec.learning_rates for m in spec.methods]
+    [
+      experiment_jobs.Job(m, r, spec.tuning_seed) for r in spec.learning_rates for m in spec.methods
+    ],
+    later=later,
   )
   if _DRY_RUN.value:
     return _tuning_done(spec, runs_dir, carried)
   tuning = _tuning(spec, runs_dir, carried)
   while tuning.pending:
     print('Past the grid: ' + ', '.join(f'{m} {r:g}' for m, r in tuning.pending.items()))
-    train_jobs([experiment_jobs.Job(m, r, spec.tuning_seed) for m, r in tuning.pending.items()])
+    train_jobs(
+      [experiment_jobs.Job(m, r, spec.tuning_seed) for m, r in tuning.pending.items()], later=later
+    )
     tuning = _tuning(spec, runs_dir, carried)
   return True
 
@@ -522,7 +531,7 @@ def main(argv: Sequence[str]) -> None:
   def timed() -> list[results.Run]:
     return [*source_runs, *experiment_jobs.all_runs(spec, runs_dir, carried).values()]
 
-  def train_and_export(jobs: Sequence[experiment_jobs.Job]) -> None:
+  def train_and_export(jobs: Sequence[experiment_jobs.Job], later: int = 0) -> None:
     train(
       spec,
       jobs,
@@ -531,6 +540,7 @@ def main(argv: Sequence[str]) -> None:
       on_finished=lambda: export(training=True),
       timed=timed,
       before_first=check_once,
+      later=later,
     )
 
   try:

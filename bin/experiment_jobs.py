@@ -182,14 +182,26 @@ def read_failure(output: str) -> Failure:
   return Failure(lines[-1] if lines else '', refused=False)
 
 
-def progress_line(run_seconds: Sequence[float], trained: int, remaining: int, parallel: int) -> str:
+def progress_line(
+  run_seconds: Sequence[float], trained: int, remaining: int, parallel: int, later: int = 0
+) -> str:
   """What the driver prints after a run ends: runs trained and to go, and an estimate of the
   time left: the median seconds of the runs trained so far × the rounds of `parallel` runs
-  still to go."""
+  still to go. With `later` runs planned after this stage (the evaluation after the tuning),
+  the same estimate for them too, so that the whole experiment can be planned."""
   median = float(np.median(run_seconds))
-  left = median * math.ceil(remaining / max(parallel, 1))
-  hours, rest = divmod(round(left), 3600)
-  return (
-    f'{trained} run(s) trained, {remaining} to go; about {hours}:{rest // 60:02d} left at '
+
+  def duration(runs: int) -> str:
+    hours, rest = divmod(round(median * math.ceil(runs / max(parallel, 1))), 3600)
+    return f'{hours}:{rest // 60:02d}'
+
+  line = (
+    f'{trained} run(s) trained, {remaining} to go; about {duration(remaining)} left at '
     f'{median:.0f} s a run, {parallel} at a time.'
   )
+  if later:
+    line += (
+      f' Then {later} evaluation runs, about {duration(later)} more at that pace (not counting '
+      "runs past the grid's edge)."
+    )
+  return line

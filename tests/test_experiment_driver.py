@@ -119,6 +119,8 @@ def test_tune_evaluate_export_report_and_rerun(tmp_path, driver):
     assert re.search(rf'\(call {call}: \d+ s\)', done.out)
   # After each ended call, runs trained and to go and the time left (no run is left at last).
   assert re.search(r'\d run\(s\) trained, 0 to go; about 0:00 left at \d+ s a run', done.out)
+  # While tuning, the 4 evaluation runs (2 methods x 2 seeds) are estimated too.
+  assert re.search(r'2 at a time\. Then 4 evaluation runs, about \d+:\d\d more', done.out)
   # Exports while calls train count the runs still training without naming them; the last
   # export holds every run, finished.
   assert 'Note: unfinished runs' not in done.out
@@ -458,6 +460,11 @@ def test_the_progress_line_estimates_the_time_left_from_the_runs_so_far():
   # 7,300 s left: 2 hours and 1 minute (whole minutes, rounded down).
   assert 'about 2:01 left' in experiment_jobs.progress_line([3650.0], 1, 2, 1)
   assert 'about 0:00 left' in experiment_jobs.progress_line([50.0], 4, 0, 1)
+  # While tuning, the evaluation's runs are estimated too: 10 runs, 2 at a time, 5 × 200 s.
+  assert experiment_jobs.progress_line([200.0], 1, 3, 2, later=10) == (
+    '1 run(s) trained, 3 to go; about 0:06 left at 200 s a run, 2 at a time. Then 10 '
+    "evaluation runs, about 0:16 more at that pace (not counting runs past the grid's edge)."
+  )
 
 
 def test_batches_group_consecutive_seeds_of_one_method_and_rate():
