@@ -299,11 +299,11 @@ def train(
   later: int = 0,
 ) -> None:
   """Trains the jobs not yet done (in `runs_dir` or `carried`), `_PARALLEL` at a time, calling
-  `before_first` before any is started or listed, and `on_finished` after each run that ends;
-  its progress lines also estimate the `later` runs planned after these.
-  A call that fails trains its unfinished runs again from their checkpoints, up to `_RETRIES`
-  times each; raises on a run that fails once more. The next run to start is the first of
-  `longest_first` over the runs `timed` returns at that moment."""
+  `before_first` before any is started or listed, and `on_finished` after each run that ends
+  (its progress lines also estimate the `later` runs planned after these). A call that fails
+  trains its unfinished runs again from their checkpoints, up to `_RETRIES` times each; raises
+  on a run that fails once more. The next run to start is the first of `longest_first` over
+  the runs `timed` returns at that moment."""
   todo = [
     job
     for job in jobs
@@ -359,12 +359,10 @@ def train(
           share = (time.monotonic() - call.started) / len(call.jobs)
           run_seconds += [share] * (len(call.jobs) - len(left))
           remaining = len(todo) + sum(len(c.jobs) for c in running)
-          print(
-            experiment_jobs.progress_line(
-              run_seconds, len(run_seconds), remaining, _PARALLEL.value, later
-            ),
-            flush=True,
+          line = experiment_jobs.progress_line(
+            run_seconds, len(run_seconds), remaining, _PARALLEL.value, later
           )
+          print(line, flush=True)
           on_finished()
   finally:
     _stop(running)
