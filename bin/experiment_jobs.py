@@ -12,6 +12,7 @@ import dataclasses
 import glob
 import math
 import os
+import re
 
 import numpy as np
 
@@ -166,19 +167,26 @@ class Failure:
     reason: The line that says why (the binary's ``Error: …`` line, absl's flag
       error, or the last line of a traceback); empty if the output has none.
     refused: Whether the binary refused its input (a one-line ``Error: …`` or a
-      flag error): a deterministic failure, which training again would repeat.
+      flag error, before it trained any round): a deterministic failure, which training
+      again would repeat. An ``Error: …`` after rounds trained is a crash (e.g. a TFF
+      worker whose channel closed), and its run resumes from its checkpoint.
   """
 
   reason: str
   refused: bool
 
 
+# A binary's progress line after each round it trained (`tff_sampling.runtime` progress).
+_ROUND_LINE = re.compile(r'round +\d+/\d+ ')
+
+
 def read_failure(output: str) -> Failure:
   """The `Failure` that a failed call's `output` shows (its log, from the call's start)."""
   lines = [line.strip() for line in output.splitlines() if line.strip()]
+  trained = any(_ROUND_LINE.match(line) for line in lines)
   for line in reversed(lines):
     if line.startswith('Error: ') or 'Flags parsing error' in line:
-      return Failure(line, refused=True)
+      return Failure(line, refused=not trained)
   return Failure(lines[-1] if lines else '', refused=False)
 
 
