@@ -177,13 +177,13 @@ class Failure:
 
 
 # A binary's progress line after each round it trained (`tff_sampling.runtime` progress).
-_ROUND_LINE = re.compile(r'round +\d+/\d+ ')
+_ROUND_LINE = re.compile(r'(^|\] )round +\d+/\d+ ')
 
 
 def read_failure(output: str) -> Failure:
   """The `Failure` that a failed call's `output` shows (its log, from the call's start)."""
   lines = [line.strip() for line in output.splitlines() if line.strip()]
-  trained = any(_ROUND_LINE.match(line) for line in lines)
+  trained = any(_ROUND_LINE.search(line) for line in lines)
   for line in reversed(lines):
     if line.startswith('Error: ') or 'Flags parsing error' in line:
       return Failure(line, refused=not trained)

@@ -285,7 +285,7 @@ def test_a_good_configuration_passes_the_check_and_lists_its_runs(sandbox, capsy
       False,
     ),
     (  # A crash after rounds trained (a TFF worker died): resumed, not refused.
-      'round  99/300 |   1.09s  ETA 0:03:12\nround 100/300 |   0.91s  ETA 0:03:11\n'
+      'round  99/300 |   1.09s  ETA 0:03:12\nI1202 progress.py:30] round 100/300 |   0.91s\n'
       'Error: Cannot invoke RPC on closed channel!\n',
       'Error: Cannot invoke RPC on closed channel!',
       False,

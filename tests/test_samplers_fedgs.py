@@ -657,16 +657,17 @@ def test_a_client_that_missed_the_round_counts_as_sampled():
   # for its low count.
   sampler = fedgs.FedGSSampler(2, seed=0, distances=np.zeros((4, 4)), time_limit_s=_UNTIMED)
   state = sampler.initialize(samplers.Population(np.full(4, 10, np.int64)))
-  missed = samplers.Missed(clients=np.array([3]), seconds=np.array([7.0]))
+  missed = samplers.Missed(clients=np.array([0]), seconds=np.array([7.0]))
   state = sampler.observe(state, samplers.Selection(np.array([1]), missed=missed), {})
-  np.testing.assert_array_equal(state.counts, [0, 1, 0, 1])
+  np.testing.assert_array_equal(state.counts, [1, 1, 0, 0])
   state = sampler.observe(state, samplers.Selection(np.zeros(0, np.int64), missed=missed), {})
-  np.testing.assert_array_equal(state.counts, [0, 1, 0, 2])
-  # α = 0: the least-sampled available clients, 0 and 2, not the slow client 3.
+  np.testing.assert_array_equal(state.counts, [2, 1, 0, 0])
+  # α = 0: the least-sampled available clients, 2 and 3, not the slow client 0 (uncounted,
+  # it would tie with them at 0, and ties go to the lower index).
   balanced = fedgs.FedGSSampler(
     2, seed=0, distances=np.zeros((4, 4)), alpha=0.0, time_limit_s=_UNTIMED
   )
-  assert sorted(balanced.select(state, 3, np.ones(4, bool)).clients) == [0, 2]
+  assert sorted(balanced.select(state, 3, np.ones(4, bool)).clients) == [2, 3]
 
 
 def _run(sampler, state, rounds, first=1, seed=11):

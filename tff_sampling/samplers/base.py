@@ -39,10 +39,13 @@ class Missed(NamedTuple):
   """The selected clients that did not reach the server (a system model's round).
 
   Attributes:
-    clients: ``int64[M]`` client indices, in cohort-slot order.
-    seconds: ``float64[M]`` when each would have finished training and uploading, in
+    clients: ``int64[M]`` client indices, in cohort-slot order (a client drawn twice, by
+      a sampler that draws with replacement, may be both kept and missed).
+    seconds: ``float64[M]`` when each would have had its update to the server, in
       seconds after the round started: later than the deadline or than the clients kept
-      (stragglers), or ``inf`` for a client that dropped out.
+      (stragglers), or ``inf`` for a client that dropped out. With optimal uploads (two
+      phases) that is when it would have finished training, as for a kept client that
+      does not upload; otherwise when it would have finished uploading.
   """
 
   clients: np.ndarray

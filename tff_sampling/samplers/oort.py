@@ -71,10 +71,10 @@ class OortState(NamedTuple):
 
   Attributes:
     utility: ``float64[N]``: the last statistical utility observed (the client's
-      examples before it is explored).
+      examples before it is explored; for a straggler, the kept clients' mean that round).
     seconds: ``float64[N]``: the last round duration observed (0: unknown).
     last_round: ``int64[N]``: the round it was last observed in (0: never).
-    selections: ``int64[N]``: rounds it was kept in.
+    selections: ``int64[N]``: rounds it was kept in or a straggler in.
     exploration: ``float64[]``: ``ε`` after the last round.
     threshold: ``float64[]``: the pacer's percentile after the last round.
     exploited_utility: ``float64[2W]``: the mean utility of the last ``2W`` rounds'
