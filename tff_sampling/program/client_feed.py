@@ -43,6 +43,12 @@ from tff_sampling.task import Task
 MAX_EMBEDDED_BYTES = 2**20
 # At most this much of the clients' examples is written into a run's directory.
 MAX_FILE_BYTES = 512 * 2**20
+# tf.data rewrites a dataset's graph with its static optimizations (Grappler) each time an
+# iterator is made of it: in TFF's worker, once per client and call, for a stream of a few
+# dozen batches. Off, the elements and their order are the same.
+STREAM_OPTIONS = tf.data.Options()
+STREAM_OPTIONS.experimental_optimization.apply_default_optimizations = False
+STREAM_OPTIONS.autotune.enabled = False
 # Feeds and composed computations kept for reuse: TFF compiles a computation once per
 # object, so runs of one process on one task (seeds, resumes) share one compilation.
 _KEPT = 8
@@ -127,7 +133,8 @@ class ClientFeed:
 
     def stream(client, seed):
       dataset = task.preprocess_client(raw_dataset(client), seed)
-      return dataset if steps is None else dataset.repeat().take(steps)
+      dataset = dataset if steps is None else dataset.repeat().take(steps)
+      return dataset.with_options(STREAM_OPTIONS)
 
     self.stream = tff.tensorflow.computation(stream, np.str_, np.int64)
 
