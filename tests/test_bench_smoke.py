@@ -23,6 +23,7 @@ from bench import fedavg_workload
 from bench import fedgs as bench_fedgs
 from bench import in_memory_clients
 from bench import natural_round
+from bench import revisions
 from bench import seeds_per_call
 from bench import shakespeare_round
 from tasks import models
@@ -310,6 +311,51 @@ def test_seeds_per_call_names_every_column_a_seed_trained_differently_in(tmp_pat
     'seed 1: eval/loss'
   ]
   assert seeds_per_call.disagreements(tmp_path / 'one', tmp_path / 'alone', 1) == []
+
+
+def _in_a_git_checkout() -> bool:
+  import subprocess
+
+  return (
+    subprocess.run(
+      ['git', '-C', revisions._REPO, 'rev-parse', 'HEAD'], capture_output=True, check=False
+    ).returncode
+    == 0
+  )
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _in_a_git_checkout(), reason="needs the repository's git history")
+def test_revisions_quick_times_one_commit_against_itself(parsed_flags, capfd):
+  with flagsaver.flagsaver(rev_quick=True, rev_base='HEAD', rev_head='HEAD'):
+    revisions.main(['revisions'])  # Raises if the two sides trained differently.
+  table = capfd.readouterr().out
+  row = re.search(
+    r'^uniform\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)  \[-inf, inf\] \(1 pairs\)$', table, re.M
+  )
+  assert row and all(float(v) > 0 for v in row.groups())
+
+
+def test_revisions_refuses_a_commit_that_is_not_there(tmp_path):
+  from absl import app
+
+  with pytest.raises(app.UsageError, match='No commit'):
+    revisions.export('not-a-commit-anywhere', str(tmp_path / 'tree'))
+
+
+def test_disagreements_with_no_tolerance_see_the_last_bit(tmp_path):
+  import fault_harness
+
+  header = 'key,eval/accuracy,round_seconds\n'
+  fault_harness.write_run(tmp_path / 'a', 'x_seed0', {'seed': 0}, header + '0,0.1,\n1,0.3,0.7\n')
+  nudged = repr(float(np.nextafter(np.float64(0.3), 1.0)))
+  fault_harness.write_run(
+    tmp_path / 'b', 'x_seed0', {'seed': 0}, header + f'0,0.1,\n1,{nudged},0.1\n'
+  )
+  assert seeds_per_call.disagreements(tmp_path / 'a', tmp_path / 'b', 1) == []
+  assert seeds_per_call.disagreements(tmp_path / 'a', tmp_path / 'b', 1, tolerance=0.0) == [
+    'seed 0: eval/accuracy'
+  ]
 
 
 def test_seeds_per_call_command_keeps_the_cell_and_replaces_the_horizon():
