@@ -62,13 +62,23 @@ _QUICK = flags.DEFINE_bool(
 
 
 def export(commit: str, folder: str) -> None:
-  """This repository's tree at `commit`, written into `folder` (created)."""
-  os.makedirs(folder)
-  archive = subprocess.run(
-    ['git', '-C', _REPO, 'archive', '--format=tar', commit], capture_output=True, check=False
+  """This repository's tree at `commit`, written into `folder` (created).
+
+  Raises:
+    app.UsageError: If `commit` names no commit of this repository.
+  """
+  verify = ['git', '-C', _REPO, 'rev-parse', '--verify', '--quiet', '--end-of-options']
+  resolved = subprocess.run(
+    [*verify, f'{commit}^{{commit}}'], capture_output=True, text=True, check=False
   )
-  if archive.returncode != 0:
-    raise app.UsageError(f'No commit {commit!r} here: {archive.stderr.decode()[-300:].strip()}')
+  if resolved.returncode != 0:
+    raise app.UsageError(f'No commit {commit!r} here; give a commit of {_REPO}.')
+  archive = subprocess.run(
+    ['git', '-C', _REPO, 'archive', '--format=tar', resolved.stdout.strip()],
+    capture_output=True,
+    check=True,
+  )
+  os.makedirs(folder)
   subprocess.run(['tar', '-x', '-C', folder], input=archive.stdout, check=True)
 
 

@@ -339,22 +339,30 @@ def test_revisions_quick_times_one_commit_against_itself(parsed_flags, capfd):
 def test_revisions_refuses_a_commit_that_is_not_there(tmp_path):
   from absl import app
 
-  with pytest.raises(app.UsageError, match='No commit'):
-    revisions.export('not-a-commit-anywhere', str(tmp_path / 'tree'))
+  for bad in ('not-a-commit-anywhere', f'--output={tmp_path / "stray.tar"}', 'HEAD:docs'):
+    with pytest.raises(app.UsageError, match='No commit'):
+      revisions.export(bad, str(tmp_path / 'tree'))
+  assert list(tmp_path.iterdir()) == []  # Nothing written.
 
 
 def test_disagreements_with_no_tolerance_see_the_last_bit(tmp_path):
   import fault_harness
 
-  header = 'key,eval/accuracy,round_seconds\n'
-  fault_harness.write_run(tmp_path / 'a', 'x_seed0', {'seed': 0}, header + '0,0.1,\n1,0.3,0.7\n')
+  # The wall clock (round_seconds) may differ; simulated seconds are recorded values.
+  header = 'key,eval/accuracy,system/cumulative_seconds,round_seconds\n'
+  rows = '0,0.1,0.0,\n1,{},{},{}\n'
+  for side, values in (('a', (0.3, 2.5, 0.7)), ('c', (0.3, 2.6, 0.7))):
+    fault_harness.write_run(tmp_path / side, 'x_seed0', {'seed': 0}, header + rows.format(*values))
   nudged = repr(float(np.nextafter(np.float64(0.3), 1.0)))
   fault_harness.write_run(
-    tmp_path / 'b', 'x_seed0', {'seed': 0}, header + f'0,0.1,\n1,{nudged},0.1\n'
+    tmp_path / 'b', 'x_seed0', {'seed': 0}, header + rows.format(nudged, 2.5, 0.1)
   )
   assert seeds_per_call.disagreements(tmp_path / 'a', tmp_path / 'b', 1) == []
   assert seeds_per_call.disagreements(tmp_path / 'a', tmp_path / 'b', 1, tolerance=0.0) == [
     'seed 0: eval/accuracy'
+  ]
+  assert seeds_per_call.disagreements(tmp_path / 'a', tmp_path / 'c', 1) == [
+    'seed 0: system/cumulative_seconds'
   ]
 
 
