@@ -296,14 +296,14 @@ def train(
   on_finished: Callable[[], None] = lambda: None,
   timed: Callable[[], Iterable[results.Run]] = lambda: (),
   before_first: Callable[[], None] = lambda: None,
-  later: int = 0,
+  later: Sequence[str] = (),
 ) -> None:
   """Trains the jobs not yet done (in `runs_dir` or `carried`), `_PARALLEL` at a time, calling
   `before_first` before any is started or listed, and `on_finished` after each run that ends
-  (its progress lines also estimate the `later` runs planned after these). A call that fails
-  trains its unfinished runs again from their checkpoints, up to `_RETRIES` times each; raises
-  on a run that fails once more. The next run to start is the first of `longest_first` over
-  the runs `timed` returns at that moment."""
+  (its progress lines also estimate the runs planned after these, whose methods are `later`).
+  A call that fails trains its unfinished runs again from their checkpoints, up to `_RETRIES`
+  times each; raises on a run that fails once more. The next run to start is the first of
+  `longest_first` over the runs `timed` returns at that moment."""
   todo = [
     job
     for job in jobs
@@ -327,7 +327,8 @@ def train(
   os.makedirs(os.path.join(runs_dir, 'logs'), exist_ok=True)
   running: list[_Call] = []
   failures: dict[experiment_jobs.Job, int] = {}
-  run_seconds: list[float] = []  # Each trained run's share of its call's seconds.
+  # Each trained run's method and its share of its call's seconds.
+  trained: list[tuple[str, float]] = []
   # Acted on between two steps: a binary being started is then in `running` (`finally`).
   stop_signals: list[int] = []
 
@@ -357,10 +358,14 @@ def train(
         todo = left + todo
         if ended:
           share = (time.monotonic() - call.started) / len(call.jobs)
-          run_seconds += [share] * (len(call.jobs) - len(left))
-          remaining = len(todo) + sum(len(c.jobs) for c in running)
+          trained += [(job.method, share) for job in call.jobs if job not in left]
+          remaining = [job.method for job in [*todo, *(j for c in running for j in c.jobs)]]
           line = experiment_jobs.progress_line(
-            run_seconds, len(run_seconds), remaining, _PARALLEL.value, later
+            trained,
+            remaining,
+            _PARALLEL.value,
+            later,
+            experiment_jobs.method_run_seconds(spec, timed()),
           )
           print(line, flush=True)
           on_finished()
@@ -431,7 +436,7 @@ def sibling_runs(source: evidence_spec.ExperimentSpec, runs_dir: str) -> list[re
   return raw_metrics.read(archive)
 
 
-# Trains jobs; ``later``: how many runs are planned after them (for the progress lines).
+# Trains jobs; ``later``: the methods of the runs planned after them (for the progress lines).
 TrainFn = Callable[..., None]
 
 
@@ -444,7 +449,7 @@ def tune(
   """Trains every method at every rate on the tuning seed, then past the grid's edge while a
   method's best rate is there; returns False if a dry run cannot list further (the tuning
   runs are not done)."""
-  later = len(spec.methods) * len(spec.trained_seeds) if _STAGE.value == 'all' else 0
+  later = _evaluation_to_train(spec, runs_dir, carried) if _STAGE.value == 'all' else []
   train_jobs(
     [
       experiment_jobs.Job(m, r, spec.tuning_seed) for r in spec.learning_rates for m in spec.methods
@@ -461,6 +466,18 @@ def tune(
     )
     tuning = _tuning(spec, runs_dir, carried)
   return True
+
+
+def _evaluation_to_train(
+  spec: evidence_spec.ExperimentSpec, runs_dir: str, carried: experiment_jobs.Named
+) -> list[str]:
+  """The methods of the evaluation runs not yet done (one entry a run), whatever their rate."""
+  done = {
+    (evidence_spec.run_method(run, spec), run.hparams.get('seed'))
+    for run in experiment_jobs.all_runs(spec, runs_dir, carried).values()
+    if experiment_jobs.is_done(run)
+  }
+  return [m for s in spec.trained_seeds for m in spec.methods if (m, s) not in done]
 
 
 def evaluate(
@@ -529,7 +546,7 @@ def main(argv: Sequence[str]) -> None:
   def timed() -> list[results.Run]:
     return [*source_runs, *experiment_jobs.all_runs(spec, runs_dir, carried).values()]
 
-  def train_and_export(jobs: Sequence[experiment_jobs.Job], later: int = 0) -> None:
+  def train_and_export(jobs: Sequence[experiment_jobs.Job], later: Sequence[str] = ()) -> None:
     train(
       spec,
       jobs,

@@ -19,6 +19,7 @@ import numpy as np
 from bin import experiment_config
 from tff_sampling.analysis import evidence_report
 from tff_sampling.analysis import evidence_spec
+from tff_sampling.analysis import run_groups
 from tff_sampling.runtime import results
 
 # Runs by name (their path relative to the runs directory, as in the raw metrics file).
@@ -190,26 +191,64 @@ def read_failure(output: str) -> Failure:
   return Failure(lines[-1] if lines else '', refused=False)
 
 
+def method_run_seconds(
+  spec: evidence_spec.ExperimentSpec, timed: Iterable[results.Run]
+) -> dict[str, float]:
+  """Each method's median seconds of training a whole run in `timed`: the sum of its rounds'
+  seconds, over the runs that trained all their rounds (the start-up and the evaluations left
+  out). Methods with no such run are left out."""
+  by_method: dict[str, list[float]] = collections.defaultdict(list)
+  for run in timed:
+    seconds = run.metrics.get(run_groups.SECONDS_COLUMN)
+    if seconds is not None and is_done(run) and evidence_spec.diverged(run) is None:
+      by_method[evidence_spec.run_method(run, spec)].append(float(np.nansum(seconds)))
+  return {m: float(np.median(s)) for m, s in by_method.items()}
+
+
 def progress_line(
-  run_seconds: Sequence[float], trained: int, remaining: int, parallel: int, later: int = 0
+  trained: Sequence[tuple[str, float]],
+  remaining: Sequence[str],
+  parallel: int,
+  later: Sequence[str] = (),
+  run_seconds: dict[str, float] | None = None,
 ) -> str:
   """What the driver prints after a run ends: runs trained and to go, and an estimate of the
-  time left: the median seconds of the runs trained so far × the rounds of `parallel` runs
-  still to go. With `later` runs planned after this stage (the evaluation after the tuning),
-  the same estimate for them too, so that the whole experiment can be planned."""
-  median = float(np.median(run_seconds))
+  time left, so that the whole experiment can be planned.
 
-  def duration(runs: int) -> str:
-    hours, rest = divmod(round(median * math.ceil(runs / max(parallel, 1))), 3600)
+  `trained` holds each run trained so far as (method, its seconds); `remaining` and `later`
+  (the evaluation's runs, while tuning) the methods of the runs still to train. Methods differ
+  by up to 100× in seconds a run (full participation against a sampler of 5 clients), so a
+  run still to train is estimated at its method's `run_seconds` (`method_run_seconds`; the
+  median of the methods' for a method without one) plus the median of what the runs trained
+  took beyond their method's (the start-up, the evaluations; not below 0); with no
+  `run_seconds` at all, at the median run trained. The sum is shared by `parallel` at a time.
+  """
+  run_seconds = dict(run_seconds or {})
+  if run_seconds:
+    typical = float(np.median(list(run_seconds.values())))
+    overhead = max(0.0, float(np.median([s - run_seconds.get(m, typical) for m, s in trained])))
+
+    def estimate(method: str) -> float:
+      return run_seconds.get(method, typical) + overhead
+  else:
+    median = float(np.median([s for _, s in trained]))
+
+    def estimate(method: str) -> float:
+      del method  # Every run alike.
+      return median
+
+  def duration(methods: Sequence[str]) -> str:
+    seconds = sum(estimate(m) for m in methods) / max(parallel, 1)
+    hours, rest = divmod(round(seconds), 3600)
     return f'{hours}:{rest // 60:02d}'
 
   line = (
-    f'{trained} run(s) trained, {remaining} to go; about {duration(remaining)} left at '
-    f'{median:.0f} s a run, {parallel} at a time.'
+    f'{len(trained)} run(s) trained, {len(remaining)} to go; about {duration(remaining)} left, '
+    f'{parallel} at a time (each method at its runs so far).'
   )
   if later:
     line += (
-      f' Then {later} evaluation runs, about {duration(later)} more at that pace (not counting '
-      "runs past the grid's edge)."
+      f' Then {len(later)} evaluation runs, about {duration(later)} more (not counting runs '
+      "past the grid's edge)."
     )
   return line

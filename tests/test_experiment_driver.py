@@ -118,9 +118,12 @@ def test_tune_evaluate_export_report_and_rerun(tmp_path, driver):
     assert done.out.count(f'(call {call}: ') == 2
     assert re.search(rf'\(call {call}: \d+ s\)', done.out)
   # After each ended call, runs trained and to go and the time left (no run is left at last).
-  assert re.search(r'\d run\(s\) trained, 0 to go; about 0:00 left at \d+ s a run', done.out)
+  assert re.search(r'\d run\(s\) trained, 0 to go; about 0:00 left, 2 at a time', done.out)
   # While tuning, the 4 evaluation runs (2 methods x 2 seeds) are estimated too.
-  assert re.search(r'2 at a time\. Then 4 evaluation runs, about \d+:\d\d more', done.out)
+  assert re.search(
+    r'2 at a time \(each method at its runs so far\)\. Then 4 evaluation runs, about \d+:\d\d more',
+    done.out,
+  )
   # Exports while calls train count the runs still training without naming them; the last
   # export holds every run, finished.
   assert 'Note: unfinished runs' not in done.out
@@ -453,17 +456,63 @@ def test_a_crashed_call_trains_again_from_its_checkpoint_and_the_run_is_unchange
 
 
 def test_the_progress_line_estimates_the_time_left_from_the_runs_so_far():
-  # Median of 100, 300, 200 s = 200 s; 5 runs to go, 2 at a time: 3 more rounds of runs,
-  # 600 s = 0:10.
-  line = experiment_jobs.progress_line([100.0, 300.0, 200.0], 3, 5, 2)
-  assert line == '3 run(s) trained, 5 to go; about 0:10 left at 200 s a run, 2 at a time.'
-  # 7,300 s left: 2 hours and 1 minute (whole minutes, rounded down).
-  assert 'about 2:01 left' in experiment_jobs.progress_line([3650.0], 1, 2, 1)
-  assert 'about 0:00 left' in experiment_jobs.progress_line([50.0], 4, 0, 1)
-  # While tuning, the evaluation's runs are estimated too: 10 runs, 2 at a time, 5 × 200 s.
-  assert experiment_jobs.progress_line([200.0], 1, 3, 2, later=10) == (
-    '1 run(s) trained, 3 to go; about 0:06 left at 200 s a run, 2 at a time. Then 10 '
-    "evaluation runs, about 0:16 more at that pace (not counting runs past the grid's edge)."
+  # With no method timed, every run counts alike: the median of 100, 300, 200 s = 200 s;
+  # 5 runs to go, 2 at a time: 5 × 200 / 2 = 500 s = 0:08 (whole minutes, rounded down).
+  line = experiment_jobs.progress_line([('a', 100.0), ('a', 300.0), ('a', 200.0)], ['a'] * 5, 2)
+  assert line == (
+    '3 run(s) trained, 5 to go; about 0:08 left, 2 at a time (each method at its runs so far).'
+  )
+  # 7,300 s left: 2 hours and 1 minute.
+  assert 'about 2:01 left' in experiment_jobs.progress_line([('a', 3650.0)], ['a', 'a'], 1)
+  assert 'about 0:00 left' in experiment_jobs.progress_line([('a', 50.0)], [], 1)
+
+
+def test_the_progress_line_estimates_each_run_by_its_methods_runs():
+  # A run of full participation trains for 5,000 s, one of uniform for 50 s; each run trained
+  # took 30 s more (start-up, evaluations). One full and two uniform runs to go, one at a
+  # time: 5,030 + 2 × 80 = 5,190 s = 1:26. The evaluation's 5 full runs and one run of a
+  # method not timed yet (the median method, 2,525 s, + 30): 25,150 + 2,555 = 27,705 s = 7:41.
+  run_seconds = {'full': 5000.0, 'uniform': 50.0}
+  trained = [('uniform', 80.0), ('full', 5030.0)]
+  line = experiment_jobs.progress_line(
+    trained,
+    ['full', 'uniform', 'uniform'],
+    1,
+    later=['full'] * 5 + ['tifl'],
+    run_seconds=run_seconds,
+  )
+  assert line == (
+    '2 run(s) trained, 3 to go; about 1:26 left, 1 at a time (each method at its runs so far).'
+    " Then 6 evaluation runs, about 7:41 more (not counting runs past the grid's edge)."
+  )
+  # Counted alike, the same runs would be estimated at the median run trained (2,555 s):
+  # 3 × 2,555 = 7,665 s = 2:07.
+  assert 'about 2:07 left' in experiment_jobs.progress_line(
+    trained, ['full', 'uniform', 'uniform'], 1
+  )
+  # Runs faster than their method's runs so far add nothing below 0.
+  faster = experiment_jobs.progress_line([('full', 4000.0)], ['full'], 1, run_seconds=run_seconds)
+  assert 'about 1:23 left' in faster  # 5,000 s.
+
+
+def test_method_run_seconds_are_each_methods_median_training_seconds_a_run(tmp_path):
+  config = tmp_path / experiment_config.CONFIG_FILENAME
+  config.write_text(CONFIG.replace('--methods=uniform,full', '--methods=uniform,full,optimal'))
+  spec = experiment_config.load(str(config))
+  diverged = _timed_run(spec, 'optimal', [1.0, 2.0])
+  diverged.metrics['train/loss'] = np.asarray([0.5, np.inf])
+  unfinished = _timed_run(spec, 'optimal', [1.0, 2.0])
+  unfinished.hparams['rounds'] = 5
+  timed = [
+    _timed_run(spec, 'uniform', [0.1, 0.3, 0.2]),  # 0.6 s in all.
+    _timed_run(spec, 'full', [4.0, 6.0]),  # 10 s,
+    _timed_run(spec, 'full', [5.0, 7.0]),  # 12 s,
+    _timed_run(spec, 'full', [20.0, 30.0]),  # 50 s: median 12 s.
+    diverged,  # Neither a diverged run nor an unfinished one counts.
+    unfinished,
+  ]
+  assert experiment_jobs.method_run_seconds(spec, timed) == pytest.approx(
+    {'uniform': 0.6, 'full': 12.0}
   )
 
 
