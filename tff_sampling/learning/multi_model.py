@@ -13,7 +13,6 @@ import collections
 from collections.abc import Callable, Sequence
 
 import numpy as np
-import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_sampling import validation
@@ -40,7 +39,8 @@ def build_multi_model_process(
   and ``next: (<state@SERVER, {<data=<B_1*, …, B_S*>, meta=<client, shares>*>}@CLIENTS>
   -> <state, result=<W_1, …, W_S>@SERVER, measurements@SERVER>)``. Every client
   passed to ``next`` is a member of the population of size ``N`` (the paper
-  has all clients compute their signals each round). The measurements:
+  has all clients compute their signals each round); its ``meta`` dataset holds
+  one element (`multi_model_types.client_data` builds it). The measurements:
 
   * ``cohort_size``: ``N``.
   * ``uploads``: ``int32[S]``, clients that trained and uploaded each model.
@@ -180,10 +180,8 @@ def _compose(
 
   @tff.tensorflow.computation(meta_sequence_type)
   def read_meta(meta):
-    initial = collections.OrderedDict(
-      client=tf.constant(-1, tf.int32), shares=tf.zeros([num_models], tf.float32)
-    )
-    return meta.reduce(initial, lambda _, element: element)
+    # Not a ``meta.reduce``: TFF's worker would instantiate its function at every call.
+    return meta.get_single_element()
 
   client_data_type = tff.StructWithPythonType(
     [('data', client_work.data_type), ('meta', meta_sequence_type)], collections.OrderedDict
