@@ -55,6 +55,21 @@ def test_the_feed_gives_the_tasks_streams(small_digits_task, tmp_path, steps, so
     assert _elements(weighted['meta']) == [{'slot': 4, 'weight': 2.5}]
 
 
+@pytest.mark.parametrize('steps', [None, 25])
+def test_the_feed_gives_the_tasks_streams_over_several_epochs(tmp_path, steps):
+  # Two epochs of about 9 batches, and 25 steps beyond them: eager TF fuses a seeded shuffle
+  # followed by repeat into one op of another order, unless both streams turn tf.data's
+  # rewrites off.
+  import tasks  # pylint: disable=g-import-not-at-top
+
+  task = tasks.get_task('digits', num_clients=20, client_batch_size=10, client_epochs=2)
+  feed = client_feed.ClientFeed.build(task, steps, str(tmp_path))
+  for client in (0, 7):
+    seed = randomness.client_shuffle_seed(3, 2, client)
+    expected = task.client_dataset(client, seed, steps=steps)
+    _assert_same_stream(feed.stream(task.client_ids[client], seed), expected)
+
+
 def test_a_large_in_memory_population_is_read_from_files(small_digits_task, tmp_path, monkeypatch):
   monkeypatch.setattr(client_feed, 'MAX_EMBEDDED_BYTES', 1000)
   folder = tmp_path / 'files'

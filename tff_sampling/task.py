@@ -21,6 +21,16 @@ import tensorflow_federated as tff
 
 from tff_sampling import validation
 
+# The options of every client's training stream, built in Python or inside TFF's worker
+# (`tff_sampling.program.client_feed`). tf.data rewrites a dataset's graph with its static
+# optimizations (Grappler) each time an iterator is made of it: in TFF's worker once per client
+# and call, for a stream of a few dozen batches. And the rewrite can reorder a stream: eager TF
+# fuses a seeded shuffle followed by repeat (several epochs) into one op whose order differs
+# from the worker's. Turned off on both, the two give the same stream, element for element.
+STREAM_OPTIONS = tf.data.Options()
+STREAM_OPTIONS.experimental_optimization.apply_default_optimizations = False
+STREAM_OPTIONS.autotune.enabled = False
+
 
 @dataclasses.dataclass(frozen=True)
 class Task:
@@ -92,7 +102,7 @@ class Task:
     num_steps = validation.positive_int('steps', steps, optional=True)
     if num_steps is not None:
       dataset = dataset.repeat().take(num_steps)
-    return dataset
+    return dataset.with_options(STREAM_OPTIONS)
 
   def model_fn(self) -> tff.learning.models.VariableModel:
     """A TFF model (fresh variables each call), for ``tff.learning`` builders."""

@@ -36,6 +36,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_sampling import contract
+from tff_sampling import task as task_lib
 from tff_sampling.learning import signals as signals_lib
 from tff_sampling.task import Task
 
@@ -43,15 +44,8 @@ from tff_sampling.task import Task
 MAX_EMBEDDED_BYTES = 2**20
 # At most this much of the clients' examples is written into a run's directory.
 MAX_FILE_BYTES = 512 * 2**20
-# tf.data rewrites a dataset's graph with its static optimizations (Grappler) each time an
-# iterator is made of it: in TFF's worker, once per client and call, for a stream of a few
-# dozen batches. Turned off, the streams the worker builds are the same as before, element for
-# element (compared at both commits by bench.revisions); the rewrite never reordered them there.
-# (Elsewhere it can: eager TF fuses a seeded shuffle followed by repeat into an op whose order
-# differs.)
-STREAM_OPTIONS = tf.data.Options()
-STREAM_OPTIONS.experimental_optimization.apply_default_optimizations = False
-STREAM_OPTIONS.autotune.enabled = False
+# Each stream's options: the task's (`Task.client_dataset` gives the same stream from Python).
+STREAM_OPTIONS = task_lib.STREAM_OPTIONS
 # Feeds and composed computations kept for reuse: TFF compiles a computation once per
 # object, so runs of one process on one task (seeds, resumes) share one compilation.
 _KEPT = 8
