@@ -21,15 +21,21 @@ import tensorflow_federated as tff
 
 from tff_sampling import validation
 
-# The options of every client's training stream, built in Python or inside TFF's worker
-# (`tff_sampling.program.client_feed`). tf.data rewrites a dataset's graph with its static
-# optimizations (Grappler) each time an iterator is made of it: in TFF's worker once per client
-# and call, for a stream of a few dozen batches. And the rewrite can reorder a stream: eager TF
-# fuses a seeded shuffle followed by repeat (several epochs) into one op whose order differs
-# from the worker's. Turned off on both, the two give the same stream, element for element.
+# The options of every client's training stream, built in Python (`Task.client_dataset`) or
+# inside TFF's worker (`tff_sampling.program.client_feed`): tf.data's static rewrites off. Each
+# iterator made of a dataset otherwise runs Grappler over the dataset's graph: in TFF's worker
+# once per client and call, for a stream of a few dozen batches. Turning the rewrites off
+# changes one stream only: tf.data fuses a seeded shuffle directly followed by a repeat (the
+# epochs) into one op, which gives the same first pass but another order when the stream is
+# iterated again (steps beyond the epochs). Streams of several epochs therefore keep that one
+# rewrite (`Task.stream_options`), at its cost, and stay the streams they always were.
 STREAM_OPTIONS = tf.data.Options()
 STREAM_OPTIONS.experimental_optimization.apply_default_optimizations = False
 STREAM_OPTIONS.autotune.enabled = False
+FUSED_STREAM_OPTIONS = tf.data.Options()
+FUSED_STREAM_OPTIONS.experimental_optimization.apply_default_optimizations = False
+FUSED_STREAM_OPTIONS.autotune.enabled = False
+FUSED_STREAM_OPTIONS.experimental_optimization.shuffle_and_repeat_fusion = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +78,13 @@ class Task:
   options: Mapping[str, Any]
 
   @property
+  def stream_options(self) -> tf.data.Options:
+    """The options of a client's training stream: `STREAM_OPTIONS`, or `FUSED_STREAM_OPTIONS`
+    over several epochs (``options['client_epochs']`` > 1; see there)."""
+    several_epochs = int(self.options.get('client_epochs', 1)) > 1
+    return FUSED_STREAM_OPTIONS if several_epochs else STREAM_OPTIONS
+
+  @property
   def num_clients(self) -> int:
     return len(self.client_ids)
 
@@ -102,7 +115,7 @@ class Task:
     num_steps = validation.positive_int('steps', steps, optional=True)
     if num_steps is not None:
       dataset = dataset.repeat().take(num_steps)
-    return dataset.with_options(STREAM_OPTIONS)
+    return dataset.with_options(self.stream_options)
 
   def model_fn(self) -> tff.learning.models.VariableModel:
     """A TFF model (fresh variables each call), for ``tff.learning`` builders."""

@@ -36,7 +36,6 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_sampling import contract
-from tff_sampling import task as task_lib
 from tff_sampling.learning import signals as signals_lib
 from tff_sampling.task import Task
 
@@ -44,8 +43,6 @@ from tff_sampling.task import Task
 MAX_EMBEDDED_BYTES = 2**20
 # At most this much of the clients' examples is written into a run's directory.
 MAX_FILE_BYTES = 512 * 2**20
-# Each stream's options: the task's (`Task.client_dataset` gives the same stream from Python).
-STREAM_OPTIONS = task_lib.STREAM_OPTIONS
 # Feeds and composed computations kept for reuse: TFF compiles a computation once per
 # object, so runs of one process on one task (seeds, resumes) share one compilation.
 _KEPT = 8
@@ -131,7 +128,8 @@ class ClientFeed:
     def stream(client, seed):
       dataset = task.preprocess_client(raw_dataset(client), seed)
       dataset = dataset if steps is None else dataset.repeat().take(steps)
-      return dataset.with_options(STREAM_OPTIONS)
+      # The task's options: `Task.client_dataset` gives the same stream from Python.
+      return dataset.with_options(task.stream_options)
 
     self.stream = tff.tensorflow.computation(stream, np.str_, np.int64)
 
