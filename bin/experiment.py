@@ -226,9 +226,9 @@ def _finish(
   call: _Call,
   runs_dir: str,
   failures: dict[experiment_jobs.Job, int],
-) -> tuple[list[experiment_jobs.Job], bool]:
-  """What an ended `call` left to train (raising as `_after_failure`), and whether a run of
-  it ended; prints each ended run."""
+) -> tuple[list[experiment_jobs.Job], list[tuple[experiment_jobs.Job, int | None]]]:
+  """What an ended `call` left to train (raising as `_after_failure`), and the runs of it that
+  ended, each with the round it diverged in (None: finished); prints each ended run."""
   code = call.process.returncode
   runs = [experiment_jobs.find_run(spec, job, runs_dir) for job in call.jobs]
   diverged = [evidence_spec.diverged(r) if r is not None else None for r in runs]
@@ -250,7 +250,7 @@ def _finish(
     # A call of several seeds times them together: its time is not any one run's.
     took = f'in {seconds:.0f} s' if len(call.jobs) == 1 else f'(call {call.name}: {seconds:.0f} s)'
     print(f'{job.name}: {outcome} {took}', flush=True)
-  return left, bool(ended)
+  return left, ended
 
 
 _LOOK_EVERY = 30.0  # Seconds between two looks for runs ended inside a call.
@@ -358,7 +358,8 @@ def train(
         todo = left + todo
         if ended:
           share = (time.monotonic() - call.started) / len(call.jobs)
-          trained += [(job.method, share) for job in call.jobs if job not in left]
+          # A diverged run's seconds say nothing of a whole run's.
+          trained += [(job.method, share) for job, at in ended if at is None]
           remaining = [job.method for job in [*todo, *(j for c in running for j in c.jobs)]]
           line = experiment_jobs.progress_line(
             trained,

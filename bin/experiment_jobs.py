@@ -191,17 +191,29 @@ def read_failure(output: str) -> Failure:
   return Failure(lines[-1] if lines else '', refused=False)
 
 
+def spec_rounds(spec: evidence_spec.ExperimentSpec) -> int | None:
+  """The rounds the experiment's runs train (its binary's ``--rounds``), if it sets them."""
+  values = [a.split('=', 1)[1] for a in spec.binary_flags if a.startswith('--rounds=')]
+  return int(values[-1]) if values else None
+
+
 def method_run_seconds(
   spec: evidence_spec.ExperimentSpec, timed: Iterable[results.Run]
 ) -> dict[str, float]:
-  """Each method's median seconds of training a whole run in `timed`: the sum of its rounds'
-  seconds, over the runs that trained all their rounds (the start-up and the evaluations left
-  out). Methods with no such run are left out."""
+  """Each of the experiment's methods' median seconds of training a whole run in `timed`: the
+  sum of its rounds' seconds (the start-up and the evaluations left out), over the runs that
+  trained all their rounds, scaled to the experiment's rounds (`spec_rounds`; a sibling whose
+  rates it borrows may train fewer). Methods with no such run are left out."""
+  rounds = spec_rounds(spec)
   by_method: dict[str, list[float]] = collections.defaultdict(list)
   for run in timed:
+    method = evidence_spec.run_method(run, spec)
     seconds = run.metrics.get(run_groups.SECONDS_COLUMN)
-    if seconds is not None and is_done(run) and evidence_spec.diverged(run) is None:
-      by_method[evidence_spec.run_method(run, spec)].append(float(np.nansum(seconds)))
+    if method not in spec.methods or seconds is None:
+      continue
+    if is_done(run) and evidence_spec.diverged(run) is None:
+      scale = rounds / int(run.hparams['rounds']) if rounds and run.hparams.get('rounds') else 1.0
+      by_method[method].append(float(np.nansum(seconds)) * scale)
   return {m: float(np.median(s)) for m, s in by_method.items()}
 
 
@@ -215,37 +227,41 @@ def progress_line(
   """What the driver prints after a run ends: runs trained and to go, and an estimate of the
   time left, so that the whole experiment can be planned.
 
-  `trained` holds each run trained so far as (method, its seconds); `remaining` and `later`
-  (the evaluation's runs, while tuning) the methods of the runs still to train. Methods differ
-  by up to 100× in seconds a run (full participation against a sampler of 5 clients), so a
-  run still to train is estimated at its method's `run_seconds` (`method_run_seconds`; the
-  median of the methods' for a method without one) plus the median of what the runs trained
-  took beyond their method's (the start-up, the evaluations; not below 0); with no
-  `run_seconds` at all, at the median run trained. The sum is shared by `parallel` at a time.
+  `trained` holds each run trained so far (diverged ones left out) as (method, its seconds);
+  `remaining` and `later` (the evaluation's runs, while tuning) the methods of the runs still to
+  train. Methods differ by up to 100× in seconds a run (full participation against a sampler
+  of 5 clients), so a run still to train is estimated at its method's `run_seconds`
+  (`method_run_seconds`; the median of the methods' for a method without one) plus the median
+  of what the runs trained took beyond their method's (the start-up, the evaluations; not below
+  0). With no `run_seconds`, every run counts as the median run trained; with neither, the
+  line has no estimate. The sum is shared by `parallel` at a time.
   """
+  head = f'{len(trained)} run(s) trained, {len(remaining)} to go'
   run_seconds = dict(run_seconds or {})
   if run_seconds:
     typical = float(np.median(list(run_seconds.values())))
-    overhead = max(0.0, float(np.median([s - run_seconds.get(m, typical) for m, s in trained])))
+    beyond = [s - run_seconds.get(m, typical) for m, s in trained]
+    overhead = max(0.0, float(np.median(beyond))) if beyond else 0.0
+    basis = 'each method at its runs so far'
 
     def estimate(method: str) -> float:
       return run_seconds.get(method, typical) + overhead
-  else:
+  elif trained:
     median = float(np.median([s for _, s in trained]))
+    basis = 'every run at the median run so far'
 
     def estimate(method: str) -> float:
       del method  # Every run alike.
       return median
+  else:
+    return f'{head}.'
 
   def duration(methods: Sequence[str]) -> str:
     seconds = sum(estimate(m) for m in methods) / max(parallel, 1)
     hours, rest = divmod(round(seconds), 3600)
     return f'{hours}:{rest // 60:02d}'
 
-  line = (
-    f'{len(trained)} run(s) trained, {len(remaining)} to go; about {duration(remaining)} left, '
-    f'{parallel} at a time (each method at its runs so far).'
-  )
+  line = f'{head}; about {duration(remaining)} left, {parallel} at a time ({basis}).'
   if later:
     line += (
       f' Then {len(later)} evaluation runs, about {duration(later)} more (not counting runs '

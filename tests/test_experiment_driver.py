@@ -1,6 +1,7 @@
 """bin.experiment end to end on `digits`, and every committed experiment report
 regenerated exactly from its committed raw metrics."""
 
+import dataclasses
 import glob
 import os
 import re
@@ -299,6 +300,17 @@ def test_done_jobs_are_the_runs_that_trained_every_round_or_diverged(tmp_path):
   assert experiment_jobs.done_jobs(spec, jobs, runs_dir) == {jobs[0], jobs[2]}
 
 
+def test_the_evaluation_runs_to_train_leave_out_those_done_at_any_rate(tmp_path):
+  # CONFIG reports seeds 0 and 1 of uniform and full; its tuning seed is 7.
+  spec, runs_dir, write = _uniform_runs(tmp_path)
+  write(0, '1,0.5,1\n2,0.6,1\n')  # Done (at 0.3, whatever rate the tuning picks).
+  write(1, '1,0.5,1\n')  # Started, not done.
+  write(7, '1,0.5,1\n2,0.6,1\n')  # A tuning run.
+  with fh.flags_of('experiment') as experiment:
+    left = experiment._evaluation_to_train(spec, runs_dir, {})
+  assert left == ['full', 'uniform', 'full']  # Seed 0's full, seed 1's uniform and full.
+
+
 def test_the_lookout_reports_each_run_ended_inside_a_call_once(tmp_path, monkeypatch):
   # Every _LOOK_EVERY seconds the driver looks for runs ended inside calls of several seeds
   # still training; a call of one seed is exported when the call ends.
@@ -460,7 +472,7 @@ def test_the_progress_line_estimates_the_time_left_from_the_runs_so_far():
   # 5 runs to go, 2 at a time: 5 × 200 / 2 = 500 s = 0:08 (whole minutes, rounded down).
   line = experiment_jobs.progress_line([('a', 100.0), ('a', 300.0), ('a', 200.0)], ['a'] * 5, 2)
   assert line == (
-    '3 run(s) trained, 5 to go; about 0:08 left, 2 at a time (each method at its runs so far).'
+    '3 run(s) trained, 5 to go; about 0:08 left, 2 at a time (every run at the median run so far).'
   )
   # 7,300 s left: 2 hours and 1 minute.
   assert 'about 2:01 left' in experiment_jobs.progress_line([('a', 3650.0)], ['a', 'a'], 1)
@@ -493,26 +505,43 @@ def test_the_progress_line_estimates_each_run_by_its_methods_runs():
   # Runs faster than their method's runs so far add nothing below 0.
   faster = experiment_jobs.progress_line([('full', 4000.0)], ['full'], 1, run_seconds=run_seconds)
   assert 'about 1:23 left' in faster  # 5,000 s.
+  # No run trained yet (those that ended diverged): the methods' runs alone, or no estimate.
+  none_yet = experiment_jobs.progress_line([], ['full'], 1, run_seconds=run_seconds)
+  assert none_yet.startswith('0 run(s) trained, 1 to go; about 1:23 left')
+  assert experiment_jobs.progress_line([], ['full'], 1) == '0 run(s) trained, 1 to go.'
 
 
 def test_method_run_seconds_are_each_methods_median_training_seconds_a_run(tmp_path):
   config = tmp_path / experiment_config.CONFIG_FILENAME
   config.write_text(CONFIG.replace('--methods=uniform,full', '--methods=uniform,full,optimal'))
-  spec = experiment_config.load(str(config))
-  diverged = _timed_run(spec, 'optimal', [1.0, 2.0])
+  spec = experiment_config.load(str(config))  # --rounds=2.
+  assert experiment_jobs.spec_rounds(spec) == 2
+
+  def run(method, seconds, **hparams):
+    timed = _timed_run(spec, method, seconds)
+    timed.hparams.update(hparams)
+    return timed
+
+  sibling = run('full', [1.0, 1.0, 1.0, 1.0], rounds=4)
+  sibling = dataclasses.replace(sibling, rounds=np.arange(1, 5))
+  diverged = run('optimal', [1.0, 2.0])
   diverged.metrics['train/loss'] = np.asarray([0.5, np.inf])
-  unfinished = _timed_run(spec, 'optimal', [1.0, 2.0])
-  unfinished.hparams['rounds'] = 5
+  untimed = run('optimal', [1.0, 2.0])
+  del untimed.metrics['round_seconds']
   timed = [
-    _timed_run(spec, 'uniform', [0.1, 0.3, 0.2]),  # 0.6 s in all.
-    _timed_run(spec, 'full', [4.0, 6.0]),  # 10 s,
-    _timed_run(spec, 'full', [5.0, 7.0]),  # 12 s,
-    _timed_run(spec, 'full', [20.0, 30.0]),  # 50 s: median 12 s.
-    diverged,  # Neither a diverged run nor an unfinished one counts.
-    unfinished,
+    run('uniform', [0.1, 0.3]),  # 0.4 s in all.
+    run('full', [4.0, 6.0]),  # 10 s,
+    run('full', [5.0, 7.0]),  # 12 s,
+    run('full', [20.0, 30.0]),  # 50 s: median 12 s.
+    sibling,  # A sibling's 4 rounds: 2 s at 2 rounds.
+    # Left out: a diverged run, an unfinished one, one without seconds, another method's.
+    diverged,
+    run('optimal', [1.0, 2.0], rounds=5),
+    untimed,
+    run('power_of_choice', [9.0, 9.0]),
   ]
   assert experiment_jobs.method_run_seconds(spec, timed) == pytest.approx(
-    {'uniform': 0.6, 'full': 12.0}
+    {'uniform': 0.4, 'full': 11.0}
   )
 
 
