@@ -360,20 +360,31 @@ def train(
           share = (time.monotonic() - call.started) / len(call.jobs)
           # A diverged run's seconds say nothing of a whole run's.
           trained += [(job.method, share) for job, at in ended if at is None]
-          remaining = [job.method for job in [*todo, *(j for c in running for j in c.jobs)]]
-          line = experiment_jobs.progress_line(
-            trained,
-            remaining,
-            _PARALLEL.value,
-            later,
-            experiment_jobs.method_run_seconds(spec, timed()),
-          )
-          print(line, flush=True)
+          remaining = [*todo, *(job for c in running for job in c.jobs)]
+          print(_progress(spec, trained, remaining, later, timed()), flush=True)
           on_finished()
   finally:
     _stop(running)
     for s, handler in previous.items():
       signal.signal(s, handler)
+
+
+def _progress(
+  spec: evidence_spec.ExperimentSpec,
+  trained: Sequence[tuple[str, float]],
+  remaining: Sequence[experiment_jobs.Job],
+  later: Sequence[str],
+  timed: Iterable[results.Run],
+) -> str:
+  """`experiment_jobs.progress_line` for the runs `trained` so far (method, seconds), the jobs
+  `remaining` and the methods of the runs planned `later`, each method at its runs in `timed`."""
+  return experiment_jobs.progress_line(
+    trained,
+    [job.method for job in remaining],
+    _PARALLEL.value,
+    later,
+    experiment_jobs.method_run_seconds(spec, timed),
+  )
 
 
 def _read_failure(log_path: str, start: int) -> experiment_jobs.Failure:
