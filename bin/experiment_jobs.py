@@ -169,8 +169,8 @@ class Failure:
       error, or the last line of a traceback); empty if the output has none.
     refused: Whether the binary refused its input (a one-line ``Error: …`` or a
       flag error, before it trained any round): a deterministic failure, which training
-      again would repeat. An ``Error: …`` after rounds trained is a crash (e.g. a TFF
-      worker whose channel closed), and its run resumes from its checkpoint.
+      again would repeat. An ``Error: …`` after rounds trained is a crash, and so is TFF's
+      worker dying at any time (`WORKER_GONE`): its run resumes from its checkpoint.
   """
 
   reason: str
@@ -179,6 +179,9 @@ class Failure:
 
 # A binary's progress line after each round it trained (`tff_sampling.runtime` progress).
 _ROUND_LINE = re.compile(r'(^|\] )round +\d+/\d+ ')
+# What a call says when TFF's worker process died under it (gRPC's error once the channel to
+# the worker is closed; seen after a segfault in the worker's gRPC server): not bad input.
+WORKER_GONE = 'Cannot invoke RPC on closed channel'
 
 
 def read_failure(output: str) -> Failure:
@@ -187,7 +190,7 @@ def read_failure(output: str) -> Failure:
   trained = any(_ROUND_LINE.search(line) for line in lines)
   for line in reversed(lines):
     if line.startswith('Error: ') or 'Flags parsing error' in line:
-      return Failure(line, refused=not trained)
+      return Failure(line, refused=not trained and WORKER_GONE not in line)
   return Failure(lines[-1] if lines else '', refused=False)
 
 

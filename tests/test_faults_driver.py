@@ -290,6 +290,12 @@ def test_a_good_configuration_passes_the_check_and_lists_its_runs(sandbox, capsy
       'Error: Cannot invoke RPC on closed channel!',
       False,
     ),
+    (  # TFF's worker died before the first round (resumed or not): a crash, not bad input.
+      'Devices: [\'/device:CPU:0\']; model parameters: 610; clients: 100.\n'
+      'Error: Cannot invoke RPC on closed channel!\n',
+      'Error: Cannot invoke RPC on closed channel!',
+      False,
+    ),
     ('', '', False),  # Killed before it printed anything.
   ],
 )
