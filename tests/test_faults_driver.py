@@ -291,7 +291,7 @@ def test_a_good_configuration_passes_the_check_and_lists_its_runs(sandbox, capsy
       False,
     ),
     (  # TFF's worker died before the first round (resumed or not): a crash, not bad input.
-      'Devices: [\'/device:CPU:0\']; model parameters: 610; clients: 100.\n'
+      "Devices: ['/device:CPU:0']; model parameters: 610; clients: 100.\n"
       'Error: Cannot invoke RPC on closed channel!\n',
       'Error: Cannot invoke RPC on closed channel!',
       False,
