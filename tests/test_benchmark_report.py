@@ -428,6 +428,7 @@ def test_a_timed_cell_also_compares_at_the_baseline_s_simulated_time(tmp_path):
   text = benchmark_page.benchmark_markdown([cell], command='regenerate', page_dir=str(tmp_path))
   table = _section(text, 'timed cell')
   assert 'accuracy at 20 simulated s' in table and 'Holm (final/bits/work/time)' in table
+  assert f'{benchmark_page.READING_GUIDE} {benchmark_page.TIMED_GUIDE}' in text  # How to read it.
   # Time to the 50% target: uniform reaches it in seed 1 only, at round 2 (20 s); MD in every
   # seed at round 2 (30 s).
   assert 'simulated s to 50%' in table

@@ -11,6 +11,7 @@ from tff_sampling.analysis import benchmark_contrasts
 from tff_sampling.analysis import benchmark_heatmap
 from tff_sampling.analysis import benchmark_report
 from tff_sampling.analysis import curves
+from tff_sampling.analysis import evidence
 from tff_sampling.analysis import report
 from tff_sampling.runtime import files
 
@@ -46,6 +47,26 @@ READING_GUIDE = (
   'guide. The server-side work of each sampler alone is benchmarked in '
   '[performance.md](performance.md).'
 )
+# Appended to it once a shown cell was timed by a system model (`--devices`).
+TIMED_GUIDE = (
+  'In a cell a system model timed, each method is also compared at a fourth budget, '
+  '4(n - 1) comparisons in all and in its Holm family (*final/bits/work/time*). '
+  "*accuracy at S simulated s*: the same within the simulated seconds of the baseline's "
+  'whole run; a run that ends sooner counts at its last evaluation, so for a method whose '
+  'rounds are shorter this compares final accuracies. *simulated s to T*: the mean over the '
+  'seeds that reach the target (reached/seeds), with no interval.'
+)
+
+
+def _reading_guide(cells: Sequence[benchmark_report.Cell]) -> str:
+  """`READING_GUIDE`, with `TIMED_GUIDE` once a shown cell was timed by a system model."""
+  timed = any(
+    evidence.SECONDS_COLUMN in run.metrics
+    for cell in cells
+    if not cell.pending
+    for run in cell.runs
+  )
+  return f'{READING_GUIDE} {TIMED_GUIDE}' if timed else READING_GUIDE
 
 
 def benchmark_markdown(
@@ -85,7 +106,7 @@ def benchmark_markdown(
     'summed (two run at a time on a 2-core machine); each cell says its own below.',
     '',
   ]
-  parts += [READING_GUIDE, '']
+  parts += [_reading_guide(cells), '']
   parts += benchmark_report.overview(cells)
   parts += benchmark_report.optimal_overview(cells)
   for cell in cells:
