@@ -4,6 +4,8 @@ import asyncio
 import json
 import logging
 import os
+import signal
+import time
 
 import fault_harness
 import numpy as np
@@ -13,6 +15,7 @@ import tensorflow_federated as tff
 from tff_sampling import communication
 from tff_sampling import program
 from tff_sampling import samplers
+from tff_sampling.runtime import local_worker
 from tff_sampling.runtime import results
 
 _COHORT = 5
@@ -86,6 +89,44 @@ def test_kill_and_resume_equals_uninterrupted_run(small_digits_task, process, tm
   full_counts = results.load_run(tmp_path / 'full').selection_counts
   np.testing.assert_array_equal(results.load_run(tmp_path / 'killed').selection_counts, full_counts)
   assert full_counts.shape == (task.num_clients,) and full_counts.sum() == 5 * _COHORT
+
+
+class _WorkerKillingSampler(samplers.UniformSampler):
+  """Kills the local TFF worker (as a crash of its own would) when round `kill_round` starts."""
+
+  def __init__(self, *args, kill_round, **kwargs):
+    super().__init__(*args, **kwargs)
+    self.kill_round, self.killed = kill_round, None
+
+  def select(self, state, round_num, available):
+    if round_num == self.kill_round:
+      worker = local_worker.LOCAL_WORKER
+      self.killed = worker.pid
+      os.kill(self.killed, signal.SIGKILL)
+      deadline = time.monotonic() + 30.0  # A bound against hangs only.
+      while worker.pid is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return super().select(state, round_num, available)
+
+
+def test_a_run_whose_worker_dies_goes_on_as_if_it_had_not(small_digits_task, process, tmp_path):
+  # Round 3's computation meets a dead worker and runs on a new one; so does the evaluation
+  # after it, with another number of clients.
+  killing = _WorkerKillingSampler(_COHORT, seed=0, kill_round=3)
+  survived = program.train_model(
+    small_digits_task, process, killing, _config(tmp_path / 'killed', 4, eval_every=1)
+  )
+  assert killing.killed is not None and local_worker.LOCAL_WORKER.pid not in (None, killing.killed)
+  full = program.train_model(
+    small_digits_task,
+    process,
+    samplers.UniformSampler(_COHORT, seed=0),
+    _config(tmp_path / 'full', 4, eval_every=1),
+  )
+  assert survived.resumed_from is None and survived.final_round == 4
+  assert _rows(tmp_path / 'killed') == _rows(tmp_path / 'full')  # Every cell, bit for bit.
+  for a, b in zip(full.model_weights.trainable, survived.model_weights.trainable):
+    np.testing.assert_array_equal(a, b)
 
 
 def test_extending_a_finished_run_continues_it(small_digits_task, process, tmp_path):

@@ -18,6 +18,7 @@ import psutil
 import pytest
 import tensorflow_federated as tff
 
+from tff_sampling.runtime import local_worker
 from tff_sampling.runtime import tff_context
 from tff_sampling.runtime import workers
 
@@ -139,7 +140,7 @@ def test_secure_sums_run_in_the_project_context_on_its_own_worker():
     return tff.federated_secure_sum_bitwidth(values, 8)
 
   assert secure_total([1, 2, 3, 100]) == 106
-  worker = tff_context._LOCAL_WORKER.pid
+  worker = local_worker.LOCAL_WORKER.pid
   assert worker is not None and worker in {c.pid for c in psutil.Process().children()}
 
 
@@ -178,6 +179,67 @@ def test_computations_stay_right_across_more_cohort_sizes_than_executors_kept():
 
   sizes = list(range(1, 2 * workers.EXECUTORS_KEPT + 2)) * 2  # Each size again after eviction.
   assert [total(list(range(n))) for n in sizes] == [n * (n - 1) // 2 for n in sizes]
+
+
+def test_the_executor_factory_drops_the_executors_of_a_worker_started_before():
+  starts = [1]
+  factory = workers.ClosingExecutorFactory(_FakeExecutor, worker_starts=lambda: starts[0])
+  old = {n: factory.create_executor({tff.CLIENTS: n}) for n in (1, 2)}
+  starts[0] = 2  # A new worker: the old executors' channel is closed.
+  factory.clean_up_executor({tff.CLIENTS: 1})  # Dropped, not closed over that channel.
+  new = factory.create_executor({tff.CLIENTS: 2})
+  assert new is not old[2] and not any(e.closed for e in old.values())
+  assert factory.create_executor({tff.CLIENTS: 2}) is new  # Made after the start: kept.
+
+
+def _kill_local_worker(worker=None) -> int:
+  """SIGKILLs the (given or default) local worker; returns its pid once it is gone."""
+  worker = worker or local_worker.LOCAL_WORKER
+  pid = worker.pid
+  assert pid is not None
+  os.kill(pid, signal.SIGKILL)
+  deadline = time.monotonic() + 30.0  # A bound against hangs only.
+  while worker.pid is not None and time.monotonic() < deadline:
+    time.sleep(0.01)
+  assert worker.pid is None
+  return pid
+
+
+def test_a_computation_after_the_worker_died_runs_on_a_new_one(caplog):
+  tff_context.use_secure_sum_simulation()
+
+  @tff.federated_computation(tff.FederatedType(np.int32, tff.CLIENTS))
+  def total(values):
+    return tff.federated_sum(values)
+
+  assert (total([1, 2]), total([1, 2, 3])) == (3, 6)  # An executor for 2 and for 3 clients.
+  dead = _kill_local_worker()
+  with caplog.at_level(logging.WARNING):
+    # TFF retries the first call on a new worker; the second, with the other number of
+    # clients, needs an executor of its own there too.
+    assert (total([1, 2]), total([1, 2, 3])) == (3, 6)
+  assert local_worker.LOCAL_WORKER.pid not in (None, dead)
+  assert f'The local TFF worker (pid {dead}) exited with status -9' in caplog.text
+
+
+def test_the_worker_is_not_started_again_after_dying_three_times_in_a_row(caplog):
+  worker = local_worker.LocalWorker()
+  try:
+    worker.stub()
+    for _ in range(2):
+      _kill_local_worker(worker)
+      worker.stub()  # Restarted, with a warning.
+    worker.succeeded()  # A call returned: the count starts again.
+    for _ in range(2):
+      _kill_local_worker(worker)
+      worker.stub()
+    last = _kill_local_worker(worker)
+    with pytest.raises(RuntimeError, match=rf'\(pid {last}\) exited .*: 3 workers in a row died'):
+      worker.stub()
+    assert worker.pid is None and worker.starts == 5
+    assert caplog.text.count('starting a new one for the call in progress') == 4
+  finally:
+    worker.stop(timeout_s=0)
 
 
 def test_quiet_library_logs_keeps_own_info_and_library_warnings():
@@ -253,6 +315,7 @@ def test_switching_to_the_project_context_cannot_hang_on_tff_s_worker():
 _STUCK_BINARY = """
 import sys, threading, numpy as np, psutil, tensorflow_federated as tff
 from absl import app
+from tff_sampling.runtime import local_worker
 from tff_sampling.runtime import tff_context
 from tff_sampling.runtime import workers
 tff_context._EXIT_DEADLINE_S = 0.5
@@ -263,7 +326,7 @@ def {name}():
 
 def main(argv):
   tff.tensorflow.computation(lambda: np.int32(7))()
-  print('workers', tff_context._LOCAL_WORKER.pid, flush=True)
+  print('workers', local_worker.LOCAL_WORKER.pid, flush=True)
   {name}()
 
 app.run(tff_context.binary_main(main))
@@ -300,6 +363,7 @@ def test_the_deadline_exit_lets_a_write_in_progress_finish_for_a_while():
 _WAITING_BINARY = """
 import sys, threading, time, numpy as np, tensorflow_federated as tff
 from absl import app
+from tff_sampling.runtime import local_worker
 from tff_sampling.runtime import tff_context
 from tff_sampling.runtime import workers
 tff_context._Interrupts._watch = lambda self, read_fd: None
@@ -312,7 +376,7 @@ def stub_never_ready():
   print('workers', flush=True)  # The main thread now waits for this call.
   threading.Event().wait()
 
-tff_context._LOCAL_WORKER.stub = stub_never_ready
+local_worker.LOCAL_WORKER.stub = stub_never_ready
 
 def main(argv):
   tff.tensorflow.computation(lambda: np.int32(7))()

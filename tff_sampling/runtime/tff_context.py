@@ -1,17 +1,10 @@
 """The TFF runtime as this project uses it: its local C++ worker, cleanup and signals.
 
-**The default context's worker.** TFF runs computations on a C++
-``worker_binary`` subprocess that its default execution context starts on first
-use. TFF's own manager of that process neither ties it to this process (after a
-SIGKILL, or a SIGTERM without a handler, it runs on under pid 1) nor stops it
-reliably (from a ``__del__`` at interpreter shutdown, when ``subprocess`` is
-already torn down). `use_secure_sum_simulation` therefore installs a context of
-our own: TFF's test C++ context (secure sums compiled into plain sums with the
-same bound checks), whose worker `_LocalWorker` starts through
-`tff_sampling.runtime.workers.start_worker_process`, i.e. with ``PR_SET_PDEATHSIG``
-from a thread that lives as long as this process, so Linux kills it when this
-process dies, whatever kills it. The program loop calls it, and so does
-`binary_main` before a binary's ``main``.
+**The default context's worker.** `use_secure_sum_simulation` installs
+`tff_sampling.runtime.local_worker`'s context: TFF's test C++ context on a
+worker that dies with this process, restarted (a bounded number of times) if it
+dies first. The program loop calls it, and so does `binary_main` before a
+binary's ``main``.
 
 **At exit** `stop_local_workers` (``atexit``) stops that worker, and also a
 worker of TFF's own default context if a computation ran before (library use
@@ -36,7 +29,6 @@ from __future__ import annotations
 
 import atexit
 from collections.abc import Callable, Sequence
-import functools
 import gc
 import logging as logging_lib
 import os
@@ -47,123 +39,15 @@ import time
 from typing import Any
 
 from absl import logging as absl_logging
-import grpc
-import portpicker
 import psutil
-from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
 from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
 from tensorflow_federated.python.core.impl.context_stack import runtime_error_context
-from tensorflow_federated.python.core.impl.execution_contexts import sync_execution_context
-from tensorflow_federated.python.core.impl.executors import remote_executor
-from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
-from tensorflow_federated.python.core.impl.types import placements
 
-from tff_sampling.runtime import compilation
 from tff_sampling.runtime import files
-from tff_sampling.runtime import processes
+from tff_sampling.runtime import local_worker
 from tff_sampling.runtime import workers as workers_lib
 
 _WORKER_NAME = 'worker_binary'
-_WORKER_START_TIMEOUT_S = 60.0
-
-
-# --- The default context's worker ------------------------------------------------
-
-
-class _LocalWorker:
-  """The ``worker_binary`` behind `use_secure_sum_simulation`'s context.
-
-  Like TFF's ``ServiceManager`` (executor_factory.py): started on first use,
-  restarted if it died, one at a time; unlike it, started so that it dies with
-  this process (`workers_lib.start_worker_process`), never restarted after
-  `workers_lib.shut_down`, and stopped by `stop` with a bounded wait.
-  """
-
-  def __init__(self):
-    self._lock = threading.Lock()
-    self._process = None
-    self._channel = None
-    self._stub = None
-
-  @property
-  def pid(self) -> int | None:
-    process = self._process
-    return process.pid if process is not None and process.poll() is None else None
-
-  def stub(self) -> remote_executor_grpc_stub.RemoteExecutorGrpcStub:
-    """The running worker's stub; starts the worker first if none runs."""
-    with self._lock:
-      workers_lib.check_not_shut_down()
-      if (
-        self._stub is not None
-        and self._process is not None  # Set with `_stub`.
-        and self._process.poll() is None
-        and self._stub.is_ready
-      ):
-        return self._stub
-      self._stop_locked(timeout_s=1.0)  # Died or unreachable: start afresh, as TFF does.
-      port = portpicker.pick_unused_port()
-      # The worker's own log lines (and a crash report) go to our stderr, as with TFF's.
-      self._process = workers_lib.start_worker_process(
-        port, '--max_concurrent_computation_calls=-1', stderr=None
-      )
-      self._channel = grpc.insecure_channel(f'localhost:{port}', workers_lib._CHANNEL_OPTIONS)  # pylint: disable=protected-access
-      self._stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(self._channel)
-      deadline = time.monotonic() + _WORKER_START_TIMEOUT_S
-      while not self._stub.is_ready:
-        workers_lib.check_not_shut_down()
-        if self._process.poll() is not None:
-          raise RuntimeError(
-            f'The local TFF worker exited with status {self._process.returncode} while starting.'
-          )
-        if time.monotonic() > deadline:
-          raise RuntimeError(
-            f'The local TFF worker did not answer within '
-            f'{_WORKER_START_TIMEOUT_S:g} s of its start.'
-          )
-        time.sleep(0.02)
-      return self._stub
-
-  def stop(self, timeout_s: float = 5.0) -> None:
-    """Closes the connection, then stops the worker (SIGKILL after `timeout_s`; 0: at once)."""
-    with self._lock:
-      self._stop_locked(timeout_s)
-
-  def _stop_locked(self, timeout_s: float) -> None:
-    if self._channel is not None:
-      self._channel.close()  # A call in progress fails (CANCELLED), not retried by TFF.
-    process, self._process, self._channel, self._stub = self._process, None, None, None
-    if process is not None:
-      processes.stop(process, timeout_s)
-
-
-_LOCAL_WORKER = _LocalWorker()
-
-
-def _local_context() -> sync_execution_context.SyncExecutionContext:
-  """TFF's ``create_sync_test_cpp_execution_context`` on `_LOCAL_WORKER`'s worker.
-
-  The same compilation (secure sums replaced by their test bodies, then TFF's native form),
-  executors and argument/result transforms as TFF's (core/backends/test/execution_contexts.py
-  and executor_stacks/executor_factory.py, TFF 0.87), but for three things: the worker process
-  is ours, the factory closes the executors it no longer keeps
-  (`workers_lib.ClosingExecutorFactory`), and the compilation takes TFF's steps in one pass
-  without its static Grappler pass (`compilation.native_form`).
-  """
-
-  def stack_fn(cardinalities):
-    if cardinalities.get(placements.CLIENTS) is None:
-      cardinalities[placements.CLIENTS] = 0
-    executor = remote_executor.RemoteExecutor(_LOCAL_WORKER.stub())
-    executor.set_cardinalities(cardinalities)
-    return executor
-
-  return sync_execution_context.SyncExecutionContext(
-    executor_fn=workers_lib.ClosingExecutorFactory(stack_fn),
-    compiler_fn=functools.partial(compilation.native_form, simulate_secure_sums=True),
-    transform_args=tensorflow_computation.transform_args,
-    transform_result=tensorflow_computation.transform_result,
-  )
 
 
 class _TffNoiseFilter(logging_lib.Filter):
@@ -210,7 +94,7 @@ def use_secure_sum_simulation() -> None:
   ("Cannot embed a federated value"). Its test C++ context runs the same local
   C++ runtime after compiling each secure sum into a plain sum with the same
   bound checks: the simulation of secure aggregation. This installs that
-  context (`_local_context`) with a worker that dies with this process. Call it
+  context (`local_worker.local_context`) with a worker that dies with this process. Call it
   once before running a computation built with
   ``OptimalSamplingFactory(secure=True)`` (the program loop and `binary_main`
   do); it is harmless for computations without secure sums. Idempotent. It
@@ -223,7 +107,7 @@ def use_secure_sum_simulation() -> None:
     # Replacing TFF's default context stops the worker it started, if any ran
     # a computation already (e.g. a pre-processing round): bound that wait.
     with _KillWorkersAfter(_tff_started_workers(), _SHUTDOWN_TIMEOUT_S):
-      context_stack_impl.context_stack.set_default_context(_local_context())
+      context_stack_impl.context_stack.set_default_context(local_worker.local_context())
       gc.collect()
     _SECURE_CONTEXT_SET = True
 
@@ -266,8 +150,8 @@ def _worker_children() -> list[psutil.Process]:
 
 
 def _tff_started_workers() -> list[psutil.Process]:
-  """Worker children other than ours (`_LOCAL_WORKER`'s): started by TFF's own context."""
-  ours = _LOCAL_WORKER.pid
+  """Worker children other than ours (`local_worker.LOCAL_WORKER`): started by TFF's context."""
+  ours = local_worker.LOCAL_WORKER.pid
   return [w for w in _worker_children() if w.pid != ours]
 
 
@@ -325,8 +209,8 @@ def stop_local_workers(timeout_s: float = 5.0) -> int:
     except Exception:  # pylint: disable=broad-except
       pass  # Best effort: fall through to stopping the processes.
   killed_by_watchdog = len(watched) if watchdog.fired.is_set() else 0
-  ours = 1 if _LOCAL_WORKER.pid is not None else 0
-  _LOCAL_WORKER.stop(timeout_s)
+  ours = 1 if local_worker.LOCAL_WORKER.pid is not None else 0
+  local_worker.LOCAL_WORKER.stop(timeout_s)
   workers = _worker_children()
   for child in workers:
     try:
@@ -350,7 +234,7 @@ def stop_all_workers_now() -> None:
   and any other worker child (TFF's own) killed. Thread-safe, idempotent.
   """
   workers_lib.shut_down()
-  _LOCAL_WORKER.stop(timeout_s=0)
+  local_worker.LOCAL_WORKER.stop(timeout_s=0)
   others = _worker_children()
   _kill(others)
   psutil.wait_procs(others, timeout=1.0)

@@ -191,18 +191,28 @@ class ClosingExecutorFactory(executor_factory.ExecutorFactory):
   one call at a time (TFF's sync context; its mergeable context gives each
   worker's context one slice after another), so an evicted executor, never the
   one just requested, is not in use.
+
+  ``worker_starts()`` (default: always 0) counts the starts of the worker the
+  executors talk to. An executor made before the latest start talks over the
+  closed channel of a worker that is gone, so it is dropped (there is nothing
+  left to close) and made again: without this, TFF's retry of a call that lost
+  its worker succeeds on the new worker, and the next call with another number
+  of clients fails with gRPC's "Cannot invoke RPC on closed channel!".
   """
 
   def __init__(
     self,
     executor_stack_fn: Callable[[executor_factory.CardinalitiesType], executor_base.Executor],
     capacity: int = EXECUTORS_KEPT,
+    worker_starts: Callable[[], int] = lambda: 0,
   ):
     if capacity < 1:
       raise ValueError(f'capacity={capacity}: keep at least one executor (capacity >= 1).')
     self._executor_stack_fn = executor_stack_fn
     self._capacity = capacity
-    self._executors: dict[tuple, executor_base.Executor] = {}  # Least recently used first.
+    self._worker_starts = worker_starts
+    # Least recently used first; each with the worker start it was made after.
+    self._executors: dict[tuple, tuple[int, executor_base.Executor]] = {}
 
   @staticmethod
   def _key(cardinalities: executor_factory.CardinalitiesType) -> tuple:
@@ -211,19 +221,22 @@ class ClosingExecutorFactory(executor_factory.ExecutorFactory):
   def create_executor(
     self, cardinalities: executor_factory.CardinalitiesType
   ) -> executor_base.Executor:
+    starts = self._worker_starts()
+    self._executors = {k: made for k, made in self._executors.items() if made[0] == starts}
     key = self._key(cardinalities)
-    executor = self._executors.pop(key, None)
-    if executor is None:
-      executor = self._executor_stack_fn(cardinalities)
+    made = self._executors.pop(key, None)
+    if made is None:
+      executor = self._executor_stack_fn(cardinalities)  # May start the worker.
+      made = (self._worker_starts(), executor)
       while len(self._executors) >= self._capacity:
-        self._executors.pop(next(iter(self._executors))).close()
-    self._executors[key] = executor
-    return executor
+        self._executors.pop(next(iter(self._executors)))[1].close()
+    self._executors[key] = made
+    return made[1]
 
   def clean_up_executor(self, cardinalities: executor_factory.CardinalitiesType) -> None:
-    executor = self._executors.pop(self._key(cardinalities), None)
-    if executor is not None:
-      executor.close()
+    made = self._executors.pop(self._key(cardinalities), None)
+    if made is not None and made[0] == self._worker_starts():
+      made[1].close()
 
 
 def _remote_context(address: str, connect_timeout_s: float, usable):
