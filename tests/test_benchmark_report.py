@@ -12,6 +12,7 @@ from bin import experiment_config
 from tff_sampling.analysis import benchmark_contrasts
 from tff_sampling.analysis import benchmark_page
 from tff_sampling.analysis import benchmark_report
+from tff_sampling.analysis import benchmark_time
 from tff_sampling.analysis import evidence
 from tff_sampling.analysis import evidence_report
 from tff_sampling.analysis import raw_metrics
@@ -62,6 +63,11 @@ def _csv(final, active='', examples=50, seconds=None):
   return '\n'.join(lines) + '\n'
 
 
+def _per_seed(value, seed):
+  """A method's simulated seconds a round: one for every seed, or a tuple by seed."""
+  return value[seed] if isinstance(value, tuple) else value
+
+
 def _cell(grid, name, text, runs, active=ACTIVE, seconds=None):
   folder = grid / name
   folder.mkdir(parents=True)
@@ -81,7 +87,7 @@ def _cell(grid, name, text, runs, active=ACTIVE, seconds=None):
           final,
           active.get(seed, ''),
           examples=150 if '+' in method else 50,
-          seconds=None if seconds is None else seconds[method],
+          seconds=None if seconds is None else _per_seed(seconds[method], seed),
         ),
       )
     )
@@ -287,7 +293,7 @@ def test_a_complete_tuning_cell_lets_its_sibling_wait_for_its_own_runs(tmp_path)
 def _three_seed_cell(tmp_path, name, finals, seconds=None):
   """A reported cell `name` (title '<name> cell') of the methods of `finals` (method -> final
   accuracy of seeds 0-2), all at rate 0.1; timed if `seconds` (method -> simulated seconds a
-  round)."""
+  round, or a tuple of them by seed)."""
   text = (
     COMMON.replace('--methods=uniform,md', f'--methods={",".join(finals)}')
     + f'--title={name} cell\n--learning_rates=0.1\n--tuning_seed=100\n--seeds=3\n'
@@ -452,3 +458,47 @@ def test_a_timed_cell_also_compares_at_the_baseline_s_simulated_time(tmp_path):
   page = benchmark_page.benchmark_markdown([untimed], command='regenerate', page_dir=str(tmp_path))
   assert 'simulated s' not in page and 'simulated time' not in page
   assert [p for p, _ in benchmark_heatmap.grid([untimed]).panels] == ['final', 'budget', 'work']
+
+
+def test_a_timed_cell_compares_the_time_to_target_with_runs_that_never_reach_it_as_bounds(tmp_path):
+  # The 50% target is reached at round 2 or never; a run that never reaches it counts its
+  # 2 rounds' seconds. Uniform: 20 s in every seed. MD: 30, 28, 32 s, so MD − uniform = 10, 8,
+  # 12 (sd 2): later. MD+optimal never reaches it: 10 s bounds, −10 each, which would say
+  # sooner had it reached it: undecided.
+  finals = {
+    'uniform': (0.50, 0.60, 0.55),
+    'md': (0.50, 0.70, 0.60),
+    'md+optimal': (0.40, 0.45, 0.30),
+  }
+  seconds = {'uniform': 10, 'md': (15, 14, 16), 'md+optimal': 5}
+  cell = _three_seed_cell(tmp_path, 'timed', finals, seconds=seconds)
+  times = {t.label.split(' ')[0]: t for t in benchmark_time.cell_times(cell)}
+  assert times['md'].seconds == {0: 30, 1: 28, 2: 32} and not times['md'].censored
+  assert times['md+optimal'].censored == {0, 1, 2}
+  assert times['md'].difference.differences == pytest.approx((10, 8, 12))
+  half = 4.302653 * 2 / 3**0.5  # t(0.975, 2) · sd / √3 with sd 2.
+  assert (times['md'].difference.low, times['md'].difference.high) == pytest.approx(
+    (10 - half, 10 + half), abs=1e-4
+  )
+  # Holm over the two comparisons: MD's p (t = 10 / (2 / √3), 2 df) is 0.013, doubled 0.026.
+  assert (times['md'].raw, times['md'].holm) == ('later', 'later')
+  assert (times['md+optimal'].raw, times['md+optimal'].holm) == ('undecided', 'undecided')
+  assert times['uniform'].difference is None
+  section = '\n'.join(benchmark_time.section(cell))
+  assert 'Simulated seconds to 50% against uniform' in section
+  assert re.search(
+    r'^\| md \(lr 0\.1\) +\| +30 \| +\+10 \[\+5\.032, \+14\.97\] later \|$', section, re.M
+  )
+  assert re.search(
+    r'^\| md\+optimal \(lr 0\.1\) +\| +≥ 10 \(0/3 reach\) \| .* undecided \|$', section, re.M
+  )
+  page = benchmark_page.benchmark_markdown([cell], command='regenerate', page_dir=str(tmp_path))
+  assert section in page
+  # A baseline that does not always reach the target cannot be found sooner than a method
+  # that is 10 s later on its bounds: undecided again.
+  finals = {'uniform': (0.40, 0.50, 0.45), 'md': (0.50, 0.70, 0.60)}
+  censored = _three_seed_cell(tmp_path, 'censored', finals, seconds={'uniform': 10, 'md': 15})
+  md = benchmark_time.cell_times(censored)[0]
+  assert md.difference.differences == pytest.approx((10, 10, 10)) and md.raw == 'undecided'
+  # No section without a system model.
+  assert benchmark_time.section(_three_seed_cell(tmp_path, 'untimed', finals)) == []

@@ -10,6 +10,7 @@ import os
 from tff_sampling.analysis import benchmark_contrasts
 from tff_sampling.analysis import benchmark_heatmap
 from tff_sampling.analysis import benchmark_report
+from tff_sampling.analysis import benchmark_time
 from tff_sampling.analysis import curves
 from tff_sampling.analysis import evidence
 from tff_sampling.analysis import report
@@ -53,8 +54,12 @@ TIMED_GUIDE = (
   '4(n - 1) comparisons in all and in its Holm family (*final/bits/work/time*). '
   "*accuracy at S simulated s*: the same within the simulated seconds of the baseline's "
   'whole run; a run that ends sooner counts at its last evaluation, so for a method whose '
-  'rounds are shorter this compares final accuracies. *simulated s to T*: the mean over the '
-  'seeds that reach the target (reached/seeds), with no interval.'
+  'rounds are shorter this compares final accuracies. *simulated s to T*: in the ranking, the '
+  'mean over the seeds that reach the target (reached/seeds); below it, every method against '
+  'the baseline in simulated seconds to the target, a run that never reaches it counted at '
+  'its end, a lower bound (the mean then shown as ≥): *sooner* or *later* when the interval '
+  'excludes 0, *undecided* when a run that never reached the target could have caused that '
+  'verdict or hidden a difference, the n - 1 comparisons one Holm family.'
 )
 
 
@@ -142,6 +147,7 @@ def benchmark_markdown(
       '',
     ]
     parts += benchmark_contrasts.section(cell)
+    parts += benchmark_time.section(cell)
     effects = benchmark_report.optimal_table(cell)
     if effects:
       parts += ['What optimal uploads change, sampler by sampler:', '', effects, '']
