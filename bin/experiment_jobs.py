@@ -179,11 +179,10 @@ class Failure:
 
 # A binary's progress line after each round it trained (`tff_sampling.runtime` progress).
 _ROUND_LINE = re.compile(r'(^|\] )round +\d+/\d+ ')
-# What a call says when TFF's worker process died under it, not bad input: gRPC's error once the
-# channel to the worker is closed (seen after a segfault in the worker's gRPC server, before the
-# binaries started a new worker), and the binaries' own error once several died in a row
-# (`tff_sampling.runtime.tff_context`).
-WORKER_GONE = ('Cannot invoke RPC on closed channel', 'workers in a row died')
+# What a call said when TFF's worker process died under it (gRPC's error once the channel to the
+# worker is closed; seen after a segfault in the worker's gRPC server, before the binaries
+# started a new worker instead, `tff_sampling.runtime.local_worker`): not bad input.
+WORKER_GONE = 'Cannot invoke RPC on closed channel'
 
 
 def read_failure(output: str) -> Failure:
@@ -192,8 +191,7 @@ def read_failure(output: str) -> Failure:
   trained = any(_ROUND_LINE.search(line) for line in lines)
   for line in reversed(lines):
     if line.startswith('Error: ') or 'Flags parsing error' in line:
-      gone = any(marker in line for marker in WORKER_GONE)
-      return Failure(line, refused=not trained and not gone)
+      return Failure(line, refused=not trained and WORKER_GONE not in line)
   return Failure(lines[-1] if lines else '', refused=False)
 
 

@@ -353,6 +353,29 @@ def test_holm_keeps_only_the_verdicts_the_family_supports():
   ]
 
 
+def test_holm_with_censoring_leaves_out_what_censoring_could_have_caused():
+  lower = evidence.Direction.LOWER
+  # Rounds to a target, method − baseline. `bounded` looks sooner (sd 0, p = 0) only because the
+  # method never reached the target: its values are lower bounds. `weak`, p = 0.034, uncensored.
+  bounded = _difference([-10.0, -10.0, -10.0])
+  weak = _difference([-10.0, -6.0, -12.0])
+  assert 0.025 < evidence.decisive_test(weak, lower)[0] < 0.05
+  # Without the censoring, `bounded` takes Holm's × 2 and `weak` is decided at 0.034 × 1.
+  assert (
+    evidence.holm_verdicts([bounded, weak], [lower] * 2, [0.0] * 2)
+    == [evidence.Verdict.REPRODUCED] * 2
+  )
+  # With it, `bounded` cannot be decided (undecided, p = 1), and `weak` needs 0.034 × 2 < 0.05.
+  censored = evidence.holm_verdicts(
+    [bounded, weak], [lower] * 2, [0.0] * 2, [(True, False), (False, False)]
+  )
+  assert censored == [evidence.Verdict.UNDECIDED, evidence.Verdict.NO_DIFFERENCE]
+  # A censored baseline cannot fake a method's being sooner: that verdict stands.
+  assert evidence.holm_verdicts([bounded], [lower], [0.0], [(False, True)]) == [
+    evidence.Verdict.REPRODUCED
+  ]
+
+
 def test_seeds_to_decide_by_hand():
   # Differences with mean 0.01 and sample sd 0.02: the half-width t(0.975, n-1) * 0.02 / sqrt(n)
   # first drops below 0.01 at n = 18 (t = 2.110: 0.00995; at n = 17, t = 2.120: 0.01028).

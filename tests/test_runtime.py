@@ -181,15 +181,32 @@ def test_computations_stay_right_across_more_cohort_sizes_than_executors_kept():
   assert [total(list(range(n))) for n in sizes] == [n * (n - 1) // 2 for n in sizes]
 
 
-def test_the_executor_factory_drops_the_executors_of_a_worker_started_before():
-  starts = [1]
-  factory = workers.ClosingExecutorFactory(_FakeExecutor, worker_starts=lambda: starts[0])
-  old = {n: factory.create_executor({tff.CLIENTS: n}) for n in (1, 2)}
-  starts[0] = 2  # A new worker: the old executors' channel is closed.
-  factory.clean_up_executor({tff.CLIENTS: 1})  # Dropped, not closed over that channel.
-  new = factory.create_executor({tff.CLIENTS: 2})
-  assert new is not old[2] and not any(e.closed for e in old.values())
-  assert factory.create_executor({tff.CLIENTS: 2}) is new  # Made after the start: kept.
+class _StaleExecutor(_FakeExecutor):
+  """An executor on a worker that is gone: closing it fails, as on a closed gRPC channel."""
+
+  def close(self):
+    raise ValueError('Cannot invoke RPC on closed channel!')
+
+
+def test_the_executor_factory_drops_the_executors_of_an_earlier_worker():
+  generation = [1]
+
+  def make(cardinalities):  # A new worker replaces the dead one while the 4th is made.
+    if cardinalities[tff.CLIENTS] == 4:
+      generation[0] = 2
+    return _FakeExecutor(cardinalities)
+
+  factory = workers.ClosingExecutorFactory(make, capacity=3, generation=lambda: generation[0])
+  old = {n: factory.create_executor({tff.CLIENTS: n}) for n in (1, 2, 3)}  # Full.
+  for executor in old.values():
+    executor.__class__ = _StaleExecutor
+  new = factory.create_executor({tff.CLIENTS: 4})  # Evicts nothing stale: they are dropped.
+  assert factory.create_executor({tff.CLIENTS: 4}) is new  # Made in this generation: kept.
+  assert factory.create_executor({tff.CLIENTS: 1}) is not old[1]
+  factory.clean_up_executor({tff.CLIENTS: 2})  # Dropped before: nothing to close.
+  generation[0] = 3  # The worker stopped.
+  factory.clean_up_executor({tff.CLIENTS: 4})  # Stale: dropped, not closed.
+  assert not new.closed
 
 
 def _kill_local_worker(worker=None) -> int:
@@ -205,21 +222,24 @@ def _kill_local_worker(worker=None) -> int:
   return pid
 
 
-def test_a_computation_after_the_worker_died_runs_on_a_new_one(caplog):
+def test_computations_after_the_worker_died_run_on_a_new_one(caplog):
   tff_context.use_secure_sum_simulation()
 
   @tff.federated_computation(tff.FederatedType(np.int32, tff.CLIENTS))
   def total(values):
     return tff.federated_sum(values)
 
-  assert (total([1, 2]), total([1, 2, 3])) == (3, 6)  # An executor for 2 and for 3 clients.
+  sizes = range(1, workers.EXECUTORS_KEPT + 1)
+  assert [total(list(range(n))) for n in sizes] == [n * (n - 1) // 2 for n in sizes]  # Full.
   dead = _kill_local_worker()
   with caplog.at_level(logging.WARNING):
-    # TFF retries the first call on a new worker; the second, with the other number of
-    # clients, needs an executor of its own there too.
-    assert (total([1, 2]), total([1, 2, 3])) == (3, 6)
-  assert local_worker.LOCAL_WORKER.pid not in (None, dead)
-  assert f'The local TFF worker (pid {dead}) exited with status -9' in caplog.text
+    # A new size (its executor made on a new worker, the dead worker's ones dropped), then
+    # the old sizes again, each with an executor of its own on the new worker.
+    n = workers.EXECUTORS_KEPT + 1
+    assert total(list(range(n))) == n * (n - 1) // 2
+    assert [total(list(range(n))) for n in sizes] == [n * (n - 1) // 2 for n in sizes]
+  assert local_worker.LOCAL_WORKER.pid is not None
+  assert caplog.text.count(f'The local TFF worker (pid {dead}) exited with status -9') == 1
 
 
 def test_the_worker_is_not_started_again_after_dying_three_times_in_a_row(caplog):
@@ -234,10 +254,42 @@ def test_the_worker_is_not_started_again_after_dying_three_times_in_a_row(caplog
       _kill_local_worker(worker)
       worker.stub()
     last = _kill_local_worker(worker)
-    with pytest.raises(RuntimeError, match=rf'\(pid {last}\) exited .*: 3 workers in a row died'):
+    message = rf'\(pid {last}\) exited .*: 3 workers in a row died'
+    with pytest.raises(RuntimeError, match=message):
       worker.stub()
-    assert worker.pid is None and worker.starts == 5
+    assert worker.pid is None
     assert caplog.text.count('starting a new one for the call in progress') == 4
+    worker.succeeded()
+    with pytest.raises(RuntimeError, match=message):  # For good.
+      worker.stub()
+    assert worker.pid is None
+  finally:
+    worker.stop(timeout_s=0)
+
+
+def test_a_worker_that_exits_while_starting_counts_as_a_death(monkeypatch, caplog):
+  real = workers.start_worker_process
+  exits = [3, 4]  # The first two workers exit at once with these statuses.
+
+  def start(port, *flags, **kwargs):
+    if exits:
+      return subprocess.Popen([sys.executable, '-c', f'raise SystemExit({exits.pop(0)})'])
+    return real(port, *flags, **kwargs)
+
+  monkeypatch.setattr(local_worker.workers_lib, 'start_worker_process', start)
+  worker = local_worker.LocalWorker()
+  try:
+    with caplog.at_level(logging.WARNING):
+      worker.stub()  # The third start answers.
+    assert worker.pid is not None
+    assert 'exited with status 3; starting a new one' in caplog.text
+    assert 'exited with status 4; starting a new one' in caplog.text
+    worker.succeeded()  # A call returned.
+    exits.extend([5, 6])
+    _kill_local_worker(worker)  # A death, then two workers that exit at the start.
+    with pytest.raises(RuntimeError, match='exited with status 6: 3 workers in a row died'):
+      worker.stub()
+    assert exits == []
   finally:
     worker.stop(timeout_s=0)
 

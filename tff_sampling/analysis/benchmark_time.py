@@ -40,17 +40,12 @@ class TimeToTarget:
   holm: str = ''
 
 
-def _censored_word(verdict, difference, method, baseline) -> str:
-  """`verdict` in words, *undecided* where the censored seeds of the pairs could cause it."""
+def _censoring(
+  method: TimeToTarget, baseline: TimeToTarget, difference: evidence.PairedDifference
+) -> tuple[bool, bool]:
+  """Whether the method's and the baseline's values on the paired seeds include a bound."""
   paired = set(difference.seeds)
-  return _WORDS[
-    evidence.censored_verdict(
-      verdict,
-      evidence.Direction.LOWER,
-      method_censored=bool(method.censored & paired),
-      baseline_censored=bool(baseline.censored & paired),
-    )
-  ]
+  return bool(method.censored & paired), bool(baseline.censored & paired)
 
 
 def compare(methods: Sequence[TimeToTarget], baseline: TimeToTarget) -> list[TimeToTarget]:
@@ -58,16 +53,23 @@ def compare(methods: Sequence[TimeToTarget], baseline: TimeToTarget) -> list[Tim
   over the comparisons; the baseline comes back as it is."""
   others = [m for m in methods if m.label != baseline.label]
   differences = [evidence.paired_difference(m.seconds, baseline.seconds) for m in others]
+  censoring = [_censoring(m, baseline, d) for m, d in zip(others, differences)]
   lower = evidence.Direction.LOWER
-  adjusted = evidence.holm_verdicts(differences, [lower] * len(others), [0.0] * len(others))
+  adjusted = evidence.holm_verdicts(
+    differences, [lower] * len(others), [0.0] * len(others), censoring
+  )
   compared = {
     m.label: dataclasses.replace(
       m,
       difference=d,
-      raw=_censored_word(evidence.verdict(d, lower), d, m, baseline),
-      holm=_censored_word(holm, d, m, baseline),
+      raw=_WORDS[
+        evidence.censored_verdict(
+          evidence.verdict(d, lower), lower, method_censored=c[0], baseline_censored=c[1]
+        )
+      ],
+      holm=_WORDS[holm],
     )
-    for m, d, holm in zip(others, differences, adjusted)
+    for m, d, c, holm in zip(others, differences, censoring, adjusted)
   }
   return [compared.get(m.label, m) for m in methods]
 
@@ -113,7 +115,7 @@ def section(cell: benchmark_report.Cell) -> list[str]:
     return []
   to = tables.target_text(cell.spec.targets[0])
   table = tables.pipe_table(
-    ['method (lr)', f'simulated s to {to}', f'vs {cell.spec.baseline} [95% CI]'],
+    ['method (lr)', f'mean simulated s to {to}', f'vs {cell.spec.baseline} [95% CI]'],
     [[m.label for m in times], [_mean(m) for m in times], [_versus(m) for m in times]],
   )
   return [

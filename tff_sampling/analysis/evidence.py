@@ -432,21 +432,48 @@ def holm_adjusted(p_values: Sequence[float]) -> list[float]:
 
 
 def holm_verdicts(
-  differences: Sequence[PairedDifference], directions: Sequence[str], margins: Sequence[float]
+  differences: Sequence[PairedDifference],
+  directions: Sequence[str],
+  margins: Sequence[float],
+  censoring: Sequence[tuple[bool, bool]] | None = None,
 ) -> list[Verdict]:
   """`verdict` for each claim of a family, decided on Holm-adjusted p-values (`decisive_test`):
   a decisive outcome stands if its adjusted p-value is below ``1 − CONFIDENCE``; otherwise
-  ``no difference detected`` (``undecided`` for an ``equal`` claim)."""
+  ``no difference detected`` (``undecided`` for an ``equal`` claim).
+
+  With `censoring` (each claim's ``(method_censored, baseline_censored)``), each verdict then
+  goes through `censored_verdict`, and a claim whose decisive outcome censoring could have
+  caused enters the step-down with p = 1: it cannot be decided, so it does not lower the
+  multiplier of the others.
+  """
   tests = [decisive_test(d, r, m) for d, r, m in zip(differences, directions, margins)]
-  adjusted = holm_adjusted([p for p, _ in tests])
+  censored = list(censoring) if censoring is not None else [(False, False)] * len(tests)
+  p_values = [
+    1.0
+    if outcome is not None
+    and censored_verdict(outcome, r, method_censored=c[0], baseline_censored=c[1])
+    == Verdict.UNDECIDED
+    else p
+    for (p, outcome), r, c in zip(tests, directions, censored)
+  ]
+  adjusted = holm_adjusted(p_values)
   out = []
-  for (_, outcome), p, difference, direction in zip(tests, adjusted, differences, directions):
+  for (_, outcome), p, difference, direction, (by_method, by_baseline) in zip(
+    tests, adjusted, differences, directions, censored
+  ):
     if difference.n < 2:
-      out.append(Verdict.TOO_FEW)
+      decided: str = Verdict.TOO_FEW
     elif outcome is not None and p < 1.0 - CONFIDENCE:
-      out.append(outcome)
+      decided = outcome
     else:
-      out.append(Verdict.UNDECIDED if direction == Direction.EQUAL else Verdict.NO_DIFFERENCE)
+      decided = Verdict.UNDECIDED if direction == Direction.EQUAL else Verdict.NO_DIFFERENCE
+    out.append(
+      Verdict(
+        censored_verdict(
+          decided, direction, method_censored=by_method, baseline_censored=by_baseline
+        )
+      )
+    )
   return out
 
 

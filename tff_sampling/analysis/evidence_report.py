@@ -182,20 +182,21 @@ def verdict_rows(
     baseline, baseline_censored = censored_values(spec, chosen[claim.baseline].runs, claim.metric)
     measured.append((method, method_censored, baseline, baseline_censored))
   differences = [evidence.paired_difference(m[0], m[2]) for m in measured]
+  censored = [
+    (bool(m[1] & set(d.seeds)), bool(m[3] & set(d.seeds))) for m, d in zip(measured, differences)
+  ]
   in_family = evidence.holm_verdicts(
-    differences, [c.direction for c in spec.claims], [c.margin for c in spec.claims]
+    differences, [c.direction for c in spec.claims], [c.margin for c in spec.claims], censored
   )
   rows = []
-  for claim, values, diff, family_outcome in zip(spec.claims, measured, differences, in_family):
+  for claim, values, diff, in_family_outcome, (by_method, by_baseline) in zip(
+    spec.claims, measured, differences, in_family, censored
+  ):
     method, method_censored, baseline, baseline_censored = values
-    censoring = dict(
-      method_censored=bool(method_censored & set(diff.seeds)),
-      baseline_censored=bool(baseline_censored & set(diff.seeds)),
-    )
+    censoring = dict(method_censored=by_method, baseline_censored=by_baseline)
     outcome = evidence.censored_verdict(
       evidence.verdict(diff, claim.direction, claim.margin), claim.direction, **censoring
     )
-    in_family_outcome = evidence.censored_verdict(family_outcome, claim.direction, **censoring)
     plan = MISSING
     if outcome in (evidence.Verdict.NO_DIFFERENCE, evidence.Verdict.UNDECIDED) and not any(
       censoring.values()

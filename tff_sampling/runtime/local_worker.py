@@ -47,10 +47,13 @@ class LocalWorker:
   **A worker that dies** (TFF 0.87's ``worker_binary`` now and then segfaults in
   its gRPC server) fails the call in progress with a retryable error; TFF's
   context then calls again, from the same arguments, on a new worker started
-  here (with a warning), and `starts` tells the executor factory to drop the
-  executors of the dead one. `succeeded` (after each call that returned) resets
-  the count of deaths: after `_DEATHS_IN_A_ROW` deaths with no call returning in
-  between, the worker is not started again and the call fails with the reason.
+  here (with a warning). `generation` changes with every worker started or
+  stopped, which tells the executor factory to drop the executors made on an
+  earlier one. Every replacement of a worker that had started counts as a death
+  (one that exited, stopped answering, or exited while starting), and
+  `succeeded` (after each call that returned) resets the count: after
+  `_DEATHS_IN_A_ROW` deaths with no call returning in between, the call fails
+  with the reason, and so does every later one.
   """
 
   def __init__(self):
@@ -58,12 +61,14 @@ class LocalWorker:
     self._process = None
     self._channel = None
     self._stub = None
-    self.starts = 0  # Workers started so far (`workers_lib.ClosingExecutorFactory`).
+    self.generation = 0  # Changes with each start and stop (`workers_lib.ClosingExecutorFactory`).
     self._deaths_in_a_row = 0
+    self._given_up: str | None = None  # Why no worker is started any more.
 
   def succeeded(self) -> None:
     """Notes that a call on the current worker returned."""
-    self._deaths_in_a_row = 0
+    with self._lock:
+      self._deaths_in_a_row = 0
 
   @property
   def pid(self) -> int | None:
@@ -74,6 +79,8 @@ class LocalWorker:
     """The running worker's stub; starts the worker first if none runs."""
     with self._lock:
       workers_lib.check_not_shut_down()
+      if self._given_up is not None:
+        raise RuntimeError(self._given_up)
       if (
         self._stub is not None
         and self._process is not None  # Set with `_stub`.
@@ -81,42 +88,52 @@ class LocalWorker:
         and self._stub.is_ready
       ):
         return self._stub
-      if self._process is not None and self._process.poll() is not None:
+      if self._process is not None:  # Died or unreachable: start afresh, as TFF does.
         self._count_death(self._process)
-      self._stop_locked(timeout_s=1.0)  # Died or unreachable: start afresh, as TFF does.
-      port = portpicker.pick_unused_port()
-      # The worker's own log lines (and a crash report) go to our stderr, as with TFF's.
-      self._process = workers_lib.start_worker_process(
-        port, '--max_concurrent_computation_calls=-1', stderr=None
-      )
-      self._channel = grpc.insecure_channel(f'localhost:{port}', workers_lib._CHANNEL_OPTIONS)  # pylint: disable=protected-access
-      self._stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(self._channel)
-      self.starts += 1
-      deadline = time.monotonic() + _WORKER_START_TIMEOUT_S
-      while not self._stub.is_ready:
-        workers_lib.check_not_shut_down()
-        if self._process.poll() is not None:
-          raise RuntimeError(
-            f'The local TFF worker exited with status {self._process.returncode} while starting.'
-          )
-        if time.monotonic() > deadline:
-          raise RuntimeError(
-            f'The local TFF worker did not answer within '
-            f'{_WORKER_START_TIMEOUT_S:g} s of its start.'
-          )
-        time.sleep(0.02)
-      return self._stub
+      while True:
+        self._stop_locked(timeout_s=1.0)
+        process = self._start_locked()
+        if process is None:
+          return self._stub
+        self._count_death(process)
+
+  def _start_locked(self):
+    """Starts a worker and waits until it answers; returns None, or the worker if it exited
+    while starting."""
+    port = portpicker.pick_unused_port()
+    # The worker's own log lines (and a crash report) go to our stderr, as with TFF's.
+    self._process = workers_lib.start_worker_process(
+      port, '--max_concurrent_computation_calls=-1', stderr=None
+    )
+    self._channel = grpc.insecure_channel(f'localhost:{port}', workers_lib._CHANNEL_OPTIONS)  # pylint: disable=protected-access
+    self._stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(self._channel)
+    self.generation += 1
+    deadline = time.monotonic() + _WORKER_START_TIMEOUT_S
+    while not self._stub.is_ready:
+      workers_lib.check_not_shut_down()
+      if self._process.poll() is not None:
+        return self._process
+      if time.monotonic() > deadline:
+        raise RuntimeError(
+          f'The local TFF worker did not answer within {_WORKER_START_TIMEOUT_S:g} s of its start.'
+        )
+      time.sleep(0.02)
+    return None
 
   def _count_death(self, process) -> None:
-    """Warns of a worker that died; raises if too many died in a row."""
+    """Warns of a worker that died or stopped answering; gives up after too many in a row."""
     self._deaths_in_a_row += 1
-    what = f'The local TFF worker (pid {process.pid}) exited with status {process.returncode}'
+    status = process.poll()
+    what = f'The local TFF worker (pid {process.pid}) ' + (
+      'stopped answering' if status is None else f'exited with status {status}'
+    )
     if self._deaths_in_a_row >= _DEATHS_IN_A_ROW:
       self._stop_locked(timeout_s=0)
-      raise RuntimeError(
+      self._given_up = (
         f'{what}: {self._deaths_in_a_row} workers in a row died before a call returned, so no '
-        "other is started (its own lines above, or the kernel's log, say why)."
+        "other is started (their own lines above, or the kernel's log, say why)."
       )
+      raise RuntimeError(self._given_up)
     absl_logging.warning('%s; starting a new one for the call in progress.', what)
 
   def stop(self, timeout_s: float = 5.0) -> None:
@@ -127,6 +144,7 @@ class LocalWorker:
   def _stop_locked(self, timeout_s: float) -> None:
     if self._channel is not None:
       self._channel.close()  # A call in progress fails (CANCELLED), not retried by TFF.
+      self.generation += 1  # Executors on that channel cannot be used any more.
     process, self._process, self._channel, self._stub = self._process, None, None, None
     if process is not None:
       processes.stop(process, timeout_s)
@@ -151,7 +169,8 @@ def local_context() -> sync_execution_context.SyncExecutionContext:
   executors and argument/result transforms as TFF's (core/backends/test/execution_contexts.py
   and executor_stacks/executor_factory.py, TFF 0.87), but for three things: the worker process
   is ours (restarted after it died, a bounded number of times), the factory closes the
-  executors it no longer keeps and drops a dead worker's (`workers_lib.ClosingExecutorFactory`),
+  executors it no longer keeps and drops those of a worker stopped or dead
+  (`workers_lib.ClosingExecutorFactory`),
   and the compilation takes TFF's steps in one pass
   without its static Grappler pass (`compilation.native_form`).
   """
@@ -165,7 +184,7 @@ def local_context() -> sync_execution_context.SyncExecutionContext:
 
   return _LocalContext(
     executor_fn=workers_lib.ClosingExecutorFactory(
-      stack_fn, worker_starts=lambda: LOCAL_WORKER.starts
+      stack_fn, generation=lambda: LOCAL_WORKER.generation
     ),
     compiler_fn=functools.partial(compilation.native_form, simulate_secure_sums=True),
     transform_args=tensorflow_computation.transform_args,

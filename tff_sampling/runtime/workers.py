@@ -192,26 +192,26 @@ class ClosingExecutorFactory(executor_factory.ExecutorFactory):
   worker's context one slice after another), so an evicted executor, never the
   one just requested, is not in use.
 
-  ``worker_starts()`` (default: always 0) counts the starts of the worker the
-  executors talk to. An executor made before the latest start talks over the
-  closed channel of a worker that is gone, so it is dropped (there is nothing
-  left to close) and made again: without this, TFF's retry of a call that lost
-  its worker succeeds on the new worker, and the next call with another number
-  of clients fails with gRPC's "Cannot invoke RPC on closed channel!".
+  ``generation()`` (default: always 0) changes whenever the worker the executors
+  talk to is started or stopped. An executor of an earlier generation talks over
+  the closed channel of a worker that is gone, so it is dropped (closing it would
+  fail on that channel) and made again: without this, TFF's retry of a call that
+  lost its worker succeeds on the new worker, and the next call with another
+  number of clients fails with gRPC's "Cannot invoke RPC on closed channel!".
   """
 
   def __init__(
     self,
     executor_stack_fn: Callable[[executor_factory.CardinalitiesType], executor_base.Executor],
     capacity: int = EXECUTORS_KEPT,
-    worker_starts: Callable[[], int] = lambda: 0,
+    generation: Callable[[], int] = lambda: 0,
   ):
     if capacity < 1:
       raise ValueError(f'capacity={capacity}: keep at least one executor (capacity >= 1).')
     self._executor_stack_fn = executor_stack_fn
     self._capacity = capacity
-    self._worker_starts = worker_starts
-    # Least recently used first; each with the worker start it was made after.
+    self._generation = generation
+    # Least recently used first; each with the generation it was made in.
     self._executors: dict[tuple, tuple[int, executor_base.Executor]] = {}
 
   @staticmethod
@@ -221,21 +221,26 @@ class ClosingExecutorFactory(executor_factory.ExecutorFactory):
   def create_executor(
     self, cardinalities: executor_factory.CardinalitiesType
   ) -> executor_base.Executor:
-    starts = self._worker_starts()
-    self._executors = {k: made for k, made in self._executors.items() if made[0] == starts}
+    self._drop_stale()
     key = self._key(cardinalities)
     made = self._executors.pop(key, None)
     if made is None:
-      executor = self._executor_stack_fn(cardinalities)  # May start the worker.
-      made = (self._worker_starts(), executor)
+      executor = self._executor_stack_fn(cardinalities)  # May start a new worker.
+      self._drop_stale()
+      made = (self._generation(), executor)
       while len(self._executors) >= self._capacity:
         self._executors.pop(next(iter(self._executors)))[1].close()
     self._executors[key] = made
     return made[1]
 
+  def _drop_stale(self) -> None:
+    """Forgets the executors of an earlier generation, without closing them."""
+    now = self._generation()
+    self._executors = {k: made for k, made in self._executors.items() if made[0] == now}
+
   def clean_up_executor(self, cardinalities: executor_factory.CardinalitiesType) -> None:
     made = self._executors.pop(self._key(cardinalities), None)
-    if made is not None and made[0] == self._worker_starts():
+    if made is not None and made[0] == self._generation():
       made[1].close()
 
 
