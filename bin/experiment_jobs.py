@@ -181,7 +181,7 @@ class Failure:
 _ROUND_LINE = re.compile(r'(^|\] )round +\d+/\d+ ')
 # What a call said when TFF's worker process died under it (gRPC's error once the channel to the
 # worker is closed; seen after a segfault in the worker's gRPC server, before the binaries
-# started a new worker instead, `tff_sampling.runtime.local_worker`): not bad input.
+# started a new worker instead, `tff_sampling.runtime.context_worker`): not bad input.
 WORKER_GONE = 'Cannot invoke RPC on closed channel'
 
 

@@ -15,7 +15,7 @@ import tensorflow_federated as tff
 from tff_sampling import communication
 from tff_sampling import program
 from tff_sampling import samplers
-from tff_sampling.runtime import local_worker
+from tff_sampling.runtime import context_worker
 from tff_sampling.runtime import results
 
 _COHORT = 5
@@ -100,7 +100,7 @@ class _WorkerKillingSampler(samplers.UniformSampler):
 
   def select(self, state, round_num, available):
     if round_num == self.kill_round:
-      worker = local_worker.LOCAL_WORKER
+      worker = context_worker.CONTEXT_WORKER
       self.killed = worker.pid
       os.kill(self.killed, signal.SIGKILL)
       deadline = time.monotonic() + 30.0  # A bound against hangs only.
@@ -116,7 +116,10 @@ def test_a_run_whose_worker_dies_goes_on_as_if_it_had_not(small_digits_task, pro
   survived = program.train_model(
     small_digits_task, process, killing, _config(tmp_path / 'killed', 4, eval_every=1)
   )
-  assert killing.killed is not None and local_worker.LOCAL_WORKER.pid not in (None, killing.killed)
+  assert killing.killed is not None and context_worker.CONTEXT_WORKER.pid not in (
+    None,
+    killing.killed,
+  )
   full = program.train_model(
     small_digits_task,
     process,

@@ -18,7 +18,7 @@ import psutil
 import pytest
 import tensorflow_federated as tff
 
-from tff_sampling.runtime import local_worker
+from tff_sampling.runtime import context_worker
 from tff_sampling.runtime import tff_context
 from tff_sampling.runtime import workers
 
@@ -140,7 +140,7 @@ def test_secure_sums_run_in_the_project_context_on_its_own_worker():
     return tff.federated_secure_sum_bitwidth(values, 8)
 
   assert secure_total([1, 2, 3, 100]) == 106
-  worker = local_worker.LOCAL_WORKER.pid
+  worker = context_worker.CONTEXT_WORKER.pid
   assert worker is not None and worker in {c.pid for c in psutil.Process().children()}
 
 
@@ -211,7 +211,7 @@ def test_the_executor_factory_drops_the_executors_of_an_earlier_worker():
 
 def _kill_local_worker(worker=None) -> int:
   """SIGKILLs the (given or default) local worker; returns its pid once it is gone."""
-  worker = worker or local_worker.LOCAL_WORKER
+  worker = worker or context_worker.CONTEXT_WORKER
   pid = worker.pid
   assert pid is not None
   os.kill(pid, signal.SIGKILL)
@@ -238,12 +238,12 @@ def test_computations_after_the_worker_died_run_on_a_new_one(caplog):
     n = workers.EXECUTORS_KEPT + 1
     assert total(list(range(n))) == n * (n - 1) // 2
     assert [total(list(range(n))) for n in sizes] == [n * (n - 1) // 2 for n in sizes]
-  assert local_worker.LOCAL_WORKER.pid is not None
+  assert context_worker.CONTEXT_WORKER.pid is not None
   assert caplog.text.count(f'The local TFF worker (pid {dead}) exited with status -9') == 1
 
 
 def test_the_worker_is_not_started_again_after_dying_three_times_in_a_row(caplog):
-  worker = local_worker.LocalWorker()
+  worker = context_worker.ContextWorker()
   try:
     worker.stub()
     for _ in range(2):
@@ -276,8 +276,8 @@ def test_a_worker_that_exits_while_starting_counts_as_a_death(monkeypatch, caplo
       return subprocess.Popen([sys.executable, '-c', f'raise SystemExit({exits.pop(0)})'])
     return real(port, *flags, **kwargs)
 
-  monkeypatch.setattr(local_worker.workers_lib, 'start_worker_process', start)
-  worker = local_worker.LocalWorker()
+  monkeypatch.setattr(context_worker.workers_lib, 'start_worker_process', start)
+  worker = context_worker.ContextWorker()
   try:
     with caplog.at_level(logging.WARNING):
       worker.stub()  # The third start answers.
@@ -367,7 +367,7 @@ def test_switching_to_the_project_context_cannot_hang_on_tff_s_worker():
 _STUCK_BINARY = """
 import sys, threading, numpy as np, psutil, tensorflow_federated as tff
 from absl import app
-from tff_sampling.runtime import local_worker
+from tff_sampling.runtime import context_worker
 from tff_sampling.runtime import tff_context
 from tff_sampling.runtime import workers
 tff_context._EXIT_DEADLINE_S = 0.5
@@ -378,7 +378,7 @@ def {name}():
 
 def main(argv):
   tff.tensorflow.computation(lambda: np.int32(7))()
-  print('workers', local_worker.LOCAL_WORKER.pid, flush=True)
+  print('workers', context_worker.CONTEXT_WORKER.pid, flush=True)
   {name}()
 
 app.run(tff_context.binary_main(main))
@@ -415,7 +415,7 @@ def test_the_deadline_exit_lets_a_write_in_progress_finish_for_a_while():
 _WAITING_BINARY = """
 import sys, threading, time, numpy as np, tensorflow_federated as tff
 from absl import app
-from tff_sampling.runtime import local_worker
+from tff_sampling.runtime import context_worker
 from tff_sampling.runtime import tff_context
 from tff_sampling.runtime import workers
 tff_context._Interrupts._watch = lambda self, read_fd: None
@@ -428,7 +428,7 @@ def stub_never_ready():
   print('workers', flush=True)  # The main thread now waits for this call.
   threading.Event().wait()
 
-local_worker.LOCAL_WORKER.stub = stub_never_ready
+context_worker.CONTEXT_WORKER.stub = stub_never_ready
 
 def main(argv):
   tff.tensorflow.computation(lambda: np.int32(7))()

@@ -1,7 +1,7 @@
 """The TFF runtime as this project uses it: its local C++ worker, cleanup and signals.
 
 **The default context's worker.** `use_secure_sum_simulation` installs
-`tff_sampling.runtime.local_worker`'s context: TFF's test C++ context on a
+`tff_sampling.runtime.context_worker`'s context: TFF's test C++ context on a
 worker that dies with this process, restarted (a bounded number of times) if it
 dies first. The program loop calls it, and so does `binary_main` before a
 binary's ``main``.
@@ -43,8 +43,8 @@ import psutil
 from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
 from tensorflow_federated.python.core.impl.context_stack import runtime_error_context
 
+from tff_sampling.runtime import context_worker
 from tff_sampling.runtime import files
-from tff_sampling.runtime import local_worker
 from tff_sampling.runtime import workers as workers_lib
 
 _WORKER_NAME = 'worker_binary'
@@ -94,7 +94,7 @@ def use_secure_sum_simulation() -> None:
   ("Cannot embed a federated value"). Its test C++ context runs the same local
   C++ runtime after compiling each secure sum into a plain sum with the same
   bound checks: the simulation of secure aggregation. This installs that
-  context (`local_worker.local_context`) with a worker that dies with this process. Call it
+  context (`context_worker.local_context`) with a worker that dies with this process. Call it
   once before running a computation built with
   ``OptimalSamplingFactory(secure=True)`` (the program loop and `binary_main`
   do); it is harmless for computations without secure sums. Idempotent. It
@@ -107,7 +107,7 @@ def use_secure_sum_simulation() -> None:
     # Replacing TFF's default context stops the worker it started, if any ran
     # a computation already (e.g. a pre-processing round): bound that wait.
     with _KillWorkersAfter(_tff_started_workers(), _SHUTDOWN_TIMEOUT_S):
-      context_stack_impl.context_stack.set_default_context(local_worker.local_context())
+      context_stack_impl.context_stack.set_default_context(context_worker.local_context())
       gc.collect()
     _SECURE_CONTEXT_SET = True
 
@@ -150,8 +150,8 @@ def _worker_children() -> list[psutil.Process]:
 
 
 def _tff_started_workers() -> list[psutil.Process]:
-  """Worker children other than ours (`local_worker.LOCAL_WORKER`): started by TFF's context."""
-  ours = local_worker.LOCAL_WORKER.pid
+  """Worker children other than ours (`context_worker.CONTEXT_WORKER`): started by TFF's context."""
+  ours = context_worker.CONTEXT_WORKER.pid
   return [w for w in _worker_children() if w.pid != ours]
 
 
@@ -209,8 +209,8 @@ def stop_local_workers(timeout_s: float = 5.0) -> int:
     except Exception:  # pylint: disable=broad-except
       pass  # Best effort: fall through to stopping the processes.
   killed_by_watchdog = len(watched) if watchdog.fired.is_set() else 0
-  ours = 1 if local_worker.LOCAL_WORKER.pid is not None else 0
-  local_worker.LOCAL_WORKER.stop(timeout_s)
+  ours = 1 if context_worker.CONTEXT_WORKER.pid is not None else 0
+  context_worker.CONTEXT_WORKER.stop(timeout_s)
   workers = _worker_children()
   for child in workers:
     try:
@@ -234,7 +234,7 @@ def stop_all_workers_now() -> None:
   and any other worker child (TFF's own) killed. Thread-safe, idempotent.
   """
   workers_lib.shut_down()
-  local_worker.LOCAL_WORKER.stop(timeout_s=0)
+  context_worker.CONTEXT_WORKER.stop(timeout_s=0)
   others = _worker_children()
   _kill(others)
   psutil.wait_procs(others, timeout=1.0)

@@ -6,7 +6,7 @@ neither ties it to this process (after a SIGKILL, or a SIGTERM without a
 handler, it runs on under pid 1) nor stops it reliably (from a ``__del__`` at
 interpreter shutdown, when ``subprocess`` is already torn down).
 `local_context` is TFF's test C++ context (secure sums compiled into plain
-sums with the same bound checks) on a worker of our own, `LOCAL_WORKER`,
+sums with the same bound checks) on a worker of our own, `CONTEXT_WORKER`,
 started through `tff_sampling.runtime.workers.start_worker_process`, i.e. with
 ``PR_SET_PDEATHSIG`` from a thread that lives as long as this process, so Linux
 kills it when this process dies, whatever kills it.
@@ -36,7 +36,7 @@ _WORKER_START_TIMEOUT_S = 60.0
 _DEATHS_IN_A_ROW = 3  # Workers dying with no call returning in between before a call fails.
 
 
-class LocalWorker:
+class ContextWorker:
   """The ``worker_binary`` behind `local_context`.
 
   Like TFF's ``ServiceManager`` (executor_factory.py): started on first use,
@@ -150,20 +150,20 @@ class LocalWorker:
       processes.stop(process, timeout_s)
 
 
-LOCAL_WORKER = LocalWorker()
+CONTEXT_WORKER = ContextWorker()
 
 
 class _LocalContext(sync_execution_context.SyncExecutionContext):
-  """TFF's sync context, telling `LOCAL_WORKER` of each call that returned."""
+  """TFF's sync context, telling `CONTEXT_WORKER` of each call that returned."""
 
   def invoke(self, comp, arg):
     result = super().invoke(comp, arg)
-    LOCAL_WORKER.succeeded()
+    CONTEXT_WORKER.succeeded()
     return result
 
 
 def local_context() -> sync_execution_context.SyncExecutionContext:
-  """TFF's ``create_sync_test_cpp_execution_context`` on `LOCAL_WORKER`'s worker.
+  """TFF's ``create_sync_test_cpp_execution_context`` on `CONTEXT_WORKER`'s worker.
 
   The same compilation (secure sums replaced by their test bodies, then TFF's native form),
   executors and argument/result transforms as TFF's (core/backends/test/execution_contexts.py
@@ -178,13 +178,13 @@ def local_context() -> sync_execution_context.SyncExecutionContext:
   def stack_fn(cardinalities):
     if cardinalities.get(placements.CLIENTS) is None:
       cardinalities[placements.CLIENTS] = 0
-    executor = remote_executor.RemoteExecutor(LOCAL_WORKER.stub())
+    executor = remote_executor.RemoteExecutor(CONTEXT_WORKER.stub())
     executor.set_cardinalities(cardinalities)
     return executor
 
   return _LocalContext(
     executor_fn=workers_lib.ClosingExecutorFactory(
-      stack_fn, generation=lambda: LOCAL_WORKER.generation
+      stack_fn, generation=lambda: CONTEXT_WORKER.generation
     ),
     compiler_fn=functools.partial(compilation.native_form, simulate_secure_sums=True),
     transform_args=tensorflow_computation.transform_args,
