@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 
+import grpc
 import numpy as np
 import psutil
 import pytest
@@ -209,8 +210,8 @@ def test_the_executor_factory_drops_the_executors_of_an_earlier_worker():
   assert not new.closed
 
 
-def _kill_local_worker(worker=None) -> int:
-  """SIGKILLs the (given or default) local worker; returns its pid once it is gone."""
+def _kill_context_worker(worker=None) -> int:
+  """SIGKILLs the (given or default) context worker; returns its pid once it is gone."""
   worker = worker or context_worker.CONTEXT_WORKER
   pid = worker.pid
   assert pid is not None
@@ -231,7 +232,7 @@ def test_computations_after_the_worker_died_run_on_a_new_one(caplog):
 
   sizes = range(1, workers.EXECUTORS_KEPT + 1)
   assert [total(list(range(n))) for n in sizes] == [n * (n - 1) // 2 for n in sizes]  # Full.
-  dead = _kill_local_worker()
+  dead = _kill_context_worker()
   with caplog.at_level(logging.WARNING):
     # A new size (its executor made on a new worker, the dead worker's ones dropped), then
     # the old sizes again, each with an executor of its own on the new worker.
@@ -247,13 +248,13 @@ def test_the_worker_is_not_started_again_after_dying_three_times_in_a_row(caplog
   try:
     worker.stub()
     for _ in range(2):
-      _kill_local_worker(worker)
+      _kill_context_worker(worker)
       worker.stub()  # Restarted, with a warning.
     worker.succeeded()  # A call returned: the count starts again.
     for _ in range(2):
-      _kill_local_worker(worker)
+      _kill_context_worker(worker)
       worker.stub()
-    last = _kill_local_worker(worker)
+    last = _kill_context_worker(worker)
     message = rf'\(pid {last}\) exited .*: 3 workers in a row died'
     with pytest.raises(RuntimeError, match=message):
       worker.stub()
@@ -263,6 +264,22 @@ def test_the_worker_is_not_started_again_after_dying_three_times_in_a_row(caplog
     with pytest.raises(RuntimeError, match=message):  # For good.
       worker.stub()
     assert worker.pid is None
+  finally:
+    worker.stop(timeout_s=0)
+
+
+# gRPC's connectivity thread, asked to connect by the reconnection, may poll the channel once
+# more after the test closes it (within its 0.2 s cycle) and report that from its thread.
+@pytest.mark.filterwarnings('ignore::pytest.PytestUnhandledThreadExceptionWarning')
+def test_a_running_worker_whose_channel_looks_idle_is_kept(caplog):
+  worker = context_worker.ContextWorker()
+  try:
+    stub = worker.stub()
+    pid = worker.pid
+    stub._channel_status = grpc.ChannelConnectivity.IDLE  # As TFF's stub sees a quiet channel.
+    with caplog.at_level(logging.WARNING):
+      assert worker.stub() is stub and worker.pid == pid  # Reconnected, not replaced.
+    assert 'stopped answering' not in caplog.text
   finally:
     worker.stop(timeout_s=0)
 
@@ -286,7 +303,7 @@ def test_a_worker_that_exits_while_starting_counts_as_a_death(monkeypatch, caplo
     assert 'exited with status 4; starting a new one' in caplog.text
     worker.succeeded()  # A call returned.
     exits.extend([5, 6])
-    _kill_local_worker(worker)  # A death, then two workers that exit at the start.
+    _kill_context_worker(worker)  # A death, then two workers that exit at the start.
     with pytest.raises(RuntimeError, match='exited with status 6: 3 workers in a row died'):
       worker.stub()
     assert exits == []

@@ -454,12 +454,12 @@ def holm_verdicts(
     and censored_verdict(outcome, r, method_censored=c[0], baseline_censored=c[1])
     == Verdict.UNDECIDED
     else p
-    for (p, outcome), r, c in zip(tests, directions, censored)
+    for (p, outcome), r, c in zip(tests, directions, censored, strict=True)
   ]
   adjusted = holm_adjusted(p_values)
   out = []
   for (_, outcome), p, difference, direction, (by_method, by_baseline) in zip(
-    tests, adjusted, differences, directions, censored
+    tests, adjusted, differences, directions, censored, strict=True
   ):
     if difference.n < 2:
       decided: str = Verdict.TOO_FEW

@@ -33,6 +33,7 @@ from tff_sampling.runtime import processes
 from tff_sampling.runtime import workers as workers_lib
 
 _WORKER_START_TIMEOUT_S = 60.0
+_RECONNECT_TIMEOUT_S = 5.0  # For a running worker whose channel went idle.
 _DEATHS_IN_A_ROW = 3  # Workers dying with no call returning in between before a call fails.
 
 
@@ -50,7 +51,7 @@ class ContextWorker:
   here (with a warning). `generation` changes with every worker started or
   stopped, which tells the executor factory to drop the executors made on an
   earlier one. Every replacement of a worker that had started counts as a death
-  (one that exited, stopped answering, or exited while starting), and
+  (one that exited or stopped answering, while running or starting), and
   `succeeded` (after each call that returned) resets the count: after
   `_DEATHS_IN_A_ROW` deaths with no call returning in between, the call fails
   with the reason, and so does every later one.
@@ -81,12 +82,7 @@ class ContextWorker:
       workers_lib.check_not_shut_down()
       if self._given_up is not None:
         raise RuntimeError(self._given_up)
-      if (
-        self._stub is not None
-        and self._process is not None  # Set with `_stub`.
-        and self._process.poll() is None
-        and self._stub.is_ready
-      ):
+      if self._process is not None and self._process.poll() is None and self._answers():
         return self._stub
       if self._process is not None:  # Died or unreachable: start afresh, as TFF does.
         self._count_death(self._process)
@@ -97,9 +93,21 @@ class ContextWorker:
           return self._stub
         self._count_death(process)
 
+  def _answers(self) -> bool:
+    """Whether the running worker's channel is ready, reconnecting first if it is not (gRPC
+    lets a channel go idle after a while without calls; TFF's stub then stays not ready)."""
+    assert self._stub is not None and self._channel is not None  # Set with `_process`.
+    if self._stub.is_ready:
+      return True
+    try:
+      grpc.channel_ready_future(self._channel).result(timeout=_RECONNECT_TIMEOUT_S)
+    except grpc.FutureTimeoutError:
+      return False
+    return True
+
   def _start_locked(self):
     """Starts a worker and waits until it answers; returns None, or the worker if it exited
-    while starting."""
+    or did not answer in time while starting."""
     port = portpicker.pick_unused_port()
     # The worker's own log lines (and a crash report) go to our stderr, as with TFF's.
     self._process = workers_lib.start_worker_process(
@@ -111,12 +119,8 @@ class ContextWorker:
     deadline = time.monotonic() + _WORKER_START_TIMEOUT_S
     while not self._stub.is_ready:
       workers_lib.check_not_shut_down()
-      if self._process.poll() is not None:
+      if self._process.poll() is not None or time.monotonic() > deadline:
         return self._process
-      if time.monotonic() > deadline:
-        raise RuntimeError(
-          f'The local TFF worker did not answer within {_WORKER_START_TIMEOUT_S:g} s of its start.'
-        )
       time.sleep(0.02)
     return None
 
