@@ -6,10 +6,10 @@
 
 A method is a sampler (``uniform``, ``md``, ``clustered_size``,
 ``clustered_similarity``, ``power_of_choice``, ``power_of_choice_all``, ``fedgs``,
-``lefl``, ``full``), alone (it picks ``--clients_per_round`` = m clients, all
-upload) or followed by ``+optimal`` (it picks ``--training_cohort`` = K > m
-clients, they train, and optimal client sampling's secure protocol lets about
-m of them upload); see `tff_sampling.comparisons.benchmark`. Every method sees
+``lefl``, ``oort``, ``tifl`` (with ``--devices`` only), ``full``), alone (it picks
+``--clients_per_round`` = m clients, all upload) or followed by ``+optimal`` (it picks
+``--training_cohort`` = K > m clients, they train, and optimal client sampling's secure
+protocol lets about m of them upload); see `tff_sampling.comparisons.benchmark`. Every method sees
 the same availability (``--availability``, one mode) and, within a seed, the
 same initial model and client data order. Prints each method's final accuracy
 and uploaded bits (mean ± std over seeds).
