@@ -95,6 +95,7 @@ class _Binary:
       stdout=subprocess.DEVNULL,
       stderr=subprocess.PIPE,
       text=True,
+      start_new_session=True,  # Its own process group, as a terminal's foreground job.
     )
     self.descendants: dict[int, psutil.Process] = {}
     self._names: dict[int, str] = {}
@@ -232,15 +233,23 @@ def _assert_nothing_half_written(run_dir: str, *, killed: bool = False) -> None:
 
 
 def _interrupted(
-  run_dir: str, signum: int, *flags: str, after: re.Pattern[str] = _FIRST_ROUND
+  run_dir: str,
+  signum: int,
+  *flags: str,
+  after: re.Pattern[str] = _FIRST_ROUND,
+  to_group: bool = False,
 ) -> tuple[_Binary, float]:
-  """Runs the binary, sends `signum` after the line `after`; returns it and the seconds to exit."""
+  """Runs the binary, sends `signum` after the line `after` (to its process group, as a
+  terminal's Ctrl-C does, if `to_group`); returns it and the seconds to exit."""
   binary = _Binary(run_dir, *flags)
   try:
     binary.wait_for_line(after)
     binary.record_descendants()
     sent = time.monotonic()
-    binary.process.send_signal(signum)
+    if to_group:
+      os.killpg(binary.process.pid, signum)
+    else:
+      binary.process.send_signal(signum)
     binary.wait()
     return binary, time.monotonic() - sent
   finally:
@@ -249,14 +258,18 @@ def _interrupted(
 
 
 @pytest.mark.parametrize(
-  'signum, flags',
-  [(signal.SIGTERM, ()), (signal.SIGINT, ('--local_workers=1',))],
-  ids=['SIGTERM-one_process', 'SIGINT-local_workers'],
+  'signum, flags, to_group',
+  [
+    (signal.SIGTERM, (), False),
+    (signal.SIGINT, (), True),
+    (signal.SIGINT, ('--local_workers=1',), True),
+  ],
+  ids=['SIGTERM-one_process', 'Ctrl-C-one_process', 'Ctrl-C-local_workers'],
 )
 @pytest.mark.slow
-def test_sigterm_and_sigint_stop_everything_with_one_line(tmp_path, signum, flags):
+def test_sigterm_and_sigint_stop_everything_with_one_line(tmp_path, signum, flags, to_group):
   run_dir = str(tmp_path / 'run')
-  binary, seconds = _interrupted(run_dir, signum, *flags)
+  binary, seconds = _interrupted(run_dir, signum, *flags, to_group=to_group)
   name = signal.Signals(signum).name
   print(f'{name} {flags}: exit after {seconds:.2f} s')
 
@@ -266,6 +279,8 @@ def test_sigterm_and_sigint_stop_everything_with_one_line(tmp_path, signum, flag
     exit_code=128 + signum,
   )
   assert 'Traceback' not in binary.stderr, binary.stderr[-3000:]
+  # No worker died of the signal under a call, to be replaced before the handler stopped all.
+  assert 'starting a new one' not in binary.stderr, binary.stderr[-3000:]
   # No clock bound: `wait` (bounded by _GENEROUS_S) returning shows that the exit did not hang.
   workers = binary.workers()
   assert len(workers) >= 1 + len(flags), binary.descendants  # Not vacuous.

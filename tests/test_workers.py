@@ -290,6 +290,18 @@ def test_local_workers_stop():
   assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in processes)
 
 
+def test_a_local_worker_runs_in_a_session_of_its_own():
+  # A terminal's Ctrl-C signals its foreground process group: the program's, not the
+  # worker's, so the program's handler stops the worker (tests/test_faults_signals.py).
+  local = workers.LocalWorkers(1)
+  try:
+    (pid,) = local.pids
+    assert os.getsid(pid) == pid
+    assert os.getpgid(pid) != os.getpgid(0)
+  finally:
+    local.stop()
+
+
 def test_local_workers_die_with_a_killed_parent():
   # A parent that starts a worker from a thread that then ends (as TFF's
   # event-loop threads do), shows that the worker still serves it, reports the

@@ -78,14 +78,22 @@ def start_worker_process(
 ) -> subprocess.Popen:
   """Starts ``worker_binary --port=PORT [args]``, killed by Linux when this process dies.
 
-  See `tff_sampling.runtime.processes.start`. Raises `WorkersStopped` after `shut_down`.
+  See `tff_sampling.runtime.processes.start`. In a session of its own, so that a terminal's
+  Ctrl-C (SIGINT to the whole foreground process group) does not kill the worker under a
+  call in progress, which would then be retried on a new worker with a warning before this
+  process's own handler stops every worker (`tff_sampling.runtime.tff_context`). Raises
+  `WorkersStopped` after `shut_down`.
   """
   check_not_shut_down()
   binary = worker_binary_path()
   if not os.path.isfile(binary):
     raise FileNotFoundError(f'No TFF worker binary at {binary}; reinstall tensorflow-federated.')
   return processes_lib.start(
-    [binary, f'--port={port}', *args], death_signal=signal.SIGKILL, stdout=stdout, stderr=stderr
+    [binary, f'--port={port}', *args],
+    death_signal=signal.SIGKILL,
+    stdout=stdout,
+    stderr=stderr,
+    start_new_session=True,
   )
 
 
