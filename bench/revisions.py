@@ -4,9 +4,11 @@ r"""Benchmark: a benchmark cell's rounds at two commits of this repository, and 
         --rev_cell=docs/benchmark/long/natural_IDL --rev_methods=full,power_of_choice_all
 
 A change meant to make rounds cheaper without changing what they compute is measured
-here: each side is the binary of the cell (its ``experiment.flags``, ``--rev_rounds``
-replacing its horizon) run from a copy of the repository at one commit (``git archive``
-into a temporary directory, removed at the end; the Python environment is this one):
+here: each side is the binary of the cell run from a copy of the repository at one commit
+(``git archive`` into a temporary directory, removed at the end; the Python environment is
+this one). Both sides read the cell's ``experiment.flags`` from this working tree
+(``--rev_rounds`` replacing its horizon), so that only the code differs between them; a flag
+the base commit does not know fails its side:
 
 * ``base``: the commit ``--rev_base``;
 * ``head``: the commit ``--rev_head`` (default ``HEAD``).
