@@ -290,6 +290,26 @@ def test_local_workers_stop():
   assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in processes)
 
 
+def test_local_workers_stopped_while_a_worker_starts_stop_it_too(monkeypatch):
+  # `shut_down` from the signal thread (tff_context) may stop the workers between a worker's
+  # start and its being recorded; that worker must not be left running.
+  before = set(workers._LIVE_LOCAL_WORKERS)
+  started = []
+
+  def start_then_stop(port, *args, **kwargs):
+    started.append(real_start(port, *args, **kwargs))
+    for local in set(workers._LIVE_LOCAL_WORKERS) - before:  # The one being built.
+      local.stop(timeout_s=0)
+    return started[-1]
+
+  real_start = workers.start_worker_process
+  monkeypatch.setattr(workers, 'start_worker_process', start_then_stop)
+  with pytest.raises(workers.WorkersStopped, match='stopped while they were starting'):
+    workers.LocalWorkers(2)
+  assert len(started) == 1  # The second worker was not started.
+  assert started[0].poll() is not None
+
+
 def test_a_local_worker_runs_in_a_session_of_its_own():
   # A terminal's Ctrl-C signals its foreground process group: the program's, not the
   # worker's, so the program's handler stops the worker (tests/test_faults_signals.py).

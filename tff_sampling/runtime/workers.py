@@ -109,6 +109,7 @@ class LocalWorkers:
     num_workers = validation.positive_int('num_workers', num_workers)
     self._lock = threading.Lock()
     self._processes: list[subprocess.Popen] = []
+    self._stopped = False
     self.addresses: list[str] = []
     atexit.register(self.stop)
     _LIVE_LOCAL_WORKERS.add(self)
@@ -116,7 +117,12 @@ class LocalWorkers:
       port = portpicker.pick_unused_port()
       process = start_worker_process(port)
       with self._lock:
-        self._processes.append(process)
+        stopped = self._stopped
+        if not stopped:
+          self._processes.append(process)
+      if stopped:  # `stop` ran while this one started (`shut_down`, from a signal's thread).
+        processes_lib.stop(process, timeout_s=0)
+        raise WorkersStopped('The local TFF workers were stopped while they were starting.')
       self.addresses.append(f'localhost:{port}')
 
   @property
@@ -130,8 +136,12 @@ class LocalWorkers:
       return [a for a, p in zip(self.addresses, self._processes) if p.poll() is not None]
 
   def stop(self, timeout_s: float = 5.0) -> None:
-    """Stops the workers: SIGTERM, then SIGKILL after `timeout_s` (0: SIGKILL at once)."""
+    """Stops the workers: SIGTERM, then SIGKILL after `timeout_s` (0: SIGKILL at once).
+
+    A worker still to start is not started; one starting is stopped once it has.
+    """
     with self._lock:
+      self._stopped = True
       processes, self._processes = self._processes, []
     for process in processes:
       if process.poll() is None and timeout_s > 0:
