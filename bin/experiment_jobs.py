@@ -238,7 +238,9 @@ def progress_line(
   (`method_run_seconds`; the median of the methods' for a method without one) plus the median
   of what the runs trained took beyond their method's (the start-up, the evaluations; not below
   0). With no `run_seconds`, every run counts as the median run trained; with neither, the
-  line has no estimate. The sum is shared by `parallel` at a time.
+  line has no estimate. The sum is shared by `parallel` at a time. The line says how many
+  methods still to train have no run timed yet: early in a grid, when only the cheap samplers
+  have run, the estimate is low by up to the expensive methods' factor.
   """
   head = f'{len(trained)} run(s) trained, {len(remaining)} to go'
   run_seconds = dict(run_seconds or {})
@@ -247,6 +249,9 @@ def progress_line(
     beyond = [s - run_seconds.get(m, typical) for m, s in trained]
     overhead = max(0.0, float(np.median(beyond))) if beyond else 0.0
     basis = 'each method at its runs so far'
+    untimed = len(set(remaining).union(later) - set(run_seconds))
+    if untimed:
+      basis += f'; {untimed} method(s) not timed yet, at the median method'
 
     def estimate(method: str) -> float:
       return run_seconds.get(method, typical) + overhead

@@ -122,7 +122,8 @@ def test_tune_evaluate_export_report_and_rerun(tmp_path, driver):
   assert re.search(r'\d run\(s\) trained, 0 to go; about 0:00 left, 2 at a time', done.out)
   # While tuning, the 4 evaluation runs (2 methods x 2 seeds) are estimated too.
   assert re.search(
-    r'2 at a time \(each method at its runs so far\)\. Then 4 evaluation runs, about \d+:\d\d more',
+    r'2 at a time \(each method at its runs so far[^)]*\)\. Then 4 evaluation runs, about \d+:\d\d '
+    r'more',
     done.out,
   )
   # Exports while calls train count the runs still training without naming them; the last
@@ -494,8 +495,13 @@ def test_the_progress_line_estimates_each_run_by_its_methods_runs():
     run_seconds=run_seconds,
   )
   assert line == (
-    '2 run(s) trained, 3 to go; about 1:26 left, 1 at a time (each method at its runs so far).'
-    " Then 6 evaluation runs, about 7:41 more (not counting runs past the grid's edge)."
+    '2 run(s) trained, 3 to go; about 1:26 left, 1 at a time (each method at its runs so far;'
+    ' 1 method(s) not timed yet, at the median method). Then 6 evaluation runs, about 7:41 more'
+    " (not counting runs past the grid's edge)."
+  )
+  # Once every method still to train has a timed run, the line says no more.
+  assert experiment_jobs.progress_line(trained, ['full'], 1, run_seconds=run_seconds).endswith(
+    '1 at a time (each method at its runs so far).'
   )
   # Counted alike, the same runs would be estimated at the median run trained (2,555 s):
   # 3 × 2,555 = 7,665 s = 2:07.
