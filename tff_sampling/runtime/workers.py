@@ -138,7 +138,8 @@ class LocalWorkers:
   def stop(self, timeout_s: float = 5.0) -> None:
     """Stops the workers: SIGTERM, then SIGKILL after `timeout_s` (0: SIGKILL at once).
 
-    A worker still to start is not started; one starting is stopped once it has.
+    A worker that finishes starting after this (`__init__` in another thread) is stopped
+    then, and `__init__` raises `WorkersStopped` instead of starting the others.
     """
     with self._lock:
       self._stopped = True
