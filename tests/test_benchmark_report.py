@@ -6,6 +6,7 @@ import os
 import re
 
 import fault_harness
+import numpy as np
 import pytest
 
 from bin import experiment_config
@@ -458,6 +459,12 @@ def test_a_timed_cell_also_compares_at_the_baseline_s_simulated_time(tmp_path):
   page = benchmark_page.benchmark_markdown([untimed], command='regenerate', page_dir=str(tmp_path))
   assert 'simulated s' not in page and 'simulated time' not in page
   assert [p for p, _ in benchmark_heatmap.grid([untimed]).panels] == ['final', 'budget', 'work']
+  # Beside it, the time panel draws the timed cell alone; the other panels both cells.
+  both = benchmark_heatmap.grid([cell, untimed])
+  assert both.cells == ('timed', 'untimed') and np.isnan(both.difference['time'][0, 1])
+  picture = benchmark_heatmap.figure(both, 'uniform')
+  labels = [[t.get_text() for t in ax.get_xticklabels()] for ax in picture.axes[:4]]
+  assert labels == [['timed', 'untimed']] * 3 + [['timed']]
 
 
 def test_a_timed_cell_compares_the_time_to_target_with_runs_that_never_reach_it_as_bounds(tmp_path):

@@ -3,7 +3,7 @@
 One panel per comparison (final accuracy at a fixed number of rounds; accuracy at the
 baseline's uplink budget; accuracy at the baseline's client work, the examples its clients
 train on; once a cell is timed by a system model, accuracy at the baseline's simulated time,
-grey in the untimed cells), methods down, cells across; a square's colour is the paired mean
+a panel of the timed cells only), methods down, cells across; a square's colour is the paired mean
 difference against the baseline over the seeds (blue ahead, red behind), and a dot marks the
 differences whose interval still excludes 0 once the cell's comparisons against the
 baseline (every method at every measure) are one family (Holm), the same verdicts as the
@@ -96,24 +96,31 @@ def grid(cells: Sequence[benchmark_report.Cell]) -> Grid | None:
 
 
 def figure(data: Grid, baseline: str) -> mpl_figure.Figure:
-  """The panels side by side, on one colour scale symmetric about 0."""
+  """The panels side by side, on one colour scale symmetric about 0.
+
+  A panel shows only the cells that have a number in it (the time panel only the timed
+  cells), each panel as wide as its cells.
+  """
   finite = np.concatenate([d[np.isfinite(d)] for d in data.difference.values()])
   limit = float(np.max(np.abs(finite))) if finite.size else 1.0
-  rows, cols = len(data.methods), len(data.cells)
-  fig = mpl_figure.Figure(
-    figsize=(3.0 + 0.6 * cols * len(data.panels), 1.8 + 0.3 * rows), layout='constrained'
-  )
+  shown = {p: shown_cells(data, p) for p, _ in data.panels}
+  rows, cols = len(data.methods), sum(len(c) for c in shown.values())
+  fig = mpl_figure.Figure(figsize=(3.0 + 0.6 * cols, 1.8 + 0.3 * rows), layout='constrained')
   backend_agg.FigureCanvasAgg(fig)
-  axes = fig.subplots(1, len(data.panels), sharey=True)
+  axes = fig.subplots(
+    1, len(data.panels), sharey=True, width_ratios=[len(shown[p]) for p, _ in data.panels]
+  )
   images = []
   for ax, (panel, title) in zip(axes, data.panels):
-    values = np.ma.masked_invalid(data.difference[panel])
+    columns = shown[panel]
+    values = np.ma.masked_invalid(data.difference[panel][:, columns])
     images.append(ax.imshow(values, cmap='RdBu', vmin=-limit, vmax=limit, aspect='auto'))
     ax.set_facecolor('0.85')  # A method the cell does not have.
-    marked = np.argwhere(data.decided[panel])
+    marked = np.argwhere(data.decided[panel][:, columns])
     ax.scatter(marked[:, 1], marked[:, 0], s=16, c='black', edgecolors='white', linewidths=0.8)
-    ax.set_xticks(range(cols), data.cells, rotation=40, ha='right', fontsize=8)
-    ax.set_title(f'vs {baseline} {title}', fontsize=9)
+    labels = [data.cells[j] for j in columns]
+    ax.set_xticks(range(len(columns)), labels, rotation=40, ha='right', fontsize=8)
+    ax.set_title(f'vs {baseline}\n{title}', fontsize=9)
   axes[0].set_yticks(range(rows), data.methods, fontsize=8)
   colorbar = fig.colorbar(images[0], ax=list(axes), shrink=0.8)
   colorbar.set_label(f'accuracy difference against {baseline} (mean over seeds)', fontsize=8)
@@ -123,6 +130,14 @@ def figure(data: Grid, baseline: str) -> mpl_figure.Figure:
     fontsize=9,
   )
   return fig
+
+
+def shown_cells(data: Grid, panel: str) -> list[int]:
+  """The columns of `data.cells` that have a number in `panel`: a cell the measure does not
+  apply to, such as an untimed cell at fixed simulated time, is left out (all of them, grey,
+  if no cell has a number)."""
+  columns = [j for j in range(len(data.cells)) if np.isfinite(data.difference[panel][:, j]).any()]
+  return columns or list(range(len(data.cells)))
 
 
 def _ready(cells: Sequence[benchmark_report.Cell]) -> list[benchmark_report.Cell]:
