@@ -511,3 +511,40 @@ def test_a_timed_cell_compares_the_time_to_target_with_runs_that_never_reach_it_
   assert (md.raw, md.holm) == ('undecided', 'undecided')
   # No section without a system model.
   assert benchmark_time.section(_three_seed_cell(tmp_path, 'untimed', finals)) == []
+
+
+def test_ranking_shift_between_two_versions_of_a_cell(tmp_path):
+  from tools import ranking_shift
+
+  # Before: MD − uniform = 0.1, 0.1001, 0.0999 (p ≈ 1e-5), ahead even after Holm over its
+  # three measures; MD first. After: −0.1, +0.02, −0.05, no difference detected; uniform first.
+  before = _three_seed_cell(
+    tmp_path / 'before', 'shift', {'uniform': (0.40, 0.50, 0.45), 'md': (0.50, 0.6001, 0.5499)}
+  )
+  after = _three_seed_cell(
+    tmp_path / 'after', 'shift', {'uniform': (0.60, 0.70, 0.65), 'md': (0.50, 0.72, 0.60)}
+  )
+  old, new = ranking_shift.standings(before), ranking_shift.standings(after)
+  assert old['md'] == ranking_shift.Standing('0.1', 1, pytest.approx(0.55), ('+*', '+*'))
+  assert new['md'] == ranking_shift.Standing('0.1', 2, pytest.approx(1.82 / 3), ('=', '='))
+  assert new['uniform'].verdicts == () and new['uniform'].rank == 1
+  lines = ranking_shift.shift_table(old, new).splitlines()
+  assert lines[2:4] == [
+    '| uniform | 0.1 → 0.1 | 2 → 1 | 0.450 → 0.650 | · → · | · → · |',
+    '| md | 0.1 → 0.1 | 1 → 2 | 0.550 → 0.607 | +* → = | +* → = |',
+  ]
+  # Two methods in swapped order: tau −1; MD's two verdicts both changed.
+  assert lines[-1] == (
+    "Kendall's tau between the rankings: -1.00 over 2 methods; "
+    '2 of 2 verdicts against the baseline changed.'
+  )
+
+
+def test_ranking_shift_names_a_missing_cell_or_revision(tmp_path):
+  from tools import ranking_shift
+
+  with pytest.raises(ValueError, match=r"No cell 'nope' in the working tree"):
+    ranking_shift.cells_at(None, ['nope'], str(tmp_path))
+  with pytest.raises(ValueError, match=r"git cannot read docs/benchmark at 'no-such-revision'"):
+    ranking_shift.cells_at('no-such-revision', ['synthetic_LDF'], str(tmp_path))
+  assert not os.listdir(tmp_path)
