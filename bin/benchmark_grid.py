@@ -15,8 +15,9 @@ order), resumable (a finished run is never trained again), exporting each
 cell's raw metrics beside its configuration.
 ``--stage=report`` renders ``docs/benchmark.md`` from those raw metrics alone
 (`tff_sampling.analysis.benchmark_report`), with ``docs/benchmark/summary.md`` (the
-hand-written "which sampler should I use") at its top, at any stage of the grid
-(unfinished cells say how far they are). ``all`` does both. ``--stage=check``
+hand-written "which sampler should I use") at its top and each complete cell's hand-written
+``findings.md`` (in its folder) above its ranking, at any stage of the grid (unfinished
+cells say how far they are). ``all`` does both. ``--stage=check``
 exits non-zero, naming the files, unless the committed page and plots are what the raw
 metrics give.
 

@@ -2,6 +2,7 @@
 benchmark_heatmap.py) on hand-made runs: a tuning-only cell gives its rates to a reported cell,
 which alone is ranked and drawn; cells whose runs are not all in say how far they are."""
 
+import dataclasses
 import os
 import re
 
@@ -548,3 +549,22 @@ def test_ranking_shift_names_a_missing_cell_or_revision(tmp_path):
   with pytest.raises(ValueError, match=r"git cannot read docs/benchmark at 'no-such-revision'"):
     ranking_shift.cells_at('no-such-revision', ['synthetic_LDF'], str(tmp_path))
   assert not os.listdir(tmp_path)
+
+
+def test_a_cell_s_findings_open_its_section_once_it_is_complete(tmp_path):
+  finals = {'uniform': (0.40, 0.50, 0.45), 'md': (0.50, 0.70, 0.60)}
+  cell = _three_seed_cell(tmp_path, 'noted', finals)
+  (tmp_path / 'grid' / 'noted' / benchmark_page.FINDINGS).write_text('**Noted.** MD leads.\n')
+  page = tmp_path / 'benchmark.md'
+  benchmark_page.write([cell], str(page), command='regenerate')
+  section = _section(page.read_text(), 'noted cell')
+  # Under the heading and the configuration, above the ranking.
+  assert '**Noted.** MD leads.' in section
+  assert section.index('**Noted.** MD leads.') < section.index('| 1. md (lr 0.1)')
+  assert section.index('Machine time:') < section.index('**Noted.**')
+  # A cell whose runs are not all in shows how far it is, not its findings.
+  pending = dataclasses.replace(cell, pending='1 of 6 runs to go')
+  text = benchmark_page.benchmark_markdown(
+    [pending], command='regenerate', page_dir=str(tmp_path), findings={cell.folder: 'Noted.'}
+  )
+  assert '*In progress:* 1 of 6 runs to go.' in text and 'Noted.' not in text
