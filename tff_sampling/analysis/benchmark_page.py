@@ -137,45 +137,51 @@ def benchmark_markdown(
   parts += benchmark_report.overview(cells)
   parts += benchmark_report.optimal_overview(cells)
   for cell in cells:
-    folder = os.path.relpath(cell.folder, page_dir)
-    parts += [
-      f'## {cell.spec.title}',
-      '',
-      f'Configuration: [{folder}/experiment.flags]({folder}/experiment.flags): '
-      + ' '.join(f'`{flag}`' for flag in cell.spec.binary_flags)
-      + '.',
-      '',
-      f'Machine time: {benchmark_report.machine_hours(cell):.1f} run-hours of training '
-      f'rounds over its {len(cell.runs)} runs (their wall-clock round seconds summed).',
-      '',
-    ]
-    if cell.pending:
-      parts += [f'*In progress:* {cell.pending}.', '']
-      continue
-    if cell.spec.tuning_only:
-      parts += benchmark_report.tuning_section(cell)
-      continue
-    if findings.get(cell.folder, '').strip():
-      parts += [findings[cell.folder].strip(), '']
-    active = benchmark_report.active_clients(cell)
-    if active is not None:
-      parts += [
-        f'Clients active a round: {active:.1f} on average (every method of a seed sees the same '
-        'ones).',
-        '',
-      ]
-    parts += [
-      benchmark_report.cell_table(cell),
-      '',
-      f'![accuracy vs uploaded bits]({folder}/{curves.BITS_PLOT_FILENAME})',
-      '',
-    ]
-    parts += benchmark_contrasts.section(cell)
-    parts += benchmark_time.section(cell)
-    effects = benchmark_report.optimal_table(cell)
-    if effects:
-      parts += ['What optimal uploads change, sampler by sampler:', '', effects, '']
+    parts += _cell_section(cell, page_dir, findings.get(cell.folder, ''))
   return '\n'.join(parts)
+
+
+def _cell_section(cell: benchmark_report.Cell, page_dir: str, findings: str) -> list[str]:
+  """A cell's section: heading, configuration and machine time, then how far it is, its
+  tuning table, or (complete and reported) its `findings`, ranking, plot, contrasts and what
+  optimal uploads change."""
+  folder = os.path.relpath(cell.folder, page_dir)
+  parts = [
+    f'## {cell.spec.title}',
+    '',
+    f'Configuration: [{folder}/experiment.flags]({folder}/experiment.flags): '
+    + ' '.join(f'`{flag}`' for flag in cell.spec.binary_flags)
+    + '.',
+    '',
+    f'Machine time: {benchmark_report.machine_hours(cell):.1f} run-hours of training '
+    f'rounds over its {len(cell.runs)} runs (their wall-clock round seconds summed).',
+    '',
+  ]
+  if cell.pending:
+    return [*parts, f'*In progress:* {cell.pending}.', '']
+  if cell.spec.tuning_only:
+    return [*parts, *benchmark_report.tuning_section(cell)]
+  if findings.strip():
+    parts += [findings.strip(), '']
+  active = benchmark_report.active_clients(cell)
+  if active is not None:
+    parts += [
+      f'Clients active a round: {active:.1f} on average (every method of a seed sees the same '
+      'ones).',
+      '',
+    ]
+  parts += [
+    benchmark_report.cell_table(cell),
+    '',
+    f'![accuracy vs uploaded bits]({folder}/{curves.BITS_PLOT_FILENAME})',
+    '',
+  ]
+  parts += benchmark_contrasts.section(cell)
+  parts += benchmark_time.section(cell)
+  effects = benchmark_report.optimal_table(cell)
+  if effects:
+    parts += ['What optimal uploads change, sampler by sampler:', '', effects, '']
+  return parts
 
 
 def page_files(
