@@ -217,6 +217,13 @@ flag_checks.check_number('synthetic_beta', low=0.0)
 flag_checks.check_number('unbalance_removal_probability', low=0.0, high=1.0)
 flag_checks.check_number('deadline_seconds', low=0.0, low_open=True, hint='simulated seconds')
 flag_checks.check_number('dropout', low=0.0, high=1.0, high_open=True, hint='a probability')
+flag_checks.check_number(
+  'client_learning_rate_decay',
+  low=0.0,
+  high=1.0,
+  low_open=True,
+  hint='the factor a round, e.g. 0.998',
+)
 flag_checks.check_int_list('mlp_hidden')
 flag_checks.check_int_list('size_group_clients', example='10,20')
 flag_checks.check_int_list('size_group_examples', example='100,500')

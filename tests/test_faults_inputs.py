@@ -56,6 +56,8 @@ PARSE_CASES = [
   ('fedavg', 'unbalance_removal_probability', '2', r'in \[0, 1\]'),
   ('fedavg', 'synthetic_alpha', 'nan', r'finite number >= 0'),
   ('fedavg', 'size_sigma', '-1', r'finite number >= 0'),
+  ('fedavg', 'client_learning_rate_decay', '1.5', r'in \(0, 1\] \(the factor a round'),
+  ('fedavg', 'client_learning_rate_decay', 'nan', r'in \(0, 1\]'),
   ('fedavg', 'seed', '-1', r'\[0, 4294967295\]'),
   ('fedavg', 'data_seed', '-1', r'\[0, 4294967295\]'),
   ('fedavg', 'crop_size', '40', r'32'),

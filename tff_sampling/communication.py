@@ -6,8 +6,9 @@ The papers compare methods per uploaded bit: a round costs
 
 where ``model_uploads`` counts the clients that sent a model-sized update this round
 and ``extra_scalars`` counts every other value clients sent (e.g. the norm and the
-rescaling sums of the optimal-sampling protocol: ``1 + 2·max_rescaling_steps`` per
-cohort client). Downloads are not counted.
+rescaling sums of the optimal-sampling protocol, with the cohort count and the
+diagnostic flags: ``10 + 2·max_rescaling_steps`` per cohort client, 18 at the default 4
+steps; ``OptimalSamplingFactory.extra_scalars_per_client`` counts them). Downloads are not counted.
 """
 
 from __future__ import annotations
