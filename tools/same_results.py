@@ -39,6 +39,20 @@ INVOCATIONS = {
     '--sampling=fedgs,uniform,md,power_of_choice,fedprox',
   ],
   'lefl': ['--task=digits', '--rounds=3', '--sampling=lefl,uniform', '--pretrain_epochs=1'],
+  # The benchmark's own paths: Oort, TiFL, samplers followed by optimal uploads, devices.
+  'benchmark': [
+    '--task=synthetic',
+    '--num_clients=30',
+    '--rounds=3',
+    '--seeds=1',
+    '--devices=lognormal',
+    '--deadline_seconds=2.3',
+    '--clients_per_round=3',
+    '--training_cohort=6',
+    '--fedgs_solver=heuristic',
+    '--sampling=uniform,md,oort,tifl,power_of_choice_all,clustered_similarity,fedgs+optimal,'
+    'oort+optimal,full',
+  ],
   'mmfl': [
     '--suite=digits_noniid',
     '--num_models=2',
