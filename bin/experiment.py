@@ -46,7 +46,7 @@ losing only the runs that were still training.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 import dataclasses
 import os
 import signal
@@ -352,6 +352,7 @@ def train(
       check_stop()
       if lookout.found(spec, running, runs_dir):
         on_finished()
+        print(_progress(spec, trained, todo, running, lookout.seen, later, timed()), flush=True)
       for call in [c for c in running if c.process.poll() is not None]:
         running.remove(call)
         left, ended = _finish(spec, call, runs_dir, failures)
@@ -360,8 +361,7 @@ def train(
           share = (time.monotonic() - call.started) / len(call.jobs)
           # A diverged run's seconds say nothing of a whole run's.
           trained += [(job.method, share) for job, at in ended if at is None]
-          remaining = [*todo, *(job for c in running for job in c.jobs)]
-          print(_progress(spec, trained, remaining, later, timed()), flush=True)
+          print(_progress(spec, trained, todo, running, lookout.seen, later, timed()), flush=True)
           on_finished()
   finally:
     _stop(running)
@@ -372,15 +372,22 @@ def train(
 def _progress(
   spec: evidence_spec.ExperimentSpec,
   trained: Sequence[tuple[str, float]],
-  remaining: Sequence[experiment_jobs.Job],
+  todo: Sequence[experiment_jobs.Job],
+  running: Iterable[_Call],
+  ended: Collection[experiment_jobs.Job],
   later: Sequence[str],
   timed: Iterable[results.Run],
 ) -> str:
-  """`experiment_jobs.progress_line` for the runs `trained` so far (method, seconds), the jobs
-  `remaining` and the methods of the runs planned `later`, each method at its runs in `timed`."""
+  """`experiment_jobs.progress_line` for the runs of ended calls `trained` so far (method,
+  seconds), the runs of the `running` calls in `ended` (`_Lookout.seen`), the jobs still to
+  train (`todo` and the running calls' others) and the methods of the runs planned `later`,
+  each method at its runs in `timed`."""
+  inside, going = experiment_jobs.inside_calls(
+    [(call.jobs, call.started) for call in running], ended, time.monotonic()
+  )
   return experiment_jobs.progress_line(
-    trained,
-    [job.method for job in remaining],
+    [*trained, *inside],
+    [job.method for job in [*todo, *going]],
     _PARALLEL.value,
     later,
     experiment_jobs.method_run_seconds(spec, timed),

@@ -7,7 +7,7 @@ Flag-free, so that tests and other tools import it beside any binary's flags;
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 import dataclasses
 import glob
 import math
@@ -219,6 +219,24 @@ def method_run_seconds(
       scale = rounds / int(run.hparams['rounds']) if rounds and run.hparams.get('rounds') else 1.0
       by_method[method].append(float(np.nansum(seconds)) * scale)
   return {m: float(np.median(s)) for m, s in by_method.items()}
+
+
+def inside_calls(
+  calls: Iterable[tuple[Sequence[Job], float]], ended: Collection[Job], now: float
+) -> tuple[list[tuple[str, float]], list[Job]]:
+  """The runs that ended inside calls still training, as `progress_line`'s (method, seconds),
+  and those calls' jobs not ended yet.
+
+  `calls` gives each call's jobs, which it trains one after another, and the `time.monotonic`
+  when it started; `ended` holds the jobs that have ended. A call's k runs ended by `now` took
+  about its seconds so far, the last having just ended (the driver looks every 30 s), so each
+  counts at that time shared by k."""
+  trained, going = [], []
+  for jobs, started in calls:
+    done = [job for job in jobs if job in ended]
+    trained += [(job.method, (now - started) / len(done)) for job in done]
+    going += [job for job in jobs if job not in ended]
+  return trained, going
 
 
 def progress_line(

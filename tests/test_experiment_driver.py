@@ -339,6 +339,31 @@ def test_the_lookout_reports_each_run_ended_inside_a_call_once(tmp_path, monkeyp
     assert lookout.found(spec, running, runs_dir)  # Seed 1 ended.
 
 
+def test_runs_ended_inside_a_call_count_at_its_seconds_so_far_shared_among_them():
+  job = lambda method, seed: experiment_jobs.Job(method, 0.1, seed)
+  three, alone = [job('full', s) for s in range(3)], [job('uniform', 0)]
+  # The call of three started at 100 s and has ended two runs by 400 s: 150 s each; the call
+  # of one has ended none.
+  trained, going = experiment_jobs.inside_calls(
+    [(three, 100.0), (alone, 350.0)], {three[0], three[1], job('md', 9)}, now=400.0
+  )
+  assert trained == [('full', 150.0), ('full', 150.0)]
+  assert going == [three[2], alone[0]]
+  assert experiment_jobs.inside_calls([(three, 0.0)], set(), now=10.0) == ([], three)
+
+
+def test_a_run_ended_inside_a_call_is_counted_trained_in_the_progress_line(tmp_path):
+  # With --seeds_per_call=5 a call of 500-round runs can take hours; the line printed when the
+  # lookout finds a run ended inside it counts that run trained, not to go.
+  spec, _, _ = _uniform_runs(tmp_path)
+  with fh.flags_of('experiment') as experiment:
+    jobs = tuple(experiment_jobs.Job('uniform', 0.3, s) for s in range(3))
+    call = experiment._Call(jobs, process=None, started=time.monotonic(), log_path='', log_start=0)
+    todo = [experiment_jobs.Job('full', 0.3, 0)]
+    line = experiment._progress(spec, [('full', 9.0)], todo, [call], {jobs[0]}, [], [])
+  assert line.startswith('2 run(s) trained, 3 to go; about '), line
+
+
 def _config(folder, *edits):
   """Writes CONFIG with each (old, new) of `edits` replaced into `folder`'s configuration file
   (a new folder); returns its path. Its binary is bin.benchmark, which builds one process for
