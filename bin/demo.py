@@ -52,6 +52,7 @@ _TARGET_ACCURACY = flags.DEFINE_float(
 )
 flag_checks.check_accuracy('target_accuracy')
 flag_checks.check_choices('methods', list(optimal.SAMPLING_MODES))
+ef.refuse_devices('python -m bin.benchmark --sampling=uniform,uniform+optimal,full')
 
 
 def main(argv: Sequence[str]) -> None:

@@ -316,6 +316,18 @@ def availability_spec() -> comparisons.AvailabilitySpec:
   return specs[0]
 
 
+def refuse_devices(instead: str) -> None:
+  """Makes the device flags (``--devices`` and its settings) refused while parsing: the
+  binary's plain TFF processes with optimal uploads say only how many clients uploaded, so a
+  simulated round cannot time the uploads. `instead` names the command to run instead."""
+  why = (
+    "its processes report only how many clients uploaded, so a round's uploads cannot be "
+    f'timed; run {instead} instead (docs/devices.md).'
+  )
+  for name in ('devices', 'device_target', 'deadline_seconds', 'dropout'):
+    flag_checks.refuse_unless_default(name, why)
+
+
 def device_spec() -> comparisons.DeviceSpec:
   """The clients' devices of the flags (``--devices`` and its settings)."""
   return comparisons.DeviceSpec(

@@ -79,6 +79,7 @@ for _name in ('emnist_unbalanced_1', 'emnist_unbalanced_2', 'emnist_unbalanced_3
 _SAMPLING = flags.DEFINE_enum(
   'sampling', 'optimal', list(optimal.SAMPLING_MODES), 'Who uploads (see the module docstring).'
 )
+ef.refuse_devices('python -m bin.benchmark --sampling=uniform+optimal')
 
 
 def main(argv: Sequence[str]) -> None:

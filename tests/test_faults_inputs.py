@@ -75,6 +75,11 @@ PARSE_CASES = [
   ('lefl', 'sample_rate', '1.5', r'in \(0, 1\]'),
   ('demo', 'target_accuracy', '7', r'in \(0, 1\] \(an accuracy as a fraction'),
   ('demo', 'target_accuracy', '0', r'in \(0, 1\] \(an accuracy as a fraction'),
+  # Device flags in binaries whose processes cannot time uploads: refused, not ignored.
+  ('optimal_sampling', 'devices', 'lognormal', r'not supported.*run python -m bin\.benchmark'),
+  ('optimal_sampling', 'dropout', '0.1', r'--dropout is not supported by this binary'),
+  ('demo', 'devices', 'lognormal', r'not supported.*--sampling=uniform,uniform\+optimal,full'),
+  ('demo', 'deadline_seconds', '3', r'--deadline_seconds is not supported'),
   ('mmfl', 'expected_clients', 'nan', r'finite number > 0'),
   ('mmfl', 'expected_clients', '0', r'finite number > 0'),
   ('mmfl', 'clients', '0', r'>= 1|positive'),
