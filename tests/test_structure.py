@@ -105,6 +105,15 @@ def test_aggregators_import_only_tff_and_the_formulas():
   assert _unit_graph()['aggregators'] <= {'probabilities', 'validation'}
 
 
+def test_the_library_never_imports_the_tasks():
+  # LAYERS puts tasks beside comparisons, so the layer test alone would let comparisons or
+  # analysis import them: the library takes a Task (tff_sampling/task.py), never builds one.
+  graph = _unit_graph()
+  assert 'tasks' in graph  # The tasks' own imports were read.
+  importers = sorted(unit for unit, targets in graph.items() if 'tasks' in targets)
+  assert importers == [], f'These library units import tasks/: {importers}'
+
+
 def _code_files():
   for folder in ('tff_sampling', 'tasks', 'bin', 'bench'):
     yield from glob.glob(os.path.join(_REPO, folder, '**', '*.py'), recursive=True)

@@ -6,7 +6,7 @@ Where to look, from the bottom up: `probabilities` (optimal sampling's math),
 multi-model FL), `samplers` (server-side samplers with checkpointable state), `contract`
 (what a sampler needs of a process), `runtime` (TFF's context, workers, run directories,
 reading runs back), `program` (the round loop: `train_model`, `run_rounds`, and
-multi-model runs), `experiments` (what each binary runs), `analysis` (tables, verdicts
+multi-model runs), `comparisons` (what each binary runs), `analysis` (tables, verdicts
 and plots from runs).
 """
 

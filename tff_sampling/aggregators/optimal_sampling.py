@@ -79,7 +79,7 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
     exceeded the secure-sum range.
   * ``non_finite_updates``: clients whose update was non-finite (not uploaded).
   * ``extra_scalars_per_client``: scalars each cohort client uploaded besides
-    its model update (see the module docstring).
+    its model update (counted in ``docs/optimal_sampling.md``).
   * ``inner``: the inner factory's measurements.
   * ``uploader_fingerprints`` (with ``report_uploaders``): ``int64[uploads]``, each
     uploaded update's fingerprint (`protocol.update_fingerprint`), in no set order:
@@ -108,7 +108,7 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
         need not be an integer).
       max_rescaling_steps: ``j_max``, the rescaling steps unrolled in the
         computation (≥ 0; ``approximate`` only).
-      mode: One of `MODES` (see the module docstring).
+      mode: One of `MODES` (``docs/optimal_sampling.md`` describes each).
       secure: Picks the default `scalar_sums`: secure (``True``, the default)
         or plain (``False``). Secure sums are not allowed with
         ``mode='exact'``, which reveals individual norms.
@@ -285,8 +285,9 @@ class OptimalSamplingFactory(tff.aggregators.WeightedAggregationFactory):
   ) -> _UploadPhase:
     """Phase 3 of ``docs/algorithms.md`` §1b: ``G = Σ ζ_i (w_i/p_i) U_i / W``.
 
-    ``ζ_i ~ Bernoulli(p_i)`` is drawn with the seed ``(s_t, f_i)`` of the
-    module docstring (Randomness); `inner_process` sums the uploads.
+    ``ζ_i ~ Bernoulli(p_i)`` is drawn with the seed ``(s_t, f_i)``: the factory's seed mixed
+    with the round counter, and the client's update fingerprint (``docs/optimal_sampling.md``);
+    `inner_process` sums the uploads.
     """
     base_seed = self._seed
 

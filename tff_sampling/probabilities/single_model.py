@@ -66,8 +66,8 @@ def approximate_optimal_probabilities_with_info(
   ``A = 0``), then up to ``max_rescaling_steps`` (``j_max``) steps of
   ``I = #{p_i < 1}``, ``P = Σ_{p_i<1} p_i``, ``C = (m - n + I) / P``; stop if
   ``I = 0``, ``P = 0`` or ``C ≤ 1``, else ``p_i = min(1, C · p_i)`` for
-  ``p_i < 1``. Zero-norm clients count in ``I`` as in the protocol (see the
-  module docstring for why that is right).
+  ``p_i < 1``. Zero-norm clients count in ``I`` as in the protocol (``docs/algorithms.md``
+  §1b says why that is right).
 
   With ``max_rescaling_steps ≥ n`` the result equals `optimal_probabilities`
   to rounding; with fewer steps it is elementwise at most the exact answer and
