@@ -518,6 +518,15 @@ def _dp_mean():
       'returns a mean .*EncodedSumFactory.quantize_above_threshold',
     ),
     (lambda: tff.learning.secure_aggregator(weighted=False), 'returns a mean'),
+    # The weighted forms (the default) wrap a weighted mean: the advice reaches them too.
+    (
+      lambda: tff.learning.secure_aggregator(),
+      'MeanFactory is a weighted mean .*inside tff.aggregators.clipping_factory.*pass the sum',
+    ),
+    (
+      lambda: tff.learning.compression_aggregator(),
+      'weighted mean .*EncodedSumFactory.quantize_above_threshold',
+    ),
   ],
 )
 def test_inner_factories_that_do_not_sum_are_refused(make_inner, match):

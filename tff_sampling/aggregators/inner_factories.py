@@ -46,6 +46,16 @@ _WRAPPERS = {
     'tensorflow_federated.python.aggregators.concat',
     '_unweighted_concat_factory.<locals>.UnweightedConcatFactory',
   ): 'concat_factory',
+  # Weighted wrappers: never accepted, but what they wrap says what to pass instead (the
+  # weighted forms of tff.learning's aggregators wrap a weighted mean).
+  (
+    'tensorflow_federated.python.aggregators.robust',
+    '_make_wrapper.<locals>.WeightedRobustFactory',
+  ): 'clipping_factory/zeroing_factory',
+  (
+    'tensorflow_federated.python.aggregators.concat',
+    '_weighted_concat_factory.<locals>.WeightedConcatFactory',
+  ): 'concat_factory',
 }
 
 # TFF 0.87's wrappers that return the sum of what their inner factory sums (kept
@@ -148,6 +158,9 @@ def _refusal(factory, reason: str, *, modular: bool = False) -> str:
   sum the sum.
   """
   if isinstance(factory, tff.aggregators.WeightedAggregationFactory):
+    inner = _wrapped_factory(factory)
+    if inner is not None:
+      return _refusal(inner, f' (inside {_describe(factory)}{reason})')
     if isinstance(factory, tff.aggregators.MeanFactory):
       return f'{_describe(factory)} is a weighted mean{reason}{_MEAN_ADVICE}'
     return f'{_describe(factory)} is a weighted aggregation{reason}'
