@@ -188,7 +188,7 @@ def test_fedgs_main_tiny_configuration(parsed_flags, capsys):
     fg_graph_clients=40,
     fg_sizes=['20', '40'],
     fg_repeats=1,
-    fg_time_limit=0.5,
+    fg_time_limit=600.0,  # Never binding: the verdicts below must not depend on speed.
     fg_max_solver_clients=30,
     fg_small_size=6,
     fg_small_budget=2,
@@ -199,7 +199,7 @@ def test_fedgs_main_tiny_configuration(parsed_flags, capsys):
   assert 'graph_distances (shortest paths)' in table
   lines = {line.split()[0]: line for line in table.splitlines() if line.strip()}
   assert 'too_large' in lines['40']
-  assert 'optimal' in lines['20'] or 'time_limit' in lines['20']
+  assert 'optimal' in lines['20']
   assert 'solver: optimal on 2/2' in table
 
 

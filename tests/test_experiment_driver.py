@@ -11,7 +11,6 @@ import time
 
 import fault_harness as fh
 import numpy as np
-import psutil
 import pytest
 
 from bin import experiment_config
@@ -24,6 +23,8 @@ from tff_sampling.runtime import files
 from tff_sampling.runtime import results
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Kills a binary at a chosen checkpoint (tests/crash_at_checkpoint/sitecustomize.py).
+CRASH_HOOK = os.path.join(REPO, 'tests', 'crash_at_checkpoint')
 COMMITTED = sorted(
   os.path.dirname(p)
   for p in glob.glob(
@@ -447,7 +448,7 @@ def test_a_crashed_call_trains_again_from_its_checkpoint_and_the_run_is_unchange
     ('--rounds=2', '--rounds=8'),
     ('--checkpoint_every=2', '--checkpoint_every=1'),
   )
-  runs_dir = tmp_path / 'runs'
+  runs_dir, crashed = tmp_path / 'runs', tmp_path / 'crashed'
   driver = subprocess.Popen(
     [
       sys.executable,
@@ -458,36 +459,31 @@ def test_a_crashed_call_trains_again_from_its_checkpoint_and_the_run_is_unchange
       '--stage=evaluate',
     ],
     cwd=REPO,
-    # The killed binary cannot remove its temporary directory: it stays in this test's.
-    env={**os.environ, 'TMPDIR': str(tmp_path)},
+    env={
+      **os.environ,
+      # The killed binary cannot remove its temporary directory: it stays in this test's.
+      'TMPDIR': str(tmp_path),
+      # The binary dies as a segfaulting TFF worker takes it down: SIGKILL, right after its
+      # round-2 checkpoint is complete, the first time only (no clock, no race).
+      'PYTHONPATH': os.pathsep.join([CRASH_HOOK, *filter(None, [os.environ.get('PYTHONPATH')])]),
+      'CRASH_AT_CHECKPOINT': f'program_state_2:{crashed}',
+    },
     stdout=subprocess.PIPE,
     stderr=subprocess.PIPE,
     text=True,
     stdin=subprocess.DEVNULL,
   )
   try:
-    # The binary dies as a segfaulting TFF worker takes it down: SIGKILL, once it has a
-    # complete checkpoint (TFF writes program_state_<round>_temp<n> first, then renames it)
-    # and before its last round (frozen first, so it cannot finish meanwhile).
-    while not [
-      path
-      for path in glob.glob(str(runs_dir / 'lr0.3' / '*' / 'checkpoints' / '*'))
-      if re.fullmatch(r'program_state_\d+', os.path.basename(path))
-    ]:
-      assert driver.poll() is None, driver.communicate()
-      time.sleep(0.02)
-    (binary,) = psutil.Process(driver.pid).children()
-    binary.suspend()
-    binary.kill()
     out, err = driver.communicate(timeout=900)
   finally:
     driver.kill()
   assert driver.returncode == 0, err[-2000:]
+  assert crashed.is_file()  # The hook fired: the first call died at its round-2 checkpoint.
   assert 'lr0.3_uniform_seed0: call lr0.3_uniform_seed0 failed (exit -9: killed by SIGKILL; ' in out
   assert 'lr0.3_uniform_seed0: finished in ' in out
   # The second attempt resumed from the checkpoint, not from round 0.
   log = (runs_dir / 'logs' / 'lr0.3_uniform_seed0.log').read_text()
-  assert re.search(r'Resuming \S+_uniform_seed0 after round \d+\.', log), log[-3000:]
+  assert re.search(r'Resuming \S+_uniform_seed0 after round 2\.', log), log[-3000:]
 
   # The run equals one trained without a fault.
   _assert_same_as_alone(config, runs_dir, tmp_path / 'alone', seed=0)

@@ -7,8 +7,6 @@ perturbation, Algorithm 2's invariants, NumPy/TF agreement (also in
 bad input, and a smoke run of ``bench/probabilities.py``.
 """
 
-import time
-
 from absl.testing import flagsaver
 import hypothesis
 from hypothesis import strategies as st
@@ -144,15 +142,12 @@ def test_optimal_agrees_with_water_filling_oracle():
     )
 
 
-def test_optimal_million_norms_well_under_a_second():
+def test_optimal_on_a_million_norms_spends_exactly_the_budget():
+  # Its speed is a benchmark's (python -m bench.probabilities), not a test's.
   norms = np.random.default_rng(0).lognormal(sigma=2.0, size=1_000_000)
-  timings = []
-  for _ in range(3):
-    start = time.perf_counter()
-    probs = probabilities.optimal_probabilities(norms, 100_000)
-    timings.append(time.perf_counter() - start)
-  assert min(timings) < 1.0, timings
+  probs = probabilities.optimal_probabilities(norms, 100_000)
   assert abs(np.sum(probs) - 100_000) < 1e-9 * norms.size
+  assert np.all((probs > 0) & (probs <= 1))
 
 
 # ---------------------------------------------------------------------------
