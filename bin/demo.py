@@ -52,12 +52,12 @@ _TARGET_ACCURACY = flags.DEFINE_float(
 )
 flag_checks.check_accuracy('target_accuracy')
 flag_checks.check_choices('methods', list(optimal.SAMPLING_MODES))
-ef.refuse_devices('python -m bin.benchmark --sampling=uniform,uniform+optimal,full')
 
 
 def main(argv: Sequence[str]) -> None:
   start = cf.begin_main(argv)
   with cf.exit_on_bad_input():
+    ef.refuse_devices('python -m bin.benchmark --sampling=uniform,uniform+optimal,full')
     plot_path = plotting.check_plot_path(os.path.join(cf.ROOT_OUTPUT_DIR.value, 'accuracy.png'))
     if ef.TASK.value == 'digits':
       cf.apply_defaults({'preset': 'unbalanced'})  # The demo's population (not a global default).

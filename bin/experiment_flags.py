@@ -317,15 +317,21 @@ def availability_spec() -> comparisons.AvailabilitySpec:
 
 
 def refuse_devices(instead: str) -> None:
-  """Makes the device flags (``--devices`` and its settings) refused while parsing: the
-  binary's plain TFF processes with optimal uploads say only how many clients uploaded, so a
-  simulated round cannot time the uploads. `instead` names the command to run instead."""
-  why = (
-    "its processes report only how many clients uploaded, so a round's uploads cannot be "
-    f'timed; run {instead} instead (docs/devices.md).'
-  )
-  for name in ('devices', 'device_target', 'deadline_seconds', 'dropout'):
-    flag_checks.refuse_unless_default(name, why)
+  """Raises ValueError if a device flag (``--devices`` and its settings) is set: the binary's
+  plain TFF processes with optimal uploads say only how many clients uploaded, so a simulated
+  round cannot time the uploads. `instead` names the command to run instead. (A check in
+  `main`, not a flag validator: the flags are shared with binaries that take devices.)"""
+  given = [
+    f'--{holder.name}={holder.value}'
+    for holder in (DEVICES, DEVICE_TARGET, DEADLINE_SECONDS, DROPOUT)
+    if holder.value != holder.default
+  ]
+  if given:
+    raise ValueError(
+      f'{", ".join(given)}: this binary cannot simulate devices, as its processes report only '
+      f"how many clients uploaded, so a round's uploads cannot be timed; run {instead} "
+      'instead (docs/devices.md).'
+    )
 
 
 def device_spec() -> comparisons.DeviceSpec:

@@ -97,19 +97,6 @@ def check_accuracy(name: str, flag_values: flags.FlagValues = flags.FLAGS) -> No
   )
 
 
-def refuse_unless_default(name: str, why: str, flag_values: flags.FlagValues = flags.FLAGS) -> None:
-  """Makes ``--name`` accept only its default: a binary that cannot honour the flag says so
-  (`why`, with what to run instead) rather than ignore it."""
-  default = flag_values[name].default
-
-  def checker(value) -> bool:
-    if value != default:
-      raise flags.ValidationError(f'--{name} is not supported by this binary: {why}')
-    return True
-
-  flags.register_validator(name, checker, flag_values=flag_values)
-
-
 def check_int_list(
   name: str,
   *,

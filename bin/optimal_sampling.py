@@ -79,7 +79,6 @@ for _name in ('emnist_unbalanced_1', 'emnist_unbalanced_2', 'emnist_unbalanced_3
 _SAMPLING = flags.DEFINE_enum(
   'sampling', 'optimal', list(optimal.SAMPLING_MODES), 'Who uploads (see the module docstring).'
 )
-ef.refuse_devices('python -m bin.benchmark --sampling=uniform+optimal')
 
 
 def main(argv: Sequence[str]) -> None:
@@ -87,6 +86,7 @@ def main(argv: Sequence[str]) -> None:
   ef.apply_task_defaults(PAPER_DEFAULTS)
   seed, sampling, cohort = cf.SEED.value, _SAMPLING.value, ef.CLIENTS_PER_ROUND.value
   with cf.exit_on_bad_input():
+    ef.refuse_devices('python -m bin.benchmark --sampling=uniform+optimal')
     task = ef.task_from_flags()
     method = optimal_flags.optimal_sampling(cohort)
     # Every cohort client trains; the aggregator lets each upload with probability p_i.

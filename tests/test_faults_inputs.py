@@ -75,11 +75,6 @@ PARSE_CASES = [
   ('lefl', 'sample_rate', '1.5', r'in \(0, 1\]'),
   ('demo', 'target_accuracy', '7', r'in \(0, 1\] \(an accuracy as a fraction'),
   ('demo', 'target_accuracy', '0', r'in \(0, 1\] \(an accuracy as a fraction'),
-  # Device flags in binaries whose processes cannot time uploads: refused, not ignored.
-  ('optimal_sampling', 'devices', 'lognormal', r'not supported.*run python -m bin\.benchmark'),
-  ('optimal_sampling', 'dropout', '0.1', r'--dropout is not supported by this binary'),
-  ('demo', 'devices', 'lognormal', r'not supported.*--sampling=uniform,uniform\+optimal,full'),
-  ('demo', 'deadline_seconds', '3', r'--deadline_seconds is not supported'),
   ('mmfl', 'expected_clients', 'nan', r'finite number > 0'),
   ('mmfl', 'expected_clients', '0', r'finite number > 0'),
   ('mmfl', 'clients', '0', r'>= 1|positive'),
@@ -217,6 +212,36 @@ def test_damaged_sqlite_cache_is_one_line(binary, task_flags, file_name, kind, t
 
 def _re(text: str) -> str:
   return re.escape(text)
+
+
+DEVICE_CASES = [
+  (
+    'optimal_sampling',
+    dict(devices='lognormal'),
+    r'--devices=lognormal: .*--sampling=uniform\+optimal ',
+  ),
+  ('optimal_sampling', dict(dropout=0.1), r'--dropout=0.1: this binary cannot simulate devices'),
+  (
+    'demo',
+    dict(devices='lognormal', deadline_seconds=3.0),
+    r'--devices=lognormal, --deadline_seconds=3.0: ',
+  ),
+]
+
+
+@pytest.mark.parametrize('binary,device_flags,message', DEVICE_CASES)
+def test_device_flags_are_refused_where_uploads_cannot_be_timed(
+  binary, device_flags, message, tmp_path
+):
+  # bin.optimal_sampling used to ignore them, bin.demo to fail at its first run's start.
+  sandbox = _sandbox(tmp_path)
+  before, pids = TreeSnapshot(sandbox), child_pids()
+  with _flags_of(binary) as module:
+    outcome = run_main(module.main, rounds=1, root_output_dir=sandbox / 'out', **device_flags)
+  assert_one_line_error(outcome, message)
+  assert 'python -m bin.benchmark' in outcome.message
+  assert before.changes() == []
+  assert child_pids() <= pids
 
 
 # --------------------------------------------------------------------------
