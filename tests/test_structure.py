@@ -11,6 +11,7 @@ import collections
 import glob
 import graphlib
 import os
+import re
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -132,3 +133,35 @@ def test_no_file_over_600_lines_and_no_function_over_80():
         if lines > MAX_FUNCTION_LINES:
           too_long.append(f'{name}:{node.lineno} {node.name}: {lines} lines')
   assert not too_long, too_long
+
+
+def _modules_in(folder):
+  for path in glob.glob(os.path.join(_REPO, folder, '**', '*.py'), recursive=True):
+    name = os.path.basename(path)[: -len('.py')]
+    if name != '__init__':
+      yield os.path.relpath(path, _REPO), name
+
+
+def test_every_module_is_on_the_architecture_map():
+  # A newcomer finds each file where the map says: the library, tasks, binaries and tools in
+  # docs/architecture.md's layout, each benchmark in bench/README.md.
+  pages = {
+    folder: _read(os.path.join(_REPO, page))
+    for folder, page in (
+      ('tff_sampling', 'docs/architecture.md'),
+      ('tasks', 'docs/architecture.md'),
+      ('bin', 'docs/architecture.md'),
+      ('tools', 'docs/architecture.md'),
+      ('bench', 'bench/README.md'),
+    )
+  }
+  unnamed = [
+    path
+    for folder, page in pages.items()
+    for path, name in _modules_in(folder)
+    if not re.search(rf'(?<![\w.]){re.escape(name)}\b', page)
+  ]
+  assert len(list(_modules_in('tff_sampling'))) >= 80  # The folders were read.
+  assert not unnamed, (
+    f'Name these where docs/architecture.md or bench/README.md map them: {unnamed}'
+  )
