@@ -110,9 +110,7 @@ class ContextWorker:
     or did not answer in time while starting."""
     port = portpicker.pick_unused_port()
     # The worker's own log lines (and a crash report) go to our stderr, as with TFF's.
-    self._process = workers_lib.start_worker_process(
-      port, '--max_concurrent_computation_calls=-1', stderr=None
-    )
+    self._process = workers_lib.start_worker_process(port, stderr=None)
     self._channel = grpc.insecure_channel(f'localhost:{port}', workers_lib._CHANNEL_OPTIONS)  # pylint: disable=protected-access
     self._stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(self._channel)
     self.generation += 1

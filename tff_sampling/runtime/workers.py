@@ -73,12 +73,24 @@ def check_not_shut_down() -> None:
     raise WorkersStopped('The TFF workers were stopped because the program is shutting down.')
 
 
+def concurrent_calls() -> int:
+  """How many calls of one computation a worker started here runs at once (a round's
+  clients under ``federated_map``): one per core this process may run on.
+
+  TFF's default runs every client of a call at once, each on threads of its own, over the
+  same cores; a client's result does not depend on how many run beside it, so this changes
+  the time of a round, not its values (docs/performance.md, "Clients at once in a worker").
+  """
+  return len(os.sched_getaffinity(0))
+
+
 def start_worker_process(
   port: int, *args: str, stdout: Any = subprocess.DEVNULL, stderr: Any = subprocess.DEVNULL
 ) -> subprocess.Popen:
   """Starts ``worker_binary --port=PORT [args]``, killed by Linux when this process dies.
 
-  See `tff_sampling.runtime.processes.start`. In a session of its own, so that a terminal's
+  The worker runs at most `concurrent_calls` clients of a call at once. See
+  `tff_sampling.runtime.processes.start`. In a session of its own, so that a terminal's
   Ctrl-C (SIGINT to the whole foreground process group) does not kill the worker under a
   call in progress, which would then be retried on a new worker with a warning before this
   process's own handler stops every worker (`tff_sampling.runtime.tff_context`). Raises
@@ -89,7 +101,7 @@ def start_worker_process(
   if not os.path.isfile(binary):
     raise FileNotFoundError(f'No TFF worker binary at {binary}; reinstall tensorflow-federated.')
   return processes_lib.start(
-    [binary, f'--port={port}', *args],
+    [binary, f'--port={port}', f'--max_concurrent_computation_calls={concurrent_calls()}', *args],
     death_signal=signal.SIGKILL,
     stdout=stdout,
     stderr=stderr,
