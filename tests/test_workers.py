@@ -322,6 +322,18 @@ def test_a_local_worker_runs_in_a_session_of_its_own():
     local.stop()
 
 
+def test_a_worker_runs_one_client_per_core_at_once(monkeypatch):
+  # TFF's default (-1) runs every client of a call at once, on threads over the same cores.
+  monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {0, 3, 5})  # 3 cores allowed.
+  assert workers.concurrent_calls() == 3
+  local = workers.LocalWorkers(1)
+  try:
+    (pid,) = local.pids
+    assert '--max_concurrent_computation_calls=3' in psutil.Process(pid).cmdline()
+  finally:
+    local.stop()
+
+
 def test_local_workers_die_with_a_killed_parent():
   # A parent that starts a worker from a thread that then ends (as TFF's
   # event-loop threads do), shows that the worker still serves it, reports the
