@@ -79,8 +79,8 @@ def concurrent_calls() -> int:
 
   TFF's default runs every client of a call at once, each on threads of its own, over the
   same cores. A client's result does not depend on how many run beside it: this changes the
-  time of a round (0.73-0.81 of it where many clients train), not its values
-  (docs/performance.md, "Clients at once in a worker").
+  time of a round (0.73-0.81 of it on the label-skewed digits where many clients train), not
+  its values (docs/performance.md, "Clients at once in a worker").
   """
   return len(os.sched_getaffinity(0))
 
